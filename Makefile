@@ -1,0 +1,32 @@
+# Two commands do all the set-up on a fresh machine:
+#   make test   - create .venv, install, lint, type-check, run the tests
+#   make chat   - create .venv, install, start the CLI chat (once the agent lands)
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+.PHONY: install test lint typecheck pytest bench
+install: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+pytest: $(STAMP)
+	$(BIN)/pytest
+
+test: lint typecheck pytest
+
+bench: $(STAMP)
+	$(BIN)/python bench/memory_ops.py
+	$(BIN)/python bench/scan_corpus.py

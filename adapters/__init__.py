@@ -1,0 +1,1 @@
+"""Platform adapters: the only place that imports a platform SDK."""

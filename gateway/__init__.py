@@ -1,0 +1,1 @@
+"""Transport-agnostic runtime: config, routing, commands, the CLI."""

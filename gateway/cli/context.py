@@ -1,0 +1,40 @@
+"""What every command needs, resolved once: the home folder and its config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import typer
+
+from gateway.config import ConfigError, HermesConfig, load_config, resolve_home
+from hermes.identity import InvalidUserIdError, owner_user_id, validate_user_id
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
+
+
+@dataclass(frozen=True, slots=True)
+class CliContext:
+    home: Path
+    config: HermesConfig
+
+    @classmethod
+    def load(cls) -> CliContext:
+        home = resolve_home()
+        try:
+            return cls(home, load_config(home))
+        except ConfigError as exc:
+            fail(str(exc), EXIT_USAGE)
+
+    def user_id(self, requested: str | None) -> str:
+        try:
+            return validate_user_id(requested) if requested else owner_user_id(self.home)
+        except InvalidUserIdError as exc:
+            fail(str(exc), EXIT_USAGE)
+
+
+def fail(message: str, code: int) -> typer.Exit:
+    from gateway.cli.output import err_console
+
+    err_console.print(f"[red]error:[/red] {message}", markup=True, highlight=False)
+    raise typer.Exit(code)

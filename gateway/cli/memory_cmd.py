@@ -1,0 +1,131 @@
+"""`hermes memory ...`: inspect and edit a person's stores through the tool's code path."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
+from gateway.cli.output import console, note, print_json, say
+from hermes.memory.render import render
+from hermes.memory.scanner import scan
+from hermes.memory.store import Target
+from hermes.memory.tool import MemoryTool
+from hermes.memory.user_memory import UserMemory
+
+app = typer.Typer(help="Inspect and edit the bounded MEMORY.md / USER.md stores.", no_args_is_help=True)
+
+WARN_PERCENT = 80
+UserOpt = Annotated[str | None, typer.Option("--user", help="User id (default: the owner).")]
+TargetOpt = Annotated[Target, typer.Option("--target", "-t", help="memory or user.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print exactly the tool's JSON result.")]
+
+
+def _memory(user: str | None) -> UserMemory:
+    ctx = CliContext.load()
+    return UserMemory(ctx.home, ctx.user_id(user), ctx.config.memory)
+
+
+@app.command()
+def status(user: UserOpt = None) -> None:
+    """Usage per store: chars used / limit, percent and entry count."""
+    memory = _memory(user)
+    table = Table(title=f"Memory of {memory.user_id}")
+    for column in ("store", "used / limit", "percent", "entries", "note"):
+        table.add_column(column)
+    for target in Target:
+        if not memory.enabled(target):
+            table.add_row(target.value, "-", "-", "-", "disabled")
+            continue
+        state = memory.store(target).read()
+        remark = ""
+        if state.damage:
+            remark = f"[red]needs fixing by hand: {escape(state.damage)}[/red]"
+        elif state.percent >= WARN_PERCENT:
+            remark = f"[yellow]{state.percent}% full: merge or remove entries[/yellow]"
+        table.add_row(
+            target.value, f"{state.used:,} / {state.limit:,}", f"{state.percent}%",
+            str(len(state.entries)), remark,
+        )
+    console.print(table)
+
+
+@app.command()
+def show(
+    target: Annotated[Target | None, typer.Argument(help="memory or user (default: both).")] = None,
+    rendered: Annotated[
+        bool, typer.Option("--rendered", help="Print the exact block the prompt gets.")
+    ] = False,
+    user: UserOpt = None,
+) -> None:
+    """List the entries of a store (or both)."""
+    memory = _memory(user)
+    targets = [target] if target else memory.enabled_targets()
+    for one in targets:
+        state = memory.store(one).read() if memory.enabled(one) else None
+        if state is None:
+            note(f"[dim]{one.value}: disabled[/dim]")
+        elif rendered:
+            say(render(one, state))
+        else:
+            note(f"[bold]{one.title}[/bold] [{state.usage_line()}]")
+            for number, entry in enumerate(state.entries, 1):
+                flag = scan(entry)
+                mark = f" [red](blocked: {escape(flag.describe())})[/red]" if flag else ""
+                note(f"[cyan]{number}.[/cyan] {escape(entry)}{mark}")
+            if not state.entries:
+                note("[dim](empty)[/dim]")
+
+
+def _run(user: str | None, as_json: bool, **args: str) -> None:
+    outcome = MemoryTool(_memory(user)).run(args)
+    if as_json:
+        print_json(outcome.result)
+    elif outcome.ok:
+        note(f"[green]✓[/green] {escape(outcome.result['message'])} ({outcome.result['usage']})")
+    else:
+        note(f"[red]✗[/red] {escape(outcome.result['error'])}")
+        for entry in outcome.result.get("current_entries", []) or outcome.result.get("matches", []):
+            note(f"  • {escape(entry)}")
+    if not outcome.ok:
+        raise typer.Exit(EXIT_REFUSED)
+
+
+@app.command()
+def add(
+    content: Annotated[str, typer.Argument(help="The entry text.")],
+    target: TargetOpt = Target.MEMORY,
+    as_json: JsonOpt = False,
+    user: UserOpt = None,
+) -> None:
+    """Add an entry (same checks as the agent's memory tool)."""
+    _run(user, as_json, action="add", target=target.value, content=content)
+
+
+@app.command()
+def replace(
+    old_text: Annotated[str, typer.Argument(help="Unique substring of the entry to replace.")],
+    content: Annotated[str, typer.Argument(help="The new entry text.")],
+    target: TargetOpt = Target.MEMORY,
+    as_json: JsonOpt = False,
+    user: UserOpt = None,
+) -> None:
+    """Replace the one entry containing OLD_TEXT with CONTENT."""
+    _run(user, as_json, action="replace", target=target.value, old_text=old_text, content=content)
+
+
+@app.command()
+def remove(
+    old_text: Annotated[str, typer.Argument(help="Unique substring of the entry to remove.")],
+    target: TargetOpt = Target.MEMORY,
+    as_json: JsonOpt = False,
+    user: UserOpt = None,
+) -> None:
+    """Remove the one entry containing OLD_TEXT."""
+    _run(user, as_json, action="remove", target=target.value, old_text=old_text)
+
+
+__all__ = ["EXIT_USAGE", "app", "fail"]

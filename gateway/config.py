@@ -1,0 +1,74 @@
+"""The one place that reads config files and the environment.
+
+`load_config(home)` reads `$HERMES_HOME/config.yaml` once into pydantic models with
+`extra="forbid"`, so a typo fails at start with the key and the file named.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from hermes.config import MemoryConfig, Section
+
+CONFIG_FILENAME = "config.yaml"
+
+
+class ConfigError(Exception):
+    """A config file that cannot be used; the message names the file and the key."""
+
+
+class HermesConfig(Section):
+    """The whole config.yaml."""
+
+    memory: MemoryConfig = MemoryConfig()
+
+
+def resolve_home(env: Mapping[str, str] | None = None) -> Path:
+    """`$HERMES_HOME`, or `~/.hermes` when unset or empty."""
+    environ = os.environ if env is None else env
+    raw = environ.get("HERMES_HOME", "").strip()
+    return Path(raw).expanduser() if raw else Path.home() / ".hermes"
+
+
+def load_config(home: Path) -> HermesConfig:
+    """Read `home/config.yaml`; a missing or empty file means all defaults."""
+    path = home / CONFIG_FILENAME
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return HermesConfig()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read config file: {exc}") from exc
+    return parse_config(text, source=str(path))
+
+
+def parse_config(text: str, source: str) -> HermesConfig:
+    try:
+        data: Any = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
+    if data is None:
+        return HermesConfig()
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of sections, got {data!r:.60}")
+    try:
+        return HermesConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, source)) from None
+
+
+def _describe(exc: ValidationError, source: str) -> str:
+    lines = [f"{source}: invalid config"]
+    for err in exc.errors():
+        key = ".".join(str(part) for part in err["loc"]) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            lines.append(f"  {key}: unknown key (check the spelling against config.example.yaml)")
+        else:
+            lines.append(f"  {key}: {err['msg']} (got {err.get('input')!r:.60})")
+    return "\n".join(lines)

@@ -1,0 +1,213 @@
+"""One memory store file (MEMORY.md or USER.md) with serialized, atomic writes.
+
+Writers take an exclusive `flock` on a sidecar `<file>.lock` (so the CLI and the
+gateway, in different processes, never lose each other's updates), re-read the file
+under the lock, write a temp file in the same folder, fsync it and `os.replace` it over
+the original, then fsync the folder. Readers take no lock: `os.replace` is atomic, so
+they see the old file or the new one, never a torn one.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import os
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import TypeVar
+
+from hermes.memory import entries as fmt
+
+T = TypeVar("T")
+LOCK_TIMEOUT_S = 10.0
+_TEMP_PREFIX = ".tmp-"
+
+
+class Target(StrEnum):
+    MEMORY = "memory"
+    USER = "user"
+
+    @property
+    def filename(self) -> str:
+        return "MEMORY.md" if self is Target.MEMORY else "USER.md"
+
+    @property
+    def title(self) -> str:
+        return "MEMORY (your personal notes)" if self is Target.MEMORY else (
+            "USER PROFILE (who the user is)"
+        )
+
+    @property
+    def noun(self) -> str:
+        return "Memory" if self is Target.MEMORY else "User profile"
+
+
+class StoreError(Exception):
+    """A store that cannot be used as asked; the message says why and what to do."""
+
+
+class StoreBusyError(StoreError):
+    pass
+
+
+class StoreDamagedError(StoreError):
+    """The file on disk no longer round-trips; it was backed up and left untouched."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoreState:
+    """What one read of the file found."""
+
+    entries: tuple[str, ...]
+    limit: int
+    damage: str | None = None  # why the file must not be rewritten, if it must not
+
+    @property
+    def used(self) -> int:
+        return fmt.usage(self.entries)
+
+    @property
+    def percent(self) -> int:
+        return self.used * 100 // self.limit
+
+    def usage_line(self) -> str:
+        return f"{self.percent}% — {self.used:,}/{self.limit:,} chars"
+
+
+class MemoryStore:
+    def __init__(
+        self, path: Path, target: Target, limit: int, lock_timeout: float = LOCK_TIMEOUT_S
+    ) -> None:
+        self.path = path
+        self.target = target
+        self.limit = limit
+        self.lock_timeout = lock_timeout
+        self.lock_path = path.with_name(path.name + ".lock")
+
+    def read(self) -> StoreState:
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return StoreState((), self.limit)
+        return self._state(raw)
+
+    def mutate(self, decide: Callable[[StoreState], tuple[list[str] | None, T]]) -> T:
+        """Run `decide` on the current state under the lock; write what it returns.
+
+        `decide` returns (new entries or None for no write, result). A damaged file
+        is backed up and StoreDamagedError raised before `decide` is called.
+        """
+        self._ensure_dir()
+        with self._locked():
+            state = self.read()
+            if state.damage is not None:
+                backup = self._backup()
+                raise StoreDamagedError(_damage_message(self, state.damage, backup))
+            new_entries, result = decide(state)
+            if new_entries is not None:
+                self._atomic_write(fmt.serialize(new_entries))
+            return result
+
+    def _state(self, raw: bytes) -> StoreState:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return StoreState((), self.limit, f"it is not valid UTF-8 (byte {exc.start})")
+        entries = tuple(fmt.parse(text))
+        used = fmt.usage(entries)
+        if used > self.limit:
+            shape = "1 entry with no '§' separator lines" if len(entries) == 1 else (
+                f"{len(entries)} entries"
+            )
+            return StoreState(entries, self.limit, f"it holds {used:,}/{self.limit:,} chars in {shape}")
+        return StoreState(entries, self.limit)
+
+    def _ensure_dir(self) -> None:
+        folder = self.path.parent
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if folder.stat().st_mode & 0o077:
+            folder.chmod(0o700)
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            deadline = time.monotonic() + self.lock_timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                        raise
+                    if time.monotonic() > deadline:
+                        raise StoreBusyError(
+                            f"{self.path.name} is locked by another process for over "
+                            f"{self.lock_timeout:g} s; try again"
+                        ) from None
+                    time.sleep(0.002 + secrets.randbelow(5) / 1000)
+            self._remove_stale_temps()
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+    def _remove_stale_temps(self) -> None:
+        # Temps are only created under the lock, so any left now belong to a dead writer.
+        for stale in self.path.parent.glob(f"{_TEMP_PREFIX}{self.path.name}.*"):
+            stale.unlink(missing_ok=True)
+
+    def _atomic_write(self, text: str) -> None:
+        folder = self.path.parent
+        temp = folder / f"{_TEMP_PREFIX}{self.path.name}.{secrets.token_hex(6)}"
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(text.encode("utf-8"))
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temp, self.path)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+        _fsync_dir(folder)
+
+    def _backup(self) -> Path:
+        """Copy the current file beside itself, once per distinct content."""
+        raw = self.path.read_bytes()
+        digest = hashlib.sha256(raw).hexdigest()[:8]
+        existing = sorted(self.path.parent.glob(f"{self.path.name}.*-{digest}.bak"))
+        if existing:
+            return existing[0]
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        backup = self.path.with_name(f"{self.path.name}.{stamp}-{digest}.bak")
+        fd = os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(raw)
+            handle.flush()
+            os.fsync(handle.fileno())
+        return backup
+
+
+def _damage_message(store: MemoryStore, damage: str, backup: Path) -> str:
+    return (
+        f"{store.path} was edited outside Hermes and can no longer be updated safely: "
+        f"{damage}. Nothing was changed; a copy was saved as {backup.name}. "
+        f"To fix it, edit the file so that entries are separated by a line holding only "
+        f"'§' and the whole file stays within {store.limit:,} chars (or delete the file), "
+        f"then try again."
+    )
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,248 @@
+"""The `memory` tool: add / replace / remove entries by unique substring.
+
+There is no read action: memory is in the system prompt. Every answer reflects the
+live state on disk, never the session's frozen snapshot. The CLI goes through the same
+`MemoryTool.run`, so the same checks apply everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hermes.memory import entries as fmt
+from hermes.memory.render import BLOCKED_HANDLE_PREFIX, blocked_handle, display_entry
+from hermes.memory.scanner import scan
+from hermes.memory.store import StoreError, StoreState, Target
+from hermes.memory.user_memory import UserMemory
+
+ACTIONS = ("add", "replace", "remove")
+DUPLICATE_MESSAGE = "Entry already exists (no duplicate added)."
+PREVIEW_CHARS = 60
+
+MEMORY_TOOL_SCHEMA: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "memory",
+        "description": (
+            "Save durable facts to your persistent memory, which is shown in your system "
+            "prompt at the start of every session. target 'user' is the user profile (who "
+            "they are, preferences, corrections about them); target 'memory' is your own "
+            "notes (environment facts, conventions, lessons). add: a new dense, declarative "
+            "entry. replace: old_text is a short unique substring of one entry; that whole "
+            "entry becomes content. remove: deletes the entry containing old_text. Changes "
+            "are saved at once but appear in the prompt from the next session."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "action": {"type": "string", "enum": list(ACTIONS)},
+                "target": {"type": "string", "enum": [t.value for t in Target]},
+                "content": {
+                    "type": "string",
+                    "description": "The entry text (add, replace).",
+                },
+                "old_text": {
+                    "type": "string",
+                    "description": "Short substring identifying exactly one entry (replace, remove).",
+                },
+            },
+            "required": ["action", "target"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+Result = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryChange:
+    """One applied change, for the provenance trail (before/after are whole entries)."""
+
+    target: Target
+    action: str
+    before: str | None
+    after: str | None
+    used_before: int
+    used_after: int
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    result: Result
+    change: MemoryChange | None = None
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.result.get("success"))
+
+
+class MemoryTool:
+    name = "memory"
+    schema = MEMORY_TOOL_SCHEMA
+
+    def __init__(self, memory: UserMemory) -> None:
+        self.memory = memory
+
+    def run(self, args: Mapping[str, Any]) -> ToolOutcome:
+        try:
+            action, target, content, old_text = _parse_args(args)
+            store = self.memory.store(target)
+            op = _Operation(action, target, content, old_text)
+            return store.mutate(op.decide)
+        except (StoreError, _UsageError) as exc:
+            return ToolOutcome(_error(str(exc)))
+
+
+class _UsageError(Exception):
+    pass
+
+
+def _parse_args(args: Mapping[str, Any]) -> tuple[str, Target, str, str]:
+    action = args.get("action")
+    if action not in ACTIONS:
+        raise _UsageError(f"Unknown action {action!r}; use one of: {', '.join(ACTIONS)}.")
+    try:
+        target = Target(args.get("target"))
+    except ValueError:
+        raise _UsageError(
+            f"Unknown target {args.get('target')!r}; use 'memory' or 'user'."
+        ) from None
+    content, old_text = args.get("content") or "", args.get("old_text") or ""
+    if not isinstance(content, str) or not isinstance(old_text, str):
+        raise _UsageError("'content' and 'old_text' must be strings.")
+    return action, target, _normalize(content), old_text.strip()
+
+
+def _normalize(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n").strip()
+
+
+@dataclass(frozen=True, slots=True)
+class _Operation:
+    action: str
+    target: Target
+    content: str
+    old_text: str
+
+    def decide(self, state: StoreState) -> tuple[list[str] | None, ToolOutcome]:
+        """Runs under the store's lock on the freshly read state."""
+        if self.action == "add":
+            return self._add(state)
+        return self._replace_or_remove(state)
+
+    def _add(self, state: StoreState) -> tuple[list[str] | None, ToolOutcome]:
+        problem = _content_problem(self.content, "add")
+        if problem:
+            return None, ToolOutcome(_error(problem))
+        entries = list(state.entries)
+        if self.content in entries:
+            return None, ToolOutcome(_success(self.target, state, DUPLICATE_MESSAGE))
+        new = [*entries, self.content]
+        if fmt.usage(new) > state.limit:
+            return None, ToolOutcome(
+                _error(
+                    f"{self.target.noun} at {state.used:,}/{state.limit:,} chars. Adding this "
+                    f"entry ({len(self.content):,} chars) would exceed the limit. Replace or "
+                    f"remove existing entries first.",
+                    current_entries=_shown(state),
+                    usage=f"{state.used:,}/{state.limit:,}",
+                )
+            )
+        return new, self._applied(state, new, None, self.content, "Entry added.")
+
+    def _replace_or_remove(self, state: StoreState) -> tuple[list[str] | None, ToolOutcome]:
+        if not self.old_text:
+            return None, ToolOutcome(
+                _error(f"'old_text' is required for {self.action}: a short unique substring.")
+            )
+        if self.action == "replace":
+            problem = _content_problem(self.content, "replace")
+            if problem:
+                return None, ToolOutcome(_error(problem))
+        matches = _matching(state.entries, self.old_text)
+        if not matches:
+            return None, ToolOutcome(
+                _error(
+                    f"No entry matched '{self.old_text}'.",
+                    current_entries=_shown(state),
+                    usage=f"{state.used:,}/{state.limit:,}",
+                )
+            )
+        if len(matches) > 1:
+            return None, ToolOutcome(
+                _error(
+                    f"Multiple entries matched '{self.old_text}'. Be more specific.",
+                    matches=[_preview(display_entry(state.entries[i])) for i in matches],
+                )
+            )
+        index = matches[0]
+        old = state.entries[index]
+        entries = list(state.entries)
+        if self.action == "remove":
+            del entries[index]
+            return entries, self._applied(state, entries, old, None, "Entry removed.")
+        entries[index] = self.content
+        new = fmt.dedupe(entries)
+        if fmt.usage(new) > state.limit:
+            return None, ToolOutcome(
+                _error(
+                    f"{self.target.noun} at {state.used:,}/{state.limit:,} chars. Replacing this "
+                    f"entry would bring it to {fmt.usage(new):,} chars, over the limit. "
+                    f"Shorten the new content or remove other entries first.",
+                    usage=f"{state.used:,}/{state.limit:,}",
+                )
+            )
+        return new, self._applied(state, new, old, self.content, "Entry replaced.")
+
+    def _applied(
+        self, state: StoreState, new: list[str], before: str | None, after: str | None, msg: str
+    ) -> ToolOutcome:
+        after_state = StoreState(tuple(new), state.limit)
+        change = MemoryChange(
+            self.target, self.action, before, after, state.used, after_state.used
+        )
+        return ToolOutcome(_success(self.target, after_state, msg), change)
+
+
+def _matching(entries: tuple[str, ...], old_text: str) -> list[int]:
+    if old_text.startswith(BLOCKED_HANDLE_PREFIX):
+        return [i for i, e in enumerate(entries) if blocked_handle(e) == old_text]
+    return [i for i, e in enumerate(entries) if old_text in e]
+
+
+def _content_problem(content: str, action: str) -> str | None:
+    if not content:
+        if action == "replace":
+            return "'content' is empty. To delete the entry, use action 'remove'."
+        return "'content' is empty; nothing to add."
+    if fmt.has_separator_line(content):
+        return "'content' may not contain a line holding only '§' (it separates entries)."
+    finding = scan(content)
+    if finding:
+        return f"Blocked by the security scan ({finding.describe()}). Nothing was written."
+    return None
+
+
+def _shown(state: StoreState) -> list[str]:
+    return [display_entry(entry) for entry in state.entries]
+
+
+def _preview(entry: str) -> str:
+    return entry if len(entry) <= PREVIEW_CHARS else entry[: PREVIEW_CHARS - 1] + "…"
+
+
+def _success(target: Target, state: StoreState, message: str) -> Result:
+    return {
+        "success": True,
+        "target": target.value,
+        "message": message,
+        "usage": state.usage_line(),
+        "entry_count": len(state.entries),
+    }
+
+
+def _error(message: str, **extra: Any) -> Result:
+    return {"success": False, "error": message, **extra}

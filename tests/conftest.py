@@ -1,0 +1,46 @@
+"""Hermetic by default: a temp HERMES_HOME, no credentials, no network beyond loopback."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "default", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=60
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+_CREDENTIAL_HINTS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+_PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+
+
+@pytest.fixture(autouse=True)
+def hermetic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    home = tmp_path / "hermes_home"
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    for name in list(os.environ):
+        if any(hint in name.upper() for hint in _CREDENTIAL_HINTS) or name in _PROXY_VARS:
+            monkeypatch.delenv(name, raising=False)
+    real_connect = socket.socket.connect
+
+    def guarded_connect(sock: socket.socket, address: Any) -> Any:
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            host = address[0]
+            if host != "localhost" and not ipaddress.ip_address(host).is_loopback:
+                raise RuntimeError(f"tests must not use the network (connect to {host})")
+        return real_connect(sock, address)
+
+    monkeypatch.setattr(socket.socket, "connect", guarded_connect)
+    yield home
+
+
+@pytest.fixture
+def home(hermetic: Path) -> Path:
+    return hermetic

@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.config import ConfigError, HermesConfig, load_config, resolve_home
+
+
+def write(home: Path, text: str) -> Path:
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / "config.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults_without_a_file(home: Path) -> None:
+    config = load_config(home)
+    assert config == HermesConfig()
+    assert config.memory.memory_enabled and config.memory.user_profile_enabled
+    assert (config.memory.memory_char_limit, config.memory.user_char_limit) == (2200, 1375)
+
+
+def test_empty_file_means_defaults(home: Path) -> None:
+    write(home, "# nothing yet\n")
+    assert load_config(home) == HermesConfig()
+
+
+def test_values_are_read(home: Path) -> None:
+    write(home, "memory:\n  memory_char_limit: 3000\n  user_profile_enabled: false\n")
+    config = load_config(home)
+    assert config.memory.memory_char_limit == 3000
+    assert config.memory.user_profile_enabled is False
+
+
+@pytest.mark.parametrize(
+    ("text", "fragments"),
+    [
+        ("memory:\n  memory_char_limt: 3000\n", ["memory.memory_char_limt", "unknown key"]),
+        ("memroy: {}\n", ["memroy", "unknown key"]),
+        ("memory:\n  memory_char_limit: -5\n", ["memory.memory_char_limit", "-5"]),
+        ("memory:\n  user_char_limit: lots\n", ["memory.user_char_limit", "lots"]),
+        ("memory:\n  memory_enabled: maybe\n", ["memory.memory_enabled"]),
+        ("memory: [1, 2]\n", ["memory"]),
+        ("- just\n- a list\n", ["top level must be a mapping"]),
+        ("memory:\n  memory_char_limit: 1\n bad indent: [\n", ["not valid YAML"]),
+    ],
+)
+def test_bad_config_names_the_key_and_the_file(home: Path, text: str, fragments: list[str]) -> None:
+    path = write(home, text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(home)
+    message = str(caught.value)
+    assert str(path) in message
+    for fragment in fragments:
+        assert fragment in message
+
+
+def test_invalid_utf8_config_is_a_clear_error(home: Path) -> None:
+    home.mkdir(parents=True)
+    (home / "config.yaml").write_bytes(b"memory:\n  memory_enabled: \xff\xfe\n")
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(home)
+
+
+def test_home_resolution() -> None:
+    assert resolve_home({"HERMES_HOME": "/srv/hermes"}) == Path("/srv/hermes")
+    assert resolve_home({}) == Path.home() / ".hermes"
+    assert resolve_home({"HERMES_HOME": "  "}) == Path.home() / ".hermes"
+
+
+def test_example_config_matches_the_defaults() -> None:
+    example = Path(__file__).resolve().parents[2] / "config.example.yaml"
+    from gateway.config import parse_config
+
+    assert parse_config(example.read_text(encoding="utf-8"), str(example)) == HermesConfig()
