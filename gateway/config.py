@@ -56,7 +56,9 @@ def parse_config(text: str, source: str) -> HermesConfig:
     if data is None:
         return HermesConfig()
     if not isinstance(data, dict):
-        raise ConfigError(f"{source}: the top level must be a mapping of sections, got {data!r:.60}")
+        raise ConfigError(
+            f"{source}: the top level must be a mapping of sections, got {data!r:.60}"
+        )
     try:
         return HermesConfig.model_validate(data)
     except ValidationError as exc:

@@ -12,9 +12,17 @@ from hermes.identity import InvalidUserIdError, new_user_id, owner_user_id, vali
 @pytest.mark.parametrize(
     "bad",
     [
-        "", "..", "../etc", "u_../../x", "u_0123456789abcdeF", "u_0123456789abcde",
-        "u_0123456789abcdef/", "u_０１２３４５６７８９abcdef", "u_0123456789abcdef\n",
-        "telegram:12345", "u_0123456789abcdef0",
+        "",
+        "..",
+        "../etc",
+        "u_../../x",
+        "u_0123456789abcdeF",
+        "u_0123456789abcde",
+        "u_0123456789abcdef/",
+        "u_０１２３４５６７８９abcdef",
+        "u_0123456789abcdef\n",
+        "telegram:12345",
+        "u_0123456789abcdef0",
     ],
 )
 def test_rejects_ids_that_are_not_ours(bad: str) -> None:
@@ -34,8 +42,10 @@ def test_owner_id_is_stable_and_private(home: Path) -> None:
 
 
 def test_owner_id_race_between_processes_yields_one_id(home: Path) -> None:
-    code = "import sys; from pathlib import Path; from hermes.identity import owner_user_id;" \
+    code = (
+        "import sys; from pathlib import Path; from hermes.identity import owner_user_id;"
         "print(owner_user_id(Path(sys.argv[1])))"
+    )
     procs = [
         subprocess.Popen([sys.executable, "-c", code, str(home)], stdout=subprocess.PIPE, text=True)
         for _ in range(6)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 
+from gateway.cli.output import err_console
 from gateway.config import ConfigError, HermesConfig, load_config, resolve_home
 from hermes.identity import InvalidUserIdError, owner_user_id, validate_user_id
 
@@ -33,8 +35,6 @@ class CliContext:
             fail(str(exc), EXIT_USAGE)
 
 
-def fail(message: str, code: int) -> typer.Exit:
-    from gateway.cli.output import err_console
-
+def fail(message: str, code: int) -> NoReturn:
     err_console.print(f"[red]error:[/red] {message}", markup=True, highlight=False)
     raise typer.Exit(code)

@@ -8,7 +8,10 @@ from gateway.cli import memory_cmd
 
 app = typer.Typer(
     name="hermes",
-    help="Hermes: a self-hosted assistant that remembers you across Telegram, Discord, Slack and the terminal.",
+    help=(
+        "Hermes: a self-hosted assistant that remembers you across Telegram, Discord, "
+        "Slack and the terminal."
+    ),
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,

@@ -16,7 +16,9 @@ from hermes.memory.store import Target
 from hermes.memory.tool import MemoryTool
 from hermes.memory.user_memory import UserMemory
 
-app = typer.Typer(help="Inspect and edit the bounded MEMORY.md / USER.md stores.", no_args_is_help=True)
+app = typer.Typer(
+    help="Inspect and edit the bounded MEMORY.md / USER.md stores.", no_args_is_help=True
+)
 
 WARN_PERCENT = 80
 UserOpt = Annotated[str | None, typer.Option("--user", help="User id (default: the owner).")]
@@ -47,8 +49,11 @@ def status(user: UserOpt = None) -> None:
         elif state.percent >= WARN_PERCENT:
             remark = f"[yellow]{state.percent}% full: merge or remove entries[/yellow]"
         table.add_row(
-            target.value, f"{state.used:,} / {state.limit:,}", f"{state.percent}%",
-            str(len(state.entries)), remark,
+            target.value,
+            f"{state.used:,} / {state.limit:,}",
+            f"{state.percent}%",
+            str(len(state.entries)),
+            remark,
         )
     console.print(table)
 
@@ -71,7 +76,7 @@ def show(
         elif rendered:
             say(render(one, state))
         else:
-            note(f"[bold]{one.title}[/bold] [{state.usage_line()}]")
+            note(f"[bold]{one.heading}[/bold] [{state.usage_line()}]")
             for number, entry in enumerate(state.entries, 1):
                 flag = scan(entry)
                 mark = f" [red](blocked: {escape(flag.describe())})[/red]" if flag else ""

@@ -36,7 +36,7 @@ def render(target: Target, state: StoreState) -> str:
     """The snapshot block for one store; an empty store renders nothing."""
     if not state.entries:
         return ""
-    header = f"{target.title} [{state.usage_line()}]"
+    header = f"{target.heading} [{state.usage_line()}]"
     shown = [display_entry(entry) for entry in state.entries]
     body = fmt.serialize(shown)
     if state.used > state.limit:  # edited by hand past its limit: keep the prompt bounded

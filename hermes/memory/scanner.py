@@ -38,8 +38,15 @@ class Finding:
 
 # Zero-width, word-joiner/invisible operators, BOM, bidi embeddings/overrides/isolates, marks.
 INVISIBLE = frozenset(
-    [*range(0x200B, 0x200E + 1), 0x200F, *range(0x2060, 0x2064 + 1), 0xFEFF]
-    + [*range(0x202A, 0x202E + 1), *range(0x2066, 0x2069 + 1), 0x061C, 0x180E]
+    [
+        *range(0x200B, 0x200F + 1),  # zero-width space/non-joiner/joiner, LRM, RLM
+        *range(0x2060, 0x2064 + 1),  # word joiner, invisible operators
+        0xFEFF,  # byte order mark / zero-width no-break space
+        *range(0x202A, 0x202E + 1),  # bidi embeddings and overrides
+        *range(0x2066, 0x2069 + 1),  # bidi isolates
+        0x061C,  # arabic letter mark
+        0x180E,  # mongolian vowel separator
+    ]
 )
 
 _GAP = r"[^\n]{0,80}?"  # a bounded stretch of one line
@@ -160,7 +167,10 @@ _PERSISTENCE = [
         r"your (?:own )?(?:config|configuration|persona|system prompt|instructions))",
         "edits the assistant's own config or persona",
     ),
-    (r"(?:curl|wget)\b[^\n|]{0,200}\| ?(?:sudo )?(?:ba|z|da)?sh\b", "pipes a download into a shell"),
+    (
+        r"(?:curl|wget)\b[^\n|]{0,200}\| ?(?:sudo )?(?:ba|z|da)?sh\b",
+        "pipes a download into a shell",
+    ),
     (r"\bcrontab\b{_GAP}(?:curl|wget|nc|bash|sh|python)".replace("{_GAP}", _GAP), "crontab job"),
     (
         r"(?:/dev/tcp/|\bnc(?:at)? (?:-[a-z]+ )*-e\b|\bbash -i\b|\bmkfifo\b{_GAP}\bnc\b)".replace(
@@ -175,7 +185,10 @@ _PERSISTENCE = [
 ]
 
 _SECRETS = [
-    (r"\bsk-(?:proj-|ant-(?:api\d\d-)?|or-v1-|svcacct-)?[A-Za-z0-9_-]{20,}", "OpenAI/Anthropic-style API key"),
+    (
+        r"\bsk-(?:proj-|ant-(?:api\d\d-)?|or-v1-|svcacct-)?[A-Za-z0-9_-]{20,}",
+        "OpenAI/Anthropic-style API key",
+    ),
     (r"\bgh[pousr]_[A-Za-z0-9]{30,}|\bgithub_pat_[A-Za-z0-9_]{22,}", "GitHub token"),
     (r"\bglpat-[A-Za-z0-9_-]{20,}", "GitLab token"),
     (r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b", "AWS access key id"),
@@ -196,7 +209,10 @@ _SECRETS = [
         "credential assigned inline",
     ),
     (r"(?i:\bbearer) [A-Za-z0-9._~+/-]{24,}=*", "bearer token"),
-    (r"(?i:(?:postgres(?:ql)?|mysql|mongodb(?:\+srv)?|redis|amqp)://[^\s:/@]+:[^\s@/]{3,}@)", "URL with an embedded password"),
+    (
+        r"(?i:(?:postgres(?:ql)?|mysql|mongodb(?:\+srv)?|redis|amqp)://[^\s:/@]+:[^\s@/]{3,}@)",
+        "URL with an embedded password",
+    ),
 ]
 
 
@@ -244,10 +260,11 @@ def _scan_characters(text: str) -> Finding | None:
 
 
 def _scan_patterns(text: str) -> Finding | None:
-    normalized = normalize(text)
+    by_line = normalize(text)
+    flat = by_line.replace("\n", " ")  # phrases split across lines match here
     for category, rules in _NORMALIZED_RULES:
         for pattern, reason in rules:
-            if pattern.search(normalized):
+            if pattern.search(by_line) or pattern.search(flat):
                 return Finding(category, reason)
     nfkc = unicodedata.normalize("NFKC", text)
     for pattern, reason in _SECRET_RULES:

@@ -39,9 +39,11 @@ class Target(StrEnum):
         return "MEMORY.md" if self is Target.MEMORY else "USER.md"
 
     @property
-    def title(self) -> str:
-        return "MEMORY (your personal notes)" if self is Target.MEMORY else (
-            "USER PROFILE (who the user is)"
+    def heading(self) -> str:
+        return (
+            "MEMORY (your personal notes)"
+            if self is Target.MEMORY
+            else ("USER PROFILE (who the user is)")
         )
 
     @property
@@ -123,10 +125,14 @@ class MemoryStore:
         entries = tuple(fmt.parse(text))
         used = fmt.usage(entries)
         if used > self.limit:
-            shape = "1 entry with no '§' separator lines" if len(entries) == 1 else (
-                f"{len(entries)} entries"
+            shape = (
+                "1 entry with no '§' separator lines"
+                if len(entries) == 1
+                else (f"{len(entries)} entries")
             )
-            return StoreState(entries, self.limit, f"it holds {used:,}/{self.limit:,} chars in {shape}")
+            return StoreState(
+                entries, self.limit, f"it holds {used:,}/{self.limit:,} chars in {shape}"
+            )
         return StoreState(entries, self.limit)
 
     def _ensure_dir(self) -> None:

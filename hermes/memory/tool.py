@@ -45,7 +45,9 @@ MEMORY_TOOL_SCHEMA: dict[str, Any] = {
                 },
                 "old_text": {
                     "type": "string",
-                    "description": "Short substring identifying exactly one entry (replace, remove).",
+                    "description": (
+                        "Short substring identifying exactly one entry (replace, remove)."
+                    ),
                 },
             },
             "required": ["action", "target"],
@@ -105,7 +107,7 @@ def _parse_args(args: Mapping[str, Any]) -> tuple[str, Target, str, str]:
     if action not in ACTIONS:
         raise _UsageError(f"Unknown action {action!r}; use one of: {', '.join(ACTIONS)}.")
     try:
-        target = Target(args.get("target"))
+        target = Target(str(args.get("target")))
     except ValueError:
         raise _UsageError(
             f"Unknown target {args.get('target')!r}; use 'memory' or 'user'."
@@ -120,6 +122,15 @@ def _normalize(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n").strip()
 
 
+class _RefusedError(Exception):
+    def __init__(self, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.result = _error(message, **extra)
+
+
+Decision = tuple[list[str] | None, ToolOutcome]
+
+
 @dataclass(frozen=True, slots=True)
 class _Operation:
     action: str
@@ -127,83 +138,78 @@ class _Operation:
     content: str
     old_text: str
 
-    def decide(self, state: StoreState) -> tuple[list[str] | None, ToolOutcome]:
+    def decide(self, state: StoreState) -> Decision:
         """Runs under the store's lock on the freshly read state."""
-        if self.action == "add":
-            return self._add(state)
-        return self._replace_or_remove(state)
+        try:
+            if self.action == "add":
+                return self._add(state)
+            index = self._find(state)
+            if self.action == "remove":
+                return self._remove(state, index)
+            return self._replace(state, index)
+        except _RefusedError as refusal:
+            return None, ToolOutcome(refusal.result)
 
-    def _add(self, state: StoreState) -> tuple[list[str] | None, ToolOutcome]:
-        problem = _content_problem(self.content, "add")
-        if problem:
-            return None, ToolOutcome(_error(problem))
-        entries = list(state.entries)
-        if self.content in entries:
+    def _add(self, state: StoreState) -> Decision:
+        _check_content(self.content, "add")
+        if self.content in state.entries:
             return None, ToolOutcome(_success(self.target, state, DUPLICATE_MESSAGE))
-        new = [*entries, self.content]
+        new = [*state.entries, self.content]
         if fmt.usage(new) > state.limit:
-            return None, ToolOutcome(
-                _error(
-                    f"{self.target.noun} at {state.used:,}/{state.limit:,} chars. Adding this "
-                    f"entry ({len(self.content):,} chars) would exceed the limit. Replace or "
-                    f"remove existing entries first.",
-                    current_entries=_shown(state),
-                    usage=f"{state.used:,}/{state.limit:,}",
-                )
+            raise _RefusedError(
+                f"{self.target.noun} at {state.used:,}/{state.limit:,} chars. Adding this "
+                f"entry ({len(self.content):,} chars) would exceed the limit. Replace or "
+                f"remove existing entries first.",
+                current_entries=_shown(state),
+                usage=f"{state.used:,}/{state.limit:,}",
             )
         return new, self._applied(state, new, None, self.content, "Entry added.")
 
-    def _replace_or_remove(self, state: StoreState) -> tuple[list[str] | None, ToolOutcome]:
+    def _find(self, state: StoreState) -> int:
+        """The index of the one entry `old_text` identifies."""
         if not self.old_text:
-            return None, ToolOutcome(
-                _error(f"'old_text' is required for {self.action}: a short unique substring.")
+            raise _RefusedError(
+                f"'old_text' is required for {self.action}: a short unique substring."
             )
         if self.action == "replace":
-            problem = _content_problem(self.content, "replace")
-            if problem:
-                return None, ToolOutcome(_error(problem))
+            _check_content(self.content, "replace")
         matches = _matching(state.entries, self.old_text)
         if not matches:
-            return None, ToolOutcome(
-                _error(
-                    f"No entry matched '{self.old_text}'.",
-                    current_entries=_shown(state),
-                    usage=f"{state.used:,}/{state.limit:,}",
-                )
+            raise _RefusedError(
+                f"No entry matched '{self.old_text}'.",
+                current_entries=_shown(state),
+                usage=f"{state.used:,}/{state.limit:,}",
             )
         if len(matches) > 1:
-            return None, ToolOutcome(
-                _error(
-                    f"Multiple entries matched '{self.old_text}'. Be more specific.",
-                    matches=[_preview(display_entry(state.entries[i])) for i in matches],
-                )
+            raise _RefusedError(
+                f"Multiple entries matched '{self.old_text}'. Be more specific.",
+                matches=[_preview(display_entry(state.entries[i])) for i in matches],
             )
-        index = matches[0]
-        old = state.entries[index]
+        return matches[0]
+
+    def _remove(self, state: StoreState, index: int) -> Decision:
+        new = [e for i, e in enumerate(state.entries) if i != index]
+        return new, self._applied(state, new, state.entries[index], None, "Entry removed.")
+
+    def _replace(self, state: StoreState, index: int) -> Decision:
         entries = list(state.entries)
-        if self.action == "remove":
-            del entries[index]
-            return entries, self._applied(state, entries, old, None, "Entry removed.")
         entries[index] = self.content
         new = fmt.dedupe(entries)
         if fmt.usage(new) > state.limit:
-            return None, ToolOutcome(
-                _error(
-                    f"{self.target.noun} at {state.used:,}/{state.limit:,} chars. Replacing this "
-                    f"entry would bring it to {fmt.usage(new):,} chars, over the limit. "
-                    f"Shorten the new content or remove other entries first.",
-                    usage=f"{state.used:,}/{state.limit:,}",
-                )
+            raise _RefusedError(
+                f"{self.target.noun} at {state.used:,}/{state.limit:,} chars. Replacing this "
+                f"entry would bring it to {fmt.usage(new):,} chars, over the limit. "
+                f"Shorten the new content or remove other entries first.",
+                usage=f"{state.used:,}/{state.limit:,}",
             )
+        old = state.entries[index]
         return new, self._applied(state, new, old, self.content, "Entry replaced.")
 
     def _applied(
         self, state: StoreState, new: list[str], before: str | None, after: str | None, msg: str
     ) -> ToolOutcome:
         after_state = StoreState(tuple(new), state.limit)
-        change = MemoryChange(
-            self.target, self.action, before, after, state.used, after_state.used
-        )
+        change = MemoryChange(self.target, self.action, before, after, state.used, after_state.used)
         return ToolOutcome(_success(self.target, after_state, msg), change)
 
 
@@ -213,17 +219,20 @@ def _matching(entries: tuple[str, ...], old_text: str) -> list[int]:
     return [i for i, e in enumerate(entries) if old_text in e]
 
 
-def _content_problem(content: str, action: str) -> str | None:
+def _check_content(content: str, action: str) -> None:
     if not content:
         if action == "replace":
-            return "'content' is empty. To delete the entry, use action 'remove'."
-        return "'content' is empty; nothing to add."
+            raise _RefusedError("'content' is empty. To delete the entry, use action 'remove'.")
+        raise _RefusedError("'content' is empty; nothing to add.")
     if fmt.has_separator_line(content):
-        return "'content' may not contain a line holding only '§' (it separates entries)."
+        raise _RefusedError(
+            "'content' may not contain a line holding only '§' (it separates entries)."
+        )
     finding = scan(content)
     if finding:
-        return f"Blocked by the security scan ({finding.describe()}). Nothing was written."
-    return None
+        raise _RefusedError(
+            f"Blocked by the security scan ({finding.describe()}). Nothing was written."
+        )
 
 
 def _shown(state: StoreState) -> list[str]:

@@ -31,7 +31,9 @@ def test_a_loose_user_folder_is_tightened_on_write(tool: MemoryTool, memory: Use
     assert memory.folder.stat().st_mode & 0o777 == 0o700
 
 
-def test_file_holds_nothing_but_entries_and_separators(tool: MemoryTool, memory: UserMemory) -> None:
+def test_file_holds_nothing_but_entries_and_separators(
+    tool: MemoryTool, memory: UserMemory
+) -> None:
     for text in ("one", "two\nlines", "three"):
         tool.run({"action": "add", "target": "memory", "content": text})
     assert (memory.folder / "MEMORY.md").read_text() == "one\n§\ntwo\nlines\n§\nthree"
@@ -64,7 +66,9 @@ def test_free_text_over_the_limit_is_backed_up_and_never_overwritten(
     assert backups[0].stat().st_mode & 0o777 == 0o600
 
 
-def test_invalid_utf8_file_is_backed_up_and_left_alone(tool: MemoryTool, memory: UserMemory) -> None:
+def test_invalid_utf8_file_is_backed_up_and_left_alone(
+    tool: MemoryTool, memory: UserMemory
+) -> None:
     memory.folder.mkdir(parents=True)
     path = memory.folder / "USER.md"
     path.write_bytes(b"Name: Mina\n\xff\xfe broken")
@@ -81,7 +85,9 @@ def test_over_limit_store_renders_bounded(memory: UserMemory) -> None:
     assert len(snapshot) < 2200 + 400 and "truncated" in snapshot
 
 
-def test_stale_temp_files_of_a_dead_writer_are_removed(tool: MemoryTool, memory: UserMemory) -> None:
+def test_stale_temp_files_of_a_dead_writer_are_removed(
+    tool: MemoryTool, memory: UserMemory
+) -> None:
     memory.folder.mkdir(parents=True)
     stale = memory.folder / ".tmp-MEMORY.md.deadbeef0000"
     stale.write_text("half a wri")
