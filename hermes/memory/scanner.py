@@ -264,7 +264,7 @@ def _scan_patterns(text: str) -> Finding | None:
     flat = by_line.replace("\n", " ")  # phrases split across lines match here
     for category, rules in _NORMALIZED_RULES:
         for pattern, reason in rules:
-            if pattern.search(by_line) or pattern.search(flat):
+            if pattern.search(by_line) or (flat != by_line and pattern.search(flat)):
                 return Finding(category, reason)
     nfkc = unicodedata.normalize("NFKC", text)
     for pattern, reason in _SECRET_RULES:
