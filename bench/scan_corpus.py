@@ -1,6 +1,6 @@
 """Security-scan block rate and false-positive rate on the shipped corpus.
 
-    .venv/bin/python bench/scan_corpus.py [--json]
+.venv/bin/python bench/scan_corpus.py [--json]
 """
 
 from __future__ import annotations
