@@ -11,6 +11,9 @@ import typer
 from gateway.cli.output import err_console
 from gateway.config import ConfigError, HermesConfig, load_config, resolve_home
 from hermes.identity import InvalidUserIdError, owner_user_id, validate_user_id
+from hermes.state.db import SessionDB
+from hermes.state.engine import StateDBError
+from hermes.tools.session_search import Summarizer
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
 
@@ -27,6 +30,19 @@ class CliContext:
             return cls(home, load_config(home))
         except ConfigError as exc:
             fail(str(exc), EXIT_USAGE)
+
+    def open_db(self) -> SessionDB:
+        """state.db, with the owner registered as a user."""
+        try:
+            db = SessionDB.open(self.home)
+            db.ensure_user(owner_user_id(self.home), role="owner", display_name="owner")
+        except StateDBError as exc:
+            fail(str(exc), EXIT_REFUSED)
+        return db
+
+    def summarizer(self) -> Summarizer | None:
+        """The auxiliary model for search summaries, if one is configured."""
+        return None
 
     def user_id(self, requested: str | None) -> str:
         try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gateway.cli import memory_cmd
+from gateway.cli import memory_cmd, sessions_cmd
 
 app = typer.Typer(
     name="hermes",
@@ -17,6 +17,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(memory_cmd.app, name="memory")
+app.add_typer(sessions_cmd.app, name="sessions")
 
 
 def main() -> None:

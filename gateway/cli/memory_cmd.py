@@ -10,11 +10,13 @@ from rich.table import Table
 
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import console, note, print_json, say
+from hermes.memory.journal import run_recorded
 from hermes.memory.render import render
 from hermes.memory.scanner import scan
 from hermes.memory.store import Target
 from hermes.memory.tool import MemoryTool
 from hermes.memory.user_memory import UserMemory
+from hermes.state.db import SessionDB
 
 app = typer.Typer(
     help="Inspect and edit the bounded MEMORY.md / USER.md stores.", no_args_is_help=True
@@ -26,8 +28,8 @@ TargetOpt = Annotated[Target, typer.Option("--target", "-t", help="memory or use
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print exactly the tool's JSON result.")]
 
 
-def _memory(user: str | None) -> UserMemory:
-    ctx = CliContext.load()
+def _memory(user: str | None, ctx: CliContext | None = None) -> UserMemory:
+    ctx = ctx or CliContext.load()
     return UserMemory(ctx.home, ctx.user_id(user), ctx.config.memory)
 
 
@@ -86,7 +88,11 @@ def show(
 
 
 def _run(user: str | None, as_json: bool, **args: str) -> None:
-    outcome = MemoryTool(_memory(user)).run(args)
+    ctx = CliContext.load()
+    db = ctx.open_db()
+    memory = _memory(user, ctx)
+    db.ensure_user(memory.user_id)
+    outcome = run_recorded(MemoryTool(memory), db, args, actor="user")
     if as_json:
         print_json(outcome.result)
     elif outcome.ok:
@@ -131,6 +137,43 @@ def remove(
 ) -> None:
     """Remove the one entry containing OLD_TEXT."""
     _run(user, as_json, action="remove", target=target.value, old_text=old_text)
+
+
+@app.command()
+def why(
+    text: Annotated[str, typer.Argument(help="Text of (part of) an entry.")],
+    user: UserOpt = None,
+) -> None:
+    """Provenance: which conversation produced an entry, and every change to it."""
+    ctx = CliContext.load()
+    db = ctx.open_db()
+    user_id = ctx.user_id(user)
+    events = db.memory_events(user_id, text)
+    if not events:
+        note(f"[dim]No recorded change mentions {escape(repr(text))}.[/dim]")
+        raise typer.Exit(EXIT_REFUSED)
+    for event in events:
+        stamp = event.created_at.strftime("%Y-%m-%d %H:%M UTC")
+        note(f"[bold]{stamp}[/bold] {event.action} in {event.target} by {event.actor}")
+        if event.entry_before:
+            note(f"  [red]- {escape(event.entry_before)}[/red]")
+        if event.entry_after:
+            note(f"  [green]+ {escape(event.entry_after)}[/green]")
+        _explain_source(db, user_id, event.session_id, event.message_id)
+
+
+def _explain_source(
+    db: SessionDB, user_id: str, session_id: str | None, message_id: int | None
+) -> None:
+    chat = db.get_session(session_id, user_id) if session_id else None
+    if chat is None:
+        note("  [dim]source: not from a conversation (CLI or unknown)[/dim]")
+        return
+    started = f"{chat.started_at:%Y-%m-%d}"
+    note(f"  source: session {chat.id} on {chat.platform}, {started} — {escape(chat.title)}")
+    message = db.message(message_id, user_id) if message_id else None
+    if message is not None:
+        note(f"  message: {escape(message.role)}: {escape(message.content[:200])}")
 
 
 __all__ = ["EXIT_USAGE", "app", "fail"]

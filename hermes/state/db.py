@@ -1,0 +1,343 @@
+"""SessionDB: the repository over state.db. Every query a caller needs is a method here;
+every method that reads conversation data is scoped to one user."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import delete, func, insert, or_, update
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col, select
+
+from hermes.identity import validate_user_id
+from hermes.state import engine as eng
+from hermes.state.models import (
+    ChatSession,
+    Identity,
+    MemoryEvent,
+    Message,
+    SystemPrompt,
+    User,
+    utcnow,
+)
+from hermes.state.search import MessageHit, SearchScope, search_messages
+
+STATE_DB_FILENAME = "state.db"
+TITLE_CHARS = 60
+
+
+def new_session_id() -> str:
+    return "s_" + secrets.token_hex(8)
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """One message to store, in OpenAI chat shape."""
+
+    role: str
+    content: str = ""
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    platform_message_id: str | None = None
+    token_count: int = 0
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEventRecord:
+    user_id: str
+    target: str
+    action: str
+    entry_before: str | None
+    entry_after: str | None
+    actor: str
+    session_id: str | None = None
+    message_id: int | None = None
+
+
+class SessionDB:
+    def __init__(self, path: Path, patience: float = eng.DEFAULT_PATIENCE_S) -> None:
+        self.path = path
+        self.patience = patience
+        self.engine = eng.open_engine(path)
+        self.upgraded_from = eng.migrate(self.engine, patience)
+
+    @classmethod
+    def open(cls, home: Path) -> SessionDB:
+        return cls(home / STATE_DB_FILENAME)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- users and identities ------------------------------------------------------
+
+    def ensure_user(self, user_id: str, role: str = "user", display_name: str = "") -> User:
+        validate_user_id(user_id)
+
+        def work(session: Session) -> User:
+            user = session.get(User, user_id)
+            if user is None:
+                user = User(id=user_id, role=role, display_name=display_name)
+                session.add(user)
+            return user
+
+        return eng.with_retry(self.engine, work, self.patience)
+
+    def get_user(self, user_id: str) -> User | None:
+        with eng.reading(self.engine) as session:
+            return session.get(User, user_id)
+
+    def identities_of(self, user_id: str) -> list[Identity]:
+        with eng.reading(self.engine) as session:
+            rows = session.exec(select(Identity).where(Identity.user_id == user_id))
+            return list(rows)
+
+    # -- sessions --------------------------------------------------------------------
+
+    def start_session(
+        self,
+        user_id: str,
+        platform: str,
+        session_key: str,
+        *,
+        chat_type: str = "dm",
+        chat_id: str = "",
+        thread_id: str | None = None,
+        parent_session_id: str | None = None,
+        system_prompt: str | None = None,
+        started_at: datetime | None = None,
+    ) -> ChatSession:
+        now = started_at or utcnow()
+        row = ChatSession(
+            id=new_session_id(),
+            session_key=session_key,
+            user_id=validate_user_id(user_id),
+            platform=platform,
+            chat_type=chat_type,
+            chat_id=chat_id,
+            thread_id=thread_id,
+            parent_session_id=parent_session_id,
+            started_at=now,
+            last_active_at=now,
+        )
+
+        def work(session: Session) -> ChatSession:
+            if system_prompt is not None:
+                row.system_prompt_hash = _store_prompt(session, system_prompt)
+            session.add(row)
+            return row
+
+        return eng.with_retry(self.engine, work, self.patience)
+
+    def get_session(self, session_id: str, user_id: str) -> ChatSession | None:
+        """The session if it belongs to `user_id`; another user's id gives None."""
+        with eng.reading(self.engine) as session:
+            row = session.get(ChatSession, session_id)
+            return row if row is not None and row.user_id == user_id else None
+
+    def latest_session(self, user_id: str) -> ChatSession | None:
+        with eng.reading(self.engine) as session:
+            query = (
+                select(ChatSession)
+                .where(ChatSession.user_id == user_id)
+                .order_by(col(ChatSession.last_active_at).desc(), col(ChatSession.id).desc())
+                .limit(1)
+            )
+            return session.exec(query).first()
+
+    def list_sessions(
+        self,
+        user_id: str,
+        platform: str | None = None,
+        limit: int = 20,
+        chat_id: str | None = None,
+    ) -> list[ChatSession]:
+        with eng.reading(self.engine) as session:
+            query = select(ChatSession).where(ChatSession.user_id == user_id)
+            if platform:
+                query = query.where(ChatSession.platform == platform)
+            if chat_id is not None:
+                query = query.where(ChatSession.chat_id == chat_id)
+            query = query.order_by(col(ChatSession.last_active_at).desc()).limit(limit)
+            return list(session.exec(query))
+
+    def end_session(self, session_id: str, reason: str) -> None:
+        def work(session: Session) -> None:
+            session.execute(
+                update(ChatSession)
+                .where(col(ChatSession.id) == session_id, col(ChatSession.ended_at).is_(None))
+                .values(ended_at=utcnow(), end_reason=reason)
+            )
+
+        eng.with_retry(self.engine, work, self.patience)
+
+    def system_prompt(self, prompt_hash: str) -> str | None:
+        with eng.reading(self.engine) as session:
+            row = session.get(SystemPrompt, prompt_hash)
+            return row.text if row else None
+
+    # -- messages --------------------------------------------------------------------
+
+    def add_messages(self, session_id: str, messages: Sequence[NewMessage]) -> list[int | None]:
+        """Store messages in order; a redelivered platform message id gives None."""
+
+        def work(session: Session) -> list[int | None]:
+            chat = session.get(ChatSession, session_id)
+            if chat is None:
+                raise eng.StateDBError(f"no session {session_id!r}")
+            ids = [_insert_message(session, chat, message) for message in messages]
+            stored = [i for i in ids if i is not None]
+            if stored:
+                _touch(session, chat, messages, len(stored))
+            return ids
+
+        return eng.with_retry(self.engine, work, self.patience)
+
+    def add_message(self, session_id: str, message: NewMessage) -> int | None:
+        return self.add_messages(session_id, [message])[0]
+
+    def messages(self, session_id: str, user_id: str) -> list[Message]:
+        if self.get_session(session_id, user_id) is None:
+            return []
+        with eng.reading(self.engine) as session:
+            query = (
+                select(Message).where(Message.session_id == session_id).order_by(col(Message.id))
+            )
+            return list(session.exec(query))
+
+    def count_messages(self) -> int:
+        with eng.reading(self.engine) as session:
+            return int(session.exec(select(func.count()).select_from(Message)).one())
+
+    # -- search ----------------------------------------------------------------------
+
+    def search(self, scope: SearchScope, query: str, limit: int = 50) -> list[MessageHit]:
+        with eng.reading(self.engine) as session:
+            return search_messages(session.connection(), scope, query, limit)
+
+    # -- memory provenance -----------------------------------------------------------
+
+    def record_memory_event(self, event: MemoryEventRecord) -> None:
+        def work(session: Session) -> None:
+            if session.get(User, event.user_id) is None:
+                session.add(User(id=event.user_id))
+                session.flush()
+            session.add(MemoryEvent(**_fields(event)))
+
+        eng.with_retry(self.engine, work, self.patience)
+
+    def memory_events(self, user_id: str, text: str | None = None) -> list[MemoryEvent]:
+        """Events of one user, newest first; with `text`, those whose entry contains it."""
+        with eng.reading(self.engine) as session:
+            query = select(MemoryEvent).where(MemoryEvent.user_id == user_id)
+            if text:
+                query = query.where(
+                    or_(
+                        col(MemoryEvent.entry_after).contains(text, autoescape=True),
+                        col(MemoryEvent.entry_before).contains(text, autoescape=True),
+                    )
+                )
+            query = query.order_by(col(MemoryEvent.id).desc())
+            return list(session.exec(query))
+
+    def message(self, message_id: int, user_id: str) -> Message | None:
+        with eng.reading(self.engine) as session:
+            row = session.get(Message, message_id)
+            return row if row is not None and row.user_id == user_id else None
+
+    # -- maintenance -----------------------------------------------------------------
+
+    def prune(self, older_than_days: int, dry_run: bool, user_id: str | None = None) -> int:
+        """Delete ended sessions last active more than `older_than_days` ago."""
+        cutoff = utcnow() - timedelta(days=older_than_days)
+        condition = [col(ChatSession.last_active_at) < cutoff]
+        if user_id:
+            condition.append(col(ChatSession.user_id) == user_id)
+
+        def work(session: Session) -> int:
+            ids = list(session.exec(select(ChatSession.id).where(*condition)))
+            if not dry_run and ids:
+                session.execute(delete(Message).where(col(Message.session_id).in_(ids)))
+                session.execute(delete(ChatSession).where(col(ChatSession.id).in_(ids)))
+            return len(ids)
+
+        return eng.with_retry(self.engine, work, self.patience)
+
+    def integrity_check(self) -> str:
+        with eng.reading(self.engine) as session:
+            return str(session.connection().exec_driver_sql("PRAGMA integrity_check").scalar_one())
+
+    def bulk_insert_messages(self, rows: Iterable[dict[str, Any]]) -> None:
+        """Fast path for imports and benchmarks: rows already carry session/user/platform."""
+        batch = list(rows)
+
+        def work(session: Session) -> None:
+            session.execute(insert(Message), batch)
+
+        eng.with_retry(self.engine, work, self.patience)
+
+
+def _fields(record: Any) -> dict[str, Any]:
+    return {name: getattr(record, name) for name in record.__dataclass_fields__}
+
+
+def _store_prompt(session: Session, text: str) -> str:
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    if session.get(SystemPrompt, digest) is None:
+        session.add(SystemPrompt(hash=digest, text=text))
+        session.flush()
+    return digest
+
+
+def _insert_message(session: Session, chat: ChatSession, message: NewMessage) -> int | None:
+    row = Message(
+        session_id=chat.id,
+        user_id=chat.user_id,
+        platform=chat.platform,
+        role=message.role,
+        content=message.content,
+        tool_calls=json.dumps(message.tool_calls, ensure_ascii=False)
+        if message.tool_calls
+        else None,
+        tool_call_id=message.tool_call_id,
+        tool_name=message.tool_name,
+        platform_message_id=message.platform_message_id,
+        token_count=message.token_count,
+        created_at=message.created_at or utcnow(),
+    )
+    if message.platform_message_id is not None:
+        with session.begin_nested():  # a SAVEPOINT, so a duplicate only skips this row
+            try:
+                session.add(row)
+                session.flush()
+            except IntegrityError:
+                return None
+        return row.id
+    session.add(row)
+    session.flush()
+    return row.id
+
+
+def _touch(
+    session: Session, chat: ChatSession, messages: Sequence[NewMessage], stored: int
+) -> None:
+    chat.message_count += stored
+    last = max((m.created_at for m in messages if m.created_at), default=None)
+    chat.last_active_at = max(chat.last_active_at, last or utcnow())
+    if not chat.title:
+        first_user = next((m.content for m in messages if m.role == "user" and m.content), "")
+        chat.title = _title(first_user)
+    session.add(chat)
+
+
+def _title(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1] + "…"

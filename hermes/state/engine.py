@@ -1,0 +1,148 @@
+"""Opening state.db: pragmas, file mode, migrations, and the write discipline.
+
+WAL mode, `synchronous=NORMAL`, foreign keys on; the file is created 0600. Writers
+take the write lock up front (`BEGIN IMMEDIATE`) and retry "database is locked" with
+jittered backoff within a bounded patience; readers use deferred transactions, which
+in WAL mode never block writers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import Engine, event
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.pool import ConnectionPoolEntry
+from sqlmodel import Session, create_engine
+
+from hermes.state.schema import MIGRATIONS, SCHEMA_VERSION
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+BUSY_TIMEOUT_MS = 2000  # SQLite's own wait, inside each attempt
+DEFAULT_PATIENCE_S = 30.0  # our retries on top, in total
+
+
+class StateDBError(Exception):
+    """state.db cannot be used; the message says why."""
+
+
+class DatabaseBusyError(StateDBError):
+    pass
+
+
+def open_engine(path: Path) -> Engine:
+    _create_private(path)
+    engine = create_engine(
+        f"sqlite:///{path}",
+        connect_args={"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
+    )
+    event.listen(engine, "connect", _on_connect)
+    event.listen(engine, "begin", _on_begin)
+    return engine
+
+
+def _create_private(path: Path) -> None:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.close(fd)
+    for suffix in ("-wal", "-shm"):
+        side = path.with_name(path.name + suffix)
+        if side.exists() and side.stat().st_mode & 0o077:
+            side.chmod(0o600)
+
+
+def _on_connect(dbapi_conn: sqlite3.Connection, _record: ConnectionPoolEntry) -> None:
+    dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (see _on_begin)
+    old_umask = os.umask(0o077)  # the -wal and -shm files are created owner-only too
+    try:
+        for pragma in (
+            f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}",
+            "PRAGMA journal_mode=WAL",
+            "PRAGMA synchronous=NORMAL",
+            "PRAGMA foreign_keys=ON",
+        ):
+            dbapi_conn.execute(pragma)
+    finally:
+        os.umask(old_umask)
+
+
+def _on_begin(conn: Any) -> None:
+    mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
+    conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+def is_locked(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "database is locked" in text or "database is busy" in text
+
+
+def with_retry(engine: Engine, work: Callable[[Session], T], patience: float) -> T:
+    """Run `work` in a BEGIN IMMEDIATE transaction, retrying while the database is locked."""
+    writer = engine.execution_options(sqlite_begin="IMMEDIATE")
+    deadline = time.monotonic() + patience
+    delay = 0.005
+    while True:
+        try:
+            with Session(writer, expire_on_commit=False) as session:
+                result = work(session)
+                session.commit()
+                return result
+        except OperationalError as exc:
+            if not is_locked(exc):
+                raise
+            if time.monotonic() + delay > deadline:
+                raise DatabaseBusyError(
+                    f"state.db stayed locked for over {patience:g} s; try again"
+                ) from exc
+            time.sleep(delay * random.uniform(0.5, 1.5))
+            delay = min(delay * 2, 0.25)
+
+
+@contextmanager
+def reading(engine: Engine) -> Iterator[Session]:
+    with Session(engine, expire_on_commit=False) as session:
+        yield session
+
+
+def migrate(engine: Engine, patience: float) -> int:
+    """Bring the database to SCHEMA_VERSION; returns the version it had before."""
+
+    def upgrade(session: Session) -> int:
+        conn = session.connection()
+        found = int(conn.exec_driver_sql("PRAGMA user_version").scalar_one())
+        if found > SCHEMA_VERSION:
+            raise StateDBError(
+                f"state.db has schema version {found}, newer than this Hermes ({SCHEMA_VERSION});"
+                " upgrade Hermes"
+            )
+        for version in range(found, SCHEMA_VERSION):
+            for statement in MIGRATIONS[version]:
+                conn.exec_driver_sql(statement)
+            logger.info("state.db upgraded to schema version %d", version + 1)
+        conn.exec_driver_sql(f"PRAGMA user_version={SCHEMA_VERSION}")
+        return found
+
+    return with_retry(engine, upgrade, patience)
+
+
+def migrate_to(engine: Engine, version: int) -> None:
+    """Create a database at an older schema version (for upgrade tests and tooling)."""
+
+    def run(session: Session) -> None:
+        conn = session.connection()
+        for index in range(version):
+            for statement in MIGRATIONS[index]:
+                conn.exec_driver_sql(statement)
+        conn.exec_driver_sql(f"PRAGMA user_version={version}")
+
+    with_retry(engine, run, DEFAULT_PATIENCE_S)

@@ -1,0 +1,98 @@
+"""SQLModel tables. The DDL that creates them is in `schema.py` (versioned migrations);
+`tests/state/test_schema.py` checks that the two agree column by column."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class User(SQLModel, table=True):
+    __tablename__ = "users"
+
+    id: str = Field(primary_key=True)
+    display_name: str = ""
+    role: str = "user"  # owner | admin | user
+    status: str = "active"  # active | pending | blocked
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Identity(SQLModel, table=True):
+    __tablename__ = "identities"
+
+    id: int | None = Field(default=None, primary_key=True)
+    platform: str
+    platform_user_id: str
+    user_id: str = Field(foreign_key="users.id")
+    display_name: str = ""
+    first_seen: datetime = Field(default_factory=utcnow)
+    last_seen: datetime = Field(default_factory=utcnow)
+
+
+class ChatSession(SQLModel, table=True):
+    __tablename__ = "sessions"
+
+    id: str = Field(primary_key=True)
+    session_key: str
+    user_id: str = Field(foreign_key="users.id")
+    platform: str
+    chat_type: str = "dm"  # dm | group | channel | thread
+    chat_id: str = ""
+    thread_id: str | None = None
+    title: str = ""
+    started_at: datetime = Field(default_factory=utcnow)
+    last_active_at: datetime = Field(default_factory=utcnow)
+    ended_at: datetime | None = None
+    end_reason: str | None = None
+    parent_session_id: str | None = Field(default=None, foreign_key="sessions.id")
+    system_prompt_hash: str | None = None
+    message_count: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class Message(SQLModel, table=True):
+    __tablename__ = "messages"
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: str = Field(foreign_key="sessions.id")
+    user_id: str  # the session's user, denormalized for scoped search
+    platform: str  # the session's platform, for the redelivery-unique index
+    role: str  # system | user | assistant | tool
+    content: str = ""
+    tool_calls: str | None = None  # JSON, OpenAI shape
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    platform_message_id: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    token_count: int = 0
+
+
+class MemoryEvent(SQLModel, table=True):
+    __tablename__ = "memory_events"
+
+    id: int | None = Field(default=None, primary_key=True)
+    user_id: str = Field(foreign_key="users.id")
+    target: str  # memory | user
+    action: str  # add | replace | remove | consolidate | undo | merge
+    entry_before: str | None = None
+    entry_after: str | None = None
+    actor: str  # agent | user | admin | consolidator
+    session_id: str | None = None
+    message_id: int | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class SystemPrompt(SQLModel, table=True):
+    """Frozen system prompts, stored once by hash and referenced by sessions."""
+
+    __tablename__ = "system_prompts"
+
+    hash: str = Field(primary_key=True)
+    text: str
+    created_at: datetime = Field(default_factory=utcnow)

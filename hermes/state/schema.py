@@ -1,0 +1,131 @@
+"""Versioned schema: ordered migrations keyed by `PRAGMA user_version`.
+
+A new database runs every migration; an older one runs those it lacks, in place, in
+one transaction each, keeping its data. Never edit a shipped migration: add one.
+
+Full-text search uses two contentless FTS5 tables kept in sync by triggers, indexing
+only user and assistant text (tool output is stored, never ranked):
+- `messages_fts`: `porter unicode61 remove_diacritics 2` for space-separated languages,
+  with a `scope` column holding the message's user id so a search is confined to one
+  person inside the index (`scope:<id> AND (...)`) rather than filtered afterwards;
+- `messages_tri`: `trigram`, so Korean, Chinese and Japanese text is searchable by
+  substring.
+"""
+
+from __future__ import annotations
+
+_INDEXED = "{row}.role IN ('user', 'assistant') AND {row}.content <> ''"
+
+
+def _fts_triggers(table: str, columns: str, values: str) -> list[str]:
+    new, old = _INDEXED.format(row="new"), _INDEXED.format(row="old")
+    insert = f"INSERT INTO {table}(rowid, {columns}) VALUES (new.id, {values.format(r='new')})"
+    delete = (
+        f"INSERT INTO {table}({table}, rowid, {columns}) "
+        f"VALUES ('delete', old.id, {values.format(r='old')})"
+    )
+    return [
+        f"CREATE TRIGGER {table}_ai AFTER INSERT ON messages WHEN {new} BEGIN {insert}; END",
+        f"CREATE TRIGGER {table}_ad AFTER DELETE ON messages WHEN {old} BEGIN {delete}; END",
+        f"CREATE TRIGGER {table}_ud AFTER UPDATE OF content, role ON messages WHEN {old} "
+        f"BEGIN {delete}; END",
+        f"CREATE TRIGGER {table}_ui AFTER UPDATE OF content, role ON messages WHEN {new} "
+        f"BEGIN {insert}; END",
+    ]
+
+
+SCOPE = "'s' || substr({r}.user_id, 3)"  # 'u_0123…' -> one token 's0123…'
+
+_V1 = [
+    """CREATE TABLE users (
+        id TEXT PRIMARY KEY,
+        display_name TEXT NOT NULL DEFAULT '',
+        role TEXT NOT NULL DEFAULT 'user' CHECK (role IN ('owner', 'admin', 'user')),
+        status TEXT NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'pending', 'blocked')),
+        created_at TIMESTAMP NOT NULL
+    )""",
+    """CREATE TABLE identities (
+        id INTEGER PRIMARY KEY,
+        platform TEXT NOT NULL,
+        platform_user_id TEXT NOT NULL,
+        user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        display_name TEXT NOT NULL DEFAULT '',
+        first_seen TIMESTAMP NOT NULL,
+        last_seen TIMESTAMP NOT NULL,
+        UNIQUE (platform, platform_user_id)
+    )""",
+    "CREATE INDEX ix_identities_user ON identities(user_id)",
+    """CREATE TABLE sessions (
+        id TEXT PRIMARY KEY,
+        session_key TEXT NOT NULL,
+        user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        platform TEXT NOT NULL,
+        chat_type TEXT NOT NULL DEFAULT 'dm'
+            CHECK (chat_type IN ('dm', 'group', 'channel', 'thread')),
+        chat_id TEXT NOT NULL DEFAULT '',
+        thread_id TEXT,
+        title TEXT NOT NULL DEFAULT '',
+        started_at TIMESTAMP NOT NULL,
+        last_active_at TIMESTAMP NOT NULL,
+        ended_at TIMESTAMP,
+        end_reason TEXT,
+        parent_session_id TEXT REFERENCES sessions(id) ON DELETE SET NULL,
+        system_prompt_hash TEXT,
+        message_count INTEGER NOT NULL DEFAULT 0,
+        prompt_tokens INTEGER NOT NULL DEFAULT 0,
+        completion_tokens INTEGER NOT NULL DEFAULT 0
+    )""",
+    "CREATE INDEX ix_sessions_user_active ON sessions(user_id, last_active_at)",
+    "CREATE INDEX ix_sessions_key ON sessions(session_key, ended_at)",
+    """CREATE TABLE messages (
+        id INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        user_id TEXT NOT NULL,
+        platform TEXT NOT NULL,
+        role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant', 'tool')),
+        content TEXT NOT NULL DEFAULT '',
+        tool_calls TEXT,
+        tool_call_id TEXT,
+        tool_name TEXT,
+        platform_message_id TEXT,
+        created_at TIMESTAMP NOT NULL,
+        token_count INTEGER NOT NULL DEFAULT 0
+    )""",
+    "CREATE INDEX ix_messages_session ON messages(session_id, id)",
+    "CREATE INDEX ix_messages_user ON messages(user_id, created_at)",
+    "CREATE UNIQUE INDEX ux_messages_platform_message ON messages(platform, platform_message_id)"
+    " WHERE platform_message_id IS NOT NULL",
+    """CREATE TABLE memory_events (
+        id INTEGER PRIMARY KEY,
+        user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        target TEXT NOT NULL,
+        action TEXT NOT NULL,
+        entry_before TEXT,
+        entry_after TEXT,
+        actor TEXT NOT NULL CHECK (actor IN ('agent', 'user', 'admin', 'consolidator')),
+        session_id TEXT REFERENCES sessions(id) ON DELETE SET NULL,
+        message_id INTEGER REFERENCES messages(id) ON DELETE SET NULL,
+        created_at TIMESTAMP NOT NULL
+    )""",
+    "CREATE INDEX ix_memory_events_user ON memory_events(user_id, created_at)",
+    """CREATE TABLE system_prompts (
+        hash TEXT PRIMARY KEY,
+        text TEXT NOT NULL,
+        created_at TIMESTAMP NOT NULL
+    )""",
+    "CREATE VIRTUAL TABLE messages_fts USING fts5(body, scope, content='', "
+    "tokenize='porter unicode61 remove_diacritics 2')",
+    *_fts_triggers("messages_fts", "body, scope", "{r}.content, " + SCOPE),
+]
+
+# v2: substring search for CJK text. Added after v1 so the upgrade path is exercised:
+# a v1 database gains the index and it is filled from the rows already there.
+_V2 = [
+    "CREATE VIRTUAL TABLE messages_tri USING fts5(body, content='', tokenize='trigram')",
+    *_fts_triggers("messages_tri", "body", "{r}.content"),
+    "INSERT INTO messages_tri(rowid, body) SELECT id, content FROM messages WHERE "
+    + _INDEXED.format(row="messages"),
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2]
+SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,143 @@
+"""Export and import of conversations as JSONL (one message per line, OpenAI shape).
+
+Each line: {"session_id", "platform", "chat_type", "chat_id", "thread_id", "title",
+"started_at", "role", "content", "tool_calls", "tool_call_id", "tool_name",
+"platform_message_id", "created_at"}. Only "session_id", "role" and "content" are
+required on import, so any JSONL of OpenAI-shape messages with session ids loads.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from hermes.state.db import NewMessage, SessionDB
+from hermes.state.models import ChatSession, Message
+
+ROLES = {"system", "user", "assistant", "tool"}
+CHAT_TYPES = {"dm", "group", "channel", "thread"}
+
+
+class TransferError(ValueError):
+    """A line that cannot be imported; nothing from the file was stored."""
+
+
+def export_lines(chat: ChatSession, messages: Iterable[Message]) -> Iterator[str]:
+    for message in messages:
+        yield json.dumps(
+            {
+                "session_id": chat.id,
+                "platform": chat.platform,
+                "chat_type": chat.chat_type,
+                "chat_id": chat.chat_id,
+                "thread_id": chat.thread_id,
+                "title": chat.title,
+                "started_at": chat.started_at.isoformat(),
+                "role": message.role,
+                "content": message.content,
+                "tool_calls": json.loads(message.tool_calls) if message.tool_calls else None,
+                "tool_call_id": message.tool_call_id,
+                "tool_name": message.tool_name,
+                "platform_message_id": message.platform_message_id,
+                "created_at": message.created_at.isoformat(),
+            },
+            ensure_ascii=False,
+        )
+
+
+def export_markdown(chat: ChatSession, messages: Iterable[Message]) -> str:
+    lines = [
+        f"# {chat.title or chat.id}",
+        "",
+        f"- session: `{chat.id}`",
+        f"- platform: {chat.platform} ({chat.chat_type})",
+        f"- started: {chat.started_at:%Y-%m-%d %H:%M} UTC",
+        "",
+    ]
+    for message in messages:
+        if message.role in ("user", "assistant") and message.content:
+            lines += [f"**{message.role}** ({message.created_at:%H:%M}):", "", message.content, ""]
+    return "\n".join(lines)
+
+
+@dataclass
+class _PendingSession:
+    platform: str = "import"
+    chat_type: str = "dm"
+    chat_id: str = ""
+    thread_id: str | None = None
+    started_at: datetime | None = None
+    messages: list[NewMessage] = field(default_factory=list)
+
+
+def parse_jsonl(lines: Iterable[str]) -> dict[str, _PendingSession]:
+    """Validate a whole file first, so a bad line stores nothing."""
+    sessions: dict[str, _PendingSession] = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            _add_record(sessions, record)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise TransferError(f"line {number}: {exc}") from None
+    return sessions
+
+
+def _add_record(sessions: dict[str, _PendingSession], record: Any) -> None:
+    if not isinstance(record, dict):
+        raise ValueError("each line must be a JSON object")
+    session_id = str(record["session_id"])
+    role = record["role"]
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {sorted(ROLES)}, got {role!r}")
+    content = record.get("content") or ""
+    if not isinstance(content, str):
+        content = json.dumps(content, ensure_ascii=False)  # multi-part OpenAI content
+    content.encode("utf-8")  # lone surrogates from escaped JSON are refused here
+    pending = sessions.setdefault(session_id, _PendingSession())
+    if not pending.messages:
+        pending.platform = str(record.get("platform") or "import")
+        chat_type = record.get("chat_type") or "dm"
+        pending.chat_type = chat_type if chat_type in CHAT_TYPES else "dm"
+        pending.chat_id = str(record.get("chat_id") or "")
+        pending.thread_id = record.get("thread_id")
+        pending.started_at = _time(record.get("started_at") or record.get("created_at"))
+    pending.messages.append(
+        NewMessage(
+            role=role,
+            content=content,
+            tool_calls=record.get("tool_calls"),
+            tool_call_id=record.get("tool_call_id"),
+            tool_name=record.get("tool_name"),
+            platform_message_id=None,
+            created_at=_time(record.get("created_at")),
+        )
+    )
+
+
+def _time(value: Any) -> datetime | None:
+    if value in (None, ""):
+        return None
+    stamp = datetime.fromisoformat(str(value))
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
+
+
+def import_sessions(db: SessionDB, user_id: str, sessions: dict[str, _PendingSession]) -> int:
+    """Store parsed sessions under `user_id` as new sessions; returns messages stored."""
+    stored = 0
+    for source_id, pending in sessions.items():
+        chat = db.start_session(
+            user_id,
+            pending.platform,
+            f"import:{source_id}",
+            chat_type=pending.chat_type,
+            chat_id=pending.chat_id,
+            thread_id=pending.thread_id,
+            started_at=pending.started_at,
+        )
+        stored += sum(1 for i in db.add_messages(chat.id, pending.messages) if i is not None)
+    return stored

@@ -1,0 +1,1 @@
+"""Tools the agent can call (OpenAI function-calling schemas and their executors)."""
