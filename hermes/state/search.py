@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from itertools import groupby
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -64,6 +65,8 @@ KOREAN_PARTICLES = (
     "만",
 )
 _PHRASE = re.compile(r'"([^"]+)"')
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_SEPARATORS = re.compile(r'["(){}\[\]^*+,;!?<>=|~`]')
 _EDGE = re.compile(r"^[^\w]+|[^\w]+$")
 _WORDCHARS = re.compile(r"\w+")
 
@@ -118,30 +121,35 @@ class MessageHit:
 
 
 def parse_query(raw: str) -> ParsedQuery:
-    text_ = unicodedata.normalize("NFKC", raw)
-    phrases = [p.strip() for p in _PHRASE.findall(text_) if _WORDCHARS.search(p)]
-    rest = _PHRASE.sub(" ", text_).replace('"', " ")
+    text_ = _CONTROL.sub(" ", unicodedata.normalize("NFKC", raw))
+    phrases = [" ".join(p.split()) for p in _PHRASE.findall(text_) if _WORDCHARS.search(p)]
+    rest = _SEPARATORS.sub(" ", _PHRASE.sub(" ", text_))
     tokens = [t for t in (_EDGE.sub("", tok) for tok in rest.split()) if t and t not in OPERATORS]
-    kept = [t for t in tokens if t.casefold() not in STOPWORDS] or tokens
+    meaningful = [t for t in tokens if t.casefold() not in STOPWORDS]
     words: list[str] = []
     cjk: list[str] = []
-    for item in [*phrases, *kept]:
-        _route(item, words, cjk)
+    for phrase in phrases:
+        _route(phrase, words, cjk, whole=True)
+    for token in meaningful or tokens:  # a query of only stopwords keeps them
+        _route(token, words, cjk, whole=False)
     return ParsedQuery(tuple(dict.fromkeys(words)), tuple(dict.fromkeys(cjk)))
 
 
-def _route(item: str, words: list[str], cjk: list[str]) -> None:
-    """Split `item` into CJK runs (substring search) and the rest (word index)."""
-    runs = re.findall(r"[^\W\d_]+|\d+|\W+", item)
-    latin = "".join(" " if any(is_cjk(c) for c in run) else run for run in runs)
-    for run in runs:
-        if any(is_cjk(c) for c in run):
-            for piece in re.findall(r"\w+", "".join(c if is_cjk(c) else " " for c in run)):
-                cjk.append(_strip_particle(piece))
-    for piece in latin.split():
-        part = _EDGE.sub("", piece)
-        if part and _WORDCHARS.search(part) and part.casefold() not in STOPWORDS:
-            words.append(part)
+def _route(item: str, words: list[str], cjk: list[str], whole: bool) -> None:
+    """Send CJK runs of `item` to substring search and the rest to the word index."""
+    runs = [(key, "".join(chars)) for key, chars in groupby(item, key=is_cjk)]
+    if not any(key for key, _ in runs):
+        words.append(item)
+        return
+    after_latin = False
+    for key, run in runs:
+        if not key:
+            piece = _EDGE.sub("", run)
+            if _WORDCHARS.search(piece) and (whole or piece.casefold() not in STOPWORDS):
+                words.append(piece)
+            after_latin = bool(piece)
+        elif not (after_latin and run in KOREAN_PARTICLES):  # "API를": drop the particle
+            cjk.append(_strip_particle(run))
 
 
 def _strip_particle(word: str) -> str:

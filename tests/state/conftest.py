@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hermes.identity import new_user_id
+from hermes.state.db import SessionDB
+
+
+@pytest.fixture
+def db(home: Path) -> Iterator[SessionDB]:
+    database = SessionDB.open(home)
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def alice(db: SessionDB) -> str:
+    return db.ensure_user(new_user_id(), role="owner", display_name="alice").id
+
+
+@pytest.fixture
+def bob(db: SessionDB) -> str:
+    return db.ensure_user(new_user_id(), display_name="bob").id

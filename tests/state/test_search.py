@@ -1,0 +1,188 @@
+"""Query sanitization, ranking, CJK routing and, above all, isolation between users."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hermes.state.db import NewMessage, SessionDB
+from hermes.state.search import ParsedQuery, SearchScope, parse_query
+
+
+@pytest.mark.parametrize(
+    ("raw", "words", "cjk"),
+    [
+        (
+            "What did we decide about the database migration?",
+            ("decide", "database", "migration"),
+            (),
+        ),
+        ('the "blue whale" project', ("blue whale", "project"), ()),
+        ('unbalanced "quote here', ("unbalanced", "quote"), ()),
+        ("my-app.config.ts broke", ("my-app.config.ts", "broke"), ()),
+        ("upgrade to v2.1 please", ("upgrade", "v2.1", "please"), ()),
+        ("AND OR NOT", (), ()),
+        ("foo AND", ("foo",), ()),
+        ("NEAR(a b) col:x ^start* (paren)", ("b", "col:x", "start", "paren"), ()),
+        ("tab\x00null\x1fbytes", ("tab", "null", "bytes"), ()),
+        ("what is it", ("what", "is", "it"), ()),  # only stopwords: keep them rather than nothing
+        ("서울에서 비빔밥", (), ("서울", "비빔밥")),
+        ("我喜欢饺子 and Rust", ("Rust",), ("我喜欢饺子",)),
+        ("API를 배포", ("API",), ("배포",)),
+        ("", (), ()),
+    ],
+)
+def test_parse_query(raw: str, words: tuple[str, ...], cjk: tuple[str, ...]) -> None:
+    assert parse_query(raw) == ParsedQuery(words, cjk)
+
+
+@given(st.text(max_size=80))
+def test_any_text_is_a_valid_query(tmp_path_factory: pytest.TempPathFactory, raw: str) -> None:
+    search_db, user = _shared_db(tmp_path_factory)
+    search_db.search(SearchScope(user), raw)  # never raises
+
+
+_CACHE: dict[str, tuple[SessionDB, str]] = {}
+
+
+def _shared_db(factory: pytest.TempPathFactory) -> tuple[SessionDB, str]:
+    if "db" not in _CACHE:
+        from hermes.identity import new_user_id
+
+        database = SessionDB(factory.mktemp("fuzz") / "state.db")
+        user = database.ensure_user(new_user_id()).id
+        chat = database.start_session(user, "cli", "k")
+        database.add_message(chat.id, NewMessage("user", 'quotes " and (parens) AND or * ^ : -x'))
+        _CACHE["db"] = (database, user)
+    return _CACHE["db"]
+
+
+def seed(db: SessionDB, user: str, platform: str, texts: list[str], chat_id: str = "") -> str:
+    chat = db.start_session(user, platform, f"{platform}:{chat_id}", chat_id=chat_id)
+    db.add_messages(
+        chat.id, [NewMessage("user" if i % 2 == 0 else "assistant", t) for i, t in enumerate(texts)]
+    )
+    return chat.id
+
+
+def contents(db: SessionDB, scope: SearchScope, query: str) -> list[str]:
+    return [hit.content for hit in db.search(scope, query)]
+
+
+def test_bm25_ranks_the_better_match_first(db: SessionDB, alice: str) -> None:
+    seed(
+        db,
+        alice,
+        "cli",
+        [
+            "The quarterly budget review covered hiring.",
+            "Budget budget budget: the budget for the offsite and the budget for travel.",
+            "Lunch was nice.",
+        ],
+    )
+    assert contents(db, SearchScope(alice), "budget")[0].startswith("Budget budget")
+
+
+def test_stemming_matches_word_forms(db: SessionDB, alice: str) -> None:
+    seed(db, alice, "cli", ["I painted the fence on Sunday"])
+    assert contents(db, SearchScope(alice), "when did I paint?") == [
+        "I painted the fence on Sunday"
+    ]
+
+
+def test_diacritics_are_ignored(db: SessionDB, alice: str) -> None:
+    seed(db, alice, "cli", ["We met at the café in Zürich"])
+    assert contents(db, SearchScope(alice), "cafe zurich") == ["We met at the café in Zürich"]
+
+
+def test_dotted_and_hyphenated_terms(db: SessionDB, alice: str) -> None:
+    seed(db, alice, "cli", ["Edit my-app.config.ts then release v2.1", "an app with a config"])
+    assert contents(db, SearchScope(alice), "my-app.config.ts")[0].startswith("Edit")
+    assert contents(db, SearchScope(alice), "v2.1") == ["Edit my-app.config.ts then release v2.1"]
+
+
+def test_cjk_substrings(db: SessionDB, alice: str) -> None:
+    seed(
+        db,
+        alice,
+        "telegram",
+        ["지난주에 부산에서 돼지국밥을 먹었어요", "我们下周去北京看长城", "週末に京都へ行きました"],
+    )
+    scope = SearchScope(alice)
+    assert contents(db, scope, "돼지국밥") == ["지난주에 부산에서 돼지국밥을 먹었어요"]
+    assert contents(db, scope, "부산") == ["지난주에 부산에서 돼지국밥을 먹었어요"]  # 2 chars: LIKE
+    assert contents(db, scope, "长城") == ["我们下周去北京看长城"]
+    assert contents(db, scope, "京都") == ["週末に京都へ行きました"]
+    assert contents(db, scope, "北京看长城") == ["我们下周去北京看长城"]  # trigram substring
+
+
+def test_mixed_latin_and_cjk_query_fuses_both(db: SessionDB, alice: str) -> None:
+    seed(
+        db,
+        alice,
+        "cli",
+        ["Kubernetes 클러스터를 업그레이드했다", "Kubernetes upgrade notes", "클러스터 비용"],
+    )
+    hits = contents(db, SearchScope(alice), "Kubernetes 클러스터")
+    assert hits[0] == "Kubernetes 클러스터를 업그레이드했다"  # found by both indexes
+    assert set(hits) == {
+        "Kubernetes 클러스터를 업그레이드했다",
+        "Kubernetes upgrade notes",
+        "클러스터 비용",
+    }
+
+
+def test_another_users_unique_words_are_never_found(db: SessionDB, alice: str, bob: str) -> None:
+    seed(
+        db,
+        bob,
+        "telegram",
+        ["my password hint is xylophone-armadillo", "비밀번호는 코끼리바나나", "ok"],
+    )
+    seed(db, alice, "cli", ["hello there"])
+    for query in (
+        "xylophone armadillo",
+        "xylophone-armadillo",
+        "코끼리바나나",
+        "코끼",
+        "password hint",
+    ):
+        assert contents(db, SearchScope(alice), query) == []
+        assert contents(db, SearchScope(alice, platform="telegram"), query) == []
+    assert contents(db, SearchScope(bob), "xylophone")  # sanity: bob finds his own
+
+
+def test_scope_token_of_one_user_does_not_match_another(
+    db: SessionDB, alice: str, bob: str
+) -> None:
+    seed(db, bob, "cli", ["shared words here"])
+    seed(db, alice, "cli", ["shared words here"])
+    hits = db.search(SearchScope(alice), "shared words")
+    assert len(hits) == 1 and db.get_session(hits[0].session_id, alice) is not None
+
+
+def test_group_scope_sees_only_that_chat(db: SessionDB, alice: str) -> None:
+    seed(db, alice, "telegram", ["deploy notes from the DM"], chat_id="dm-1")
+    seed(db, alice, "telegram", ["deploy notes from group A"], chat_id="group-a")
+    seed(db, alice, "telegram", ["deploy notes from group B"], chat_id="group-b")
+    assert contents(db, SearchScope(alice, chat_id="group-a"), "deploy notes") == [
+        "deploy notes from group A"
+    ]
+    assert len(contents(db, SearchScope(alice), "deploy notes")) == 3
+
+
+def test_filters_platform_role_and_excluded_session(db: SessionDB, alice: str) -> None:
+    current = seed(db, alice, "cli", ["rocket launch today", "rocket answer"])
+    seed(db, alice, "discord", ["rocket launch tomorrow", "rocket reply"])
+    assert all(
+        "tomorrow" in c or "reply" in c
+        for c in contents(db, SearchScope(alice, platform="discord"), "rocket")
+    )
+    assert contents(db, SearchScope(alice, role="assistant", platform="cli"), "rocket") == [
+        "rocket answer"
+    ]
+    excluded = db.search(SearchScope(alice, exclude_session_id=current), "rocket")
+    assert {h.session_id for h in excluded} != {current} and all(
+        h.session_id != current for h in excluded
+    )

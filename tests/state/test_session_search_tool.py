@@ -1,0 +1,156 @@
+"""The session_search tool: grouping, limits, browsing, summaries and their failures."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from hermes.state.db import NewMessage, SessionDB
+from hermes.state.search import SearchScope
+from hermes.tools.session_search import SESSION_SEARCH_SCHEMA, SessionSearchTool, SummaryPolicy
+
+
+class RecordingSummarizer:
+    """A Summarizer test double: answers from a script, records its inputs."""
+
+    def __init__(self, answer: str = "They discussed it.", delay: float = 0.0, fail: bool = False):
+        self.answer, self.delay, self.fail = answer, delay, fail
+        self.calls: list[tuple[str, str]] = []
+        self.active = self.peak = 0
+
+    async def summarize(self, query: str, excerpt: str) -> str:
+        self.calls.append((query, excerpt))
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+        try:
+            await asyncio.sleep(self.delay)
+            if self.fail:
+                raise ConnectionError("model down")
+            return self.answer
+        finally:
+            self.active -= 1
+
+
+def run(tool: SessionSearchTool, **args: Any) -> dict[str, Any]:
+    result = asyncio.run(tool.run(args))
+    json.dumps(result)
+    return result
+
+
+def many_sessions(db: SessionDB, user: str, count: int, word: str = "telescope") -> list[str]:
+    ids = []
+    for i in range(count):
+        chat = db.start_session(user, "telegram" if i % 2 else "cli", f"k{i}")
+        db.add_messages(
+            chat.id,
+            [
+                NewMessage("user", f"session {i}: shall we buy a {word}? " + "filler " * i),
+                NewMessage("assistant", f"A {word} costs money."),
+            ],
+        )
+        ids.append(chat.id)
+    return ids
+
+
+def test_schema() -> None:
+    props = SESSION_SEARCH_SCHEMA["function"]["parameters"]["properties"]
+    assert set(props) == {"query", "limit", "platform", "role"}
+
+
+def test_groups_by_session_and_defaults_to_three(db: SessionDB, alice: str) -> None:
+    many_sessions(db, alice, 6)
+    result = run(SessionSearchTool(db, SearchScope(alice)), query="telescope")
+    assert result["success"] and result["count"] == 3
+    ids = [r["session_id"] for r in result["results"]]
+    assert len(set(ids)) == 3
+    first = result["results"][0]
+    assert set(first) >= {"session_id", "platform", "when", "title", "snippets"}
+    assert len(first["snippets"]) == 2  # both matching messages of that session
+    assert (
+        first["summary_note"] == "raw excerpt (no summary model)"
+        and "telescope" in first["excerpt"]
+    )
+
+
+@pytest.mark.parametrize(("asked", "got"), [(1, 1), (10, 10), (50, 10), (0, 1)])
+def test_limit_is_clamped(db: SessionDB, alice: str, asked: int, got: int) -> None:
+    many_sessions(db, alice, 12)
+    result = run(SessionSearchTool(db, SearchScope(alice)), query="telescope", limit=asked)
+    assert result["count"] == got
+
+
+def test_bad_arguments_are_errors_not_exceptions(db: SessionDB, alice: str) -> None:
+    tool = SessionSearchTool(db, SearchScope(alice))
+    assert run(tool, query=5)["success"] is False
+    assert run(tool, query="x", limit="three")["success"] is False
+    assert run(tool, query="x", role="tool")["success"] is False
+
+
+def test_current_session_is_excluded(db: SessionDB, alice: str) -> None:
+    ids = many_sessions(db, alice, 2)
+    tool = SessionSearchTool(db, SearchScope(alice, exclude_session_id=ids[0]))
+    result = run(tool, query="telescope", limit=10)
+    assert [r["session_id"] for r in result["results"]] == [ids[1]]
+
+
+def test_platform_argument_filters(db: SessionDB, alice: str) -> None:
+    many_sessions(db, alice, 6)
+    result = run(
+        SessionSearchTool(db, SearchScope(alice)), query="telescope", platform="telegram", limit=10
+    )
+    assert result["count"] == 3 and {r["platform"] for r in result["results"]} == {"telegram"}
+
+
+def test_empty_query_lists_recent_sessions(db: SessionDB, alice: str, bob: str) -> None:
+    ids = many_sessions(db, alice, 4)
+    many_sessions(db, bob, 2, word="bobsecret")
+    result = run(SessionSearchTool(db, SearchScope(alice)), query="")
+    assert result["mode"] == "recent"
+    assert [r["session_id"] for r in result["results"]] == list(reversed(ids))[:3]
+    assert "telescope" in result["results"][0]["preview"]
+    assert "bobsecret" not in json.dumps(result)
+
+
+def test_no_results(db: SessionDB, alice: str) -> None:
+    many_sessions(db, alice, 2)
+    assert run(SessionSearchTool(db, SearchScope(alice)), query="submarine")["results"] == []
+
+
+def test_summaries_run_in_parallel_under_a_cap(db: SessionDB, alice: str) -> None:
+    many_sessions(db, alice, 8)
+    summarizer = RecordingSummarizer(delay=0.05)
+    tool = SessionSearchTool(db, SearchScope(alice), summarizer, SummaryPolicy(concurrency=2))
+    result = run(tool, query="telescope", limit=6)
+    assert [r["summary"] for r in result["results"]] == ["They discussed it."] * 6
+    assert summarizer.peak == 2 and len(summarizer.calls) == 6
+    query, context = summarizer.calls[0]
+    assert query == "telescope" and "telescope" in context and len(context) <= 6000
+
+
+def test_summary_failure_and_timeout_fall_back_to_raw_excerpt(db: SessionDB, alice: str) -> None:
+    many_sessions(db, alice, 2)
+    failing = SessionSearchTool(db, SearchScope(alice), RecordingSummarizer(fail=True))
+    result = run(failing, query="telescope")
+    assert all(
+        r["summary_note"] == "raw excerpt (summary ConnectionError)" for r in result["results"]
+    )
+    assert all("telescope" in r["excerpt"] for r in result["results"])
+    slow = SessionSearchTool(
+        db, SearchScope(alice), RecordingSummarizer(delay=5), SummaryPolicy(timeout_s=0.05)
+    )
+    result = run(slow, query="telescope")
+    assert all(r["summary_note"] == "raw excerpt (summary timed out)" for r in result["results"])
+
+
+def test_guessing_another_users_content_finds_nothing(db: SessionDB, alice: str, bob: str) -> None:
+    many_sessions(db, bob, 3, word="quetzalcoatl")
+    tool = SessionSearchTool(db, SearchScope(alice))
+    for args in (
+        {"query": "quetzalcoatl"},
+        {"query": "quetzalcoatl", "platform": "telegram"},
+        {"query": ""},
+    ):
+        assert "quetzalcoatl" not in json.dumps(run(tool, **args)["results"])
