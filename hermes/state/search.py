@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from itertools import groupby
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import groupby
 from typing import Any
 
 from sqlalchemy import Connection, text

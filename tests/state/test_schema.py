@@ -48,7 +48,8 @@ def test_v1_database_is_upgraded_in_place_keeping_data(tmp_path: Path) -> None:
     raw = sqlite3.connect(path)
     user = new_user_id()
     raw.execute(
-        "INSERT INTO users(id, role, status, created_at) VALUES (?, 'owner', 'active', '2026-01-01')",
+        "INSERT INTO users(id, role, status, created_at)"
+        " VALUES (?, 'owner', 'active', '2026-01-01')",
         (user,),
     )
     raw.execute(
