@@ -1,0 +1,55 @@
+"""Worker processes for the state.db concurrency and crash tests (run as scripts)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from hermes.state.db import NewMessage, SessionDB
+from hermes.state.search import SearchScope
+
+
+def write(path: Path, user: str, worker: int, seconds: float) -> None:
+    db = SessionDB(path)
+    chat = db.start_session(user, "cli", f"writer-{worker}")
+    deadline = time.monotonic() + seconds
+    count = 0
+    while time.monotonic() < deadline:
+        batch = [
+            NewMessage("user", f"writer{worker} message{count + k} about comets") for k in range(3)
+        ]
+        db.add_messages(chat.id, batch)
+        count += len(batch)
+    print(chat.id, count, flush=True)
+
+
+def search(path: Path, user: str, seconds: float) -> None:
+    db = SessionDB(path)
+    deadline = time.monotonic() + seconds
+    queries = 0
+    while time.monotonic() < deadline:
+        db.search(SearchScope(user), "comets writer1")
+        db.list_sessions(user)
+        queries += 1
+    print(queries, flush=True)
+
+
+def write_until_killed(path: Path, user: str) -> None:
+    db = SessionDB(path)
+    chat = db.start_session(user, "cli", "crash")
+    n = 0
+    while True:
+        ids = db.add_messages(chat.id, [NewMessage("user", f"durable row {n} " + "x" * 500)])
+        print(ids[0], flush=True)  # printed only after the commit returned
+        n += 1
+
+
+if __name__ == "__main__":
+    command, path, user, *rest = sys.argv[1:]
+    if command == "write":
+        write(Path(path), user, int(rest[0]), float(rest[1]))
+    elif command == "search":
+        search(Path(path), user, float(rest[0]))
+    elif command == "crash":
+        write_until_killed(Path(path), user)
