@@ -10,6 +10,7 @@ fusion, so scores from different indexes never need to be comparable.
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from dataclasses import dataclass, field
@@ -21,6 +22,9 @@ from sqlalchemy import Connection, text
 
 RRF_K = 60
 CANDIDATES = 200  # per index, before fusion
+BM25_K1, BM25_B = 1.2, 0.3
+NEIGHBOUR_WEIGHT = 0.5
+SESSION_WEIGHT = 0.2
 
 STOPWORDS = frozenset(
     """a about above after again against all am an and any are aren't as at be because been
@@ -240,14 +244,101 @@ def _run(
 
 
 def _word_hits(conn: Connection, scope: SearchScope, parsed: ParsedQuery) -> list[MessageHit]:
+    """BM25 over this user's own messages, then context-aware reranking.
+
+    FTS5's built-in bm25() takes its statistics from every user's messages, so a word
+    that is rare overall but common for this person (their own name, their project)
+    would outweigh the words that matter; it is also the costly part of a query. Here
+    each term's postings are read once, confined to the user by the scope token, and
+    IDF comes from the user's messages alone. Term frequency is taken as 1 (chat
+    messages are short). The best candidates are then loaded, length-normalized and
+    smoothed with their neighbouring turns and their session's coverage of the query.
+    """
+    token = scope_token(scope.user_id)
+    total = _count(conn, f"scope : {token}")
+    weights: dict[int, float] = {}
+    idf_of: dict[str, float] = {}
+    postings: dict[str, list[int]] = {}
+    for word in parsed.words:
+        rows = conn.execute(text(_POSTINGS), {"q": f"scope : {token} AND {quote(word)}"})
+        postings[word] = [row[0] for row in rows]
+        n = len(postings[word])
+        idf_of[word] = math.log(1 + (total - n + 0.5) / (n + 0.5))
+        for rowid in postings[word]:
+            weights[rowid] = weights.get(rowid, 0.0) + idf_of[word]
+    order = sorted(weights, key=lambda rowid: (-weights[rowid], -rowid))
+    candidates = _load(conn, scope, order, parsed.terms)
+    if len(candidates) < 2:
+        return candidates
+    return _rerank(conn, candidates, weights, postings, idf_of)
+
+
+_POSTINGS = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH :q"
+
+
+def _load(
+    conn: Connection, scope: SearchScope, order: list[int], terms: tuple[str, ...]
+) -> list[MessageHit]:
+    """The first CANDIDATES messages of `order` that pass the scope's filters."""
     filters, params = _filters(scope)
-    params["q"] = f"scope : {scope_token(scope.user_id)} AND ({fts_expression(parsed.words)})"
-    source = (
-        "(SELECT rowid AS rid, bm25(messages_fts, 1.0, 0.0) AS rank_ FROM messages_fts "
-        "WHERE messages_fts MATCH :q) f"
-    )
-    sql = _SELECT.format(score="-f.rank_", source=source, rowid="f.rid", filters=filters)
-    return _run(conn, sql, params, parsed.terms)
+    params.pop("n")
+    found: dict[int, MessageHit] = {}
+    for start in range(0, len(order), CANDIDATES):
+        page = order[start : start + CANDIDATES]
+        sql = (
+            "SELECT m.id, m.session_id, m.role, m.content, m.created_at, 0.0 FROM messages m "
+            "JOIN sessions s ON s.id = m.session_id WHERE m.user_id = :uid "
+            f"AND m.id IN ({','.join(str(i) for i in page)}) {filters}"
+        )
+        for hit in _run(conn, sql, params, terms):
+            found[hit.message_id] = hit
+        if len(found) >= CANDIDATES:
+            break
+    return [found[i] for i in order if i in found][:CANDIDATES]
+
+
+def _rerank(
+    conn: Connection,
+    candidates: list[MessageHit],
+    weights: dict[int, float],
+    postings: dict[str, list[int]],
+    idf_of: dict[str, float],
+) -> list[MessageHit]:
+    lengths = {hit.message_id: max(1, len(hit.content.split())) for hit in candidates}
+    average = sum(lengths.values()) / len(lengths)
+    base = {
+        mid: weights[mid]
+        * (BM25_K1 + 1)
+        / (1 + BM25_K1 * (1 - BM25_B + BM25_B * lengths[mid] / average))
+        for mid in lengths
+    }
+    session_of = {hit.message_id: hit.session_id for hit in candidates}
+    covered: dict[str, dict[str, float]] = {}
+    for word, rowids in postings.items():
+        for rowid in rowids:
+            if rowid in session_of:
+                covered.setdefault(session_of[rowid], {})[word] = idf_of[word]
+    id_list = ",".join(str(mid) for mid in lengths)
+    neighbours = conn.execute(
+        text(
+            "SELECT m.id, (SELECT max(p.id) FROM messages p WHERE p.session_id = m.session_id "
+            "AND p.id < m.id), (SELECT min(n.id) FROM messages n WHERE n.session_id = m.session_id "
+            f"AND n.id > m.id) FROM messages m WHERE m.id IN ({id_list})"
+        )
+    ).all()
+    final = {
+        mid: base[mid]
+        + NEIGHBOUR_WEIGHT * (base.get(prev or 0, 0.0) + base.get(nxt or 0, 0.0))
+        + SESSION_WEIGHT * sum(covered.get(session_of[mid], {}).values())
+        for mid, prev, nxt in neighbours
+    }
+    ranked = sorted(candidates, key=lambda h: (-final[h.message_id], -h.message_id))
+    return [_rescored(hit, final[hit.message_id]) for hit in ranked]
+
+
+def _count(conn: Connection, query: str) -> int:
+    sql = "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH :q"
+    return int(conn.execute(text(sql), {"q": query}).scalar_one())
 
 
 def _trigram_hits(

@@ -16,11 +16,19 @@ def write_jsonl(path: Path, records: list[dict[str, object]]) -> Path:
 
 
 def test_import_list_search_show_export_round_trip(home: Path, tmp_path: Path) -> None:
-    source = write_jsonl(tmp_path / "in.jsonl", [
-        {"session_id": "a", "role": "user", "content": "We deployed the Rust API to Fly.io"},
-        {"session_id": "a", "role": "assistant", "content": "The deploy went fine."},
-        {"session_id": "b", "role": "user", "content": "서울에서 비빔밥을 먹었어요", "platform": "telegram"},
-    ])
+    source = write_jsonl(
+        tmp_path / "in.jsonl",
+        [
+            {"session_id": "a", "role": "user", "content": "We deployed the Rust API to Fly.io"},
+            {"session_id": "a", "role": "assistant", "content": "The deploy went fine."},
+            {
+                "session_id": "b",
+                "role": "user",
+                "content": "서울에서 비빔밥을 먹었어요",
+                "platform": "telegram",
+            },
+        ],
+    )
     imported = hermes("sessions", "import", str(source))
     assert imported.returncode == 0 and "2 sessions, 3 messages" in imported.stdout
     listing = hermes("sessions", "list").stdout
@@ -48,7 +56,11 @@ def test_bad_import_stores_nothing(home: Path, tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"session_id": "a", "role": "user", "content": "ok"}\n{"role": "robot"}\n')
     result = hermes("sessions", "import", str(bad))
-    assert result.returncode == 1 and "line 2" in result.stderr and "nothing was imported" in result.stderr
+    assert (
+        result.returncode == 1
+        and "line 2" in result.stderr
+        and "nothing was imported" in result.stderr
+    )
     assert "import" not in hermes("sessions", "list").stdout
 
 
@@ -65,9 +77,17 @@ def test_show_refuses_other_users_sessions(home: Path) -> None:
 
 
 def test_prune(home: Path, tmp_path: Path) -> None:
-    source = write_jsonl(tmp_path / "old.jsonl", [
-        {"session_id": "x", "role": "user", "content": "old", "created_at": "2020-01-01T00:00:00"},
-    ])
+    source = write_jsonl(
+        tmp_path / "old.jsonl",
+        [
+            {
+                "session_id": "x",
+                "role": "user",
+                "content": "old",
+                "created_at": "2020-01-01T00:00:00",
+            },
+        ],
+    )
     hermes("sessions", "import", str(source))
     assert "would delete 1" in hermes("sessions", "prune", "--older-than", "30", "--dry-run").stdout
     assert "deleted 1" in hermes("sessions", "prune", "--older-than", "30").stdout

@@ -70,18 +70,53 @@ def contents(db: SessionDB, scope: SearchScope, query: str) -> list[str]:
     return [hit.content for hit in db.search(scope, query)]
 
 
-def test_bm25_ranks_the_better_match_first(db: SessionDB, alice: str) -> None:
+def test_more_and_rarer_terms_rank_first(db: SessionDB, alice: str) -> None:
     seed(
         db,
         alice,
         "cli",
         [
-            "The quarterly budget review covered hiring.",
-            "Budget budget budget: the budget for the offsite and the budget for travel.",
-            "Lunch was nice.",
+            "The budget meeting is on Monday.",
+            "Monday again, and another Monday meeting.",
+            "Budget for the offsite in Lisbon is approved.",
+            "Lunch was nice on Monday.",
         ],
     )
-    assert contents(db, SearchScope(alice), "budget")[0].startswith("Budget budget")
+    scope = SearchScope(alice)
+    assert contents(db, scope, "offsite budget")[0].startswith("Budget for the offsite")
+    # "lisbon" is rare for this user, "monday" common: the rare term decides
+    assert contents(db, scope, "monday lisbon")[0].startswith("Budget for the offsite")
+
+
+def test_idf_comes_from_the_users_own_messages(db: SessionDB, alice: str, bob: str) -> None:
+    # "zelda" is rare in the whole table but in almost every message of alice's
+    seed(db, bob, "cli", [f"bob message {i} about gardening" for i in range(30)])
+    seed(
+        db,
+        alice,
+        "cli",
+        [
+            *[f"Thanks zelda, message {i}" for i in range(12)],
+            "zelda here: the kayak trip is booked for June",
+        ],
+    )
+    assert contents(db, SearchScope(alice), "zelda kayak")[0].endswith("booked for June")
+
+
+def test_a_turn_next_to_the_topic_gains_from_it(db: SessionDB, alice: str) -> None:
+    chat = db.start_session(alice, "cli", "k")
+    db.add_messages(
+        chat.id,
+        [
+            NewMessage("assistant", "How was the kayak trip?"),
+            NewMessage("user", "The kayak rental was cheap"),
+        ],
+    )
+    other = db.start_session(alice, "cli", "k2")
+    db.add_messages(other.id, [NewMessage("user", "A kayak poster")])
+    hits = contents(db, SearchScope(alice), "kayak trip")
+    assert hits[0] == "How was the kayak trip?"
+    assert hits.index("The kayak rental was cheap") < hits.index("A kayak poster")
 
 
 def test_stemming_matches_word_forms(db: SessionDB, alice: str) -> None:
