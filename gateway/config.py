@@ -14,7 +14,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from hermes.config import MemoryConfig, Section
+from hermes.config import AuxiliaryConfig, AuxiliaryTaskConfig, LLMConfig, MemoryConfig, Section
+from hermes.llm.endpoint import Endpoint
 
 CONFIG_FILENAME = "config.yaml"
 
@@ -27,6 +28,8 @@ class HermesConfig(Section):
     """The whole config.yaml."""
 
     memory: MemoryConfig = MemoryConfig()
+    llm: LLMConfig = LLMConfig()
+    auxiliary: AuxiliaryConfig = AuxiliaryConfig()
 
 
 def resolve_home(env: Mapping[str, str] | None = None) -> Path:
@@ -74,3 +77,43 @@ def _describe(exc: ValidationError, source: str) -> str:
         else:
             lines.append(f"  {key}: {err['msg']} (got {err.get('input')!r:.60})")
     return "\n".join(lines)
+
+
+def main_endpoint(config: HermesConfig, env: Mapping[str, str] | None = None) -> Endpoint | None:
+    """The configured main model, or None when `llm.base_url`/`llm.model` are not set."""
+    llm = config.llm
+    if not llm.base_url or not llm.model:
+        return None
+    return Endpoint(
+        base_url=llm.base_url,
+        model=llm.model,
+        api_key=_key(llm.api_key_env, env),
+        timeout=llm.timeout,
+        max_retries=llm.max_retries,
+        temperature=llm.temperature,
+    )
+
+
+def auxiliary_endpoint(
+    config: HermesConfig, task: AuxiliaryTaskConfig, env: Mapping[str, str] | None = None
+) -> Endpoint | None:
+    """The model for a side task: the task's model, else auxiliary's, else the main one."""
+    aux, llm = config.auxiliary, config.llm
+    base_url = aux.base_url or llm.base_url
+    model = task.model or aux.model or llm.model
+    if not base_url or not model:
+        return None
+    return Endpoint(
+        base_url=base_url,
+        model=model,
+        api_key=_key(aux.api_key_env or llm.api_key_env, env),
+        timeout=task.timeout,
+        max_retries=llm.max_retries,
+        temperature=aux.temperature,
+    )
+
+
+def _key(name: str | None, env: Mapping[str, str] | None) -> str | None:
+    if not name:
+        return None
+    return (os.environ if env is None else env).get(name) or None

@@ -18,3 +18,30 @@ class MemoryConfig(Section):
     user_profile_enabled: bool = True
     memory_char_limit: int = Field(default=2200, ge=100, le=100_000)
     user_char_limit: int = Field(default=1375, ge=100, le=100_000)
+
+
+class LLMConfig(Section):
+    """The main model: any OpenAI-compatible endpoint (OpenAI, OpenRouter, Ollama, vLLM)."""
+
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str | None = None  # name of the env var holding the key; none for local
+    timeout: float = Field(default=60.0, gt=0, le=3600)
+    max_retries: int = Field(default=3, ge=0, le=10)
+    temperature: float = Field(default=0.7, ge=0, le=2)
+
+
+class AuxiliaryTaskConfig(Section):
+    model: str | None = None  # default: auxiliary.model, then llm.model
+    timeout: float = Field(default=20.0, gt=0, le=600)
+    max_concurrency: int = Field(default=3, ge=1, le=32)
+
+
+class AuxiliaryConfig(Section):
+    """A cheaper model for side tasks; every unset key falls back to the `llm` section."""
+
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str | None = None
+    temperature: float = Field(default=0.2, ge=0, le=2)
+    session_search: AuxiliaryTaskConfig = AuxiliaryTaskConfig()

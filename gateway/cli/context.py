@@ -9,11 +9,19 @@ from typing import NoReturn
 import typer
 
 from gateway.cli.output import err_console
-from gateway.config import ConfigError, HermesConfig, load_config, resolve_home
+from gateway.config import (
+    ConfigError,
+    HermesConfig,
+    auxiliary_endpoint,
+    load_config,
+    resolve_home,
+)
 from hermes.identity import InvalidUserIdError, owner_user_id, validate_user_id
+from hermes.llm.client import LLMClient
+from hermes.llm.summarizer import LLMSummarizer
 from hermes.state.db import SessionDB
 from hermes.state.engine import StateDBError
-from hermes.tools.session_search import Summarizer
+from hermes.tools.session_search import Summarizer, SummaryPolicy
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
 
@@ -42,7 +50,12 @@ class CliContext:
 
     def summarizer(self) -> Summarizer | None:
         """The auxiliary model for search summaries, if one is configured."""
-        return None
+        endpoint = auxiliary_endpoint(self.config, self.config.auxiliary.session_search)
+        return LLMSummarizer(LLMClient(endpoint)) if endpoint else None
+
+    def summary_policy(self) -> SummaryPolicy:
+        task = self.config.auxiliary.session_search
+        return SummaryPolicy(concurrency=task.max_concurrency, timeout_s=task.timeout)
 
     def user_id(self, requested: str | None) -> str:
         try:

@@ -64,7 +64,7 @@ def search(
     ctx = CliContext.load()
     db = ctx.open_db()
     summarizer = None if no_summary else ctx.summarizer()
-    tool = SessionSearchTool(db, SearchScope(ctx.user_id(user)), summarizer)
+    tool = SessionSearchTool(db, SearchScope(ctx.user_id(user)), summarizer, ctx.summary_policy())
     result = asyncio.run(tool.run({"query": query, "limit": limit, "platform": platform}))
     if as_json:
         print_json(result)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from hermes.identity import owner_user_id
 from hermes.state.db import MemoryEventRecord, NewMessage, SessionDB
+from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.gateway.test_cli_memory import hermes
 
 
@@ -111,3 +112,26 @@ def test_memory_writes_are_recorded_and_explained(home: Path) -> None:
     explained = hermes("memory", "why", "hiking").stdout
     assert f"session {chat.id} on telegram" in explained and "I love hiking in Jirisan" in explained
     assert hermes("memory", "why", "nothing like this").returncode == 1
+
+
+def test_search_summaries_use_the_configured_auxiliary_model(
+    home: Path, tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text(
+        f"llm:\n  base_url: {fake_llm.base_url}\n  model: main-model\n  api_key_env: FAKE_LLM_KEY\n"
+        "auxiliary:\n  model: cheap-model\n  session_search:\n    timeout: 5\n"
+    )
+    source = write_jsonl(
+        tmp_path / "in.jsonl",
+        [
+            {"session_id": "a", "role": "user", "content": "Let's adopt a greyhound named Comet"},
+        ],
+    )
+    hermes("sessions", "import", str(source))
+    fake_llm.default = Reply(text="The user wants to adopt a greyhound called Comet.")
+    result = json.loads(hermes("sessions", "search", "greyhound", "--json").stdout)
+    assert result["results"][0]["summary"] == "The user wants to adopt a greyhound called Comet."
+    assert fake_llm.requests[0]["model"] == "cheap-model"
+    skipped = json.loads(hermes("sessions", "search", "greyhound", "--json", "--no-summary").stdout)
+    assert "summary" not in skipped["results"][0] and len(fake_llm.requests) == 1

@@ -74,3 +74,20 @@ def test_example_config_matches_the_defaults() -> None:
     from gateway.config import parse_config
 
     assert parse_config(example.read_text(encoding="utf-8"), str(example)) == HermesConfig()
+
+
+def test_endpoints_fall_back_from_auxiliary_to_main() -> None:
+    from gateway.config import auxiliary_endpoint, main_endpoint, parse_config
+
+    assert main_endpoint(HermesConfig()) is None
+    config = parse_config(
+        "llm:\n  base_url: http://127.0.0.1:11434/v1\n  model: big\n  api_key_env: MY_KEY\n"
+        "auxiliary:\n  session_search:\n    model: small\n",
+        "test",
+    )
+    main = main_endpoint(config, {"MY_KEY": "sk-secret"})
+    assert main is not None and (main.model, main.api_key) == ("big", "sk-secret")
+    assert "sk-secret" not in repr(main)
+    aux = auxiliary_endpoint(config, config.auxiliary.session_search, {})
+    assert aux is not None and aux.model == "small" and aux.api_key is None
+    assert aux.base_url == "http://127.0.0.1:11434/v1" and aux.temperature == 0.2

@@ -8,9 +8,13 @@ from typing import Any
 
 import pytest
 
+from hermes.llm.client import LLMClient
+from hermes.llm.endpoint import Endpoint
+from hermes.llm.summarizer import LLMSummarizer
 from hermes.state.db import NewMessage, SessionDB
 from hermes.state.search import SearchScope
 from hermes.tools.session_search import SESSION_SEARCH_SCHEMA, SessionSearchTool, SummaryPolicy
+from tests.fakes.openai_server import FakeOpenAI, Reply
 
 
 class RecordingSummarizer:
@@ -154,3 +158,28 @@ def test_guessing_another_users_content_finds_nothing(db: SessionDB, alice: str,
         {"query": ""},
     ):
         assert "quetzalcoatl" not in json.dumps(run(tool, **args)["results"])
+
+
+def test_summaries_from_the_auxiliary_model_over_http(
+    db: SessionDB, alice: str, fake_llm: FakeOpenAI
+) -> None:
+    many_sessions(db, alice, 2)
+    fake_llm.default = Reply(text="They talked about buying a telescope.")
+
+    async def go() -> dict[str, Any]:
+        llm = LLMClient(Endpoint(base_url=fake_llm.base_url, model="aux", max_retries=0))
+        try:
+            tool = SessionSearchTool(db, SearchScope(alice), LLMSummarizer(llm))
+            return await tool.run({"query": "telescope"})
+        finally:
+            await llm.close()
+
+    result = asyncio.run(go())
+    assert [r["summary"] for r in result["results"]] == [
+        "They talked about buying a telescope."
+    ] * 2
+    assert len(fake_llm.requests) == 2
+    assert all(r["temperature"] == 0.7 and r["model"] == "aux" for r in fake_llm.requests)
+    fake_llm.default = Reply(status=500)
+    failed = asyncio.run(go())
+    assert all(r["summary_note"] == "raw excerpt (summary LLMError)" for r in failed["results"])

@@ -1,0 +1,1 @@
+"""Talking to OpenAI-compatible model endpoints. Only client.py imports `openai`."""

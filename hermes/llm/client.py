@@ -1,0 +1,79 @@
+"""The LLM client: `openai.AsyncOpenAI` against any OpenAI-compatible endpoint.
+
+The openai package retries 429 (honouring Retry-After), 5xx and connection errors with
+exponential backoff, `max_retries` times, and applies the per-call timeout; we map what
+still fails to LLMError with a short message that never echoes secrets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import openai
+from openai import AsyncOpenAI
+
+from hermes.llm.endpoint import Endpoint
+
+NO_KEY = "no-key-needed"  # local servers (Ollama, vLLM) accept any key
+
+
+class LLMError(Exception):
+    """The model endpoint failed after retries; the message is safe to show a user."""
+
+
+class LLMClient:
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        self._client = AsyncOpenAI(
+            base_url=endpoint.base_url,
+            api_key=endpoint.api_key or NO_KEY,
+            timeout=endpoint.timeout,
+            max_retries=endpoint.max_retries,
+        )
+
+    async def complete(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+    ) -> Any:
+        """One chat completion (the SDK's ChatCompletion object)."""
+        kwargs: dict[str, Any] = {
+            "model": self.endpoint.model,
+            "messages": list(messages),
+            "temperature": self.endpoint.temperature if temperature is None else temperature,
+        }
+        if tools:
+            kwargs["tools"] = list(tools)
+        if max_tokens:
+            kwargs["max_tokens"] = max_tokens
+        try:
+            return await self._client.chat.completions.create(**kwargs)
+        except openai.APITimeoutError:
+            raise LLMError(
+                f"The model endpoint is not answering (timeout after {self.endpoint.timeout:g} s)."
+            ) from None
+        except openai.APIConnectionError:
+            raise LLMError("The model endpoint cannot be reached.") from None
+        except openai.RateLimitError:
+            raise LLMError("The model endpoint is rate-limiting us; try again shortly.") from None
+        except openai.AuthenticationError:
+            raise LLMError(
+                "The model endpoint refused the API key (check llm.api_key_env)."
+            ) from None
+        except openai.APIStatusError as exc:
+            raise LLMError(
+                f"The model endpoint answered with an error (HTTP {exc.status_code})."
+            ) from None
+
+    async def text(self, messages: Sequence[dict[str, Any]], **kwargs: Any) -> str:
+        completion = await self.complete(messages, **kwargs)
+        content = completion.choices[0].message.content if completion.choices else None
+        if not content:
+            raise LLMError("The model returned an empty answer.")
+        return str(content)
+
+    async def close(self) -> None:
+        await self._client.close()

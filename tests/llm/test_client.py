@@ -1,0 +1,84 @@
+"""The real openai client against the local fake server: retries, timeouts, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from hermes.llm.client import LLMClient, LLMError
+from hermes.llm.endpoint import Endpoint
+from hermes.llm.summarizer import LLMSummarizer
+from tests.fakes.openai_server import FakeOpenAI, Reply
+
+
+def client(fake: FakeOpenAI, **overrides: object) -> LLMClient:
+    settings: dict[str, object] = {"timeout": 5.0, "max_retries": 2, "api_key": "sk-test-secret"}
+    settings.update(overrides)
+    return LLMClient(Endpoint(base_url=fake.base_url, model="fake-model", **settings))  # type: ignore[arg-type]
+
+
+def ask(llm: LLMClient) -> str:
+    async def go() -> str:
+        try:
+            return await llm.text([{"role": "user", "content": "hi"}])
+        finally:
+            await llm.close()
+
+    return asyncio.run(go())
+
+
+def test_text_answer_and_request_shape(fake_llm: FakeOpenAI) -> None:
+    fake_llm.push(Reply(text="hello there"))
+    assert ask(client(fake_llm, temperature=0.3)) == "hello there"
+    request = fake_llm.requests[0]
+    assert request["model"] == "fake-model" and request["temperature"] == 0.3
+    assert request["messages"] == [{"role": "user", "content": "hi"}]
+
+
+def test_429_waits_retry_after_then_succeeds(fake_llm: FakeOpenAI) -> None:
+    fake_llm.push(Reply(status=429, retry_after=1), Reply(text="after the wait"))
+    started = time.monotonic()
+    assert ask(client(fake_llm)) == "after the wait"
+    assert time.monotonic() - started >= 0.9 and len(fake_llm.requests) == 2
+
+
+def test_5xx_and_dropped_connection_are_retried(fake_llm: FakeOpenAI) -> None:
+    fake_llm.push(Reply(status=500), Reply(drop_connection=True), Reply(text="third time"))
+    assert ask(client(fake_llm)) == "third time"
+    assert len(fake_llm.requests) == 3
+
+
+def test_persistent_failure_is_a_short_safe_message(fake_llm: FakeOpenAI) -> None:
+    fake_llm.default = Reply(status=503)
+    with pytest.raises(LLMError) as caught:
+        ask(client(fake_llm, max_retries=1))
+    assert "HTTP 503" in str(caught.value) and "sk-test-secret" not in str(caught.value)
+
+
+def test_timeout_message(fake_llm: FakeOpenAI) -> None:
+    fake_llm.default = Reply(delay=2.0)
+    with pytest.raises(LLMError, match=r"not answering \(timeout after 0.5 s\)"):
+        ask(client(fake_llm, timeout=0.5, max_retries=0))
+
+
+def test_unreachable_endpoint() -> None:
+    llm = LLMClient(Endpoint(base_url="http://127.0.0.1:9/v1", model="m", max_retries=0))
+    with pytest.raises(LLMError, match="cannot be reached"):
+        ask(llm)
+
+
+def test_summarizer_sends_query_and_excerpt(fake_llm: FakeOpenAI) -> None:
+    fake_llm.push(Reply(text="  They chose Postgres.  "))
+
+    async def go() -> str:
+        llm = client(fake_llm)
+        try:
+            return await LLMSummarizer(llm).summarize("database choice", "user: let's use postgres")
+        finally:
+            await llm.close()
+
+    assert asyncio.run(go()) == "  They chose Postgres.  "
+    prompt = fake_llm.requests[0]["messages"][1]["content"]
+    assert "database choice" in prompt and "let's use postgres" in prompt
