@@ -23,7 +23,8 @@ from sqlalchemy import Connection, text
 RRF_K = 60
 CANDIDATES = 200  # per index, before fusion
 BM25_K1, BM25_B = 1.2, 0.3
-NEIGHBOUR_WEIGHT = 0.5
+NEIGHBOUR_WEIGHT = 0.4
+NEIGHBOUR2_WEIGHT = 0.3
 SESSION_WEIGHT = 0.2
 
 STOPWORDS = frozenset(
@@ -319,21 +320,32 @@ def _rerank(
             if rowid in session_of:
                 covered.setdefault(session_of[rowid], {})[word] = idf_of[word]
     id_list = ",".join(str(mid) for mid in lengths)
-    neighbours = conn.execute(
-        text(
-            "SELECT m.id, (SELECT max(p.id) FROM messages p WHERE p.session_id = m.session_id "
-            "AND p.id < m.id), (SELECT min(n.id) FROM messages n WHERE n.session_id = m.session_id "
-            f"AND n.id > m.id) FROM messages m WHERE m.id IN ({id_list})"
-        )
-    ).all()
+    neighbours = conn.execute(text(_NEIGHBOURS.format(ids=id_list))).all()
     final = {
         mid: base[mid]
-        + NEIGHBOUR_WEIGHT * (base.get(prev or 0, 0.0) + base.get(nxt or 0, 0.0))
+        + NEIGHBOUR_WEIGHT * (base.get(p1 or 0, 0.0) + base.get(n1 or 0, 0.0))
+        + NEIGHBOUR2_WEIGHT * (base.get(p2 or 0, 0.0) + base.get(n2 or 0, 0.0))
         + SESSION_WEIGHT * sum(covered.get(session_of[mid], {}).values())
-        for mid, prev, nxt in neighbours
+        for mid, p1, n1, p2, n2 in neighbours
     }
     ranked = sorted(candidates, key=lambda h: (-final[h.message_id], -h.message_id))
     return [_rescored(hit, final[hit.message_id]) for hit in ranked]
+
+
+_NEAR = (
+    "(SELECT x.id FROM messages x WHERE x.session_id = m.session_id AND x.id {op} m.id "
+    "ORDER BY x.id {direction} LIMIT 1 OFFSET {skip})"
+)
+# each candidate with the ids of the turns 1 before, 1 after, 2 before, 2 after it
+_NEIGHBOURS = (
+    "SELECT m.id, "
+    + ", ".join(
+        _NEAR.format(op=op, direction=direction, skip=skip)
+        for skip in (0, 1)
+        for op, direction in (("<", "DESC"), (">", "ASC"))
+    )
+    + " FROM messages m WHERE m.id IN ({ids})"
+)
 
 
 def _count(conn: Connection, query: str) -> int:
