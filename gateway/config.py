@@ -14,7 +14,14 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from hermes.config import AuxiliaryConfig, AuxiliaryTaskConfig, LLMConfig, MemoryConfig, Section
+from hermes.config import (
+    AgentConfig,
+    AuxiliaryConfig,
+    AuxiliaryTaskConfig,
+    LLMConfig,
+    MemoryConfig,
+    Section,
+)
 from hermes.llm.endpoint import Endpoint
 
 CONFIG_FILENAME = "config.yaml"
@@ -29,6 +36,7 @@ class HermesConfig(Section):
 
     memory: MemoryConfig = MemoryConfig()
     llm: LLMConfig = LLMConfig()
+    agent: AgentConfig = AgentConfig()
     auxiliary: AuxiliaryConfig = AuxiliaryConfig()
 
 

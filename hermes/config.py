@@ -18,6 +18,13 @@ class MemoryConfig(Section):
     user_profile_enabled: bool = True
     memory_char_limit: int = Field(default=2200, ge=100, le=100_000)
     user_char_limit: int = Field(default=1375, ge=100, le=100_000)
+    review_interval: int = Field(default=10, ge=0, le=1000)  # user turns; 0 disables
+
+
+class AgentConfig(Section):
+    max_tool_iterations: int = Field(default=12, ge=1, le=100)
+    context_budget_tokens: int = Field(default=24_000, ge=1_000, le=2_000_000)
+    keep_recent_messages: int = Field(default=8, ge=2, le=200)  # kept verbatim on compression
 
 
 class LLMConfig(Section):

@@ -14,6 +14,7 @@ import openai
 from openai import AsyncOpenAI
 
 from hermes.llm.endpoint import Endpoint
+from hermes.llm.types import ModelReply, ToolCall
 
 NO_KEY = "no-key-needed"  # local servers (Ollama, vLLM) accept any key
 
@@ -67,6 +68,33 @@ class LLMClient:
             raise LLMError(
                 f"The model endpoint answered with an error (HTTP {exc.status_code})."
             ) from None
+
+    async def chat(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None = None,
+        temperature: float | None = None,
+    ) -> ModelReply:
+        completion = await self.complete(messages, tools=tools, temperature=temperature)
+        if not completion.choices:
+            raise LLMError("The model returned no answer.")
+        choice = completion.choices[0]
+        calls = tuple(
+            ToolCall(
+                id=call.id or f"call_{index}",
+                name=getattr(call.function, "name", "") or "",
+                arguments=getattr(call.function, "arguments", "") or "",
+            )
+            for index, call in enumerate(choice.message.tool_calls or [])
+        )
+        usage = completion.usage
+        return ModelReply(
+            content=choice.message.content,
+            tool_calls=calls,
+            prompt_tokens=usage.prompt_tokens if usage else None,
+            completion_tokens=usage.completion_tokens if usage else None,
+            finish_reason=choice.finish_reason,
+        )
 
     async def text(self, messages: Sequence[dict[str, Any]], **kwargs: Any) -> str:
         completion = await self.complete(messages, **kwargs)

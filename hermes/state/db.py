@@ -186,8 +186,16 @@ class SessionDB:
 
     # -- messages --------------------------------------------------------------------
 
-    def add_messages(self, session_id: str, messages: Sequence[NewMessage]) -> list[int | None]:
-        """Store messages in order; a redelivered platform message id gives None."""
+    def add_messages(
+        self,
+        session_id: str,
+        messages: Sequence[NewMessage],
+        usage: tuple[int, int] | None = None,
+    ) -> list[int | None]:
+        """Store messages in order; a redelivered platform message id gives None.
+
+        `usage` adds (prompt, completion) tokens of the model call that produced them.
+        """
 
         def work(session: Session) -> list[int | None]:
             chat = session.get(ChatSession, session_id)
@@ -197,6 +205,10 @@ class SessionDB:
             stored = [i for i in ids if i is not None]
             if stored:
                 _touch(session, chat, messages, len(stored))
+            if usage:
+                chat.prompt_tokens += usage[0]
+                chat.completion_tokens += usage[1]
+                session.add(chat)
             return ids
 
         return eng.with_retry(self.engine, work, self.patience)

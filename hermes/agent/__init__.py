@@ -1,0 +1,1 @@
+"""The agent: frozen prompt, tool-calling turn loop, compression, memory review."""

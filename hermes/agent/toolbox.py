@@ -1,0 +1,66 @@
+"""The tools of one turn, and their execution tolerant of real-world model output.
+
+Malformed JSON arguments, unknown tool names and failing tools all become a tool
+result the model can read and recover from; nothing here raises into the turn loop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hermes.llm.types import ToolCall
+
+logger = logging.getLogger(__name__)
+
+Executor = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    name: str
+    schema: dict[str, Any]
+    run: Executor
+
+
+class ToolBox:
+    def __init__(self, tools: list[Tool]) -> None:
+        self._tools = {tool.name: tool for tool in tools}
+
+    @property
+    def schemas(self) -> list[dict[str, Any]]:
+        return [tool.schema for tool in self._tools.values()]
+
+    def only(self, *names: str) -> ToolBox:
+        return ToolBox([tool for name, tool in self._tools.items() if name in names])
+
+    async def execute(self, call: ToolCall) -> str:
+        """The JSON text of the tool message answering `call`."""
+        return json.dumps(await self._result(call), ensure_ascii=False)
+
+    async def _result(self, call: ToolCall) -> dict[str, Any]:
+        tool = self._tools.get(call.name)
+        if tool is None:
+            available = ", ".join(sorted(self._tools)) or "none"
+            return _error(f"Unknown tool {call.name!r}. Available tools: {available}.")
+        try:
+            args = json.loads(call.arguments) if call.arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            return _error(
+                f"The arguments were not valid JSON ({exc.msg} at char {exc.pos}). "
+                f"Call {call.name} again with a JSON object."
+            )
+        if not isinstance(args, dict):
+            return _error(f"The arguments must be a JSON object, got {type(args).__name__}.")
+        try:
+            return await tool.run(args)
+        except Exception as exc:
+            logger.exception("tool %s failed", call.name)
+            return _error(f"The tool {call.name} failed ({type(exc).__name__}).")
+
+
+def _error(message: str) -> dict[str, Any]:
+    return {"success": False, "error": message}
