@@ -43,7 +43,7 @@ def test_compression_continues_in_a_child_with_a_fresh_snapshot(harness: Harness
         results = [await agent.turn(conv, f"part {i}: {LONG}", CLI) for i in range(6)]
         return parent, results, conv
 
-    parent_id, results, conv = harness.run(scenario)
+    parent_id, results, _conv = harness.run(scenario)
     compressed = [r for r in results if r.compressed_from]
     assert compressed and compressed[0].compressed_from == parent_id
     parent = harness.db.get_session(parent_id, harness.user)
