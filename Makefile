@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
 #   make test   - create .venv, install, lint, type-check, run the tests
-#   make chat   - create .venv, install, start the CLI chat (once the agent lands)
+#   make chat   - create .venv, install, start the CLI chat (configure a model first:
+#                 .venv/bin/hermes init, or see config.example.yaml)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -12,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-.PHONY: install test lint typecheck pytest bench
+.PHONY: install test lint typecheck pytest bench chat
 install: $(STAMP)
 
 lint: $(STAMP)
@@ -27,6 +28,10 @@ pytest: $(STAMP)
 
 test: lint typecheck pytest
 
+chat: $(STAMP)
+	$(BIN)/hermes chat
+
 bench: $(STAMP)
 	$(BIN)/python bench/memory_ops.py
 	$(BIN)/python bench/scan_corpus.py
+	$(BIN)/python bench/turn_overhead.py

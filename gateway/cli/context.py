@@ -39,6 +39,11 @@ class CliContext:
         except ConfigError as exc:
             fail(str(exc), EXIT_USAGE)
 
+    @staticmethod
+    def home_only() -> Path:
+        """The home folder, for commands that must work before a config exists."""
+        return resolve_home()
+
     def open_db(self) -> SessionDB:
         """state.db, with the owner registered as a user."""
         try:

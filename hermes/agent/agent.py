@@ -184,14 +184,14 @@ class Agent:
             "content": reply.content or None,
             "tool_calls": [call.as_openai() for call in reply.tool_calls],
         }
-        conv.append([call_message])
         results = []
         for call in reply.tool_calls:  # in order: a later call may depend on an earlier one
             content = await tools.execute(call)
             results.append(
                 {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content}
             )
-        conv.append(results)
+        # added together, so a turn cancelled mid-tools leaves no call without its results
+        conv.append([call_message, *results])
         self._persist(conv, [call_message, *results], reply)
 
     def _finish(self, conv: Conversation, reply: ModelReply) -> str:

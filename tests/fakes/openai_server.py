@@ -6,6 +6,7 @@ dropped connections, malformed bodies); every request body is recorded.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -44,6 +45,7 @@ class FakeOpenAI:
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
+        self._server.block_on_close = False  # a scripted slow reply must not hold up stop()
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
@@ -105,7 +107,8 @@ class FakeOpenAI:
                 for key, value in headers.items():
                     self.send_header(key, value)
                 self.end_headers()
-                self.wfile.write(data)
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.wfile.write(data)  # the client may have given up (timeout, cancel)
 
         return Handler
 

@@ -1,0 +1,290 @@
+"""`hermes chat` (interactive or `-q`) and `hermes init`."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import threading
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.markdown import Markdown
+from rich.markup import escape
+
+from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
+from gateway.cli.output import console, err_console, note, say
+from gateway.config import CONFIG_FILENAME, auxiliary_endpoint, main_endpoint
+from hermes.agent.agent import Agent, Surface, TurnResult
+from hermes.agent.conversation import Conversation
+from hermes.identity import ensure_private_dir, owner_user_id
+from hermes.llm.client import LLMClient
+from hermes.llm.endpoint import Endpoint
+from hermes.llm.summarizer import LLMSummarizer
+from hermes.state.db import SessionDB
+from hermes.state.search import SearchScope
+from hermes.tools.session_search import SessionSearchTool
+
+T = TypeVar("T")
+CLI = Surface("cli")
+SESSION_KEY = "cli:local"
+HELP = (
+    "/new  start a fresh session (new memory snapshot)\n"
+    "/memory  show memory usage and entries\n"
+    "/sessions [query]  recent sessions, or search them\n"
+    "/exit  quit (also Ctrl-D)  ·  Ctrl-C cancels the running turn"
+)
+SETUP_HELP = """\
+No model is configured. Hermes talks to any OpenAI-compatible endpoint: set one in
+{config} (`hermes init` writes a starter file), for example:
+
+  OpenAI      llm:
+                base_url: https://api.openai.com/v1
+                model: gpt-4o-mini
+                api_key_env: OPENAI_API_KEY      # then: export OPENAI_API_KEY=sk-...
+  OpenRouter  llm:
+                base_url: https://openrouter.ai/api/v1
+                model: openai/gpt-4o-mini
+                api_key_env: OPENROUTER_API_KEY  # then: export OPENROUTER_API_KEY=...
+  Ollama      llm:
+                base_url: http://localhost:11434/v1
+                model: llama3.1                  # no key needed
+"""
+
+
+class TurnCancelledError(Exception):
+    pass
+
+
+class Runtime:
+    """An event loop in a background thread, so background work (memory review) keeps
+    going while the terminal waits for input, and Ctrl-C can cancel just the turn."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result()
+        except KeyboardInterrupt:
+            future.cancel()
+            with contextlib.suppress(concurrent.futures.CancelledError, Exception):
+                future.result(timeout=5)  # let the turn unwind before the next prompt
+            raise TurnCancelledError from None
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5)
+        self.loop.close()
+
+
+def _endpoint(ctx: CliContext) -> Endpoint:
+    endpoint = main_endpoint(ctx.config)
+    if endpoint is None:
+        err_console.print(SETUP_HELP.format(config=ctx.home / CONFIG_FILENAME), markup=False)
+        raise typer.Exit(EXIT_USAGE)
+    key_env = ctx.config.llm.api_key_env
+    if key_env and not endpoint.api_key:
+        fail(
+            f"llm.api_key_env is {key_env!r}, but that environment variable is not set", EXIT_USAGE
+        )
+    return endpoint
+
+
+def _agent(ctx: CliContext, db: SessionDB, endpoint: Endpoint) -> tuple[Agent, list[LLMClient]]:
+    main = LLMClient(endpoint)
+    clients = [main]
+    aux_endpoint = auxiliary_endpoint(ctx.config, ctx.config.auxiliary.session_search)
+    aux = LLMClient(aux_endpoint) if aux_endpoint and aux_endpoint != endpoint else main
+    if aux is not main:
+        clients.append(aux)
+    agent = Agent(
+        db,
+        main,
+        ctx.home,
+        ctx.config.memory,
+        ctx.config.agent,
+        aux_model=aux,
+        search_summarizer=LLMSummarizer(aux),
+        search_policy=ctx.summary_policy(),
+    )
+    return agent, clients
+
+
+def chat(
+    query: Annotated[
+        str | None, typer.Option("-q", "--query", help="Answer once and exit.")
+    ] = None,
+    resume: Annotated[
+        str | None, typer.Option("--resume", help="Continue a session: its id, or 'latest'.")
+    ] = None,
+) -> None:
+    """Chat with Hermes in the terminal, as the owner."""
+    ctx = CliContext.load()
+    endpoint = _endpoint(ctx)
+    db = ctx.open_db()
+    owner = owner_user_id(ctx.home)
+    runtime = Runtime()
+    agent, clients = _agent(ctx, db, endpoint)
+    try:
+        conv = _conversation(agent, db, owner, resume)
+        if query is not None:
+            _one_shot(runtime, agent, conv, query)
+        else:
+            _interactive(runtime, agent, db, conv, resumed=resume is not None)
+    finally:
+        runtime.run(_shutdown(agent, clients))
+        runtime.close()
+        db.close()
+
+
+async def _shutdown(agent: Agent, clients: list[LLMClient]) -> None:
+    await agent.drain(timeout=30)
+    for client in clients:
+        await client.close()
+
+
+def _conversation(agent: Agent, db: SessionDB, owner: str, resume: str | None) -> Conversation:
+    if resume is None:
+        return agent.open(owner, CLI, SESSION_KEY)
+    session = db.latest_session(owner) if resume == "latest" else db.get_session(resume, owner)
+    conv = agent.resume(owner, session.id) if session else None
+    if conv is None:
+        fail(f"no session {resume!r} to resume", EXIT_REFUSED)
+    return conv
+
+
+def _one_shot(runtime: Runtime, agent: Agent, conv: Conversation, query: str) -> None:
+    try:
+        result = runtime.run(agent.turn(conv, query, CLI))
+    except TurnCancelledError:
+        raise typer.Exit(130) from None
+    if not result.ok:
+        fail(result.text, EXIT_REFUSED)
+    say(result.text)
+
+
+def _interactive(
+    runtime: Runtime, agent: Agent, db: SessionDB, conv: Conversation, resumed: bool
+) -> None:
+    state = "resumed" if resumed else "new"
+    note(f"[bold]Hermes[/bold] · session {conv.id} ({state}) · /help for commands")
+    while True:
+        try:
+            line = console.input("[bold cyan]you ›[/bold cyan] ").strip()
+        except (EOFError, KeyboardInterrupt):
+            note("\n[dim]bye[/dim]")
+            return
+        if not line:
+            continue
+        if line.startswith("/"):
+            conv, done = _command(agent, db, conv, line)
+            if done:
+                return
+            continue
+        _show(_turn(runtime, agent, conv, line))
+
+
+def _turn(runtime: Runtime, agent: Agent, conv: Conversation, line: str) -> TurnResult | None:
+    try:
+        with console.status("thinking…", spinner="dots"):
+            return runtime.run(agent.turn(conv, line, CLI))
+    except TurnCancelledError:
+        note("[yellow](cancelled; your message is saved in this session)[/yellow]")
+        return None
+
+
+def _show(result: TurnResult | None) -> None:
+    if result is None:
+        return
+    if result.compressed_from:
+        note(
+            f"[dim](long conversation compressed; continuing in session {result.session_id})[/dim]"
+        )
+    if result.ok:
+        console.print(Markdown(result.text or "(no answer)"))
+    else:
+        note(f"[red]{escape(result.text)}[/red]")
+
+
+def _command(
+    agent: Agent, db: SessionDB, conv: Conversation, line: str
+) -> tuple[Conversation, bool]:
+    name, _, rest = line.partition(" ")
+    if name in ("/exit", "/quit"):
+        return conv, True
+    if name in ("/new", "/reset"):
+        db.end_session(conv.id, "user_reset")
+        conv = agent.open(conv.user_id, CLI, SESSION_KEY)
+        note(f"[dim]new session {conv.id}[/dim]")
+    elif name == "/memory":
+        memory = agent.memory_of(conv.user_id)
+        for target in memory.enabled_targets():
+            state = memory.store(target).read()
+            note(f"[bold]{target.heading}[/bold] [{state.usage_line()}]")
+            for entry in state.entries:
+                note(f"  • {escape(entry)}")
+        if not any(memory.store(t).read().entries for t in memory.enabled_targets()):
+            note("[dim](memory is empty)[/dim]")
+    elif name == "/sessions":
+        tool = SessionSearchTool(db, SearchScope(conv.user_id, exclude_session_id=conv.id))
+        result = asyncio.run(tool.run({"query": rest.strip(), "limit": 5}))
+        for item in result.get("results", []):
+            when = item.get("when") or item.get("last_active")
+            title = escape(item["title"])
+            note(f"[bold]{item['session_id']}[/bold] {item['platform']} {when} — {title}")
+        if not result.get("results"):
+            note("[dim]no sessions found[/dim]")
+    else:
+        note(HELP)
+    return conv, False
+
+
+STARTER = """\
+# Hermes configuration (all keys: config.example.yaml in the source tree).
+llm:
+  base_url: {base_url}
+  model: {model}
+  api_key_env: {api_key_env}
+memory:
+  memory_char_limit: 2200
+  user_char_limit: 1375
+"""
+
+
+def init(
+    base_url: Annotated[
+        str, typer.Option(help="OpenAI-compatible endpoint.")
+    ] = "https://api.openai.com/v1",
+    model: Annotated[str, typer.Option(help="Model name.")] = "gpt-4o-mini",
+    api_key_env: Annotated[
+        str, typer.Option(help="Env var holding the key ('' for none).")
+    ] = "OPENAI_API_KEY",
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write a starter config.yaml into HERMES_HOME."""
+    ctx_home = CliContext.home_only()
+    path = ctx_home / CONFIG_FILENAME
+    if path.exists() and not force:
+        fail(f"{path} already exists (use --force to overwrite)", EXIT_REFUSED)
+    ensure_private_dir(ctx_home)
+    text = STARTER.format(base_url=base_url, model=model, api_key_env=api_key_env or "null")
+    _write_private(path, text)
+    note(f"[green]✓[/green] wrote {path}")
+    if api_key_env:
+        note(
+            f"Set the key ([bold]export {api_key_env}=...[/bold]), then run [bold]hermes chat[/bold]."
+        )
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
+    path.chmod(0o600)
+
+
+__all__ = ["chat", "init"]

@@ -1,0 +1,194 @@
+"""`hermes chat` as a real subprocess: one-shot, interactive through a pseudo-terminal."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import contextlib
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from hermes.identity import owner_user_id
+from hermes.state.db import SessionDB
+from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.gateway.test_cli_memory import HERMES, hermes
+
+
+def configure(home: Path, fake: FakeOpenAI, key_env: str | None = None) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    key = f"\n  api_key_env: {key_env}" if key_env else ""
+    (home / "config.yaml").write_text(
+        f"llm:\n  base_url: {fake.base_url}\n  model: fake-main\n  max_retries: 0\n"
+        f"  timeout: 5{key}\nmemory:\n  review_interval: 0\n"
+    )
+
+
+def test_no_model_configured_explains_what_to_set(home: Path) -> None:
+    result = hermes("chat", "-q", "hello")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    for needle in (
+        "api.openai.com/v1",
+        "openrouter.ai/api/v1",
+        "localhost:11434/v1",
+        "hermes init",
+    ):
+        assert needle in result.stderr
+
+
+def test_init_writes_a_starter_config_once(home: Path) -> None:
+    assert (
+        hermes(
+            "init",
+            "--base-url",
+            "http://127.0.0.1:11434/v1",
+            "--model",
+            "llama3.1",
+            "--api-key-env",
+            "",
+        ).returncode
+        == 0
+    )
+    text = (home / "config.yaml").read_text()
+    assert "llama3.1" in text and (home / "config.yaml").stat().st_mode & 0o777 == 0o600
+    assert hermes("init").returncode == 1
+    assert hermes("init", "--force").returncode == 0
+
+
+def test_missing_key_variable_is_named(home: Path, fake_llm: FakeOpenAI) -> None:
+    configure(home, fake_llm, key_env="HERMES_TEST_MISSING_KEY")
+    result = hermes("chat", "-q", "hi")
+    assert result.returncode == 2 and "HERMES_TEST_MISSING_KEY" in result.stderr
+
+
+def test_one_shot_answers_on_stdout_and_resumes(home: Path, fake_llm: FakeOpenAI) -> None:
+    configure(home, fake_llm)
+    fake_llm.push(Reply(text="Paris."), Reply(text="About 2.1 million."))
+    first = hermes("chat", "-q", "Capital of France?")
+    assert first.returncode == 0 and first.stdout == "Paris.\n"
+    second = hermes("chat", "-q", "Population?", "--resume", "latest")
+    assert second.stdout == "About 2.1 million.\n"
+    history = [m["content"] for m in fake_llm.requests[1]["messages"][1:]]
+    assert history[0] == "Capital of France?" and history[1] == "Paris."
+    db = SessionDB.open(home)
+    sessions = db.list_sessions(owner_user_id(home))
+    assert len(sessions) == 1 and sessions[0].message_count == 4
+    db.close()
+
+
+def test_one_shot_failure_exits_non_zero_and_keeps_the_message(
+    home: Path, fake_llm: FakeOpenAI
+) -> None:
+    configure(home, fake_llm)
+    fake_llm.default = Reply(status=500)
+    result = hermes("chat", "-q", "are you up?")
+    assert result.returncode == 1 and "Your message was saved" in result.stderr
+    found = json.loads(hermes("sessions", "search", "are you up", "--json").stdout)
+    assert found["count"] == 1
+
+
+def test_resume_of_unknown_session_fails_cleanly(home: Path, fake_llm: FakeOpenAI) -> None:
+    configure(home, fake_llm)
+    result = hermes("chat", "-q", "x", "--resume", "s_0000000000000000")
+    assert result.returncode == 1 and "no session" in result.stderr
+
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+class Terminal:
+    """The chat in a pseudo-terminal, driven like a person at a keyboard."""
+
+    def __init__(self, home: Path) -> None:
+        env = dict(os.environ, HERMES_HOME=str(home), COLUMNS="100", TERM="xterm", NO_COLOR="1")
+        # pty.fork makes the terminal the child's controlling tty, so Ctrl-C is a real SIGINT
+        self.pid, self.master = pty.fork()
+        if self.pid == 0:  # the child
+            os.execvpe(HERMES[0], HERMES + ["chat"], env)
+        self.seen = ""
+
+    def expect(self, needle: str, timeout: float = 20) -> str:
+        deadline = time.monotonic() + timeout
+        while needle not in self.screen:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"{needle!r} not seen; screen so far:\n{self.screen[-2000:]}"
+            ready, _, _ = select.select([self.master], [], [], remaining)
+            if ready:
+                try:
+                    self.seen += os.read(self.master, 4096).decode(errors="replace")
+                except OSError:
+                    break
+        return self.screen
+
+    @property
+    def screen(self) -> str:
+        return ANSI.sub("", self.seen)
+
+    def send(self, text: str) -> None:
+        os.write(self.master, text.encode())
+
+    def close(self) -> int:
+        deadline = time.monotonic() + 20
+        try:
+            while time.monotonic() < deadline:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+                if pid:
+                    return os.waitstatus_to_exitcode(status)
+                with contextlib.suppress(OSError):  # keep draining output so it can exit
+                    if select.select([self.master], [], [], 0.1)[0]:
+                        self.seen += os.read(self.master, 4096).decode(errors="replace")
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+            return -9
+        finally:
+            os.close(self.master)
+
+
+def test_interactive_chat_with_cancel_and_commands(home: Path, fake_llm: FakeOpenAI) -> None:
+    configure(home, fake_llm)
+
+    def responder(request: dict[str, Any]) -> Reply:
+        last = request["messages"][-1]["content"]
+        if request["messages"][-1]["role"] == "tool":
+            return Reply(text="Saved it.")
+        if last.startswith("slow question"):
+            return Reply(text="too late", delay=8)
+        if last.startswith("remember"):
+            return Reply.tool_call(
+                "memory", {"action": "add", "target": "user", "content": "Likes **bold** tea"}
+            )
+        return Reply(text="**Hello** from the fake model")
+
+    fake_llm.responder = responder
+    term = Terminal(home)
+    try:
+        term.expect("you ›")
+        term.send("hi there\r")
+        term.expect("Hello from the fake model")  # markdown rendered: no asterisks
+        assert "**Hello**" not in term.screen
+        term.send("slow question\r")
+        term.expect("thinking")
+        time.sleep(0.5)
+        term.send("\x03")  # Ctrl-C cancels the turn, not the chat
+        term.expect("cancelled")
+        term.send("remember I like tea\r")
+        term.expect("Saved it.")
+        term.send("/memory\r")
+        term.expect("Likes **bold** tea")
+        term.send("/new\r")
+        term.expect("new session")
+        term.send("/exit\r")
+        assert term.close() == 0
+    except BaseException:
+        term.close()
+        raise
+    db = SessionDB.open(home)
+    sessions = db.list_sessions(owner_user_id(home))
+    assert len(sessions) == 2 and sessions[1].end_reason == "user_reset"
+    contents = [m.content for m in db.messages(sessions[1].id, owner_user_id(home))]
+    assert "slow question" in contents  # the cancelled turn's message was kept
+    db.close()
