@@ -277,9 +277,7 @@ def init(
     _write_private(path, text)
     note(f"[green]✓[/green] wrote {path}")
     if api_key_env:
-        note(
-            f"Set the key ([bold]export {api_key_env}=...[/bold]), then run [bold]hermes chat[/bold]."
-        )
+        note(f"Set the key ([bold]export {api_key_env}=...[/bold]), then run `hermes chat`.")
 
 
 def _write_private(path: Path, text: str) -> None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
 import re
 import select
-import contextlib
 import signal
 import time
 from pathlib import Path
@@ -108,7 +108,7 @@ class Terminal:
         # pty.fork makes the terminal the child's controlling tty, so Ctrl-C is a real SIGINT
         self.pid, self.master = pty.fork()
         if self.pid == 0:  # the child
-            os.execvpe(HERMES[0], HERMES + ["chat"], env)
+            os.execvpe(HERMES[0], [*HERMES, "chat"], env)
         self.seen = ""
 
     def expect(self, needle: str, timeout: float = 20) -> str:
