@@ -206,3 +206,17 @@ def test_resume_continues_with_the_same_prompt_and_history(harness: Harness) -> 
         "hello from telegram",
         "Hi on telegram.",
     ]
+
+
+def test_soul_md_replaces_the_default_persona(harness: Harness) -> None:
+    (harness.home / "SOUL.md").write_text("You are Ada, a terse lab assistant.\n")
+
+    async def scenario(agent: Agent) -> None:
+        await agent.turn(agent.open(harness.user, CLI, "k"), "hi", CLI)
+
+    harness.run(scenario)
+    prompt = harness.system_prompts()[0]
+    assert (
+        prompt.startswith("You are Ada, a terse lab assistant.") and "You are Hermes" not in prompt
+    )
+    assert "# Your memory" in prompt
