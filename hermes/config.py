@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -9,6 +11,14 @@ class Section(BaseModel):
     """Base for every config section: unknown keys are errors, values are immutable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ConsolidationConfig(Section):
+    threshold: float = Field(default=0.80, gt=0.1, le=1.0)  # consolidate above this fill
+    target: float = Field(default=0.60, gt=0.05, lt=1.0)  # aim for this fill afterwards
+    max_drop_fraction: float = Field(default=0.25, ge=0.0, le=1.0)
+    notify: Literal["on", "off"] = "on"
+    check_interval_minutes: float = Field(default=10.0, gt=0, le=24 * 60)
 
 
 class MemoryConfig(Section):
@@ -19,6 +29,12 @@ class MemoryConfig(Section):
     memory_char_limit: int = Field(default=2200, ge=100, le=100_000)
     user_char_limit: int = Field(default=1375, ge=100, le=100_000)
     review_interval: int = Field(default=10, ge=0, le=1000)  # user turns; 0 disables
+    consolidation: ConsolidationConfig = ConsolidationConfig()
+
+
+class SessionsConfig(Section):
+    idle_minutes: float = Field(default=360.0, gt=0)
+    retention_days: int | None = Field(default=None, ge=1)  # prune older sessions; off
 
 
 class AgentConfig(Section):

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from hermes.memory.tool import MemoryTool, ToolOutcome
-from hermes.state.db import MemoryEventRecord, SessionDB
+from hermes.state.db import MemoryEventRecord, SessionDB, VersionRecord
 
 Actor = Literal["agent", "user", "admin", "consolidator"]
 
@@ -27,16 +27,24 @@ def run_recorded(
     outcome = tool.run(args)
     change = outcome.change
     if change is not None:
-        db.record_memory_event(
-            MemoryEventRecord(
-                user_id=tool.memory.user_id,
-                target=change.target.value,
-                action=change.action,
-                entry_before=change.before,
-                entry_after=change.after,
-                actor=actor,
-                session_id=session_id,
-                message_id=message_id,
-            )
+        user_id = tool.memory.user_id
+        event = MemoryEventRecord(
+            user_id=user_id,
+            target=change.target.value,
+            action=change.action,
+            entry_before=change.before,
+            entry_after=change.after,
+            actor=actor,
+            session_id=session_id,
+            message_id=message_id,
         )
+        version = VersionRecord(
+            user_id,
+            change.target.value,
+            change.file_before,
+            change.file_after,
+            actor,
+            reason=change.action,
+        )
+        db.record_memory_change([event], version)
     return outcome

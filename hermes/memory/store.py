@@ -70,6 +70,7 @@ class StoreState:
     entries: tuple[str, ...]
     limit: int
     damage: str | None = None  # why the file must not be rewritten, if it must not
+    raw: str = ""  # the file's text as read (for exact undo)
 
     @property
     def used(self) -> int:
@@ -117,6 +118,21 @@ class MemoryStore:
                 self._atomic_write(fmt.serialize(new_entries))
             return result
 
+    def compare_and_swap(self, expected: str, text: str) -> bool:
+        """Write `text` only if the file still reads exactly `expected`; under the lock."""
+        self._ensure_dir()
+        with self._locked():
+            try:
+                current = self.path.read_bytes().decode("utf-8")
+            except FileNotFoundError:
+                current = ""
+            except UnicodeDecodeError:
+                return False
+            if current != expected:
+                return False
+            self._atomic_write(text)
+            return True
+
     def _state(self, raw: bytes) -> StoreState:
         try:
             text = raw.decode("utf-8")
@@ -130,10 +146,9 @@ class MemoryStore:
                 if len(entries) == 1
                 else (f"{len(entries)} entries")
             )
-            return StoreState(
-                entries, self.limit, f"it holds {used:,}/{self.limit:,} chars in {shape}"
-            )
-        return StoreState(entries, self.limit)
+            damage = f"it holds {used:,}/{self.limit:,} chars in {shape}"
+            return StoreState(entries, self.limit, damage, raw=text)
+        return StoreState(entries, self.limit, raw=text)
 
     def _ensure_dir(self) -> None:
         folder = self.path.parent

@@ -69,6 +69,8 @@ class MemoryChange:
     after: str | None
     used_before: int
     used_after: int
+    file_before: str = ""  # the whole store text before and after, for exact undo
+    file_after: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +211,16 @@ class _Operation:
         self, state: StoreState, new: list[str], before: str | None, after: str | None, msg: str
     ) -> ToolOutcome:
         after_state = StoreState(tuple(new), state.limit)
-        change = MemoryChange(self.target, self.action, before, after, state.used, after_state.used)
+        change = MemoryChange(
+            self.target,
+            self.action,
+            before,
+            after,
+            state.used,
+            after_state.used,
+            file_before=state.raw,
+            file_after=fmt.serialize(new),
+        )
         return ToolOutcome(_success(self.target, after_state, msg), change)
 
 

@@ -20,8 +20,11 @@ from hermes.identity import validate_user_id
 from hermes.state import engine as eng
 from hermes.state.models import (
     ChatSession,
+    ConsolidationState,
     Identity,
+    JobRun,
     MemoryEvent,
+    MemoryVersion,
     Message,
     SystemPrompt,
     User,
@@ -49,6 +52,16 @@ class NewMessage:
     platform_message_id: str | None = None
     token_count: int = 0
     created_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VersionRecord:
+    user_id: str
+    target: str
+    text_before: str
+    text_after: str
+    actor: str
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +258,90 @@ class SessionDB:
             session.add(MemoryEvent(**_fields(event)))
 
         eng.with_retry(self.engine, work, self.patience)
+
+    def record_memory_change(
+        self, events: Sequence[MemoryEventRecord], version: VersionRecord | None
+    ) -> None:
+        """Events and the before/after version of one store change, in one transaction."""
+
+        def work(session: Session) -> None:
+            user_ids = {e.user_id for e in events} | ({version.user_id} if version else set())
+            for user_id in user_ids:
+                if session.get(User, user_id) is None:
+                    session.add(User(id=user_id))
+            session.flush()
+            session.add_all(MemoryEvent(**_fields(event)) for event in events)
+            if version is not None:
+                session.add(MemoryVersion(**_fields(version)))
+
+        eng.with_retry(self.engine, work, self.patience)
+
+    def last_version(self, user_id: str) -> MemoryVersion | None:
+        with eng.reading(self.engine) as session:
+            query = (
+                select(MemoryVersion)
+                .where(MemoryVersion.user_id == user_id, col(MemoryVersion.undone_at).is_(None))
+                .order_by(col(MemoryVersion.id).desc())
+                .limit(1)
+            )
+            return session.exec(query).first()
+
+    def mark_undone(self, version_id: int, event: MemoryEventRecord) -> None:
+        def work(session: Session) -> None:
+            session.execute(
+                update(MemoryVersion)
+                .where(col(MemoryVersion.id) == version_id)
+                .values(undone_at=utcnow())
+            )
+            session.add(MemoryEvent(**_fields(event)))
+
+        eng.with_retry(self.engine, work, self.patience)
+
+    def consolidation_state(self, user_id: str, target: str) -> ConsolidationState:
+        with eng.reading(self.engine) as session:
+            row = session.get(ConsolidationState, (user_id, target))
+            return row or ConsolidationState(user_id=user_id, target=target)
+
+    def update_consolidation_state(self, user_id: str, target: str, **values: Any) -> None:
+        def work(session: Session) -> None:
+            if session.get(User, user_id) is None:
+                session.add(User(id=user_id))
+                session.flush()
+            row = session.get(ConsolidationState, (user_id, target))
+            row = row or ConsolidationState(user_id=user_id, target=target)
+            for name, value in values.items():
+                setattr(row, name, value)
+            session.add(row)
+
+        eng.with_retry(self.engine, work, self.patience)
+
+    def take_notices(self, user_id: str) -> list[str]:
+        """Pending one-line notices for a user (e.g. 'memory was consolidated'), cleared."""
+
+        def work(session: Session) -> list[str]:
+            rows = session.exec(
+                select(ConsolidationState).where(
+                    ConsolidationState.user_id == user_id,
+                    col(ConsolidationState.notice_pending).is_not(None),
+                )
+            ).all()
+            notices = [row.notice_pending for row in rows if row.notice_pending]
+            for row in rows:
+                row.notice_pending = None
+                session.add(row)
+            return notices
+
+        return eng.with_retry(self.engine, work, self.patience)
+
+    def record_job_run(self, job_id: str, ok: bool, summary: str) -> None:
+        def work(session: Session) -> None:
+            session.merge(JobRun(job_id=job_id, last_run_at=utcnow(), ok=ok, summary=summary[:500]))
+
+        eng.with_retry(self.engine, work, self.patience)
+
+    def job_runs(self) -> dict[str, JobRun]:
+        with eng.reading(self.engine) as session:
+            return {row.job_id: row for row in session.exec(select(JobRun))}
 
     def memory_events(self, user_id: str, text: str | None = None) -> list[MemoryEvent]:
         """Events of one user, newest first; with `text`, those whose entry contains it."""

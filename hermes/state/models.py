@@ -88,6 +88,46 @@ class MemoryEvent(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
 
 
+class MemoryVersion(SQLModel, table=True):
+    """A store's whole text before and after one change, so undo restores it exactly."""
+
+    __tablename__ = "memory_versions"
+
+    id: int | None = Field(default=None, primary_key=True)
+    user_id: str = Field(foreign_key="users.id")
+    target: str
+    text_before: str
+    text_after: str
+    actor: str
+    reason: str = ""
+    created_at: datetime = Field(default_factory=utcnow)
+    undone_at: datetime | None = None
+
+
+class ConsolidationState(SQLModel, table=True):
+    __tablename__ = "consolidation_state"
+
+    user_id: str = Field(primary_key=True, foreign_key="users.id")
+    target: str = Field(primary_key=True)
+    needs_consolidation: bool = False
+    attempts: int = 0
+    last_attempt_at: datetime | None = None
+    next_attempt_at: datetime | None = None
+    last_error: str | None = None
+    last_consolidated_at: datetime | None = None
+    last_summary: str | None = None
+    notice_pending: str | None = None
+
+
+class JobRun(SQLModel, table=True):
+    __tablename__ = "job_runs"
+
+    job_id: str = Field(primary_key=True)
+    last_run_at: datetime = Field(default_factory=utcnow)
+    ok: bool = True
+    summary: str = ""
+
+
 class SystemPrompt(SQLModel, table=True):
     """Frozen system prompts, stored once by hash and referenced by sessions."""
 

@@ -127,5 +127,40 @@ _V2 = [
     + _INDEXED.format(row="messages"),
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2]
+# v3: memory versions (undo), consolidation bookkeeping, scheduler job results.
+_V3 = [
+    """CREATE TABLE memory_versions (
+        id INTEGER PRIMARY KEY,
+        user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        target TEXT NOT NULL,
+        text_before TEXT NOT NULL,
+        text_after TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        reason TEXT NOT NULL DEFAULT '',
+        created_at TIMESTAMP NOT NULL,
+        undone_at TIMESTAMP
+    )""",
+    "CREATE INDEX ix_memory_versions_user ON memory_versions(user_id, id)",
+    """CREATE TABLE consolidation_state (
+        user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        target TEXT NOT NULL,
+        needs_consolidation INTEGER NOT NULL DEFAULT 0,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        last_attempt_at TIMESTAMP,
+        next_attempt_at TIMESTAMP,
+        last_error TEXT,
+        last_consolidated_at TIMESTAMP,
+        last_summary TEXT,
+        notice_pending TEXT,
+        PRIMARY KEY (user_id, target)
+    )""",
+    """CREATE TABLE job_runs (
+        job_id TEXT PRIMARY KEY,
+        last_run_at TIMESTAMP NOT NULL,
+        ok INTEGER NOT NULL,
+        summary TEXT NOT NULL DEFAULT ''
+    )""",
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,30 @@
+"""Undo the last change to a person's memory, consolidations included, byte for byte."""
+
+from __future__ import annotations
+
+from hermes.memory.store import Target
+from hermes.memory.user_memory import UserMemory
+from hermes.state.db import MemoryEventRecord, SessionDB
+
+
+def undo_last(memory: UserMemory, db: SessionDB, actor: str = "user") -> tuple[bool, str]:
+    """(done, message). Refuses when the store changed since the recorded change."""
+    version = db.last_version(memory.user_id)
+    if version is None or version.id is None:
+        return False, "Nothing to undo."
+    target = Target(version.target)
+    store = memory.store(target)
+    if not store.compare_and_swap(version.text_after, version.text_before):
+        return False, (
+            f"The {target.noun.lower()} changed after the last recorded change "
+            "(edited by hand?); nothing was undone."
+        )
+    db.mark_undone(
+        version.id,
+        MemoryEventRecord(
+            memory.user_id, target.value, "undo", version.text_after, version.text_before, actor
+        ),
+    )
+    what = "consolidation" if version.actor == "consolidator" else version.reason or "change"
+    when = f"{version.created_at:%Y-%m-%d %H:%M} UTC"
+    return True, f"Undid the last {what} of the {target.noun.lower()} ({when})."
