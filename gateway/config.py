@@ -21,6 +21,7 @@ from hermes.config import (
     LLMConfig,
     MemoryConfig,
     Section,
+    SessionsConfig,
 )
 from hermes.llm.endpoint import Endpoint
 
@@ -37,6 +38,7 @@ class HermesConfig(Section):
     memory: MemoryConfig = MemoryConfig()
     llm: LLMConfig = LLMConfig()
     agent: AgentConfig = AgentConfig()
+    sessions: SessionsConfig = SessionsConfig()
     auxiliary: AuxiliaryConfig = AuxiliaryConfig()
 
 

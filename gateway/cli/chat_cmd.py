@@ -131,6 +131,7 @@ def chat(
     owner = owner_user_id(ctx.home)
     runtime = Runtime()
     agent, clients = _agent(ctx, db, endpoint)
+    runtime.loop.call_soon_threadsafe(agent.check_memory, owner)  # a CLI-only install
     try:
         conv = _conversation(agent, db, owner, resume)
         if query is not None:
@@ -138,13 +139,15 @@ def chat(
         else:
             _interactive(runtime, agent, db, conv, resumed=resume is not None)
     finally:
-        runtime.run(_shutdown(agent, clients))
+        runtime.run(_shutdown(agent, clients, owner))
         runtime.close()
         db.close()
 
 
-async def _shutdown(agent: Agent, clients: list[LLMClient]) -> None:
+async def _shutdown(agent: Agent, clients: list[LLMClient], owner: str) -> None:
     await agent.drain(timeout=30)
+    agent.check_memory(owner)  # and once more at the end of the session
+    await agent.drain(timeout=60)
     for client in clients:
         await client.close()
 

@@ -16,6 +16,7 @@ from gateway.config import (
     load_config,
     resolve_home,
 )
+from hermes.config import AuxiliaryTaskConfig
 from hermes.identity import InvalidUserIdError, owner_user_id, validate_user_id
 from hermes.llm.client import LLMClient
 from hermes.llm.summarizer import LLMSummarizer
@@ -57,6 +58,11 @@ class CliContext:
         """The auxiliary model for search summaries, if one is configured."""
         endpoint = auxiliary_endpoint(self.config, self.config.auxiliary.session_search)
         return LLMSummarizer(LLMClient(endpoint)) if endpoint else None
+
+    def auxiliary_model(self) -> LLMClient | None:
+        """The model for side tasks (consolidation, review): auxiliary, else main."""
+        endpoint = auxiliary_endpoint(self.config, AuxiliaryTaskConfig())
+        return LLMClient(endpoint) if endpoint else None
 
     def summary_policy(self) -> SummaryPolicy:
         task = self.config.auxiliary.session_search

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 import typer
@@ -10,11 +11,14 @@ from rich.table import Table
 
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import console, note, print_json, say
+from hermes.llm.client import LLMClient
+from hermes.memory import sweep
 from hermes.memory.journal import run_recorded
 from hermes.memory.render import render
 from hermes.memory.scanner import scan
 from hermes.memory.store import Target
 from hermes.memory.tool import MemoryTool
+from hermes.memory.undo import undo_last
 from hermes.memory.user_memory import UserMemory
 from hermes.state.db import SessionDB
 
@@ -38,16 +42,25 @@ def status(user: UserOpt = None) -> None:
     """Usage per store: chars used / limit, percent and entry count."""
     memory = _memory(user)
     table = Table(title=f"Memory of {memory.user_id}")
-    for column in ("store", "used / limit", "percent", "entries", "note"):
+    for column in ("store", "used / limit", "percent", "entries", "last consolidation", "note"):
         table.add_column(column)
+    db = CliContext.load().open_db()
     for target in Target:
         if not memory.enabled(target):
-            table.add_row(target.value, "-", "-", "-", "disabled")
+            table.add_row(target.value, "-", "-", "-", "-", "disabled")
             continue
         state = memory.store(target).read()
+        bookkeeping = db.consolidation_state(memory.user_id, target.value)
+        last = "-"
+        if bookkeeping.last_consolidated_at:
+            last = f"{bookkeeping.last_consolidated_at:%Y-%m-%d %H:%M} ({bookkeeping.last_summary})"
         remark = ""
         if state.damage:
             remark = f"[red]needs fixing by hand: {escape(state.damage)}[/red]"
+        elif bookkeeping.needs_consolidation:
+            remark = (
+                f"[yellow]needs consolidation ({escape(bookkeeping.last_error or '')})[/yellow]"
+            )
         elif state.percent >= WARN_PERCENT:
             remark = f"[yellow]{state.percent}% full: merge or remove entries[/yellow]"
         table.add_row(
@@ -55,6 +68,7 @@ def status(user: UserOpt = None) -> None:
             f"{state.used:,} / {state.limit:,}",
             f"{state.percent}%",
             str(len(state.entries)),
+            last,
             remark,
         )
     console.print(table)
@@ -137,6 +151,51 @@ def remove(
 ) -> None:
     """Remove the one entry containing OLD_TEXT."""
     _run(user, as_json, action="remove", target=target.value, old_text=old_text)
+
+
+@app.command()
+def consolidate(
+    user: UserOpt = None,
+    all_users: Annotated[bool, typer.Option("--all", help="Every user with memory.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Also stores under the threshold.")
+    ] = False,
+) -> None:
+    """Consolidate stores over the threshold now (the scheduler does this by itself)."""
+    ctx = CliContext.load()
+    db = ctx.open_db()
+    model = ctx.auxiliary_model()
+    users = None if all_users else [ctx.user_id(user)]
+    runs = asyncio.run(_consolidate(ctx, db, model, users, force))
+    if not runs:
+        note("[dim]Nothing to consolidate: every store is under the threshold.[/dim]")
+    for run in runs:
+        colour = "green" if run.outcome.status == "applied" else "yellow"
+        detail = f" — {escape(run.outcome.detail)}" if run.outcome.detail else ""
+        note(f"{run.user_id} {run.target.value}: [{colour}]{run.outcome.status}[/{colour}]{detail}")
+    if any(run.outcome.status not in ("applied", "below_threshold") for run in runs):
+        raise typer.Exit(EXIT_REFUSED)
+
+
+async def _consolidate(
+    ctx: CliContext, db: SessionDB, model: LLMClient | None, users: list[str] | None, force: bool
+) -> list[sweep.StoreRun]:
+    try:
+        return await sweep.check(ctx.home, db, model, ctx.config.memory, users, force=force)
+    finally:
+        if model is not None:
+            await model.close()
+
+
+@app.command()
+def undo(user: UserOpt = None) -> None:
+    """Revert the last change to memory (a consolidation included), exactly."""
+    ctx = CliContext.load()
+    db = ctx.open_db()
+    done, message = undo_last(_memory(user, ctx), db)
+    note(f"[green]✓[/green] {escape(message)}" if done else f"[yellow]{escape(message)}[/yellow]")
+    if not done:
+        raise typer.Exit(EXIT_REFUSED)
 
 
 @app.command()

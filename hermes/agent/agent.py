@@ -22,6 +22,7 @@ from hermes.agent.toolbox import Tool, ToolBox
 from hermes.config import AgentConfig, MemoryConfig
 from hermes.llm.client import LLMError
 from hermes.llm.types import ChatModel, ModelReply
+from hermes.memory import sweep
 from hermes.memory.journal import run_recorded
 from hermes.memory.tool import MEMORY_TOOL_SCHEMA, MemoryTool
 from hermes.memory.user_memory import UserMemory
@@ -57,7 +58,9 @@ class Agent:
     aux_model: ChatModel | None = None  # compression summaries and memory review
     search_summarizer: Summarizer | None = None
     search_policy: SummaryPolicy = field(default_factory=SummaryPolicy)
+    auto_consolidate: bool = True  # check a store right after a write takes it past 80 %
     _reviews: dict[str, asyncio.Task[None]] = field(default_factory=dict, repr=False)
+    _checks: dict[str, asyncio.Task[Any]] = field(default_factory=dict, repr=False)
 
     # -- sessions ------------------------------------------------------------------
 
@@ -123,6 +126,9 @@ class Agent:
                 f"{exc} {SAVED_NOTE}", False, conv.id, compressed_from=compressed_from
             )
         self._schedule_review(conv)
+        notices = self.db.take_notices(conv.user_id)
+        if notices:  # e.g. "I tidied your memory ... /memory undo reverts it"
+            answer = "\n\n".join([answer, *notices])
         return TurnResult(answer, True, conv.id, compressed_from=compressed_from)
 
     def toolbox(self, conv: Conversation, surface: Surface, cause: int | None) -> ToolBox:
@@ -138,6 +144,14 @@ class Agent:
                 session_id=conv.id,
                 message_id=cause,
             )
+            change = outcome.change
+            if change is not None and sweep.crosses_threshold(
+                change.used_before,
+                change.used_after,
+                memory.store(change.target).limit,
+                self.memory_config.consolidation.threshold,
+            ):
+                self.check_memory(conv.user_id)
             return outcome.result
 
         chat_id = surface.chat_id if surface.chat_type != "dm" else None
@@ -223,9 +237,23 @@ class Agent:
     def _review_done(self, user_id: str, _task: asyncio.Task[None]) -> None:
         self._reviews.pop(user_id, None)
 
+    def check_memory(self, user_id: str) -> None:
+        """Consolidate this user's stores over the threshold, in the background."""
+        if not self.auto_consolidate or user_id in self._checks:
+            return
+        model = self.aux_model or self.model
+        task = asyncio.create_task(
+            sweep.check(self.home, self.db, model, self.memory_config, [user_id])
+        )
+        self._checks[user_id] = task
+        task.add_done_callback(functools.partial(self._check_done, user_id))
+
+    def _check_done(self, user_id: str, _task: asyncio.Task[Any]) -> None:
+        self._checks.pop(user_id, None)
+
     async def drain(self, timeout: float = 30.0) -> None:
-        """Wait for background reviews (e.g. before a one-shot CLI exits)."""
-        pending = list(self._reviews.values())
+        """Wait for background work (e.g. before a one-shot CLI exits)."""
+        pending = [*self._reviews.values(), *self._checks.values()]
         if pending:
             await asyncio.wait(pending, timeout=timeout)
 

@@ -269,11 +269,11 @@ def _check_entry(text: str, sources: list[str], protected: list[str]) -> None:
     source_text = "\n".join(sources)
     novel_numbers = set(_NUMBER.findall(text)) - set(_NUMBER.findall(source_text))
     _check(not novel_numbers, f"a new entry introduces numbers {sorted(novel_numbers)}")
-    stems = {_stem(w) for w in _WORD.findall(source_text.casefold())}
+    known = {w for w in _WORD.findall(source_text.casefold()) if len(w) > 2}
     novel = [
         w
         for w in _WORD.findall(text.casefold())
-        if len(w) > 2 and w not in STOPWORDS and w not in _CONNECTIVES and _stem(w) not in stems
+        if len(w) > 2 and w not in STOPWORDS and w not in _CONNECTIVES and not _known(w, known)
     ]
     _check(not novel, f"a new entry introduces words not in its sources: {novel[:5]}")
     for original in protected:
@@ -287,8 +287,11 @@ def _check_entry(text: str, sources: list[str], protected: list[str]) -> None:
         )
 
 
-def _stem(word: str) -> str:
-    return word[:5]
+def _known(word: str, known: set[str]) -> bool:
+    """The word, or a form of it (bed/beds, prefer/preferences), is in the sources."""
+    return word in known or any(
+        k.startswith(word) or word.startswith(k) or k[:5] == word[:5] for k in known
+    )
 
 
 def _check(ok: bool, problem: str) -> None:

@@ -318,6 +318,18 @@ class SessionDB:
     def take_notices(self, user_id: str) -> list[str]:
         """Pending one-line notices for a user (e.g. 'memory was consolidated'), cleared."""
 
+        with eng.reading(self.engine) as reader:  # the common case: nothing pending, no write
+            pending = reader.exec(
+                select(func.count())
+                .select_from(ConsolidationState)
+                .where(
+                    ConsolidationState.user_id == user_id,
+                    col(ConsolidationState.notice_pending).is_not(None),
+                )
+            ).one()
+        if not pending:
+            return []
+
         def work(session: Session) -> list[str]:
             rows = session.exec(
                 select(ConsolidationState).where(

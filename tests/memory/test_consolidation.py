@@ -265,3 +265,13 @@ def test_undo_of_ordinary_changes_walks_back(setup: tuple[UserMemory, SessionDB]
     (memory.folder / "MEMORY.md").write_text("edited by hand")
     done, message = undo_last(memory, db)
     assert not done and "changed after" in message and text_of(memory) == "edited by hand"
+
+
+def test_threshold_crossing_is_detected_only_on_the_way_up() -> None:
+    from hermes.memory.sweep import crosses_threshold
+
+    assert crosses_threshold(300, 330, 400, 0.8)  # 75 % -> 82 %
+    assert crosses_threshold(320, 321, 400, 0.8)  # exactly 80 % -> above
+    assert not crosses_threshold(100, 200, 400, 0.8)  # stays below
+    assert not crosses_threshold(330, 350, 400, 0.8)  # already above
+    assert not crosses_threshold(350, 300, 400, 0.8)  # a remove going down

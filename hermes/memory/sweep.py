@@ -1,0 +1,67 @@
+"""The consolidation check: every store over the threshold, of one user or of all."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from hermes.config import MemoryConfig
+from hermes.identity import InvalidUserIdError, validate_user_id
+from hermes.llm.types import ChatModel
+from hermes.memory.consolidation import Outcome, consolidate, due, over_threshold
+from hermes.memory.store import Target
+from hermes.memory.user_memory import UserMemory
+from hermes.state.db import SessionDB
+
+
+@dataclass(frozen=True, slots=True)
+class StoreRun:
+    user_id: str
+    target: Target
+    outcome: Outcome
+
+
+def users_with_memory(home: Path) -> list[str]:
+    """Users that have a memory folder (the files are the source of truth)."""
+    folder = home / "memories"
+    ids = []
+    for child in sorted(folder.iterdir()) if folder.is_dir() else []:
+        try:
+            ids.append(validate_user_id(child.name))
+        except InvalidUserIdError:
+            continue  # not ours: never touched
+    return ids
+
+
+async def check(
+    home: Path,
+    db: SessionDB,
+    model: ChatModel | None,
+    config: MemoryConfig,
+    user_ids: list[str] | None = None,
+    *,
+    force: bool = False,
+) -> list[StoreRun]:
+    """Consolidate each store over the threshold (all stores with `force`)."""
+    runs = []
+    for user_id in user_ids if user_ids is not None else users_with_memory(home):
+        memory = UserMemory(home, user_id, config)
+        for target in memory.enabled_targets():
+            state = memory.store(target).read()
+            if not force and not (
+                over_threshold(state, config.consolidation) and due(db, user_id, target)
+            ):
+                continue
+            if force and len(state.entries) < 2:
+                continue
+            outcome = await consolidate(
+                memory, target, db, model, config.consolidation, force=force
+            )
+            runs.append(StoreRun(user_id, target, outcome))
+    return runs
+
+
+def crosses_threshold(used_before: int, used_after: int, limit: int, threshold: float) -> bool:
+    """True when a write takes a store past the threshold (not when it stays above)."""
+    line = threshold * limit
+    return used_before <= line < used_after
