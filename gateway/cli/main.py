@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gateway.cli import chat_cmd, memory_cmd, sessions_cmd
+from gateway.cli import chat_cmd, gateway_cmd, memory_cmd, sessions_cmd
 
 app = typer.Typer(
     name="hermes",
@@ -18,6 +18,8 @@ app = typer.Typer(
 )
 app.add_typer(memory_cmd.app, name="memory")
 app.add_typer(sessions_cmd.app, name="sessions")
+app.add_typer(gateway_cmd.gateway_app, name="gateway")
+app.add_typer(gateway_cmd.scheduler_app, name="scheduler")
 app.command("chat")(chat_cmd.chat)
 app.command("init")(chat_cmd.init)
 

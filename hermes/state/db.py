@@ -6,13 +6,13 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, func, insert, or_, update
+from sqlalchemy import Connection, delete, func, insert, or_, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
@@ -391,6 +391,32 @@ class SessionDB:
             return len(ids)
 
         return eng.with_retry(self.engine, work, self.patience)
+
+    def idle_sessions(self, idle_for: timedelta) -> list[ChatSession]:
+        """Open sessions without a message for longer than `idle_for` (all users)."""
+        cutoff = utcnow() - idle_for
+        with eng.reading(self.engine) as session:
+            query = select(ChatSession).where(
+                col(ChatSession.ended_at).is_(None), col(ChatSession.last_active_at) < cutoff
+            )
+            return list(session.exec(query))
+
+    def maintenance(self) -> str:
+        """Checkpoint the WAL and merge the FTS indexes' segments."""
+
+        def work(session: Session) -> None:
+            conn = session.connection()
+            for table in ("messages_fts", "messages_tri"):
+                conn.exec_driver_sql(f"INSERT INTO {table}({table}) VALUES ('optimize')")
+
+        eng.with_retry(self.engine, work, self.patience)
+        with self.engine.connect() as conn:
+            busy, log, done = conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()
+        return f"fts optimized; wal checkpoint busy={busy} frames={log}/{done}"
+
+    def run_ddl(self, create: Callable[[Connection], None]) -> None:
+        """Run schema statements of a library sharing this file, under the write lock."""
+        eng.with_retry(self.engine, lambda session: create(session.connection()), self.patience)
 
     def integrity_check(self) -> str:
         with eng.reading(self.engine) as session:

@@ -1,0 +1,77 @@
+"""Scheduler jobs: module-level functions with explicit, persistable arguments.
+
+Each run opens what it needs from the home folder (config, state.db, the auxiliary
+model), does its work and closes it again, so a job stored in state.db can run after a
+restart, and returns a one-line summary that `hermes scheduler status` shows.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+
+from gateway.config import HermesConfig, auxiliary_endpoint, load_config, main_endpoint
+from hermes.agent import review
+from hermes.agent.agent import Agent
+from hermes.config import AuxiliaryTaskConfig
+from hermes.llm.client import LLMClient
+from hermes.memory import sweep
+from hermes.state.db import SessionDB
+
+logger = logging.getLogger(__name__)
+
+
+@asynccontextmanager
+async def _resources(home: Path) -> AsyncIterator[tuple[HermesConfig, SessionDB, LLMClient | None]]:
+    config = load_config(home)
+    db = SessionDB.open(home)
+    endpoint = auxiliary_endpoint(config, AuxiliaryTaskConfig()) or main_endpoint(config)
+    model = LLMClient(endpoint) if endpoint else None
+    try:
+        yield config, db, model
+    finally:
+        if model is not None:
+            await model.close()
+        db.close()
+
+
+async def consolidation_check(home: str) -> str:
+    """Consolidate every store over the threshold (stores in backoff wait)."""
+    async with _resources(Path(home)) as (config, db, model):
+        runs = await sweep.check(Path(home), db, model, config.memory)
+    if not runs:
+        return "all stores under the threshold"
+    counts: dict[str, int] = {}
+    for run in runs:
+        counts[run.outcome.status] = counts.get(run.outcome.status, 0) + 1
+    return ", ".join(f"{status}: {n}" for status, n in sorted(counts.items()))
+
+
+async def idle_sessions(home: str) -> str:
+    """Finalize sessions idle past `sessions.idle_minutes`, with a memory-review pass."""
+    async with _resources(Path(home)) as (config, db, model):
+        idle = db.idle_sessions(timedelta(minutes=config.sessions.idle_minutes))
+        agent = Agent(db, model, Path(home), config.memory, config.agent) if model else None
+        for chat in idle:
+            db.end_session(chat.id, "idle")
+            conv = agent.resume(chat.user_id, chat.id) if agent else None
+            if agent is not None and conv is not None and conv.history:
+                await review.run(agent, conv)
+    return f"finalized {len(idle)} idle session(s)"
+
+
+async def maintenance(home: str) -> str:
+    """Daily: WAL checkpoint, FTS optimize, and retention pruning when configured."""
+    config = load_config(Path(home))
+    db = SessionDB.open(Path(home))
+    try:
+        summary = db.maintenance()
+        days = config.sessions.retention_days
+        if days:
+            summary += f"; pruned {db.prune(days, dry_run=False)} session(s) older than {days} days"
+        return summary
+    finally:
+        db.close()

@@ -1,0 +1,134 @@
+"""APScheduler (3.x, AsyncIOScheduler) inside the gateway process, its jobs in state.db.
+
+Jobs are added only when missing from the job store, so a restart keeps their schedule;
+an interval changed in config reschedules the job. Every run's result is recorded in
+state.db for `hermes scheduler status` and `/admin status`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, JobExecutionEvent
+from apscheduler.jobstores.base import ConflictingIdError
+from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+from apscheduler.util import undefined
+
+from gateway.config import HermesConfig
+from hermes.state.db import SessionDB
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    id: str
+    func: str  # "module:function", stored by reference
+    every: timedelta
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    id: str
+    every: timedelta
+    next_run: datetime | None
+    last_run: datetime | None
+    last_ok: bool | None
+    last_result: str
+
+
+def job_specs(config: HermesConfig) -> list[JobSpec]:
+    return [
+        JobSpec(
+            "consolidation_check",
+            "gateway.jobs:consolidation_check",
+            timedelta(minutes=config.memory.consolidation.check_interval_minutes),
+        ),
+        JobSpec("idle_sessions", "gateway.jobs:idle_sessions", timedelta(minutes=5)),
+        JobSpec("maintenance", "gateway.jobs:maintenance", timedelta(days=1)),
+    ]
+
+
+class Scheduler:
+    def __init__(self, home: Path, config: HermesConfig, db: SessionDB) -> None:
+        self.home, self.db = home, db
+        self.specs = job_specs(config)
+        self._store = SQLAlchemyJobStore(engine=db.engine)
+        self._scheduler = AsyncIOScheduler(
+            jobstores={"default": self._store},
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 3600},
+            timezone="UTC",
+        )
+        self._scheduler.add_listener(self._on_result, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR)
+
+    async def start(self) -> None:
+        """Start inside the running event loop; existing schedules are kept."""
+        # create the job table under our write lock: several processes may start at once
+        self.db.run_ddl(lambda conn: self._store.jobs_t.create(conn, checkfirst=True))
+        self._scheduler.start(paused=True)
+        for spec in self.specs:
+            trigger = IntervalTrigger(seconds=spec.every.total_seconds(), timezone="UTC")
+            job = self._scheduler.get_job(spec.id)
+            if job is None:  # first start: check memory right away, the rest on schedule
+                first = datetime.now(UTC) if spec.id == "consolidation_check" else undefined
+                with contextlib.suppress(ConflictingIdError):  # another gateway added it
+                    self._scheduler.add_job(
+                        spec.func,
+                        trigger,
+                        id=spec.id,
+                        kwargs={"home": str(self.home)},
+                        next_run_time=first,
+                    )
+            elif getattr(job.trigger, "interval", None) != spec.every:
+                job.reschedule(trigger)
+        self._scheduler.resume()
+
+    async def stop(self) -> None:
+        """Stop taking new runs and wait for the running ones."""
+        if self._scheduler.running:
+            self._scheduler.shutdown(wait=True)
+
+    def status(self) -> list[JobStatus]:
+        return describe(self._scheduler.get_jobs(), self.db, self.specs)
+
+    def _on_result(self, event: JobExecutionEvent) -> None:
+        ok = event.exception is None
+        summary = (
+            str(event.retval) if ok else f"{type(event.exception).__name__}: {event.exception}"
+        )
+        self.db.record_job_run(event.job_id, ok, summary)
+
+
+def read_status(home: Path, config: HermesConfig, db: SessionDB) -> list[JobStatus]:
+    """Job status from state.db, without running a scheduler (for the CLI)."""
+    store = SQLAlchemyJobStore(engine=db.engine)
+    store.start(AsyncIOScheduler(timezone="UTC"), "default")
+    jobs = store.get_all_jobs()
+    return describe(jobs, db, job_specs(config))
+
+
+def describe(jobs: list[Any], db: SessionDB, specs: list[JobSpec]) -> list[JobStatus]:
+    runs = db.job_runs()
+    by_id = {job.id: job for job in jobs}
+    statuses = []
+    for spec in specs:
+        job = by_id.get(spec.id)
+        run = runs.get(spec.id)
+        statuses.append(
+            JobStatus(
+                spec.id,
+                spec.every,
+                job.next_run_time if job else None,
+                run.last_run_at if run else None,
+                run.ok if run else None,
+                run.summary if run else "",
+            )
+        )
+    return statuses

@@ -1,0 +1,134 @@
+"""The scheduler: persistent schedule, jobs, and two gateway processes at once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from gateway import jobs
+from gateway.config import load_config
+from gateway.scheduler import Scheduler, read_status
+from hermes.identity import owner_user_id
+from hermes.memory import entries as fmt
+from hermes.memory.consolidation import INSTRUCTIONS
+from hermes.state.db import NewMessage, SessionDB
+from hermes.state.models import utcnow
+from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.gateway.test_cli_memory import HERMES, hermes
+
+FULL = [f"Note {i}: the staging cluster runs Postgres replica number {i}" for i in range(1, 9)]
+
+
+def configure(home: Path, fake: FakeOpenAI, interval: float = 10.0) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text(
+        f"llm:\n  base_url: {fake.base_url}\n  model: m\n  max_retries: 0\n  timeout: 10\n"
+        f"memory:\n  memory_char_limit: 560\n  consolidation:\n    check_interval_minutes: {interval}\n"
+    )
+
+
+def fill_store(home: Path) -> Path:
+    folder = home / "memories" / owner_user_id(home)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "MEMORY.md").write_text(fmt.serialize(FULL))  # 85 % of 560
+    return folder / "MEMORY.md"
+
+
+def good_proposal(delay: float = 0.0) -> Reply:
+    text = "Notes 1 2 3 4 5 6 7 8: the staging cluster runs Postgres replicas number 1 to 8"
+    body = {"entries": [{"text": text, "sources": list(range(1, 9))}], "dropped": []}
+    return Reply(text=json.dumps(body), delay=delay)
+
+
+def test_restart_keeps_the_schedule(home: Path, fake_llm: FakeOpenAI) -> None:
+    configure(home, fake_llm)
+    config = load_config(home)
+
+    async def start_and_stop() -> dict[str, Any]:
+        db = SessionDB.open(home)
+        scheduler = Scheduler(home, config, db)
+        await scheduler.start()
+        times = {s.id: s.next_run for s in scheduler.status() if s.id != "consolidation_check"}
+        await scheduler.stop()
+        db.close()
+        return times
+
+    first = asyncio.run(start_and_stop())
+    time.sleep(1.1)
+    second = asyncio.run(start_and_stop())
+    assert first == second and all(first.values())
+
+
+def test_jobs_do_their_work(home: Path, fake_llm: FakeOpenAI) -> None:
+    configure(home, fake_llm)
+    path = fill_store(home)
+    fake_llm.default = good_proposal()
+    assert asyncio.run(jobs.consolidation_check(str(home))) == "applied: 1"
+    assert len(fmt.parse(path.read_text())) == 1
+    assert asyncio.run(jobs.consolidation_check(str(home))) == "all stores under the threshold"
+    db = SessionDB.open(home)
+    user = owner_user_id(home)
+    db.ensure_user(user)
+    old = db.start_session(user, "telegram", "k", started_at=utcnow() - timedelta(hours=9))
+    db.add_message(old.id, NewMessage("user", "hi", created_at=utcnow() - timedelta(hours=9)))
+    fresh = db.start_session(user, "cli", "k2")
+    fake_llm.default = Reply(text="nothing")
+    assert asyncio.run(jobs.idle_sessions(str(home))) == "finalized 1 idle session(s)"
+    ended = db.get_session(old.id, user)
+    assert ended is not None and ended.end_reason == "idle"
+    still = db.get_session(fresh.id, user)
+    assert still is not None and still.ended_at is None
+    assert asyncio.run(jobs.maintenance(str(home))).startswith("fts optimized")
+    db.close()
+
+
+def test_no_model_flags_the_store_and_status_shows_it(home: Path) -> None:
+    fill_store(home)
+    (home / "config.yaml").write_text("memory:\n  memory_char_limit: 560\n")
+    assert asyncio.run(jobs.consolidation_check(str(home))) == "no_model: 1"
+    status = hermes("memory", "status").stdout
+    assert "needs consolidation" in status and "no auxiliary model" in status
+
+
+def test_two_gateways_consolidate_a_store_once(home: Path, fake_llm: FakeOpenAI) -> None:
+    configure(home, fake_llm, interval=0.02)  # checks every 1.2 s
+    path = fill_store(home)
+    SessionDB.open(home).close()  # create the schema before two processes race to
+    fake_llm.default = good_proposal(delay=2.0)
+    env = dict(os.environ, HERMES_HOME=str(home))
+    procs = [
+        subprocess.Popen(
+            [*HERMES, "gateway", "run"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(fmt.parse(path.read_text())) != 1:
+            time.sleep(0.2)
+        time.sleep(3)  # more checks run in both processes meanwhile
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        errors = [proc.communicate(timeout=30)[1] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], errors
+    assert len(fmt.parse(path.read_text())) == 1
+    consolidations = [r for r in fake_llm.requests if r["messages"][0]["content"] == INSTRUCTIONS]
+    assert len(consolidations) == 1
+    db = SessionDB.open(home)
+    statuses = {s.id: s for s in read_status(home, load_config(home), db)}
+    assert statuses["consolidation_check"].next_run is not None
+    assert statuses["consolidation_check"].last_ok is True
+    db.close()
+    assert "consolidation_check" in hermes("scheduler", "status").stdout
