@@ -27,6 +27,7 @@ from hermes.memory.journal import run_recorded
 from hermes.memory.tool import MEMORY_TOOL_SCHEMA, MemoryTool
 from hermes.memory.user_memory import UserMemory
 from hermes.state.db import NewMessage, SessionDB
+from hermes.state.models import ChatSession
 from hermes.state.search import SearchScope
 from hermes.tools.session_search import SessionSearchTool, Summarizer, SummaryPolicy
 
@@ -37,6 +38,14 @@ FINAL_ANSWER_NOTE = (
     "have, without calling tools.]"
 )
 SAVED_NOTE = "Your message was saved; try again."
+
+
+def previous_pointer(ended: ChatSession) -> str:
+    when = f"{ended.last_active_at:%Y-%m-%d}"
+    return (
+        f'[previous conversation: session {ended.id} "{ended.title}" ({when}, ended '
+        f"{ended.end_reason or 'earlier'}); session_search can find what was said there]"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +96,18 @@ class Agent:
         )
         return Conversation(session, prompt)
 
+    def for_key(self, user_id: str, surface: Surface, session_key: str) -> Conversation:
+        """The open session of a key, or a new one pointing at the one that ended."""
+        open_, ended = self.db.session_for_key(user_id, session_key)
+        if open_ is not None:
+            resumed = self.resume(user_id, open_.id)
+            if resumed is not None:
+                return resumed
+        conv = self.open(user_id, surface, session_key)
+        if ended is not None:
+            conv.pointer = previous_pointer(ended)
+        return conv
+
     def resume(self, user_id: str, session_id: str) -> Conversation | None:
         """Continue a session (of this user only) with the same prompt bytes and history."""
         session = self.db.get_session(session_id, user_id)
@@ -118,6 +139,8 @@ class Agent:
             return TurnResult("", True, conv.id, duplicate=True)
         conv.append([user_message])
         context = turn_context(surface.platform, surface.chat_type, datetime.now(UTC), recall)
+        if conv.pointer:
+            context, conv.pointer = f"{context}\n{conv.pointer}", ""
         tools = self.toolbox(conv, surface, cause)
         try:
             answer = await self._loop(conv, tools, context)

@@ -28,6 +28,7 @@ class Conversation:
     history: list[dict[str, Any]] = field(default_factory=list)  # OpenAI chat shape
     last_prompt_tokens: int | None = None  # as reported by the endpoint for the last call
     unsent: list[dict[str, Any]] = field(default_factory=list)  # added since that call
+    pointer: str = ""  # one line about the previous session, for the first turn only
 
     @property
     def id(self) -> str:

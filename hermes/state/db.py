@@ -166,6 +166,22 @@ class SessionDB:
             )
             return session.exec(query).first()
 
+    def session_for_key(
+        self, user_id: str, session_key: str
+    ) -> tuple[ChatSession | None, ChatSession | None]:
+        """(the open session of this key, the latest ended one) for one user."""
+        with eng.reading(self.engine) as session:
+            query = (
+                select(ChatSession)
+                .where(ChatSession.user_id == user_id, ChatSession.session_key == session_key)
+                .order_by(col(ChatSession.last_active_at).desc())
+                .limit(20)
+            )
+            rows = list(session.exec(query))
+        open_ = next((r for r in rows if r.ended_at is None), None)
+        ended = next((r for r in rows if r.ended_at is not None), None)
+        return open_, ended
+
     def list_sessions(
         self,
         user_id: str,

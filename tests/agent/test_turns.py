@@ -220,3 +220,25 @@ def test_soul_md_replaces_the_default_persona(harness: Harness) -> None:
         prompt.startswith("You are Ada, a terse lab assistant.") and "You are Hermes" not in prompt
     )
     assert "# Your memory" in prompt
+
+
+def test_after_an_idle_end_the_next_message_starts_fresh_with_a_pointer(harness: Harness) -> None:
+    telegram = Surface("telegram", "dm", "42")
+
+    async def scenario(agent: Agent) -> tuple[str, str, str]:
+        first = agent.for_key(harness.user, telegram, "telegram:dm:42")
+        await agent.turn(first, "planning the Lisbon trip", telegram)
+        same = agent.for_key(harness.user, telegram, "telegram:dm:42")
+        assert same.id == first.id  # still open: the same session continues
+        harness.db.end_session(first.id, "idle")  # what the idle_sessions job does
+        second = agent.for_key(harness.user, telegram, "telegram:dm:42")
+        await agent.turn(second, "hello again", telegram)
+        await agent.turn(second, "and again", telegram)
+        return first.id, second.id, second.system_prompt
+
+    first_id, second_id, _ = harness.run(scenario)
+    assert first_id != second_id
+    opening = last_user_content(harness.fake.requests[1])
+    assert f"previous conversation: session {first_id}" in opening and "Lisbon" in opening
+    later = last_user_content(harness.fake.requests[2])
+    assert "previous conversation" not in later  # one line, once
