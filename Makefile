@@ -35,3 +35,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/memory_ops.py
 	$(BIN)/python bench/scan_corpus.py
 	$(BIN)/python bench/turn_overhead.py
+	$(BIN)/python bench/consolidation.py
