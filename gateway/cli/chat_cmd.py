@@ -230,6 +230,12 @@ def _command(
         for target in memory.enabled_targets():
             state = memory.store(target).read()
             note(f"[bold]{target.heading}[/bold] [{state.usage_line()}]")
+            book = db.consolidation_state(conv.user_id, target.value)
+            if book.last_consolidated_at:
+                when = f"{book.last_consolidated_at:%Y-%m-%d %H:%M} UTC"
+                note(f"  [dim]last consolidated {when}: {book.last_summary}[/dim]")
+            if book.needs_consolidation:
+                note(f"  [yellow]needs consolidation: {escape(book.last_error or '')}[/yellow]")
             for entry in state.entries:
                 note(f"  • {escape(entry)}")
         if not any(memory.store(t).read().entries for t in memory.enabled_targets()):

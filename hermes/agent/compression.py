@@ -14,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from hermes.agent.conversation import Conversation, Surface, to_new_message, transcript
+from hermes.agent.toolbox import side_loop
 from hermes.llm.client import LLMError
 
 if TYPE_CHECKING:
@@ -67,20 +68,7 @@ async def flush_memory(agent: Agent, conv: Conversation, surface: Surface) -> No
     tools = agent.toolbox(conv, surface, None).only("memory")
     messages = [*agent.request_messages(conv, ""), {"role": "user", "content": FLUSH_NOTE}]
     try:
-        for _ in range(FLUSH_ITERATIONS):
-            reply = await agent.model.chat(messages, tools.schemas)
-            if not reply.tool_calls:
-                return
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": reply.content,
-                    "tool_calls": [call.as_openai() for call in reply.tool_calls],
-                }
-            )
-            for call in reply.tool_calls:
-                result = await tools.execute(call)
-                messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+        await side_loop(agent.model, messages, tools, FLUSH_ITERATIONS)
     except LLMError as exc:
         logger.warning("memory flush before compression failed: %s", exc)
 

@@ -8,6 +8,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from hermes.agent.conversation import Conversation, transcript
+from hermes.agent.toolbox import side_loop
 from hermes.llm.client import LLMError
 
 if TYPE_CHECKING:
@@ -36,19 +37,6 @@ async def run(agent: Agent, conv: Conversation) -> None:
     ]
     model = agent.aux_model or agent.model
     try:
-        for _ in range(MAX_ITERATIONS):
-            reply = await model.chat(messages, tools.schemas, temperature=0.2)
-            if not reply.tool_calls:
-                return
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": reply.content,
-                    "tool_calls": [call.as_openai() for call in reply.tool_calls],
-                }
-            )
-            for call in reply.tool_calls:
-                result = await tools.execute(call)
-                messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+        await side_loop(model, messages, tools, MAX_ITERATIONS, temperature=0.2)
     except LLMError as exc:
         logger.warning("memory review failed: %s", exc)

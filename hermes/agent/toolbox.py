@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hermes.llm.types import ToolCall
+from hermes.llm.types import ChatModel, ToolCall
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +60,26 @@ class ToolBox:
         except Exception as exc:
             logger.exception("tool %s failed", call.name)
             return _error(f"The tool {call.name} failed ({type(exc).__name__}).")
+
+
+async def side_loop(
+    model: ChatModel,
+    messages: list[dict[str, Any]],
+    tools: ToolBox,
+    iterations: int,
+    temperature: float | None = None,
+) -> None:
+    """A tool-only side conversation (memory flush, memory review); nothing is persisted
+    but what the tools themselves write. Model failures propagate as LLMError."""
+    for _ in range(iterations):
+        reply = await model.chat(messages, tools.schemas, temperature=temperature)
+        if not reply.tool_calls:
+            return
+        calls = [call.as_openai() for call in reply.tool_calls]
+        messages.append({"role": "assistant", "content": reply.content, "tool_calls": calls})
+        for call in reply.tool_calls:
+            result = await tools.execute(call)
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
 
 
 def _error(message: str) -> dict[str, Any]:
