@@ -1,0 +1,72 @@
+"""The data that crosses between platform adapters and the router: frozen DTOs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+
+class ChatType(StrEnum):
+    DM = "dm"
+    GROUP = "group"
+    CHANNEL = "channel"
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRef:
+    id: str
+    type: ChatType
+    thread_id: str | None = None  # forum topic, Slack thread_ts, Discord thread
+
+
+@dataclass(frozen=True, slots=True)
+class UserRef:
+    id: str  # the platform's user id: never a path, never our user id
+    display_name: str = ""
+    is_bot: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    kind: Literal["photo", "sticker", "voice", "audio", "video", "document", "other"]
+    name: str = ""
+    mime: str = ""
+    size: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MessageEvent:
+    platform: str
+    event_id: str  # the delivery's id (update_id, event_id): redeliveries repeat it
+    message_id: str  # unique within the platform (adapters prefix the chat where needed)
+    chat: ChatRef
+    user: UserRef
+    text: str  # a caption counts as text
+    reply_to_id: str | None = None
+    mentioned: bool = False  # the bot was @-mentioned
+    replied_to_bot: bool = False  # the message replies to one of the bot's
+    attachments: tuple[Attachment, ...] = ()
+    received_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    raw: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def addressed(self) -> bool:
+        return self.mentioned or self.replied_to_bot
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundMessage:
+    chat: ChatRef
+    text: str  # the model's Markdown; adapters convert it to their dialect
+    reply_to_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    ok: bool
+    message_ids: tuple[str, ...] = ()
+    error: str | None = None
+    retryable: bool = False  # safe to send again (the platform surely did not post it)
+    retry_after: float | None = None  # seconds the platform asked us to wait (429)
