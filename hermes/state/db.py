@@ -16,11 +16,12 @@ from sqlalchemy import Connection, delete, func, insert, or_, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from hermes.identity import validate_user_id
+from hermes.identity import new_user_id, validate_user_id
 from hermes.state import engine as eng
 from hermes.state.models import (
     ChatSession,
     ConsolidationState,
+    Delivery,
     Identity,
     JobRun,
     MemoryEvent,
@@ -107,6 +108,79 @@ class SessionDB:
     def get_user(self, user_id: str) -> User | None:
         with eng.reading(self.engine) as session:
             return session.get(User, user_id)
+
+    def user_for_identity(
+        self, platform: str, platform_user_id: str, display_name: str = ""
+    ) -> str:
+        """Our user id for a platform identity; a new identity becomes a user of its own."""
+
+        def work(session: Session) -> str:
+            row = session.exec(
+                select(Identity).where(
+                    Identity.platform == platform, Identity.platform_user_id == platform_user_id
+                )
+            ).first()
+            if row is not None:
+                row.last_seen = utcnow()
+                if display_name:
+                    row.display_name = display_name
+                session.add(row)
+                return row.user_id
+            user = User(id=new_user_id(), display_name=display_name)
+            session.add(user)
+            session.flush()
+            session.add(
+                Identity(
+                    platform=platform,
+                    platform_user_id=platform_user_id,
+                    user_id=user.id,
+                    display_name=display_name,
+                )
+            )
+            return user.id
+
+        return eng.with_retry(self.engine, work, self.patience)
+
+    def record_delivery(
+        self,
+        message_id: int | None,
+        platform: str,
+        chat_id: str,
+        *,
+        ok: bool,
+        attempts: int,
+        error: str | None = None,
+    ) -> None:
+        def work(session: Session) -> None:
+            session.add(
+                Delivery(
+                    message_id=message_id,
+                    platform=platform,
+                    chat_id=chat_id,
+                    status="sent" if ok else "failed",
+                    attempts=attempts,
+                    error=error,
+                )
+            )
+
+        eng.with_retry(self.engine, work, self.patience)
+
+    def failed_deliveries(self, platform: str | None = None) -> list[Delivery]:
+        with eng.reading(self.engine) as session:
+            query = select(Delivery).where(Delivery.status == "failed")
+            if platform:
+                query = query.where(Delivery.platform == platform)
+            return list(session.exec(query.order_by(col(Delivery.id))))
+
+    def last_assistant_message_id(self, session_id: str) -> int | None:
+        with eng.reading(self.engine) as session:
+            query = (
+                select(Message.id)
+                .where(Message.session_id == session_id, Message.role == "assistant")
+                .order_by(col(Message.id).desc())
+                .limit(1)
+            )
+            return session.exec(query).first()
 
     def identities_of(self, user_id: str) -> list[Identity]:
         with eng.reading(self.engine) as session:

@@ -128,6 +128,21 @@ class JobRun(SQLModel, table=True):
     summary: str = ""
 
 
+class Delivery(SQLModel, table=True):
+    """The outcome of sending a reply to a platform, kept when it failed."""
+
+    __tablename__ = "deliveries"
+
+    id: int | None = Field(default=None, primary_key=True)
+    message_id: int | None = Field(default=None, foreign_key="messages.id")
+    platform: str
+    chat_id: str
+    status: str  # sent | failed
+    attempts: int = 1
+    error: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+
+
 class SystemPrompt(SQLModel, table=True):
     """Frozen system prompts, stored once by hash and referenced by sessions."""
 

@@ -162,5 +162,20 @@ _V3 = [
     )""",
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3]
+# v4: replies that could not be delivered to a platform, with their failure.
+_V4 = [
+    """CREATE TABLE deliveries (
+        id INTEGER PRIMARY KEY,
+        message_id INTEGER REFERENCES messages(id) ON DELETE CASCADE,
+        platform TEXT NOT NULL,
+        chat_id TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('sent', 'failed')),
+        attempts INTEGER NOT NULL DEFAULT 1,
+        error TEXT,
+        created_at TIMESTAMP NOT NULL
+    )""",
+    "CREATE INDEX ix_deliveries_message ON deliveries(message_id)",
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,34 @@
+"""The seam between the router and a platform: four methods and a capability sheet."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from gateway.events import ChatRef, MessageEvent, OutboundMessage, SendResult
+
+EventSink = Callable[[MessageEvent], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    max_length: int
+    length: Callable[[str], int] = field(default=len)  # how the platform counts
+    markdown: Literal["telegram_html", "slack_mrkdwn", "discord", "plain"] = "plain"
+    threads: bool = False
+
+
+class PlatformAdapter(Protocol):
+    name: str
+    capabilities: Capabilities
+
+    async def start(self, sink: EventSink) -> None:
+        """Connect and push every incoming message into `sink` (which returns fast)."""
+
+    async def stop(self) -> None: ...
+
+    async def send(self, message: OutboundMessage) -> SendResult: ...
+
+    async def typing(self, chat: ChatRef) -> None:
+        """Show a typing indicator (best effort)."""

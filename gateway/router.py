@@ -1,0 +1,232 @@
+"""The router: from a platform event to a delivered reply.
+
+drop bots (our own messages included) -> dedupe (platform, delivery id / message id)
+-> authorize -> group etiquette -> session key -> per-key queue (one turn per session at
+a time; messages arriving meanwhile wait their turn, in order, or are merged) -> command
+or agent turn -> chunk to the platform's limit -> send (retry transient failures, wait
+exactly what a 429 asks, never resend what may have been posted, record what failed).
+Adapters only push events into `handle`, which returns at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from gateway.chunking import chunk
+from gateway.events import ChatRef, ChatType, MessageEvent, OutboundMessage, SendResult
+from gateway.ports import PlatformAdapter
+from gateway.session_key import Scope, SessionKey, session_key
+from hermes.agent.agent import Agent, Surface
+from hermes.state.db import SessionDB
+
+logger = logging.getLogger(__name__)
+
+Authorizer = Callable[[MessageEvent], bool]
+HELP_TEXT = (
+    "I'm Hermes, your assistant. Just write to me. Commands: /new starts a fresh "
+    "conversation, /help shows this."
+)
+NO_TEXT_REPLY = (
+    "I can read text messages (and captions on photos and files), but I can't open "
+    "{what} yet. Could you describe it in words?"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RouterPolicy:
+    group_scope: Scope = Scope.PER_USER
+    queue_mode: Literal["queue", "merge"] = "queue"
+    always_answer_chats: frozenset[str] = frozenset()  # groups answered without a mention
+    max_send_attempts: int = 4
+    remembered_deliveries: int = 10_000
+
+
+@dataclass
+class _Lane:
+    """The queue and worker of one session key."""
+
+    queue: asyncio.Queue[MessageEvent] = field(default_factory=asyncio.Queue)
+    worker: asyncio.Task[None] | None = None
+
+
+class Router:
+    def __init__(
+        self,
+        agent: Agent,
+        db: SessionDB,
+        adapters: Mapping[str, PlatformAdapter],
+        authorize: Authorizer,
+        policy: RouterPolicy = RouterPolicy(),
+    ) -> None:
+        self.agent, self.db, self.adapters = agent, db, adapters
+        self.authorize, self.policy = authorize, policy
+        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._lanes: dict[SessionKey, _Lane] = {}
+
+    # -- intake ------------------------------------------------------------------------
+
+    async def handle(self, event: MessageEvent) -> None:
+        """The adapters' sink: filter and enqueue; never waits for a turn."""
+        if event.user.is_bot or self._duplicate(event) or not self.authorize(event):
+            return
+        if not self._addressed(event):
+            return
+        key = session_key(event, self.policy.group_scope)
+        lane = self._lanes.setdefault(key, _Lane())
+        lane.queue.put_nowait(event)
+        if lane.worker is None:
+            lane.worker = asyncio.create_task(self._drain(key, lane))
+
+    def _duplicate(self, event: MessageEvent) -> bool:
+        keys = [(event.platform, f"e:{event.event_id}"), (event.platform, f"m:{event.message_id}")]
+        if any(k in self._seen for k in keys):
+            return True
+        for k in keys:
+            self._seen[k] = None
+        while len(self._seen) > self.policy.remembered_deliveries:
+            self._seen.popitem(last=False)
+        return False
+
+    def _addressed(self, event: MessageEvent) -> bool:
+        if event.chat.type is ChatType.DM or event.addressed:
+            return True
+        return event.text.startswith("/") or event.chat.id in self.policy.always_answer_chats
+
+    async def _drain(self, key: SessionKey, lane: _Lane) -> None:
+        """One turn at a time for this key, in arrival order; the lane ends when empty."""
+        try:
+            while not lane.queue.empty():
+                batch = [lane.queue.get_nowait()]
+                while self.policy.queue_mode == "merge" and not lane.queue.empty():
+                    batch.append(lane.queue.get_nowait())
+                try:
+                    await self._process(key, batch)
+                except Exception:
+                    logger.exception("turn failed for %s", key)
+        finally:
+            self._lanes.pop(key, None)
+
+    # -- one turn ----------------------------------------------------------------------
+
+    async def _process(self, key: SessionKey, batch: list[MessageEvent]) -> None:
+        event = batch[-1]
+        adapter = self.adapters[event.platform]
+        text = "\n\n".join(e.text for e in batch if e.text.strip()).strip()
+        if not text:
+            kinds: list[str] = sorted({a.kind for e in batch for a in e.attachments}) or ["that"]
+            await self.deliver(
+                adapter,
+                event.chat,
+                NO_TEXT_REPLY.format(what=" or ".join(kinds)),
+                event.message_id,
+                None,
+            )
+            return
+        user_id = self.db.user_for_identity(event.platform, event.user.id, event.user.display_name)
+        surface = Surface(event.platform, _chat_type(event), event.chat.id, event.chat.thread_id)
+        if text.startswith("/"):
+            await self._command(adapter, event, text, user_id, surface, key)
+            return
+        conv = self.agent.for_key(user_id, surface, str(key))
+        typing = asyncio.create_task(self._keep_typing(adapter, event.chat))
+        try:
+            ids = ",".join(e.message_id for e in batch)
+            result = await self.agent.turn(conv, text, surface, platform_message_id=ids)
+        finally:
+            typing.cancel()
+        if result.duplicate:
+            return
+        stored = self.db.last_assistant_message_id(conv.id) if result.ok else None
+        await self.deliver(adapter, event.chat, result.text, event.message_id, stored)
+
+    async def _command(  # noqa: PLR0917 - everything a command may need about its turn
+        self,
+        adapter: PlatformAdapter,
+        event: MessageEvent,
+        text: str,
+        user_id: str,
+        surface: Surface,
+        key: SessionKey,
+    ) -> None:
+        name = text.split(maxsplit=1)[0].split("@", maxsplit=1)[0].lower()
+        if name in ("/new", "/reset"):
+            conv = self.agent.for_key(user_id, surface, str(key))
+            self.db.end_session(conv.id, "user_reset")
+            reply = "Started a fresh conversation. I still remember what's in my memory."
+        else:
+            reply = HELP_TEXT
+        await self.deliver(adapter, event.chat, reply, event.message_id, None)
+
+    async def _keep_typing(self, adapter: PlatformAdapter, chat: ChatRef) -> None:
+        with contextlib.suppress(Exception):
+            while True:
+                await adapter.typing(chat)
+                await asyncio.sleep(4)
+
+    # -- delivery ----------------------------------------------------------------------
+
+    async def deliver(
+        self,
+        adapter: PlatformAdapter,
+        chat: ChatRef,
+        text: str,
+        reply_to: str | None,
+        message_id: int | None,
+    ) -> bool:
+        """Send `text` in chunks; record a failure against the stored reply."""
+        caps = adapter.capabilities
+        for index, part in enumerate(chunk(text, caps.max_length, caps.length)):
+            outbound = OutboundMessage(chat, part, reply_to if index == 0 else None)
+            result, attempts = await self._send_one(adapter, outbound)
+            if not result.ok:
+                logger.warning(
+                    "could not deliver to %s %s: %s", adapter.name, chat.id, result.error
+                )
+                self.db.record_delivery(
+                    message_id,
+                    adapter.name,
+                    chat.id,
+                    ok=False,
+                    attempts=attempts,
+                    error=result.error,
+                )
+                return False
+        return True
+
+    async def _send_one(
+        self, adapter: PlatformAdapter, message: OutboundMessage
+    ) -> tuple[SendResult, int]:
+        delay = 1.0
+        result = SendResult(False, error="not sent")
+        for attempt in range(1, self.policy.max_send_attempts + 1):
+            result = await adapter.send(message)
+            if result.ok or not result.retryable:
+                return result, attempt
+            if result.retry_after is not None:
+                await asyncio.sleep(result.retry_after)  # exactly what the platform asked
+            else:
+                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+                delay = min(delay * 2, 30)
+        return result, self.policy.max_send_attempts
+
+    async def stop(self, timeout: float = 20.0) -> None:
+        """Let running turns finish within `timeout`, then cancel what is left."""
+        workers = [lane.worker for lane in self._lanes.values() if lane.worker]
+        if workers:
+            _, pending = await asyncio.wait(workers, timeout=timeout)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+
+def _chat_type(event: MessageEvent) -> str:
+    if event.chat.thread_id:
+        return "thread"
+    return "dm" if event.chat.type is ChatType.DM else event.chat.type.value

@@ -1,0 +1,259 @@
+"""The router end to end with a fake platform seam, the real agent and the fake LLM."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+from gateway.events import Attachment, ChatRef, ChatType, MessageEvent, SendResult, UserRef
+from gateway.router import NO_TEXT_REPLY, Router, RouterPolicy
+from hermes.agent.agent import Agent
+from hermes.config import AgentConfig, MemoryConfig
+from hermes.llm.client import LLMClient
+from hermes.llm.endpoint import Endpoint
+from hermes.state.db import SessionDB
+from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.platform import FakeAdapter
+
+T = TypeVar("T")
+ids = itertools.count(1)
+
+
+def dm(user: str, text: str, **kw: Any) -> MessageEvent:
+    n = next(ids)
+    defaults: dict[str, Any] = {"event_id": f"u{n}", "message_id": f"{user}:{n}"}
+    defaults.update(kw)
+    return MessageEvent(
+        "fakechat",
+        chat=ChatRef(user, ChatType.DM),
+        user=UserRef(user, f"User {user}"),
+        text=text,
+        **defaults,
+    )
+
+
+def group(user: str, text: str, mentioned: bool = False) -> MessageEvent:
+    n = next(ids)
+    return MessageEvent(
+        "fakechat",
+        f"g{n}",
+        f"grp:{n}",
+        ChatRef("grp", ChatType.GROUP),
+        UserRef(user, user),
+        text,
+        mentioned=mentioned,
+    )
+
+
+def scenario(
+    home: Path,
+    fake: FakeOpenAI,
+    body: Callable[[Router, FakeAdapter], Awaitable[T]],
+    policy: RouterPolicy | None = None,
+    allowed: set[str] | None = None,
+) -> T:
+    async def go() -> T:
+        db = SessionDB.open(home)
+        client = LLMClient(Endpoint(base_url=fake.base_url, model="m", max_retries=0, timeout=10))
+        agent = Agent(db, client, home, MemoryConfig(review_interval=0), AgentConfig())
+        adapter = FakeAdapter()
+        router = Router(
+            agent,
+            db,
+            {"fakechat": adapter},
+            lambda e: allowed is None or e.user.id in allowed,
+            policy,
+        )
+        await adapter.start(router.handle)
+        try:
+            return await body(router, adapter)
+        finally:
+            await router.stop()
+            await client.close()
+            db.close()
+
+    return asyncio.run(go())
+
+
+def echo(request: dict[str, Any]) -> Reply:
+    last = next(m for m in reversed(request["messages"]) if m["role"] == "user")["content"]
+    return Reply(text="echo: " + last.split("\n\n[context")[0])
+
+
+def test_dm_round_trip_and_typing(home: Path, fake_llm: FakeOpenAI) -> None:
+    fake_llm.responder = echo
+
+    async def body(router: Router, adapter: FakeAdapter) -> None:
+        await adapter.deliver(dm("alice", "hello there"))
+        await adapter.wait_for(1)
+        assert adapter.texts() == ["echo: hello there"]
+        assert adapter.sent[0].message.reply_to_id is not None and adapter.typing_calls >= 1
+
+    scenario(home, fake_llm, body)
+
+
+def test_groups_need_a_mention_or_command_and_bots_are_ignored(
+    home: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.responder = echo
+
+    async def body(router: Router, adapter: FakeAdapter) -> None:
+        await adapter.deliver(group("bob", "just chatting"))
+        bot = MessageEvent(
+            "fakechat", "b1", "b1", ChatRef("bob", ChatType.DM), UserRef("x", is_bot=True), "beep"
+        )
+        await adapter.deliver(bot)
+        await adapter.deliver(group("bob", "@hermes what's up", mentioned=True))
+        await adapter.wait_for(1)
+        await asyncio.sleep(0.2)
+        assert adapter.texts() == ["echo: @hermes what's up"]
+
+    scenario(home, fake_llm, body)
+    assert len(fake_llm.requests) == 1
+
+
+def test_duplicate_deliveries_are_answered_once(home: Path, fake_llm: FakeOpenAI) -> None:
+    fake_llm.responder = echo
+
+    async def body(router: Router, adapter: FakeAdapter) -> None:
+        first = dm("alice", "only once")
+        await adapter.deliver(first)
+        await adapter.deliver(first)  # the same delivery again (a retry)
+        twin = MessageEvent(
+            first.platform, "other-event", first.message_id, first.chat, first.user, first.text
+        )
+        await adapter.deliver(twin)  # Slack's message + app_mention for one message
+        await adapter.wait_for(1)
+        await asyncio.sleep(0.3)
+
+    scenario(home, fake_llm, body)
+    assert len(fake_llm.requests) == 1
+
+
+def test_five_quick_messages_get_five_answers_in_order(home: Path, fake_llm: FakeOpenAI) -> None:
+    fake_llm.responder = lambda r: Reply(text=echo(r).text, delay=0.05)
+
+    async def body(router: Router, adapter: FakeAdapter) -> list[str]:
+        for i in range(5):
+            await adapter.deliver(dm("alice", f"message {i}"))
+        await adapter.wait_for(5)
+        return adapter.texts()
+
+    assert scenario(home, fake_llm, body) == [f"echo: message {i}" for i in range(5)]
+
+
+def test_merge_mode_answers_queued_messages_together(home: Path, fake_llm: FakeOpenAI) -> None:
+    fake_llm.responder = lambda r: Reply(text=echo(r).text, delay=0.3)
+
+    async def body(router: Router, adapter: FakeAdapter) -> list[str]:
+        await adapter.deliver(dm("alice", "part 0"))
+        await asyncio.sleep(0.1)  # its turn is running: the next two wait together
+        for i in (1, 2):
+            await adapter.deliver(dm("alice", f"part {i}"))
+        await adapter.wait_for(2)
+        return adapter.texts()
+
+    texts = scenario(home, fake_llm, body, RouterPolicy(queue_mode="merge"))
+    assert texts == ["echo: part 0", "echo: part 1\n\npart 2"]
+
+
+def test_two_users_at_once_keep_separate_sessions(home: Path, fake_llm: FakeOpenAI) -> None:
+    fake_llm.responder = lambda r: Reply(text=echo(r).text, delay=0.3)
+
+    async def body(router: Router, adapter: FakeAdapter) -> float:
+        started = time.monotonic()
+        await adapter.deliver(dm("alice", "I am alice"))
+        await adapter.deliver(dm("bob", "I am bob"))
+        await adapter.wait_for(2)
+        return time.monotonic() - started
+
+    elapsed = scenario(home, fake_llm, body)
+    assert elapsed < 0.55  # in parallel, not one after the other
+    histories = [[m["content"] for m in r["messages"][1:]] for r in fake_llm.requests]
+    assert all(len(h) == 1 for h in histories)  # neither saw the other's message
+    db = SessionDB.open(home)
+    users = {s.user_id for s in db.idle_sessions(timedelta(seconds=-60))}
+    assert len(users) == 2
+    db.close()
+
+
+def test_long_replies_are_chunked(home: Path, fake_llm: FakeOpenAI) -> None:
+    fake_llm.default = Reply(text="\n\n".join(f"Paragraph {i} " + "word " * 20 for i in range(10)))
+
+    async def body(router: Router, adapter: FakeAdapter) -> list[str]:
+        await adapter.deliver(dm("alice", "tell me a lot"))
+        await adapter.wait_for(5)
+        await asyncio.sleep(0.2)
+        return adapter.texts()
+
+    texts = scenario(home, fake_llm, body)
+    assert len(texts) > 5 and all(len(t) <= 200 for t in texts)
+    assert " ".join(" ".join(texts).split()) == " ".join(fake_llm.default.text.split())  # type: ignore[union-attr]
+
+
+def test_429_waits_exactly_then_sends_once(home: Path, fake_llm: FakeOpenAI) -> None:
+    async def body(router: Router, adapter: FakeAdapter) -> float:
+        adapter.failures.append(SendResult(False, error="429", retryable=True, retry_after=1.0))
+        await adapter.deliver(dm("alice", "hi"))
+        started = time.monotonic()
+        await adapter.wait_for(1)
+        return adapter.sent[0].at - started
+
+    waited = scenario(home, fake_llm, body)
+    assert waited >= 0.95
+
+
+def test_permanent_failure_is_recorded_not_retried(home: Path, fake_llm: FakeOpenAI) -> None:
+    async def body(router: Router, adapter: FakeAdapter) -> int:
+        adapter.failures.append(SendResult(False, error="Forbidden: bot was blocked by the user"))
+        await adapter.deliver(dm("alice", "hi"))
+        await asyncio.sleep(1.0)
+        return len(adapter.attempts)
+
+    assert scenario(home, fake_llm, body) == 1
+    db = SessionDB.open(home)
+    failed = db.failed_deliveries("fakechat")
+    assert len(failed) == 1 and "blocked" in (failed[0].error or "") and failed[0].message_id
+    db.close()
+
+
+def test_a_message_without_text_gets_a_short_reply(home: Path, fake_llm: FakeOpenAI) -> None:
+    async def body(router: Router, adapter: FakeAdapter) -> list[str]:
+        await adapter.deliver(dm("alice", "", attachments=(Attachment("photo"),)))
+        await adapter.wait_for(1)
+        return adapter.texts()
+
+    assert scenario(home, fake_llm, body) == [NO_TEXT_REPLY.format(what="photo")]
+    assert fake_llm.requests == []
+
+
+def test_unauthorized_users_never_reach_the_model(home: Path, fake_llm: FakeOpenAI) -> None:
+    async def body(router: Router, adapter: FakeAdapter) -> list[str]:
+        await adapter.deliver(dm("mallory", "let me in"))
+        await asyncio.sleep(0.3)
+        return adapter.texts()
+
+    assert scenario(home, fake_llm, body, allowed={"alice"}) == []
+    assert fake_llm.requests == []
+
+
+def test_new_command_starts_a_fresh_session(home: Path, fake_llm: FakeOpenAI) -> None:
+    fake_llm.responder = echo
+
+    async def body(router: Router, adapter: FakeAdapter) -> None:
+        await adapter.deliver(dm("alice", "remember the blue door"))
+        await adapter.wait_for(1)
+        await adapter.deliver(dm("alice", "/new"))
+        await adapter.wait_for(2)
+        await adapter.deliver(dm("alice", "what door?"))
+        await adapter.wait_for(3)
+
+    scenario(home, fake_llm, body)
+    last = fake_llm.requests[-1]["messages"]
+    assert [m["role"] for m in last] == ["system", "user"]  # the history started over
+    assert "previous conversation" in last[-1]["content"]
