@@ -67,7 +67,7 @@ def scenario(
             db,
             {"fakechat": adapter},
             lambda e: allowed is None or e.user.id in allowed,
-            policy,
+            policy or RouterPolicy(),
         )
         await adapter.start(router.handle)
         try:
