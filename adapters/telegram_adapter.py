@@ -1,0 +1,202 @@
+"""Telegram through python-telegram-bot 22, embedded by its lifecycle calls.
+
+`to_event` is pure over the Bot API's JSON update; `TelegramAdapter` owns the SDK:
+`initialize/start` + `updater.start_polling` (PTB retries polling errors itself), bot
+commands registered with setMyCommands, replies as Telegram HTML with a plain-text
+fallback when Telegram rejects the entities.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from telegram import BotCommand, ReplyParameters, Update
+from telegram.constants import ChatAction, ParseMode
+from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError, TimedOut
+from telegram.ext import Application, ApplicationBuilder, ContextTypes, MessageHandler, filters
+
+from gateway.chunking import utf16_length
+from gateway.events import (
+    Attachment,
+    ChatRef,
+    ChatType,
+    MessageEvent,
+    OutboundMessage,
+    SendResult,
+    UserRef,
+)
+from gateway.formatting import to_telegram_html
+from gateway.ports import Capabilities, EventSink
+
+logger = logging.getLogger(__name__)
+
+COMMANDS = [("help", "What I can do"), ("new", "Start a fresh conversation")]
+_CHAT_TYPES = {
+    "private": ChatType.DM,
+    "group": ChatType.GROUP,
+    "supergroup": ChatType.GROUP,
+    "channel": ChatType.CHANNEL,
+}
+_ATTACHMENTS = (
+    "photo",
+    "sticker",
+    "voice",
+    "audio",
+    "video",
+    "video_note",
+    "document",
+    "animation",
+)
+
+
+def to_event(update: dict[str, Any], bot_id: int, bot_username: str) -> MessageEvent | None:
+    """A MessageEvent from a raw update, or None when it is not a message for us."""
+    message = update.get("message")
+    if not message or "chat" not in message:
+        return None  # edits, channel posts, callbacks: not conversation turns
+    sender = message.get("from") or {}
+    text = message.get("text") or message.get("caption") or ""
+    entities = message.get("entities") or message.get("caption_entities") or []
+    text, for_other_bot = _strip_bot_suffix(text, entities, bot_username)
+    if for_other_bot:
+        return None
+    chat = message["chat"]
+    thread = str(message["message_thread_id"]) if message.get("is_topic_message") else None
+    reply = message.get("reply_to_message") or {}
+    name = " ".join(p for p in (sender.get("first_name"), sender.get("last_name")) if p)
+    return MessageEvent(
+        platform="telegram",
+        event_id=str(update["update_id"]),
+        message_id=f"{chat['id']}:{message['message_id']}",
+        chat=ChatRef(
+            str(chat["id"]), _CHAT_TYPES.get(chat.get("type", ""), ChatType.GROUP), thread
+        ),
+        user=UserRef(
+            str(sender.get("id", "")),
+            name or sender.get("username", ""),
+            bool(sender.get("is_bot")),
+        ),
+        text=text,
+        reply_to_id=f"{chat['id']}:{reply['message_id']}" if reply else None,
+        mentioned=_mentions(text, entities, bot_username),
+        replied_to_bot=(reply.get("from") or {}).get("id") == bot_id,
+        attachments=tuple(Attachment(_kind(k)) for k in _ATTACHMENTS if message.get(k)),
+        raw=update,
+    )
+
+
+def _strip_bot_suffix(text: str, entities: list[dict[str, Any]], bot: str) -> tuple[str, bool]:
+    """'/new@hermes_bot x' -> '/new x'; a command addressed to another bot is not ours."""
+    for entity in entities:
+        if entity.get("type") == "bot_command" and entity.get("offset") == 0:
+            command = text[: entity["length"]]
+            name, _, target = command.partition("@")
+            if target and target.lower() != bot.lower():
+                return text, True
+            return name + text[entity["length"] :], False
+    return text, False
+
+
+def _mentions(text: str, entities: list[dict[str, Any]], bot: str) -> bool:
+    for entity in entities:
+        if entity.get("type") == "mention":
+            mention = text[entity["offset"] : entity["offset"] + entity["length"]]
+            if mention.lstrip("@").lower() == bot.lower():
+                return True
+    return f"@{bot.lower()}" in text.lower()
+
+
+def _kind(key: str) -> Any:
+    return {"video_note": "video", "animation": "video"}.get(key, key)
+
+
+class TelegramAdapter:
+    name = "telegram"
+    # 4,096 UTF-16 units per message; room is left for the HTML tags added after chunking
+    capabilities = Capabilities(
+        max_length=3800, length=utf16_length, markdown="telegram_html", threads=True
+    )
+
+    def __init__(self, token: str, base_url: str | None = None, poll_timeout: int = 10) -> None:
+        builder = ApplicationBuilder().token(token)
+        if base_url:
+            root = base_url.rstrip("/")
+            builder = builder.base_url(f"{root}/bot").base_file_url(f"{root}/file/bot")
+        self.app: Application[Any, Any, Any, Any, Any, Any] = builder.build()
+        self.poll_timeout = poll_timeout
+        self._sink: EventSink | None = None
+
+    async def start(self, sink: EventSink) -> None:
+        self._sink = sink
+        self.app.add_handler(MessageHandler(filters.ALL, self._on_update))
+        await self.app.initialize()  # getMe
+        await self.app.bot.set_my_commands([BotCommand(c, d) for c, d in COMMANDS])
+        await self.app.start()
+        assert self.app.updater is not None
+        await self.app.updater.start_polling(
+            timeout=self.poll_timeout, error_callback=self._polling_error
+        )
+
+    async def stop(self) -> None:
+        if self.app.updater is not None and self.app.updater.running:
+            await self.app.updater.stop()
+        if self.app.running:
+            await self.app.stop()
+        await self.app.shutdown()
+
+    def _polling_error(self, error: TelegramError) -> None:
+        logger.warning("telegram polling error (retrying): %s", error)
+
+    async def _on_update(self, update: Update, _context: ContextTypes.DEFAULT_TYPE) -> None:
+        bot = self.app.bot
+        event = to_event(update.to_dict(), bot.id, bot.username or "")
+        if event is not None and self._sink is not None:
+            await self._sink(event)
+
+    async def typing(self, chat: ChatRef) -> None:
+        thread = int(chat.thread_id) if chat.thread_id else None
+        await self.app.bot.send_chat_action(
+            int(chat.id), ChatAction.TYPING, message_thread_id=thread
+        )
+
+    async def send(self, message: OutboundMessage) -> SendResult:
+        try:
+            return await self._send(message, to_telegram_html(message.text), ParseMode.HTML)
+        except BadRequest as exc:
+            if "parse" not in str(exc).lower():  # descriptions are rewritten: compare loosely
+                return SendResult(False, error=f"rejected: {exc}")
+        try:  # Telegram could not parse our HTML: the same text, plain
+            return await self._send(message, message.text, None)
+        except BadRequest as exc:
+            return SendResult(False, error=f"rejected: {exc}")
+
+    async def _send(self, message: OutboundMessage, text: str, mode: str | None) -> SendResult:
+        chat = message.chat
+        reply = None
+        if message.reply_to_id:
+            reply = ReplyParameters(
+                int(message.reply_to_id.rsplit(":", 1)[-1]), allow_sending_without_reply=True
+            )
+        try:
+            sent = await self.app.bot.send_message(
+                int(chat.id),
+                text,
+                parse_mode=mode,
+                reply_parameters=reply,
+                message_thread_id=int(chat.thread_id) if chat.thread_id else None,
+            )
+        except RetryAfter as exc:
+            wait = exc.retry_after
+            seconds = wait.total_seconds() if isinstance(wait, timedelta) else float(wait)
+            return SendResult(False, error="rate limited", retryable=True, retry_after=seconds)
+        except Forbidden as exc:
+            return SendResult(False, error=f"forbidden: {exc}")  # blocked by the user
+        except TimedOut as exc:  # it may have been posted: resending could duplicate
+            return SendResult(False, error=f"timed out, outcome unknown: {exc}")
+        except NetworkError as exc:
+            if isinstance(exc, BadRequest):
+                raise
+            return SendResult(False, error=f"network error, outcome unknown: {exc}")
+        return SendResult(True, (f"{chat.id}:{sent.message_id}",))

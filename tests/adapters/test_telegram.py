@@ -1,0 +1,252 @@
+"""Telegram end to end: the real python-telegram-bot against a local fake Bot API."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from adapters.telegram_adapter import TelegramAdapter, to_event
+from gateway.chunking import utf16_length
+from gateway.router import Router, RouterPolicy
+from hermes.agent.agent import Agent
+from hermes.config import AgentConfig, MemoryConfig
+from hermes.llm.client import LLMClient
+from hermes.llm.endpoint import Endpoint
+from hermes.state.db import SessionDB
+from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.telegram_server import BOT, FakeTelegram, Fault
+
+T = TypeVar("T")
+
+
+@pytest.fixture
+def telegram() -> Iterator[FakeTelegram]:
+    server = FakeTelegram().start()
+    yield server
+    server.stop()
+
+
+def run(home: Path, fake_llm: FakeOpenAI, tg: FakeTelegram, body: Callable[[], Awaitable[T]]) -> T:
+    async def go() -> T:
+        db = SessionDB.open(home)
+        client = LLMClient(
+            Endpoint(base_url=fake_llm.base_url, model="m", max_retries=0, timeout=10)
+        )
+        agent = Agent(db, client, home, MemoryConfig(review_interval=0), AgentConfig())
+        adapter = TelegramAdapter("123:TEST", base_url=tg.base_url, poll_timeout=1)
+        router = Router(agent, db, {"telegram": adapter}, lambda e: True, RouterPolicy())
+        await adapter.start(router.handle)
+        try:
+            return await body()
+        finally:
+            await adapter.stop()
+            await router.stop()
+            await client.close()
+            db.close()
+
+    return asyncio.run(go())
+
+
+async def until_sent(tg: FakeTelegram, count: int, timeout: float = 20) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while len(tg.sent()) < count:
+        assert time.monotonic() < deadline, (
+            f"only {len(tg.sent())} of {count} sent: {tg.calls[-5:]}"
+        )
+        await asyncio.sleep(0.05)
+    return tg.sent()
+
+
+def text_of(params: dict[str, Any]) -> str:
+    return str(params["text"])
+
+
+def test_dm_round_trip_with_html_and_registered_commands(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
+) -> None:
+    fake_llm.default = Reply(text="Hello **there** <friend>")
+
+    async def body() -> list[dict[str, Any]]:
+        telegram.user_message("hi bot")
+        return await until_sent(telegram, 1)
+
+    sent = run(home, fake_llm, telegram, body)
+    assert (
+        text_of(sent[0]) == "Hello <b>there</b> &lt;friend&gt;" and sent[0]["parse_mode"] == "HTML"
+    )
+    assert sent[0]["reply_parameters"]["message_id"] > 0
+    commands = telegram.sent("setMyCommands")[0]["commands"]
+    assert [c["command"] for c in commands] == ["help", "new"]
+    assert telegram.sent("sendChatAction")  # typing indicator
+    user_turn = fake_llm.requests[0]["messages"][-1]["content"]
+    assert user_turn.startswith("hi bot\n\n[context: telegram dm")
+
+
+def test_groups_answer_mentions_and_own_commands_only(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
+) -> None:
+    fake_llm.default = Reply(text="ok")
+    mention = "@hermes_test_bot what's the plan?"
+
+    async def body() -> list[dict[str, Any]]:
+        telegram.user_message("chatter between humans", chat_id=-100, chat_type="supergroup")
+        telegram.user_message("/help@some_other_bot", chat_id=-100, chat_type="supergroup")
+        telegram.user_message(
+            mention,
+            chat_id=-100,
+            chat_type="supergroup",
+            entities=[{"type": "mention", "offset": 0, "length": 16}],
+        )
+        telegram.user_message("/help@hermes_test_bot", chat_id=-100, chat_type="supergroup")
+        telegram.user_message(
+            "a reply to you", chat_id=-100, chat_type="supergroup", reply_to_bot=True
+        )
+        sent = await until_sent(telegram, 3)
+        await asyncio.sleep(0.5)
+        return sent
+
+    sent = run(home, fake_llm, telegram, body)
+    assert len(sent) == 3 and len(fake_llm.requests) == 2  # mention + reply; /help needs no LLM
+    assert "Commands" in text_of(sent[1]) or "Commands" in text_of(sent[0])
+
+
+def test_duplicate_update_is_answered_once(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
+) -> None:
+    async def body() -> None:
+        update = telegram.user_message("only once please")
+        await until_sent(telegram, 1)
+        telegram.redeliver(update)
+        await asyncio.sleep(1.5)
+
+    run(home, fake_llm, telegram, body)
+    assert len(telegram.sent()) == 1 and len(fake_llm.requests) == 1
+
+
+def test_429_waits_then_one_reply(home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram) -> None:
+    telegram.faults.append(
+        Fault("sendMessage", 429, "Too Many Requests: retry after 1", retry_after=1)
+    )
+
+    async def body() -> float:
+        started = time.monotonic()
+        telegram.user_message("hi")
+        await until_sent(telegram, 2)  # the refused attempt and the accepted one
+        await asyncio.sleep(0.3)
+        return time.monotonic() - started
+
+    elapsed = run(home, fake_llm, telegram, body)
+    assert elapsed >= 1.0 and len(telegram.sent()) == 2
+
+
+def test_unparseable_html_falls_back_to_plain_text(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
+) -> None:
+    fake_llm.default = Reply(text="**bold** answer")
+    telegram.faults.append(
+        Fault("sendMessage", 400, "Bad Request: can't parse entities: unclosed tag")
+    )
+
+    async def body() -> list[dict[str, Any]]:
+        telegram.user_message("format me")
+        return await until_sent(telegram, 2)
+
+    first, second = run(home, fake_llm, telegram, body)
+    assert first["parse_mode"] == "HTML" and "parse_mode" not in second
+    assert text_of(second) == "**bold** answer"
+
+
+def test_ten_thousand_characters_are_chunked(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
+) -> None:
+    long = "\n\n".join(f"Paragraph {i}: " + "ünïcödé 🙂 word " * 40 for i in range(17))
+    assert len(long) > 10_000
+    fake_llm.default = Reply(text=long)
+
+    async def body() -> list[dict[str, Any]]:
+        telegram.user_message("write a lot")
+        await until_sent(telegram, 3)
+        await asyncio.sleep(0.5)
+        return telegram.sent()
+
+    sent = run(home, fake_llm, telegram, body)
+    assert all(utf16_length(text_of(p)) <= 4096 for p in sent)
+    assert " ".join(" ".join(text_of(p) for p in sent).split()) == " ".join(long.split())
+
+
+def test_photo_without_caption_gets_a_short_reply(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
+) -> None:
+    photo = [{"file_id": "x", "file_unique_id": "y", "width": 1, "height": 1}]
+
+    async def body() -> list[dict[str, Any]]:
+        telegram.user_message("", extra={"photo": photo})
+        return await until_sent(telegram, 1)
+
+    sent = run(home, fake_llm, telegram, body)
+    assert "photo" in text_of(sent[0]) and fake_llm.requests == []
+
+
+def test_polling_survives_a_dropped_connection(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
+) -> None:
+    async def body() -> None:
+        telegram.faults.append(Fault("getUpdates", drop=True))
+        telegram.faults.append(Fault("getUpdates", 502, "Bad Gateway"))
+        await asyncio.sleep(0.5)
+        telegram.user_message("still there?")
+        await until_sent(telegram, 1, timeout=30)
+
+    run(home, fake_llm, telegram, body)
+    assert len(fake_llm.requests) == 1
+
+
+def test_a_memory_written_in_a_telegram_turn_reaches_the_file(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
+) -> None:
+    fake_llm.push(
+        Reply.tool_call("memory", {"action": "add", "target": "user", "content": "Lives in Busan"}),
+        Reply(text="Noted!"),
+    )
+
+    async def body() -> None:
+        telegram.user_message("I live in Busan")
+        await until_sent(telegram, 1)
+
+    run(home, fake_llm, telegram, body)
+    files = list((home / "memories").glob("*/USER.md"))
+    assert len(files) == 1 and files[0].read_text() == "Lives in Busan"
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        (
+            {
+                "text": "/new@hermes_test_bot now",
+                "entities": [{"type": "bot_command", "offset": 0, "length": 20}],
+            },
+            "/new now",
+        ),
+        ({"caption": "look at this", "photo": [{}]}, "look at this"),
+    ],
+)
+def test_to_event_is_pure(message: dict[str, Any], expected: str) -> None:
+    update = {
+        "update_id": 7,
+        "message": {
+            "message_id": 3,
+            "date": 0,
+            "chat": {"id": 5, "type": "private"},
+            "from": {"id": 5, "is_bot": False, "first_name": "A"},
+            **message,
+        },
+    }
+    event = to_event(update, BOT["id"], BOT["username"])  # type: ignore[arg-type]
+    assert event is not None and event.text == expected and event.message_id == "5:3"
+    assert to_event({"update_id": 8, "edited_message": update["message"]}, 1, "b") is None

@@ -1,0 +1,232 @@
+"""A local Telegram Bot API server: the real python-telegram-bot talks to it over HTTP.
+
+Implements getMe, deleteWebhook, getUpdates (long poll with offset), sendMessage
+(returns a full Message), sendChatAction, setMyCommands, close; records every call;
+injects 429 (with parameters.retry_after), 5xx, entity-parsing errors, dropped
+connections and duplicate update deliveries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs
+
+BOT = {"id": 999, "is_bot": True, "first_name": "Hermes", "username": "hermes_test_bot"}
+
+
+@dataclass
+class Fault:
+    method: str
+    status: int = 400
+    description: str = "Bad Request"
+    retry_after: int | None = None
+    drop: bool = False
+
+
+@dataclass
+class FakeTelegram:
+    updates: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    faults: deque[Fault] = field(default_factory=deque)
+    next_update_id: int = 1
+    next_message_id: int = 1000
+
+    def __post_init__(self) -> None:
+        self._cond = threading.Condition()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._server.block_on_close = False
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> FakeTelegram:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    # -- what users do -------------------------------------------------------------------
+
+    def user_message(
+        self,
+        text: str,
+        *,
+        user_id: int = 42,
+        chat_id: int | None = None,
+        chat_type: str = "private",
+        entities: list[dict[str, Any]] | None = None,
+        reply_to_bot: bool = False,
+        thread_id: int | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        chat = chat_id if chat_id is not None else user_id
+        message: dict[str, Any] = {
+            "message_id": self._message_id(),
+            "date": int(time.time()),
+            "chat": {"id": chat, "type": chat_type, "title": "group"}
+            if chat_type != "private"
+            else {"id": chat, "type": "private", "first_name": f"User{user_id}"},
+            "from": {"id": user_id, "is_bot": False, "first_name": f"User{user_id}"},
+            "text": text,
+        }
+        if entities:
+            message["entities"] = entities
+        if text.startswith("/"):
+            message["entities"] = [
+                {"type": "bot_command", "offset": 0, "length": len(text.split(maxsplit=1)[0])}
+            ]
+        if reply_to_bot:
+            message["reply_to_message"] = {
+                "message_id": 1,
+                "date": int(time.time()),
+                "chat": message["chat"],
+                "from": BOT,
+                "text": "earlier",
+            }
+        if thread_id is not None:
+            message["message_thread_id"] = thread_id
+            message["is_topic_message"] = True
+        if extra:
+            message.update(extra)
+            if "text" not in extra and ("photo" in extra or "sticker" in extra):
+                message.pop("text", None)
+        return self.push({"message": message})
+
+    def push(self, update: dict[str, Any]) -> dict[str, Any]:
+        with self._cond:
+            update = {"update_id": self.next_update_id, **update}
+            self.next_update_id += 1
+            self.updates.append(update)
+            self._cond.notify_all()
+        return update
+
+    def redeliver(self, update: dict[str, Any]) -> None:
+        with self._cond:
+            self.updates.append(update)  # the same update_id again
+            self._cond.notify_all()
+
+    def sent(self, method: str = "sendMessage") -> list[dict[str, Any]]:
+        return [params for name, params in self.calls if name == method]
+
+    def wait_sent(self, count: int, timeout: float = 20) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while len(self.sent()) < count:
+            assert time.monotonic() < deadline, f"only {len(self.sent())} of {count} messages sent"
+            time.sleep(0.02)
+        return self.sent()
+
+    def _message_id(self) -> int:
+        self.next_message_id += 1
+        return self.next_message_id
+
+    # -- the Bot API -----------------------------------------------------------------------
+
+    def _call(self, method: str, params: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+        with self._cond:
+            self.calls.append((method, params))
+            fault = next((f for f in self.faults if f.method == method), None)
+            if fault:
+                self.faults.remove(fault)
+        if fault:
+            if fault.drop:
+                return None
+            body: dict[str, Any] = {
+                "ok": False,
+                "error_code": fault.status,
+                "description": fault.description,
+            }
+            if fault.retry_after is not None:
+                body["parameters"] = {"retry_after": fault.retry_after}
+            return fault.status, body
+        return 200, {"ok": True, "result": self._result(method, params)}
+
+    def _result(self, method: str, params: dict[str, Any]) -> Any:
+        if method == "getMe":
+            return {
+                **BOT,
+                "can_join_groups": True,
+                "can_read_all_group_messages": False,
+                "supports_inline_queries": False,
+            }
+        if method == "getUpdates":
+            return self._get_updates(params)
+        if method == "sendMessage":
+            chat_id = int(params["chat_id"])
+            return {
+                "message_id": self._message_id(),
+                "date": int(time.time()),
+                "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "supergroup"},
+                "from": BOT,
+                "text": str(params.get("text", "")),
+            }
+        return True
+
+    def _get_updates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        offset = int(params.get("offset") or 0)
+        wait = min(float(params.get("timeout") or 0), 1.0)
+        deadline = time.monotonic() + wait
+        with self._cond:
+            while True:
+                pending = [u for u in self.updates if u["update_id"] >= offset]
+                if pending or time.monotonic() >= deadline:
+                    # what is confirmed by the offset is forgotten, as Telegram does
+                    self.updates = pending
+                    return pending
+                self._cond.wait(max(0.0, deadline - time.monotonic()))
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                method = self.path.rsplit("/", 1)[-1]
+                length = int(self.headers.get("Content-Length", 0))
+                raw = self.rfile.read(length).decode()
+                params = _decode(raw, self.headers.get("Content-Type", ""))
+                answer = fake._call(method, params)
+                if answer is None:
+                    self.close_connection = True
+                    with contextlib.suppress(OSError):
+                        self.connection.shutdown(2)
+                    return
+                status, body = answer
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.wfile.write(data)
+
+        return Handler
+
+
+def _decode(raw: str, content_type: str) -> dict[str, Any]:
+    if "json" in content_type:
+        return dict(json.loads(raw or "{}"))
+    params: dict[str, Any] = {}
+    for key, values in parse_qs(raw, keep_blank_values=True).items():
+        value = values[0]
+        try:
+            params[key] = json.loads(value)
+        except ValueError:
+            params[key] = value
+    return params
