@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from gateway.platform_config import AccessConfig, GatewaySection, PlatformsConfig
 from hermes.config import (
     AgentConfig,
     AuxiliaryConfig,
@@ -39,6 +40,9 @@ class HermesConfig(Section):
     llm: LLMConfig = LLMConfig()
     agent: AgentConfig = AgentConfig()
     sessions: SessionsConfig = SessionsConfig()
+    platforms: PlatformsConfig = PlatformsConfig()
+    access: AccessConfig = AccessConfig()
+    gateway: GatewaySection = GatewaySection()
     auxiliary: AuxiliaryConfig = AuxiliaryConfig()
 
 
@@ -124,6 +128,9 @@ def auxiliary_endpoint(
 
 
 def _key(name: str | None, env: Mapping[str, str] | None) -> str | None:
-    if not name:
-        return None
+    return secret(name, env) if name else None
+
+
+def secret(name: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The value of the environment variable `name` (secrets are referenced by name)."""
     return (os.environ if env is None else env).get(name) or None

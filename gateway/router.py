@@ -42,6 +42,7 @@ NO_TEXT_REPLY = (
 @dataclass(frozen=True, slots=True)
 class RouterPolicy:
     group_scope: Scope = Scope.PER_USER
+    scopes: Mapping[str, Scope] = field(default_factory=dict)  # per platform, overrides
     queue_mode: Literal["queue", "merge"] = "queue"
     always_answer_chats: frozenset[str] = frozenset()  # groups answered without a mention
     max_send_attempts: int = 4
@@ -78,7 +79,7 @@ class Router:
             return
         if not self._addressed(event):
             return
-        key = session_key(event, self.policy.group_scope)
+        key = session_key(event, self.policy.scopes.get(event.platform, self.policy.group_scope))
         lane = self._lanes.setdefault(key, _Lane())
         lane.queue.put_nowait(event)
         if lane.worker is None:

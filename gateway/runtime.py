@@ -1,8 +1,8 @@
-"""The gateway process: platform adapters and the scheduler in one asyncio loop.
+"""The gateway process: platform adapters, the router and the scheduler in one loop.
 
-Start order: adapters, then the scheduler; stop order: the scheduler (waiting for
-running jobs), then the adapters. Platform adapters arrive with the gateway issue; until
-then the process runs the scheduler (consolidation, idle sessions, maintenance).
+Start order: adapters (each on its own: one failing to start is logged and shown in
+status, the others run), then the scheduler. Stop order: the scheduler (waiting for
+running jobs), stop intake and let running turns finish within a bound, then adapters.
 """
 
 from __future__ import annotations
@@ -10,27 +10,95 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Mapping
 from pathlib import Path
 
-from gateway.config import HermesConfig
+from gateway import registry
+from gateway.assembly import Assembled, build_agent
+from gateway.config import ConfigError, HermesConfig, main_endpoint
+from gateway.events import MessageEvent
+from gateway.platform_config import PlatformConfig
+from gateway.ports import PlatformAdapter
+from gateway.router import Router, RouterPolicy
 from gateway.scheduler import Scheduler
+from gateway.session_key import Scope
 from hermes.state.db import SessionDB
 
 logger = logging.getLogger(__name__)
+TURN_GRACE_S = 20.0
 
 
 class Gateway:
-    def __init__(self, home: Path, config: HermesConfig, db: SessionDB) -> None:
-        self.home, self.config, self.db = home, config, db
+    def __init__(
+        self, home: Path, config: HermesConfig, db: SessionDB, env: Mapping[str, str] | None = None
+    ) -> None:
+        self.home, self.config, self.db, self.env = home, config, db, env
         self.scheduler = Scheduler(home, config, db)
+        self.adapters: dict[str, PlatformAdapter] = {}
+        self.failed: dict[str, str] = {}
+        self.platforms = self._enabled()
+        self.assembled: Assembled | None = None
+        self.router: Router | None = None
+        endpoint = main_endpoint(config, env)
+        if self.platforms and endpoint is None:
+            raise ConfigError(
+                "platforms are enabled but no model is configured (llm.base_url, llm.model)"
+            )
+        if endpoint is not None:
+            self.assembled = build_agent(home, config, db, endpoint)
+            self.router = Router(
+                self.assembled.agent, db, self.adapters, self.authorize, self._policy()
+            )
         self._stopping = asyncio.Event()
 
+    def _enabled(self) -> dict[str, PlatformConfig]:
+        sections = self.config.platforms
+        return {
+            name: section
+            for name in type(sections).model_fields
+            if (section := getattr(sections, name)).enabled
+        }
+
+    def _policy(self) -> RouterPolicy:
+        always = frozenset(c for p in self.platforms.values() for c in p.answer_without_mention)
+        scopes = {name: Scope(p.group_scope) for name, p in self.platforms.items()}
+        return RouterPolicy(
+            queue_mode=self.config.gateway.queue_mode, always_answer_chats=always, scopes=scopes
+        )
+
+    def authorize(self, event: MessageEvent) -> bool:
+        """Default deny: `access.allow_all`, or the platform's allowlist."""
+        if self.config.access.allow_all:
+            return True
+        platform = self.platforms.get(event.platform)
+        return platform is not None and event.user.id in platform.allowed_users
+
     async def start(self) -> None:
+        for name, section in self.platforms.items():
+            try:
+                adapter = registry.build(name, section, self.env)
+                assert self.router is not None
+                await adapter.start(self.router.handle)
+            except Exception as exc:  # one platform failing must not take the others down
+                logger.exception("platform %s failed to start", name)
+                self.failed[name] = f"{type(exc).__name__}: {exc}"
+                continue
+            self.adapters[name] = adapter
+            logger.info("platform %s connected", name)
         await self.scheduler.start()
-        logger.info("gateway started (home %s)", self.home)
+        logger.info("gateway started: %s", ", ".join(self.adapters) or "no platforms")
 
     async def stop(self) -> None:
         await self.scheduler.stop()
+        if self.router is not None:
+            await self.router.stop(TURN_GRACE_S)
+        for name, adapter in list(self.adapters.items()):
+            try:
+                await adapter.stop()
+            except Exception:
+                logger.exception("platform %s did not stop cleanly", name)
+        if self.assembled is not None:
+            await self.assembled.close()
         logger.info("gateway stopped")
 
     def request_stop(self) -> None:

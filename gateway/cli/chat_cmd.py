@@ -14,15 +14,14 @@ import typer
 from rich.markdown import Markdown
 from rich.markup import escape
 
+from gateway.assembly import Assembled, build_agent
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import console, err_console, note, say
-from gateway.config import CONFIG_FILENAME, auxiliary_endpoint, main_endpoint
+from gateway.config import CONFIG_FILENAME, main_endpoint
 from hermes.agent.agent import Agent, Surface, TurnResult
 from hermes.agent.conversation import Conversation
 from hermes.identity import ensure_private_dir, owner_user_id
-from hermes.llm.client import LLMClient
 from hermes.llm.endpoint import Endpoint
-from hermes.llm.summarizer import LLMSummarizer
 from hermes.state.db import SessionDB
 from hermes.state.search import SearchScope
 from hermes.tools.session_search import SessionSearchTool
@@ -96,26 +95,6 @@ def _endpoint(ctx: CliContext) -> Endpoint:
     return endpoint
 
 
-def _agent(ctx: CliContext, db: SessionDB, endpoint: Endpoint) -> tuple[Agent, list[LLMClient]]:
-    main = LLMClient(endpoint)
-    clients = [main]
-    aux_endpoint = auxiliary_endpoint(ctx.config, ctx.config.auxiliary.session_search)
-    aux = LLMClient(aux_endpoint) if aux_endpoint and aux_endpoint != endpoint else main
-    if aux is not main:
-        clients.append(aux)
-    agent = Agent(
-        db,
-        main,
-        ctx.home,
-        ctx.config.memory,
-        ctx.config.agent,
-        aux_model=aux,
-        search_summarizer=LLMSummarizer(aux),
-        search_policy=ctx.summary_policy(),
-    )
-    return agent, clients
-
-
 def chat(
     query: Annotated[
         str | None, typer.Option("-q", "--query", help="Answer once and exit.")
@@ -130,7 +109,8 @@ def chat(
     db = ctx.open_db()
     owner = owner_user_id(ctx.home)
     runtime = Runtime()
-    agent, clients = _agent(ctx, db, endpoint)
+    assembled = build_agent(ctx.home, ctx.config, db, endpoint)
+    agent = assembled.agent
     runtime.loop.call_soon_threadsafe(agent.check_memory, owner)  # a CLI-only install
     try:
         conv = _conversation(agent, db, owner, resume)
@@ -139,17 +119,15 @@ def chat(
         else:
             _interactive(runtime, agent, db, conv, resumed=resume is not None)
     finally:
-        runtime.run(_shutdown(agent, clients, owner))
+        runtime.run(_shutdown(assembled, owner))
         runtime.close()
         db.close()
 
 
-async def _shutdown(agent: Agent, clients: list[LLMClient], owner: str) -> None:
-    await agent.drain(timeout=30)
-    agent.check_memory(owner)  # and once more at the end of the session
-    await agent.drain(timeout=60)
-    for client in clients:
-        await client.close()
+async def _shutdown(assembled: Assembled, owner: str) -> None:
+    await assembled.agent.drain(timeout=30)
+    assembled.agent.check_memory(owner)  # and once more at the end of the session
+    await assembled.close()
 
 
 def _conversation(agent: Agent, db: SessionDB, owner: str, resume: str | None) -> Conversation:

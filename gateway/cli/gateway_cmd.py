@@ -8,8 +8,9 @@ import logging
 import typer
 from rich.table import Table
 
-from gateway.cli.context import CliContext
+from gateway.cli.context import EXIT_USAGE, CliContext, fail
 from gateway.cli.output import console, note
+from gateway.config import ConfigError
 from gateway.runtime import Gateway
 from gateway.scheduler import read_status
 
@@ -25,9 +26,13 @@ def run() -> None:
     )
     ctx = CliContext.load()
     db = ctx.open_db()
-    note("[bold]Hermes gateway[/bold] running; scheduler started. Ctrl-C or SIGTERM stops it.")
     try:
-        asyncio.run(Gateway(ctx.home, ctx.config, db).serve())
+        gateway = Gateway(ctx.home, ctx.config, db)
+        platforms = ", ".join(gateway.platforms) or "no platforms enabled"
+        note(f"[bold]Hermes gateway[/bold] starting ({platforms}). Ctrl-C or SIGTERM stops it.")
+        asyncio.run(gateway.serve())
+    except ConfigError as exc:
+        fail(str(exc), EXIT_USAGE)
     finally:
         db.close()
     note("gateway stopped")

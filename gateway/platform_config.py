@@ -1,0 +1,56 @@
+"""Config models of the platforms (`platforms.<name>` in config.yaml), off until enabled."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from hermes.config import Section
+
+
+class PlatformConfig(Section):
+    enabled: bool = False
+    allowed_users: list[str] = Field(default_factory=list)  # platform user ids
+    group_scope: Literal["per_user", "per_chat"] = "per_user"
+    answer_without_mention: list[str] = Field(default_factory=list)  # group chat ids
+
+
+class TelegramConfig(PlatformConfig):
+    token_env: str = "TELEGRAM_BOT_TOKEN"
+    mode: Literal["polling", "webhook"] = "polling"
+    base_url: str | None = None  # a self-hosted Bot API server (or a test fake)
+
+
+class DiscordConfig(PlatformConfig):
+    token_env: str = "DISCORD_BOT_TOKEN"
+    api_base: str | None = None
+    gateway_url: str | None = None
+
+
+class SlackConfig(PlatformConfig):
+    bot_token_env: str = "SLACK_BOT_TOKEN"
+    app_token_env: str = "SLACK_APP_TOKEN"
+    signing_secret_env: str = "SLACK_SIGNING_SECRET"
+    mode: Literal["socket", "http"] = "socket"
+    api_base: str | None = None
+
+
+class PlatformsConfig(Section):
+    telegram: TelegramConfig = TelegramConfig()
+    discord: DiscordConfig = DiscordConfig()
+    slack: SlackConfig = SlackConfig()
+
+
+class AccessConfig(Section):
+    allow_all: bool = False  # default deny: only allowlisted users reach the assistant
+
+
+class HttpConfig(Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8787, ge=1, le=65535)
+
+
+class GatewaySection(Section):
+    http: HttpConfig = HttpConfig()
+    queue_mode: Literal["queue", "merge"] = "queue"

@@ -1,0 +1,64 @@
+"""One entry per platform: where its adapter lives, how to build it, how to install it.
+
+Adding a platform touches its adapter module, its config model and one line here.
+Adapters are imported lazily, so a missing SDK only matters when the platform is on.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.config import ConfigError, secret
+from gateway.platform_config import PlatformConfig, TelegramConfig
+from gateway.ports import PlatformAdapter
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformEntry:
+    name: str
+    module: str
+    install_hint: str
+    build: Callable[[Any, PlatformConfig, Mapping[str, str] | None], PlatformAdapter]
+
+
+def _telegram(
+    module: Any, config: PlatformConfig, env: Mapping[str, str] | None
+) -> PlatformAdapter:
+    assert isinstance(config, TelegramConfig)
+    if config.mode == "webhook":
+        raise ConfigError("platforms.telegram.mode: webhook is not available yet; use polling")
+    token = _require(config.token_env, "platforms.telegram.token_env", env)
+    adapter: PlatformAdapter = module.TelegramAdapter(token, base_url=config.base_url)
+    return adapter
+
+
+REGISTRY: dict[str, PlatformEntry] = {
+    "telegram": PlatformEntry(
+        "telegram", "adapters.telegram_adapter", "pip install 'hermes-gateway[telegram]'", _telegram
+    ),
+}
+
+
+def build(
+    name: str, config: PlatformConfig, env: Mapping[str, str] | None = None
+) -> PlatformAdapter:
+    entry = REGISTRY.get(name)
+    if entry is None:
+        raise ConfigError(f"platforms.{name}: this platform is not available yet")
+    try:
+        module = importlib.import_module(entry.module)
+    except ImportError as exc:
+        raise ConfigError(
+            f"platforms.{name} is enabled but its SDK is missing ({exc.name}): {entry.install_hint}"
+        ) from None
+    return entry.build(module, config, env)
+
+
+def _require(env_name: str, key: str, env: Mapping[str, str] | None) -> str:
+    value = secret(env_name, env)
+    if not value:
+        raise ConfigError(f"{key}: set the environment variable {env_name} to the bot token")
+    return value

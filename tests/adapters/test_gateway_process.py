@@ -1,0 +1,83 @@
+"""`hermes gateway run` as a real process with the Telegram fake and the fake LLM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.telegram_server import FakeTelegram
+from tests.gateway.test_cli_memory import HERMES
+
+
+@pytest.fixture
+def telegram() -> Iterator[FakeTelegram]:
+    server = FakeTelegram().start()
+    yield server
+    server.stop()
+
+
+def write_config(
+    home: Path, llm: FakeOpenAI, tg: FakeTelegram, token_env: str = "HERMES_TEST_TG_TOKEN"
+) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text(
+        f"llm:\n  base_url: {llm.base_url}\n  model: m\n  max_retries: 0\n"
+        f"platforms:\n  telegram:\n    enabled: true\n    token_env: {token_env}\n"
+        f"    base_url: {tg.base_url}\n    allowed_users: ['42']\n"
+    )
+
+
+def start(home: Path, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*HERMES, "gateway", "run"],
+        env=dict(os.environ, HERMES_HOME=str(home), **env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_gateway_answers_allowed_users_and_stops_on_sigterm(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
+) -> None:
+    write_config(home, fake_llm, telegram)
+    fake_llm.default = Reply(text="Hi from the gateway")
+    proc = start(home, HERMES_TEST_TG_TOKEN="123:ABC")
+    try:
+        deadline = time.monotonic() + 30
+        while not telegram.sent("setMyCommands"):
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr
+            time.sleep(0.1)
+        telegram.user_message("stranger here", user_id=77)
+        telegram.user_message("hello", user_id=42)
+        telegram.wait_sent(1)
+        time.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert [str(p["text"]) for p in telegram.sent()] == ["Hi from the gateway"]
+    assert len(fake_llm.requests) == 1  # the stranger never reached the model
+    assert "platform telegram connected" in err and "gateway stopped" in err
+
+
+def test_a_platform_that_cannot_start_does_not_stop_the_gateway(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
+) -> None:
+    write_config(home, fake_llm, telegram, token_env="HERMES_TEST_MISSING_TOKEN")
+    proc = start(home)
+    try:
+        time.sleep(4)
+        assert proc.poll() is None  # still running (the scheduler works)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    assert "HERMES_TEST_MISSING_TOKEN" in err and "platform telegram failed to start" in err
