@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.config import ConfigError, secret
-from gateway.platform_config import PlatformConfig, TelegramConfig
+from gateway.platform_config import PlatformConfig, SlackConfig, TelegramConfig
 from gateway.ports import PlatformAdapter
 
 
@@ -35,9 +35,22 @@ def _telegram(
     return adapter
 
 
+def _slack(module: Any, config: PlatformConfig, env: Mapping[str, str] | None) -> PlatformAdapter:
+    assert isinstance(config, SlackConfig)
+    if config.mode == "http":
+        raise ConfigError("platforms.slack.mode: http is not available yet; use socket")
+    bot = _require(config.bot_token_env, "platforms.slack.bot_token_env", env)
+    app = _require(config.app_token_env, "platforms.slack.app_token_env", env)
+    adapter: PlatformAdapter = module.SlackAdapter(bot, app, api_base=config.api_base)
+    return adapter
+
+
 REGISTRY: dict[str, PlatformEntry] = {
     "telegram": PlatformEntry(
         "telegram", "adapters.telegram_adapter", "pip install 'hermes-gateway[telegram]'", _telegram
+    ),
+    "slack": PlatformEntry(
+        "slack", "adapters.slack_adapter", "pip install 'hermes-gateway[slack]'", _slack
     ),
 }
 
@@ -60,5 +73,5 @@ def build(
 def _require(env_name: str, key: str, env: Mapping[str, str] | None) -> str:
     value = secret(env_name, env)
     if not value:
-        raise ConfigError(f"{key}: set the environment variable {env_name} to the bot token")
+        raise ConfigError(f"{key}: set the environment variable {env_name} (the token)")
     return value

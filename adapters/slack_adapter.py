@@ -1,0 +1,148 @@
+"""Slack through slack-bolt (async), in Socket Mode, embedded by its lifecycle calls.
+
+`to_event` is pure over an Events API body. The adapter connects with
+`AsyncSocketModeHandler.connect_async` (the SDK acks each envelope and reconnects by
+itself), replies in the thread of the message in channels, converts Markdown to mrkdwn,
+and turns off slack_sdk's connection-error retry, which can post a message twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from gateway.events import (
+    Attachment,
+    ChatRef,
+    ChatType,
+    MessageEvent,
+    OutboundMessage,
+    SendResult,
+    UserRef,
+)
+from gateway.formatting import to_slack_mrkdwn
+from gateway.ports import Capabilities, EventSink
+
+logger = logging.getLogger(__name__)
+
+_CHANNEL_TYPES = {
+    "im": ChatType.DM,
+    "mpim": ChatType.GROUP,
+    "group": ChatType.GROUP,
+    "channel": ChatType.CHANNEL,
+}
+_IGNORED_SUBTYPES = {
+    "message_changed",
+    "message_deleted",
+    "bot_message",
+    "channel_join",
+    "channel_leave",
+    "thread_broadcast",
+}
+PERMANENT = {
+    "channel_not_found",
+    "not_in_channel",
+    "is_archived",
+    "account_inactive",
+    "invalid_auth",
+    "msg_too_long",
+    "no_text",
+}
+
+
+def to_event(body: dict[str, Any], bot_user_id: str) -> MessageEvent | None:
+    event = body.get("event") or {}
+    if event.get("type") not in ("message", "app_mention"):
+        return None
+    if event.get("subtype") in _IGNORED_SUBTYPES or event.get("bot_id"):
+        return None
+    user, channel, ts = event.get("user"), event.get("channel"), event.get("ts")
+    if not user or not channel or not ts:
+        return None
+    text = event.get("text") or ""
+    tag = f"<@{bot_user_id}>"
+    mentioned = event.get("type") == "app_mention" or tag in text
+    chat_type = _CHANNEL_TYPES.get(event.get("channel_type", ""))
+    if chat_type is None:
+        chat_type = ChatType.DM if str(channel).startswith("D") else ChatType.CHANNEL
+    files = event.get("files") or []
+    return MessageEvent(
+        platform="slack",
+        event_id=str(body.get("event_id") or f"{channel}:{ts}"),
+        message_id=f"{channel}:{ts}",  # message and app_mention of one post share it
+        chat=ChatRef(str(channel), chat_type, event.get("thread_ts")),
+        user=UserRef(str(user), str(user), bool(event.get("bot_id"))),
+        text=" ".join(text.replace(tag, " ").split()),
+        mentioned=mentioned,
+        attachments=tuple(Attachment("document", f.get("name", "")) for f in files),
+        raw=body,
+    )
+
+
+class SlackAdapter:
+    name = "slack"
+    capabilities = Capabilities(max_length=39_000, markdown="slack_mrkdwn", threads=True)
+
+    def __init__(self, bot_token: str, app_token: str, api_base: str | None = None) -> None:
+        base = api_base or "https://slack.com/api/"
+        self.client = AsyncWebClient(token=bot_token, base_url=base, retry_handlers=[])
+        self.app = AsyncApp(
+            client=self.client,
+            request_verification_enabled=False,
+            ignoring_self_events_enabled=True,
+        )
+        self.handler = AsyncSocketModeHandler(
+            self.app, app_token, web_client=AsyncWebClient(base_url=base, retry_handlers=[])
+        )
+        self.bot_user_id = ""
+        self._sink: EventSink | None = None
+
+    async def start(self, sink: EventSink) -> None:
+        self._sink = sink
+        auth = await self.client.auth_test()
+        self.bot_user_id = str(auth["user_id"])
+        self.app.event("message")(self._on_event)
+        self.app.event("app_mention")(self._on_event)
+        await self.handler.connect_async()  # type: ignore[no-untyped-call]
+
+    async def stop(self) -> None:
+        await self.handler.close_async()  # type: ignore[no-untyped-call]
+
+    async def _on_event(self, body: dict[str, Any]) -> None:
+        event = to_event(body, self.bot_user_id)
+        if event is not None and self._sink is not None:
+            await self._sink(event)
+
+    async def typing(self, chat: ChatRef) -> None:
+        """Slack has no typing indicator for bots in the Events API: nothing to do."""
+
+    async def send(self, message: OutboundMessage) -> SendResult:
+        chat = message.chat
+        thread = chat.thread_id
+        if thread is None and chat.type is not ChatType.DM and message.reply_to_id:
+            thread = message.reply_to_id.rsplit(":", 1)[-1]  # answer in the message's thread
+        try:
+            response = await self.client.chat_postMessage(
+                channel=chat.id, text=to_slack_mrkdwn(message.text), thread_ts=thread, mrkdwn=True
+            )
+        except SlackApiError as exc:
+            status = exc.response.status_code
+            error = str(exc.response.get("error", "")) if exc.response.data else ""
+            if status == 429:
+                retry_after = float(exc.response.headers.get("Retry-After", "1"))
+                return SendResult(
+                    False, error="ratelimited", retryable=True, retry_after=retry_after
+                )
+            return SendResult(
+                False,
+                error=error or f"HTTP {status}",
+                retryable=status >= 500 and error not in PERMANENT,
+            )
+        except Exception as exc:  # a dropped connection: it may have been posted
+            return SendResult(False, error=f"outcome unknown: {type(exc).__name__}: {exc}")
+        return SendResult(True, (f"{chat.id}:{response['ts']}",))

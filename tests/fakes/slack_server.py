@@ -1,0 +1,225 @@
+"""A local Slack: Web API over HTTP and Socket Mode over a websocket, in its own thread.
+
+The real slack_sdk / slack-bolt talk to it: `auth.test`, `apps.connections.open` (gives
+the ws:// URL), `chat.postMessage`; events are pushed as `events_api` envelopes and the
+acks recorded. Faults: 429 with Retry-After, dropped websocket (the client reconnects).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs
+
+from aiohttp import WSMsgType, web
+
+BOT_USER = "UBOT"
+
+
+@dataclass
+class SlackFault:
+    method: str
+    status: int = 429
+    error: str = "ratelimited"
+    retry_after: int | None = 1
+
+
+@dataclass
+class FakeSlack:
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    acks: list[str] = field(default_factory=list)
+    faults: deque[SlackFault] = field(default_factory=deque)
+    connections: int = 0
+
+    def __post_init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._sockets: list[web.WebSocketResponse] = []
+        self._ts = itertools.count(1)
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.port = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> FakeSlack:
+        self._thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        app = web.Application()
+        app.router.add_post("/api/{method}", self._api)
+        app.router.add_get("/link", self._socket)
+        self._runner = web.AppRunner(app)
+        self.loop.run_until_complete(self._runner.setup())
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        self.loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._ready.set()
+        self.loop.run_forever()
+
+    @property
+    def api_base(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api/"
+
+    # -- what users do -------------------------------------------------------------------
+
+    def message(
+        self,
+        text: str,
+        *,
+        user: str = "U1",
+        channel: str = "D1",
+        channel_type: str = "im",
+        thread_ts: str | None = None,
+        event_type: str = "message",
+        ts: str | None = None,
+        event_id: str | None = None,
+        retry_attempt: int = 0,
+    ) -> dict[str, Any]:
+        ts = ts or f"1700000000.{next(self._ts):06d}"
+        event: dict[str, Any] = {
+            "type": event_type,
+            "user": user,
+            "text": text,
+            "ts": ts,
+            "channel": channel,
+            "event_ts": ts,
+        }
+        if event_type == "message":
+            event["channel_type"] = channel_type
+        if thread_ts:
+            event["thread_ts"] = thread_ts
+        body = {
+            "token": "x",
+            "team_id": "T1",
+            "api_app_id": "A1",
+            "type": "event_callback",
+            "event": event,
+            "event_id": event_id or f"Ev{ts.replace('.', '')}{event_type}",
+            "event_time": int(time.time()),
+        }
+        self.push(body, retry_attempt)
+        return body
+
+    def push(self, body: dict[str, Any], retry_attempt: int = 0) -> str:
+        envelope_id = f"env-{time.monotonic_ns()}"
+        envelope = {
+            "envelope_id": envelope_id,
+            "type": "events_api",
+            "payload": body,
+            "accepts_response_payload": False,
+            "retry_attempt": retry_attempt,
+            "retry_reason": "timeout" if retry_attempt else "",
+        }
+        asyncio.run_coroutine_threadsafe(self._broadcast(envelope), self.loop).result(10)
+        return envelope_id
+
+    def drop_connections(self) -> None:
+        async def close_all() -> None:
+            for ws in list(self._sockets):
+                await ws.close()
+
+        asyncio.run_coroutine_threadsafe(close_all(), self.loop).result(10)
+
+    def posted(self) -> list[dict[str, Any]]:
+        return [p for m, p in self.calls if m == "chat.postMessage"]
+
+    def wait_connected(self, count: int = 1, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while self.connections < count or not self._sockets:
+            assert time.monotonic() < deadline, "the app never connected over Socket Mode"
+            time.sleep(0.05)
+
+    # -- server side ---------------------------------------------------------------------
+
+    async def _broadcast(self, envelope: dict[str, Any]) -> None:
+        deadline = time.monotonic() + 10
+        while not self._sockets and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for ws in list(self._sockets):
+            await ws.send_str(json.dumps(envelope))
+
+    async def _api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        raw = await request.text()
+        if "json" in request.headers.get("Content-Type", ""):
+            params = json.loads(raw or "{}")
+        else:
+            params = {k: v[0] for k, v in parse_qs(raw).items()}
+        self.calls.append((method, params))
+        fault = next((f for f in self.faults if f.method == method), None)
+        if fault:
+            self.faults.remove(fault)
+            headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after else {}
+            return web.json_response(
+                {"ok": False, "error": fault.error}, status=fault.status, headers=headers
+            )
+        return web.json_response(self._result(method, params))
+
+    def _result(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        if method == "auth.test":
+            return {
+                "ok": True,
+                "url": "https://fake.slack/",
+                "team": "T",
+                "user": "hermes",
+                "team_id": "T1",
+                "user_id": BOT_USER,
+                "bot_id": "BBOT",
+            }
+        if method == "apps.connections.open":
+            return {"ok": True, "url": f"ws://127.0.0.1:{self.port}/link"}
+        if method == "chat.postMessage":
+            ts = f"1800000000.{next(self._ts):06d}"
+            return {
+                "ok": True,
+                "channel": params.get("channel"),
+                "ts": ts,
+                "message": {
+                    "type": "message",
+                    "text": params.get("text"),
+                    "ts": ts,
+                    "bot_id": "BBOT",
+                    "user": BOT_USER,
+                },
+            }
+        return {"ok": True}
+
+    async def _socket(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        self.connections += 1
+        self._sockets.append(ws)
+        await ws.send_str(
+            json.dumps(
+                {
+                    "type": "hello",
+                    "num_connections": 1,
+                    "debug_info": {"host": "fake"},
+                    "connection_info": {"app_id": "A1"},
+                }
+            )
+        )
+        try:
+            async for msg in ws:
+                if msg.type == WSMsgType.TEXT:
+                    data = json.loads(msg.data)
+                    if "envelope_id" in data:
+                        self.acks.append(data["envelope_id"])
+        finally:
+            self._sockets.remove(ws)
+        return ws
