@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.config import ConfigError, secret
-from gateway.platform_config import PlatformConfig, SlackConfig, TelegramConfig
+from gateway.platform_config import DiscordConfig, PlatformConfig, SlackConfig, TelegramConfig
 from gateway.ports import PlatformAdapter
 
 
@@ -45,9 +45,21 @@ def _slack(module: Any, config: PlatformConfig, env: Mapping[str, str] | None) -
     return adapter
 
 
+def _discord(module: Any, config: PlatformConfig, env: Mapping[str, str] | None) -> PlatformAdapter:
+    assert isinstance(config, DiscordConfig)
+    token = _require(config.token_env, "platforms.discord.token_env", env)
+    adapter: PlatformAdapter = module.DiscordAdapter(
+        token, api_base=config.api_base, gateway_url=config.gateway_url
+    )
+    return adapter
+
+
 REGISTRY: dict[str, PlatformEntry] = {
     "telegram": PlatformEntry(
         "telegram", "adapters.telegram_adapter", "pip install 'hermes-gateway[telegram]'", _telegram
+    ),
+    "discord": PlatformEntry(
+        "discord", "adapters.discord_adapter", "pip install 'hermes-gateway[discord]'", _discord
     ),
     "slack": PlatformEntry(
         "slack", "adapters.slack_adapter", "pip install 'hermes-gateway[slack]'", _slack

@@ -1,0 +1,153 @@
+"""Discord through discord.py 2, embedded with `Client.start` in a task.
+
+Messages are read from the raw gateway stream (`on_socket_raw_receive`), so `to_event`
+is pure over the MESSAGE_CREATE payload and needs no cache. The `message_content`
+intent is enabled (guild messages arrive empty without it; turn it on in the developer
+portal too). discord.py waits out 429s (with the normal Via header) and resumes the
+gateway session after a drop by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Any
+
+import aiohttp
+import discord
+import yarl
+
+from gateway.events import (
+    Attachment,
+    ChatRef,
+    ChatType,
+    MessageEvent,
+    OutboundMessage,
+    SendResult,
+    UserRef,
+)
+from gateway.ports import Capabilities, EventSink
+
+logger = logging.getLogger(__name__)
+READY_TIMEOUT_S = 30.0
+
+
+def to_event(data: dict[str, Any], bot_id: str) -> MessageEvent | None:
+    """A MessageEvent from a MESSAGE_CREATE payload, or None when it is not for us."""
+    author = data.get("author") or {}
+    if not data.get("id") or not data.get("channel_id") or not author.get("id"):
+        return None
+    content = str(data.get("content") or "")
+    tags = (f"<@{bot_id}>", f"<@!{bot_id}>")
+    mentioned = any(str(m.get("id")) == bot_id for m in data.get("mentions") or [])
+    mentioned = mentioned or any(tag in content for tag in tags)
+    for tag in tags:
+        content = content.replace(tag, " ")
+    referenced = data.get("referenced_message") or {}
+    chat_type = ChatType.GROUP if data.get("guild_id") else ChatType.DM
+    channel = str(data["channel_id"])
+    return MessageEvent(
+        platform="discord",
+        event_id=f"{channel}:{data['id']}",  # the gateway has no delivery id: the message's
+        message_id=f"{channel}:{data['id']}",
+        chat=ChatRef(channel, chat_type),
+        user=UserRef(
+            str(author["id"]),
+            author.get("global_name") or author.get("username", ""),
+            bool(author.get("bot")),
+        ),
+        text=" ".join(content.split()),
+        reply_to_id=f"{channel}:{referenced['id']}" if referenced.get("id") else None,
+        mentioned=mentioned,
+        replied_to_bot=str((referenced.get("author") or {}).get("id")) == bot_id,
+        attachments=tuple(
+            Attachment("document", a.get("filename", "")) for a in data.get("attachments") or []
+        ),
+        raw=data,
+    )
+
+
+class DiscordAdapter:
+    name = "discord"
+    capabilities = Capabilities(max_length=2000, markdown="discord", threads=True)
+
+    def __init__(
+        self, token: str, api_base: str | None = None, gateway_url: str | None = None
+    ) -> None:
+        if api_base:  # a REST proxy, or a test fake (process-wide in discord.py)
+            discord.http.Route.BASE = api_base.rstrip("/")
+        if gateway_url:
+            discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(gateway_url)
+        intents = discord.Intents.default()
+        intents.message_content = True
+        self.client = discord.Client(
+            intents=intents, enable_debug_events=True, guild_ready_timeout=1.0
+        )
+        self.client.event(self.on_socket_raw_receive)
+        self.token = token
+        self._task: asyncio.Task[None] | None = None
+        self._sink: EventSink | None = None
+
+    async def start(self, sink: EventSink) -> None:
+        self._sink = sink
+        self._task = asyncio.create_task(self.client.start(self.token))
+        ready = asyncio.create_task(self.client.wait_until_ready())
+        done, _ = await asyncio.wait(
+            {self._task, ready}, timeout=READY_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED
+        )
+        if ready not in done:
+            ready.cancel()
+            if self._task in done:
+                self._task.result()  # raises the login/connect error
+            raise TimeoutError(f"discord did not become ready within {READY_TIMEOUT_S:g} s")
+
+    async def stop(self) -> None:
+        await self.client.close()
+        if self._task is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(self._task, 10)
+
+    async def on_socket_raw_receive(self, raw: str) -> None:
+        with contextlib.suppress(ValueError):
+            frame = json.loads(raw)
+            if frame.get("t") != "MESSAGE_CREATE" or self.client.user is None:
+                return
+            event = to_event(frame.get("d") or {}, str(self.client.user.id))
+            if event is not None and self._sink is not None:
+                await self._sink(event)
+
+    async def typing(self, chat: ChatRef) -> None:
+        await self.client.http.send_typing(int(chat.id))
+
+    async def send(self, message: OutboundMessage) -> SendResult:
+        channel = self.client.get_partial_messageable(int(message.chat.id))
+        reference = None
+        if message.reply_to_id:
+            reference = discord.MessageReference(
+                message_id=int(message.reply_to_id.rsplit(":", 1)[-1]),
+                channel_id=int(message.chat.id),
+                fail_if_not_exists=False,
+            )
+        try:
+            if reference is not None:
+                sent = await channel.send(
+                    message.text,
+                    reference=reference,
+                    allowed_mentions=discord.AllowedMentions.none(),
+                )
+            else:
+                sent = await channel.send(
+                    message.text, allowed_mentions=discord.AllowedMentions.none()
+                )
+        except discord.HTTPException as exc:
+            if exc.status == 429:
+                wait = float(exc.response.headers.get("Retry-After", "1"))
+                return SendResult(False, error="rate limited", retryable=True, retry_after=wait)
+            return SendResult(
+                False, error=f"HTTP {exc.status}: {exc.text}", retryable=exc.status >= 500
+            )
+        except (aiohttp.ClientError, TimeoutError) as exc:  # it may have been posted
+            return SendResult(False, error=f"outcome unknown: {type(exc).__name__}: {exc}")
+        return SendResult(True, (f"{message.chat.id}:{sent.id}",))

@@ -1,0 +1,153 @@
+"""Discord end to end: the real discord.py against a local fake REST API and gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from adapters.discord_adapter import DiscordAdapter, to_event
+from gateway.router import Router, RouterPolicy
+from hermes.agent.agent import Agent
+from hermes.config import AgentConfig, MemoryConfig
+from hermes.llm.client import LLMClient
+from hermes.llm.endpoint import Endpoint
+from hermes.state.db import SessionDB
+from tests.fakes.discord_server import BOT_ID, MESSAGE_CONTENT_INTENT, DiscordFault, FakeDiscord
+from tests.fakes.openai_server import FakeOpenAI, Reply
+
+T = TypeVar("T")
+
+
+@pytest.fixture
+def discord_fake() -> Iterator[FakeDiscord]:
+    server = FakeDiscord().start()
+    yield server
+    server.stop()
+
+
+def run(home: Path, fake_llm: FakeOpenAI, fake: FakeDiscord, body: Callable[[], Awaitable[T]]) -> T:
+    async def go() -> T:
+        db = SessionDB.open(home)
+        client = LLMClient(
+            Endpoint(base_url=fake_llm.base_url, model="m", max_retries=0, timeout=10)
+        )
+        agent = Agent(db, client, home, MemoryConfig(review_interval=0), AgentConfig())
+        adapter = DiscordAdapter("bot-token", api_base=fake.api_base, gateway_url=fake.gateway_url)
+        router = Router(agent, db, {"discord": adapter}, lambda e: True, RouterPolicy())
+        await adapter.start(router.handle)
+        try:
+            return await body()
+        finally:
+            await adapter.stop()
+            await router.stop()
+            await client.close()
+            db.close()
+
+    return asyncio.run(go())
+
+
+async def until_posted(fake: FakeDiscord, count: int, timeout: float = 20) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while len(fake.posted) < count:
+        assert time.monotonic() < deadline, f"only {len(fake.posted)} of {count} posted"
+        await asyncio.sleep(0.05)
+    return fake.posted
+
+
+def test_dm_round_trip_with_the_message_content_intent(
+    home: Path, fake_llm: FakeOpenAI, discord_fake: FakeDiscord
+) -> None:
+    fake_llm.default = Reply(text="Hello from **Hermes**")
+
+    async def body() -> list[dict[str, Any]]:
+        await asyncio.to_thread(discord_fake.message, "hi there")
+        return await until_posted(discord_fake, 1)
+
+    posted = run(home, fake_llm, discord_fake, body)
+    assert posted[0]["content"] == "Hello from **Hermes**"  # Discord takes Markdown as is
+    assert posted[0]["message_reference"]["message_id"]
+    assert int(discord_fake.identifies[0]["intents"]) & MESSAGE_CONTENT_INTENT
+    assert discord_fake.typing
+
+
+def test_guild_channel_needs_a_mention(
+    home: Path, fake_llm: FakeOpenAI, discord_fake: FakeDiscord
+) -> None:
+    fake_llm.default = Reply(text="yes?")
+
+    async def body() -> list[dict[str, Any]]:
+        await asyncio.to_thread(discord_fake.message, "people chatting", guild=True)
+        await asyncio.to_thread(
+            discord_fake.message, f"<@{BOT_ID}> a question", guild=True, mention=True
+        )
+        posted = await until_posted(discord_fake, 1)
+        await asyncio.sleep(0.5)
+        return posted
+
+    posted = run(home, fake_llm, discord_fake, body)
+    assert len(posted) == 1 and len(fake_llm.requests) == 1
+    assert fake_llm.requests[0]["messages"][-1]["content"].startswith("a question")
+
+
+def test_long_reply_is_split_at_2000(
+    home: Path, fake_llm: FakeOpenAI, discord_fake: FakeDiscord
+) -> None:
+    fake_llm.default = Reply(text="\n\n".join("sentence " * 60 for _ in range(20)))
+
+    async def body() -> list[dict[str, Any]]:
+        await asyncio.to_thread(discord_fake.message, "essay please")
+        await until_posted(discord_fake, 5)
+        await asyncio.sleep(0.5)
+        return discord_fake.posted
+
+    posted = run(home, fake_llm, discord_fake, body)
+    assert all(len(p["content"]) <= 2000 for p in posted) and len(posted) >= 5
+
+
+def test_429_is_waited_out_by_the_sdk_and_answered_once(
+    home: Path, fake_llm: FakeOpenAI, discord_fake: FakeDiscord
+) -> None:
+    discord_fake.faults.append(DiscordFault("/messages", 429, retry_after=1.0))
+
+    async def body() -> float:
+        started = time.monotonic()
+        await asyncio.to_thread(discord_fake.message, "hello")
+        await until_posted(discord_fake, 1)
+        await asyncio.sleep(0.3)
+        return time.monotonic() - started
+
+    assert run(home, fake_llm, discord_fake, body) >= 1.0
+    assert len(discord_fake.posted) == 1
+
+
+def test_resumes_after_the_gateway_drops(
+    home: Path, fake_llm: FakeOpenAI, discord_fake: FakeDiscord
+) -> None:
+    async def body() -> None:
+        await asyncio.to_thread(discord_fake.drop_connections)
+        await asyncio.to_thread(discord_fake.wait_ready, 2, 30)
+        await asyncio.to_thread(discord_fake.message, "back?")
+        await until_posted(discord_fake, 1, timeout=30)
+
+    run(home, fake_llm, discord_fake, body)
+    assert discord_fake.resumes + len(discord_fake.identifies) >= 2
+
+
+def test_to_event_is_pure() -> None:
+    data = {
+        "id": "5",
+        "channel_id": "7",
+        "guild_id": "9",
+        "content": f"<@!{BOT_ID}> hey",
+        "author": {"id": "3", "username": "ann"},
+        "mentions": [{"id": BOT_ID}],
+    }
+    event = to_event(data, BOT_ID)
+    assert (
+        event is not None and event.text == "hey" and event.mentioned and event.message_id == "7:5"
+    )

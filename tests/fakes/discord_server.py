@@ -1,0 +1,372 @@
+"""A local Discord: REST API and gateway websocket, in its own thread, for discord.py.
+
+REST: GET /users/@me, /oauth2/applications/@me, /gateway(/bot); POST
+/channels/{id}/messages (recorded) and /channels/{id}/typing. Gateway: HELLO, heartbeat
+ACK, IDENTIFY -> READY (+ GUILD_CREATE), RESUME -> RESUMED, MESSAGE_CREATE pushed by
+tests. Like the real gateway, guild message content is blanked unless the
+message_content intent was identified (or the bot is mentioned). Faults: 429 on a
+route, dropped websocket (the client resumes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+BOT_ID = "900000000000000001"
+APP_ID = "900000000000000002"
+GUILD_ID = "800000000000000001"
+GUILD_CHANNEL = "800000000000000010"
+MESSAGE_CONTENT_INTENT = 1 << 15
+
+
+def _json(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    """discord.py parses a body as JSON only for exactly `application/json` (no charset)."""
+    return web.Response(
+        body=json.dumps(payload).encode(),
+        status=status,
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
+
+
+@dataclass
+class DiscordFault:
+    path_suffix: str
+    status: int = 429
+    retry_after: float = 1.0
+
+
+@dataclass
+class FakeDiscord:
+    posted: list[dict[str, Any]] = field(default_factory=list)
+    typing: list[str] = field(default_factory=list)
+    faults: deque[DiscordFault] = field(default_factory=deque)
+    identifies: list[dict[str, Any]] = field(default_factory=list)
+    resumes: int = 0
+
+    def __post_init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._sockets: list[web.WebSocketResponse] = []
+        self._seq = itertools.count(1)
+        self._ids = itertools.count(1000)
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.port = 0
+
+    def start(self) -> FakeDiscord:
+        self._thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        app = web.Application()
+        app.router.add_route("*", "/api/v10/{tail:.*}", self._rest)
+        app.router.add_get("/gateway", self._socket)
+        self._runner = web.AppRunner(app)
+        self.loop.run_until_complete(self._runner.setup())
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        self.loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._ready.set()
+        self.loop.run_forever()
+
+    @property
+    def api_base(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api/v10"
+
+    @property
+    def gateway_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/gateway"
+
+    # -- what users do ---------------------------------------------------------------------
+
+    def message(
+        self,
+        text: str,
+        *,
+        user: str = "700000000000000001",
+        guild: bool = False,
+        mention: bool = False,
+        channel: str | None = None,
+    ) -> dict[str, Any]:
+        message_id = str(next(self._ids))
+        data: dict[str, Any] = {
+            "id": message_id,
+            "channel_id": channel or (GUILD_CHANNEL if guild else f"6{user[1:]}"),
+            "author": {
+                "id": user,
+                "username": f"user{user[-2:]}",
+                "discriminator": "0",
+                "global_name": None,
+                "avatar": None,
+                "bot": False,
+            },
+            "content": text,
+            "timestamp": "2026-11-29T10:00:00.000000+00:00",
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": False,
+            "attachments": [],
+            "embeds": [],
+            "pinned": False,
+            "type": 0,
+            "mentions": [],
+            "mention_roles": [],
+        }
+        if mention:
+            data["mentions"] = [
+                {
+                    "id": BOT_ID,
+                    "username": "hermes",
+                    "discriminator": "0",
+                    "bot": True,
+                    "avatar": None,
+                    "global_name": None,
+                }
+            ]
+        if guild:
+            data["guild_id"] = GUILD_ID
+            data["member"] = {
+                "roles": [],
+                "joined_at": "2026-01-01T00:00:00+00:00",
+                "deaf": False,
+                "mute": False,
+                "flags": 0,
+            }
+        self.dispatch("MESSAGE_CREATE", data)
+        return data
+
+    def dispatch(self, event: str, data: dict[str, Any]) -> None:
+        asyncio.run_coroutine_threadsafe(self._dispatch(event, data), self.loop).result(10)
+
+    def drop_connections(self) -> None:
+        async def close_all() -> None:
+            for ws in list(self._sockets):
+                await ws.close(code=4000)
+
+        asyncio.run_coroutine_threadsafe(close_all(), self.loop).result(10)
+
+    def wait_ready(self, count: int = 1, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.identifies) + self.resumes < count or not self._sockets:
+            assert time.monotonic() < deadline, "discord.py never identified"
+            time.sleep(0.05)
+
+    # -- server side -----------------------------------------------------------------------
+
+    async def _dispatch(self, event: str, data: dict[str, Any]) -> None:
+        deadline = time.monotonic() + 10
+        while not self._sockets and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for ws in list(self._sockets):
+            if event == "MESSAGE_CREATE" and not self._may_read(data):
+                data = {**data, "content": ""}
+            await ws.send_str(json.dumps({"op": 0, "t": event, "s": next(self._seq), "d": data}))
+
+    def _may_read(self, data: dict[str, Any]) -> bool:
+        if "guild_id" not in data:
+            return True
+        intents = int(self.identifies[-1].get("intents", 0)) if self.identifies else 0
+        mentioned = any(m.get("id") == BOT_ID for m in data.get("mentions", []))
+        return bool(intents & MESSAGE_CONTENT_INTENT) or mentioned
+
+    async def _rest(self, request: web.Request) -> web.Response:  # noqa: PLR0911 - a route table
+        tail = "/" + request.match_info["tail"]
+        body = await request.read()
+        fault = next((f for f in self.faults if tail.endswith(f.path_suffix)), None)
+        if fault:
+            self.faults.remove(fault)
+            payload = {
+                "message": "You are being rate limited.",
+                "retry_after": fault.retry_after,
+                "global": False,
+            }
+            return _json(
+                payload,
+                status=fault.status,
+                headers={"Retry-After": str(fault.retry_after), "Via": "1.1 google"},
+            )
+        if tail == "/users/@me":
+            return _json(
+                {
+                    "id": BOT_ID,
+                    "username": "hermes",
+                    "discriminator": "0",
+                    "global_name": None,
+                    "avatar": None,
+                    "bot": True,
+                    "flags": 0,
+                }
+            )
+        if tail == "/oauth2/applications/@me":
+            return _json(
+                {
+                    "id": APP_ID,
+                    "name": "Hermes",
+                    "icon": None,
+                    "description": "",
+                    "bot_public": True,
+                    "bot_require_code_grant": False,
+                    "verify_key": "00",
+                    "flags": 0,
+                    "owner": {"id": "1", "username": "o", "discriminator": "0", "avatar": None},
+                }
+            )
+        if tail.startswith("/gateway"):
+            return _json(
+                {
+                    "url": self.gateway_url,
+                    "shards": 1,
+                    "session_start_limit": {
+                        "total": 1000,
+                        "remaining": 1000,
+                        "reset_after": 0,
+                        "max_concurrency": 1,
+                    },
+                }
+            )
+        if tail.endswith("/typing"):
+            self.typing.append(tail.split("/")[2])
+            return web.Response(status=204)
+        if tail.endswith("/messages") and request.method == "POST":
+            payload = json.loads(body or b"{}")
+            channel_id = tail.split("/")[2]
+            self.posted.append({"channel_id": channel_id, **payload})
+            return _json(
+                {
+                    "id": str(next(self._ids)),
+                    "channel_id": channel_id,
+                    "content": payload.get("content", ""),
+                    "author": {
+                        "id": BOT_ID,
+                        "username": "hermes",
+                        "discriminator": "0",
+                        "avatar": None,
+                        "bot": True,
+                        "global_name": None,
+                    },
+                    "timestamp": "2026-11-29T10:00:01.000000+00:00",
+                    "edited_timestamp": None,
+                    "tts": False,
+                    "mention_everyone": False,
+                    "mentions": [],
+                    "mention_roles": [],
+                    "attachments": [],
+                    "embeds": [],
+                    "pinned": False,
+                    "type": 0,
+                }
+            )
+        return _json({})
+
+    async def _socket(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.send_str(
+            json.dumps({"op": 10, "d": {"heartbeat_interval": 41250}, "s": None, "t": None})
+        )
+        self._sockets.append(ws)
+        try:
+            async for msg in ws:
+                if msg.type != WSMsgType.TEXT:
+                    continue
+                frame = json.loads(msg.data)
+                await self._on_frame(ws, frame)
+        finally:
+            self._sockets.remove(ws)
+        return ws
+
+    async def _on_frame(self, ws: web.WebSocketResponse, frame: dict[str, Any]) -> None:
+        op = frame.get("op")
+        if op == 1:
+            await ws.send_str(json.dumps({"op": 11, "d": None, "s": None, "t": None}))
+        elif op == 2:
+            self.identifies.append(frame["d"])
+            ready = {
+                "v": 10,
+                "user": {
+                    "id": BOT_ID,
+                    "username": "hermes",
+                    "discriminator": "0",
+                    "bot": True,
+                    "avatar": None,
+                    "global_name": None,
+                    "flags": 0,
+                },
+                "guilds": [{"id": GUILD_ID, "unavailable": True}],
+                "session_id": "sess-1",
+                "resume_gateway_url": self.gateway_url,
+                "application": {"id": APP_ID, "flags": 0},
+                "private_channels": [],
+                "relationships": [],
+                "user_settings": {},
+                "presences": [],
+            }
+            await ws.send_str(json.dumps({"op": 0, "t": "READY", "s": next(self._seq), "d": ready}))
+            guild = {
+                "id": GUILD_ID,
+                "name": "Test Guild",
+                "unavailable": False,
+                "member_count": 2,
+                "roles": [
+                    {
+                        "id": GUILD_ID,
+                        "name": "@everyone",
+                        "permissions": "2048",
+                        "position": 0,
+                        "color": 0,
+                        "hoist": False,
+                        "managed": False,
+                        "mentionable": False,
+                    }
+                ],
+                "channels": [
+                    {
+                        "id": GUILD_CHANNEL,
+                        "type": 0,
+                        "name": "general",
+                        "position": 0,
+                        "permission_overwrites": [],
+                        "guild_id": GUILD_ID,
+                    }
+                ],
+                "members": [],
+                "threads": [],
+                "presences": [],
+                "voice_states": [],
+                "emojis": [],
+                "stickers": [],
+                "features": [],
+                "owner_id": "1",
+                "afk_timeout": 300,
+                "verification_level": 0,
+                "default_message_notifications": 0,
+                "explicit_content_filter": 0,
+                "mfa_level": 0,
+                "premium_tier": 0,
+                "nsfw_level": 0,
+                "preferred_locale": "en-US",
+                "large": False,
+                "joined_at": "2026-01-01T00:00:00+00:00",
+            }
+            await ws.send_str(
+                json.dumps({"op": 0, "t": "GUILD_CREATE", "s": next(self._seq), "d": guild})
+            )
+        elif op == 6:
+            self.resumes += 1
+            await ws.send_str(json.dumps({"op": 0, "t": "RESUMED", "s": next(self._seq), "d": {}}))
