@@ -24,11 +24,13 @@ from gateway.events import ChatRef, ChatType, MessageEvent, OutboundMessage, Sen
 from gateway.ports import PlatformAdapter
 from gateway.session_key import Scope, SessionKey, session_key
 from hermes.agent.agent import Agent, Surface
+from hermes.agent.conversation import Conversation
 from hermes.state.db import SessionDB
 
 logger = logging.getLogger(__name__)
 
 Authorizer = Callable[[MessageEvent], bool]
+TYPING_AFTER_S = 0.3
 HELP_TEXT = (
     "I'm Hermes, your assistant. Just write to me. Commands: /new starts a fresh "
     "conversation, /help shows this."
@@ -46,6 +48,7 @@ class RouterPolicy:
     queue_mode: Literal["queue", "merge"] = "queue"
     always_answer_chats: frozenset[str] = frozenset()  # groups answered without a mention
     max_send_attempts: int = 4
+    cached_conversations: int = 2_000  # live histories kept in memory (LRU)
     remembered_deliveries: int = 10_000
 
 
@@ -70,6 +73,7 @@ class Router:
         self.authorize, self.policy = authorize, policy
         self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._lanes: dict[SessionKey, _Lane] = {}
+        self._conversations: OrderedDict[SessionKey, Conversation] = OrderedDict()
 
     # -- intake ------------------------------------------------------------------------
 
@@ -135,7 +139,7 @@ class Router:
         if text.startswith("/"):
             await self._command(adapter, event, text, user_id, surface, key)
             return
-        conv = self.agent.for_key(user_id, surface, str(key))
+        conv = self._conversation(key, user_id, surface)
         typing = asyncio.create_task(self._keep_typing(adapter, event.chat))
         try:
             ids = ",".join(e.message_id for e in batch)
@@ -144,8 +148,23 @@ class Router:
             typing.cancel()
         if result.duplicate:
             return
-        stored = self.db.last_assistant_message_id(conv.id) if result.ok else None
-        await self.deliver(adapter, event.chat, result.text, event.message_id, stored)
+        await self.deliver(
+            adapter, event.chat, result.text, event.message_id, conv.id if result.ok else None
+        )
+
+    def _conversation(self, key: SessionKey, user_id: str, surface: Surface) -> Conversation:
+        """The live conversation of a key, kept in memory while its session is open."""
+        conv = self._conversations.get(key)
+        if conv is not None and conv.user_id == user_id:
+            current = self.db.get_session(conv.id, user_id)
+            if current is not None and current.ended_at is None:
+                self._conversations.move_to_end(key)
+                return conv
+        conv = self.agent.for_key(user_id, surface, str(key))
+        self._conversations[key] = conv
+        while len(self._conversations) > self.policy.cached_conversations:
+            self._conversations.popitem(last=False)
+        return conv
 
     async def _command(  # noqa: PLR0917 - everything a command may need about its turn
         self,
@@ -167,6 +186,7 @@ class Router:
 
     async def _keep_typing(self, adapter: PlatformAdapter, chat: ChatRef) -> None:
         with contextlib.suppress(Exception):
+            await asyncio.sleep(TYPING_AFTER_S)  # a quick answer needs no indicator
             while True:
                 await adapter.typing(chat)
                 await asyncio.sleep(4)
@@ -179,9 +199,9 @@ class Router:
         chat: ChatRef,
         text: str,
         reply_to: str | None,
-        message_id: int | None,
+        session_id: str | None,
     ) -> bool:
-        """Send `text` in chunks; record a failure against the stored reply."""
+        """Send `text` in chunks; record a failure against the reply stored in the session."""
         caps = adapter.capabilities
         for index, part in enumerate(chunk(text, caps.max_length, caps.length)):
             outbound = OutboundMessage(chat, part, reply_to if index == 0 else None)
@@ -190,8 +210,9 @@ class Router:
                 logger.warning(
                     "could not deliver to %s %s: %s", adapter.name, chat.id, result.error
                 )
+                stored = self.db.last_assistant_message_id(session_id) if session_id else None
                 self.db.record_delivery(
-                    message_id,
+                    stored,
                     adapter.name,
                     chat.id,
                     ok=False,

@@ -34,6 +34,7 @@ from hermes.state.models import (
 from hermes.state.search import MessageHit, SearchScope, search_messages
 
 STATE_DB_FILENAME = "state.db"
+IDENTITY_TOUCH_INTERVAL = timedelta(minutes=10)  # how stale identities.last_seen may get
 TITLE_CHARS = 60
 
 
@@ -113,6 +114,14 @@ class SessionDB:
         self, platform: str, platform_user_id: str, display_name: str = ""
     ) -> str:
         """Our user id for a platform identity; a new identity becomes a user of its own."""
+        with eng.reading(self.engine) as reader:  # the hot path: a known, recently seen identity
+            known = reader.exec(
+                select(Identity).where(
+                    Identity.platform == platform, Identity.platform_user_id == platform_user_id
+                )
+            ).first()
+        if known is not None and utcnow() - known.last_seen < IDENTITY_TOUCH_INTERVAL:
+            return known.user_id
 
         def work(session: Session) -> str:
             row = session.exec(

@@ -62,7 +62,7 @@ async def until_posted(fake: FakeDiscord, count: int, timeout: float = 20) -> li
 def test_dm_round_trip_with_the_message_content_intent(
     home: Path, fake_llm: FakeOpenAI, discord_fake: FakeDiscord
 ) -> None:
-    fake_llm.default = Reply(text="Hello from **Hermes**")
+    fake_llm.default = Reply(text="Hello from **Hermes**", delay=0.6)  # slow: typing shows
 
     async def body() -> list[dict[str, Any]]:
         await asyncio.to_thread(discord_fake.message, "hi there")

@@ -69,7 +69,7 @@ def text_of(params: dict[str, Any]) -> str:
 def test_dm_round_trip_with_html_and_registered_commands(
     home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
 ) -> None:
-    fake_llm.default = Reply(text="Hello **there** <friend>")
+    fake_llm.default = Reply(text="Hello **there** <friend>", delay=0.6)  # slow: typing shows
 
     async def body() -> list[dict[str, Any]]:
         telegram.user_message("hi bot")

@@ -86,7 +86,7 @@ def echo(request: dict[str, Any]) -> Reply:
 
 
 def test_dm_round_trip_and_typing(home: Path, fake_llm: FakeOpenAI) -> None:
-    fake_llm.responder = echo
+    fake_llm.responder = lambda r: Reply(text=echo(r).text, delay=0.6)  # slow: typing shows
 
     async def body(router: Router, adapter: FakeAdapter) -> None:
         await adapter.deliver(dm("alice", "hello there"))

@@ -1,0 +1,174 @@
+"""Gateway throughput: the Telegram fake, the real adapter and router, an instant model.
+
+    .venv/bin/python bench/gateway_throughput.py [--chats 200] [--messages 20] [--json]
+
+The Bot API fake and the simulated users run in a child process. Each of `--chats` users
+sends `--messages` messages; each next message is sent when the
+previous reply arrived (a person waiting for the answer), all chats at once. Latency is
+from the update being offered to the Bot API fake until the reply reaches it: polling,
+python-telegram-bot, the router, the agent turn (SQLite persistence included) and the
+send. The model answers instantly in-process, so what is measured is the gateway; peak
+RSS is the gateway process's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from adapters.telegram_adapter import TelegramAdapter
+from gateway.router import Router, RouterPolicy
+from hermes.agent.agent import Agent
+from hermes.config import AgentConfig, MemoryConfig
+from hermes.llm.types import ModelReply
+from hermes.state.db import SessionDB
+from tests.fakes.telegram_server import FakeTelegram
+
+
+class InstantModel:
+    async def chat(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None = None,
+        temperature: float | None = None,
+    ) -> ModelReply:
+        return ModelReply("Got it, thanks!", prompt_tokens=50 * len(messages), completion_tokens=4)
+
+
+class Driver:
+    """Plays the users: the next message of a chat goes out when its reply came back."""
+
+    def __init__(self, tg: FakeTelegram, chats: int, messages: int) -> None:
+        self.tg, self.chats, self.messages = tg, chats, messages
+        self.sent_at: dict[int, float] = {}
+        self.latencies: list[float] = []
+        self.count: dict[int, int] = dict.fromkeys(range(chats), 0)
+        self.done = threading.Event()
+        self._seen = 0
+
+    def send(self, chat: int) -> None:
+        self.sent_at[chat] = time.perf_counter()
+        self.tg.user_message(f"message {self.count[chat]} from chat {chat}", user_id=10_000 + chat)
+
+    def watch(self) -> None:
+        replies = 0
+        while not self.done.is_set():
+            calls = self.tg.calls[self._seen :]  # only what is new since the last look
+            self._seen += len(calls)
+            for method, params in calls:
+                if method != "sendMessage":
+                    continue
+                chat = int(params["chat_id"]) - 10_000
+                self.latencies.append(time.perf_counter() - self.sent_at[chat])
+                self.count[chat] += 1
+                replies += 1
+                if self.count[chat] < self.messages:
+                    self.send(chat)
+            if replies >= self.chats * self.messages:
+                self.done.set()
+            time.sleep(0.002)
+
+
+def platform_side(chats: int, messages: int) -> None:
+    """The child process: the Bot API fake and the users, reporting latencies as JSON."""
+    tg = FakeTelegram().start()
+    print(tg.base_url, flush=True)
+    sys.stdin.readline()  # the gateway is up
+    driver = Driver(tg, chats, messages)
+    watcher = threading.Thread(target=driver.watch, daemon=True)
+    started = time.perf_counter()
+    watcher.start()
+    for chat in range(chats):
+        driver.send(chat)
+    driver.done.wait()
+    elapsed = time.perf_counter() - started
+    print(json.dumps({"seconds": elapsed, "latencies": driver.latencies}), flush=True)
+    sys.stdin.readline()
+    tg.stop()
+
+
+async def run(chats: int, messages: int) -> dict[str, Any]:
+    # the platform lives in its own process, as Telegram does: it must not share our GIL
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        __file__,
+        "--platform-side",
+        "--chats",
+        str(chats),
+        "--messages",
+        str(messages),
+        limit=2**26,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert child.stdin is not None and child.stdout is not None
+    base_url = (await child.stdout.readline()).decode().strip()
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        db = SessionDB.open(home)
+        agent = Agent(
+            db,
+            InstantModel(),
+            home,
+            MemoryConfig(review_interval=0),
+            AgentConfig(),
+            auto_consolidate=False,
+        )
+        adapter = TelegramAdapter("1:BENCH", base_url=base_url, poll_timeout=1)
+        router = Router(agent, db, {"telegram": adapter}, lambda e: True, RouterPolicy())
+        await adapter.start(router.handle)
+        child.stdin.write(b"go\n")
+        await child.stdin.drain()
+        result = json.loads(await child.stdout.readline())
+        await adapter.stop()
+        await router.stop()
+        db.close()
+    child.stdin.write(b"done\n")
+    await child.stdin.drain()
+    await child.wait()
+    cuts = statistics.quantiles(result["latencies"], n=100, method="inclusive")
+    return {
+        "chats": chats,
+        "messages": chats * messages,
+        "seconds": round(result["seconds"], 2),
+        "messages_per_second": round(chats * messages / result["seconds"], 1),
+        "p50_ms": round(cuts[49] * 1000, 1),
+        "p99_ms": round(cuts[98] * 1000, 1),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--chats", type=int, default=200)
+    parser.add_argument("--messages", type=int, default=20)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--platform-side", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.platform_side:
+        platform_side(args.chats, args.messages)
+        return
+    report = asyncio.run(run(args.chats, args.messages))
+    if args.json:
+        print(json.dumps(report))
+        return
+    for key, value in report.items():
+        print(f"{key:22} {value}")
+
+
+if __name__ == "__main__":
+    main()
