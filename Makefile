@@ -36,3 +36,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/scan_corpus.py
 	$(BIN)/python bench/turn_overhead.py
 	$(BIN)/python bench/consolidation.py
+	$(BIN)/python bench/gateway_throughput.py

@@ -81,3 +81,25 @@ def test_a_platform_that_cannot_start_does_not_stop_the_gateway(
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0
     assert "HERMES_TEST_MISSING_TOKEN" in err and "platform telegram failed to start" in err
+
+
+def test_sigterm_during_a_turn_lets_it_finish(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
+) -> None:
+    write_config(home, fake_llm, telegram)
+    fake_llm.default = Reply(text="worth the wait", delay=2.0)
+    proc = start(home, HERMES_TEST_TG_TOKEN="123:ABC")
+    try:
+        deadline = time.monotonic() + 30
+        while not telegram.sent("setMyCommands"):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        telegram.user_message("a slow question", user_id=42)
+        while not fake_llm.requests:  # the turn is running
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert [str(p["text"]) for p in telegram.sent()] == ["worth the wait"]
