@@ -11,12 +11,7 @@ from typing import Any, TypeVar
 import pytest
 
 from adapters.discord_adapter import DiscordAdapter, to_event
-from gateway.router import Router, RouterPolicy
-from hermes.agent.agent import Agent
-from hermes.config import AgentConfig, MemoryConfig
-from hermes.llm.client import LLMClient
-from hermes.llm.endpoint import Endpoint
-from hermes.state.db import SessionDB
+from tests.adapters.harness import run_gateway
 from tests.fakes.discord_server import BOT_ID, MESSAGE_CONTENT_INTENT, DiscordFault, FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Reply
 
@@ -31,24 +26,10 @@ def discord_fake() -> Iterator[FakeDiscord]:
 
 
 def run(home: Path, fake_llm: FakeOpenAI, fake: FakeDiscord, body: Callable[[], Awaitable[T]]) -> T:
-    async def go() -> T:
-        db = SessionDB.open(home)
-        client = LLMClient(
-            Endpoint(base_url=fake_llm.base_url, model="m", max_retries=0, timeout=10)
-        )
-        agent = Agent(db, client, home, MemoryConfig(review_interval=0), AgentConfig())
-        adapter = DiscordAdapter("bot-token", api_base=fake.api_base, gateway_url=fake.gateway_url)
-        router = Router(agent, db, {"discord": adapter}, lambda e: True, RouterPolicy())
-        await adapter.start(router.handle)
-        try:
-            return await body()
-        finally:
-            await adapter.stop()
-            await router.stop()
-            await client.close()
-            db.close()
+    def adapter() -> DiscordAdapter:
+        return DiscordAdapter("bot-token", api_base=fake.api_base, gateway_url=fake.gateway_url)
 
-    return asyncio.run(go())
+    return run_gateway(home, fake_llm, adapter, body)
 
 
 async def until_posted(fake: FakeDiscord, count: int, timeout: float = 20) -> list[dict[str, Any]]:

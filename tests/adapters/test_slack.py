@@ -11,12 +11,7 @@ from typing import Any, TypeVar
 import pytest
 
 from adapters.slack_adapter import SlackAdapter, to_event
-from gateway.router import Router, RouterPolicy
-from hermes.agent.agent import Agent
-from hermes.config import AgentConfig, MemoryConfig
-from hermes.llm.client import LLMClient
-from hermes.llm.endpoint import Endpoint
-from hermes.state.db import SessionDB
+from tests.adapters.harness import run_gateway
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.slack_server import BOT_USER, FakeSlack, SlackFault
 
@@ -31,25 +26,10 @@ def slack() -> Iterator[FakeSlack]:
 
 
 def run(home: Path, fake_llm: FakeOpenAI, slack: FakeSlack, body: Callable[[], Awaitable[T]]) -> T:
-    async def go() -> T:
-        db = SessionDB.open(home)
-        client = LLMClient(
-            Endpoint(base_url=fake_llm.base_url, model="m", max_retries=0, timeout=10)
-        )
-        agent = Agent(db, client, home, MemoryConfig(review_interval=0), AgentConfig())
-        adapter = SlackAdapter("xoxb-test", "xapp-test", api_base=slack.api_base)
-        router = Router(agent, db, {"slack": adapter}, lambda e: True, RouterPolicy())
-        await adapter.start(router.handle)
-        try:
-            await asyncio.to_thread(slack.wait_connected)
-            return await body()
-        finally:
-            await adapter.stop()
-            await router.stop()
-            await client.close()
-            db.close()
+    def adapter() -> SlackAdapter:
+        return SlackAdapter("xoxb-test", "xapp-test", api_base=slack.api_base)
 
-    return asyncio.run(go())
+    return run_gateway(home, fake_llm, adapter, body, ready=slack.wait_connected)
 
 
 async def until_posted(slack: FakeSlack, count: int, timeout: float = 20) -> list[dict[str, Any]]:

@@ -12,12 +12,7 @@ import pytest
 
 from adapters.telegram_adapter import TelegramAdapter, to_event
 from gateway.chunking import utf16_length
-from gateway.router import Router, RouterPolicy
-from hermes.agent.agent import Agent
-from hermes.config import AgentConfig, MemoryConfig
-from hermes.llm.client import LLMClient
-from hermes.llm.endpoint import Endpoint
-from hermes.state.db import SessionDB
+from tests.adapters.harness import run_gateway
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import BOT, FakeTelegram, Fault
 
@@ -32,24 +27,10 @@ def telegram() -> Iterator[FakeTelegram]:
 
 
 def run(home: Path, fake_llm: FakeOpenAI, tg: FakeTelegram, body: Callable[[], Awaitable[T]]) -> T:
-    async def go() -> T:
-        db = SessionDB.open(home)
-        client = LLMClient(
-            Endpoint(base_url=fake_llm.base_url, model="m", max_retries=0, timeout=10)
-        )
-        agent = Agent(db, client, home, MemoryConfig(review_interval=0), AgentConfig())
-        adapter = TelegramAdapter("123:TEST", base_url=tg.base_url, poll_timeout=1)
-        router = Router(agent, db, {"telegram": adapter}, lambda e: True, RouterPolicy())
-        await adapter.start(router.handle)
-        try:
-            return await body()
-        finally:
-            await adapter.stop()
-            await router.stop()
-            await client.close()
-            db.close()
+    def adapter() -> TelegramAdapter:
+        return TelegramAdapter("123:TEST", base_url=tg.base_url, poll_timeout=1)
 
-    return asyncio.run(go())
+    return run_gateway(home, fake_llm, adapter, body)
 
 
 async def until_sent(tg: FakeTelegram, count: int, timeout: float = 20) -> list[dict[str, Any]]:

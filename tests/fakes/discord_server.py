@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import WSMsgType, web
+
+from tests.fakes.aio_thread import AioThread
 
 BOT_ID = "900000000000000001"
 APP_ID = "900000000000000002"
@@ -53,37 +54,24 @@ class FakeDiscord:
     resumes: int = 0
 
     def __post_init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
         self._sockets: list[web.WebSocketResponse] = []
         self._seq = itertools.count(1)
         self._ids = itertools.count(1000)
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self.port = 0
-
-    def start(self) -> FakeDiscord:
-        self._thread.start()
-        assert self._ready.wait(10)
-        return self
-
-    def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        self.loop.close()
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
         app = web.Application()
         app.router.add_route("*", "/api/v10/{tail:.*}", self._rest)
         app.router.add_get("/gateway", self._socket)
-        self._runner = web.AppRunner(app)
-        self.loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        self.loop.run_until_complete(site.start())
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self._ready.set()
-        self.loop.run_forever()
+        self._server = AioThread(app)
+
+    def start(self) -> FakeDiscord:
+        self._server.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    @property
+    def port(self) -> int:
+        return self._server.port
 
     @property
     def api_base(self) -> str:
@@ -152,14 +140,14 @@ class FakeDiscord:
         return data
 
     def dispatch(self, event: str, data: dict[str, Any]) -> None:
-        asyncio.run_coroutine_threadsafe(self._dispatch(event, data), self.loop).result(10)
+        self._server.call(self._dispatch(event, data))
 
     def drop_connections(self) -> None:
         async def close_all() -> None:
             for ws in list(self._sockets):
                 await ws.close(code=4000)
 
-        asyncio.run_coroutine_threadsafe(close_all(), self.loop).result(10)
+        self._server.call(close_all())
 
     def wait_ready(self, count: int = 1, timeout: float = 20) -> None:
         deadline = time.monotonic() + timeout

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -18,6 +17,8 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from aiohttp import WSMsgType, web
+
+from tests.fakes.aio_thread import AioThread
 
 BOT_USER = "UBOT"
 
@@ -38,38 +39,25 @@ class FakeSlack:
     connections: int = 0
 
     def __post_init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
         self._sockets: list[web.WebSocketResponse] = []
         self._ts = itertools.count(1)
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self.port = 0
+        app = web.Application()
+        app.router.add_post("/api/{method}", self._api)
+        app.router.add_get("/link", self._socket)
+        self._server = AioThread(app)
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> FakeSlack:
-        self._thread.start()
-        assert self._ready.wait(10)
+        self._server.start()
         return self
 
     def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        self.loop.close()
+        self._server.stop()
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        app = web.Application()
-        app.router.add_post("/api/{method}", self._api)
-        app.router.add_get("/link", self._socket)
-        self._runner = web.AppRunner(app)
-        self.loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        self.loop.run_until_complete(site.start())
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self._ready.set()
-        self.loop.run_forever()
+    @property
+    def port(self) -> int:
+        return self._server.port
 
     @property
     def api_base(self) -> str:
@@ -125,7 +113,7 @@ class FakeSlack:
             "retry_attempt": retry_attempt,
             "retry_reason": "timeout" if retry_attempt else "",
         }
-        asyncio.run_coroutine_threadsafe(self._broadcast(envelope), self.loop).result(10)
+        self._server.call(self._broadcast(envelope))
         return envelope_id
 
     def drop_connections(self) -> None:
@@ -133,7 +121,7 @@ class FakeSlack:
             for ws in list(self._sockets):
                 await ws.close()
 
-        asyncio.run_coroutine_threadsafe(close_all(), self.loop).result(10)
+        self._server.call(close_all())
 
     def posted(self) -> list[dict[str, Any]]:
         return [p for m, p in self.calls if m == "chat.postMessage"]
