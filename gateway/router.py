@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ logger = logging.getLogger(__name__)
 
 Authorizer = Callable[[MessageEvent], bool]
 TYPING_AFTER_S = 0.3
+CACHE_RECHECK_S = 10.0  # identities and open sessions are re-read from state.db this often
 HELP_TEXT = (
     "I'm Hermes, your assistant. Just write to me. Commands: /new starts a fresh "
     "conversation, /help shows this."
@@ -73,7 +75,9 @@ class Router:
         self.authorize, self.policy = authorize, policy
         self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._lanes: dict[SessionKey, _Lane] = {}
-        self._conversations: OrderedDict[SessionKey, Conversation] = OrderedDict()
+        # live conversations, with when their session was last seen open in state.db
+        self._conversations: OrderedDict[SessionKey, tuple[Conversation, float]] = OrderedDict()
+        self._users: dict[tuple[str, str], tuple[str, float]] = {}  # identity -> user id
 
     # -- intake ------------------------------------------------------------------------
 
@@ -134,7 +138,7 @@ class Router:
                 None,
             )
             return
-        user_id = self.db.user_for_identity(event.platform, event.user.id, event.user.display_name)
+        user_id = self._user_id(event)
         surface = Surface(event.platform, _chat_type(event), event.chat.id, event.chat.thread_id)
         if text.startswith("/"):
             await self._command(adapter, event, text, user_id, surface, key)
@@ -152,16 +156,36 @@ class Router:
             adapter, event.chat, result.text, event.message_id, conv.id if result.ok else None
         )
 
+    def _user_id(self, event: MessageEvent) -> str:
+        key = (event.platform, event.user.id)
+        cached = self._users.get(key)
+        now = time.monotonic()
+        if cached is not None and now - cached[1] < CACHE_RECHECK_S:
+            return cached[0]
+        user_id = self.db.user_for_identity(event.platform, event.user.id, event.user.display_name)
+        self._users[key] = (user_id, now)
+        return user_id
+
     def _conversation(self, key: SessionKey, user_id: str, surface: Surface) -> Conversation:
-        """The live conversation of a key, kept in memory while its session is open."""
-        conv = self._conversations.get(key)
-        if conv is not None and conv.user_id == user_id:
+        """The live conversation of a key, kept in memory while its session is open.
+
+        Whether the session was ended elsewhere (the idle job) is re-checked in state.db
+        at most every CACHE_RECHECK_S seconds; /new drops the entry itself.
+        """
+        entry = self._conversations.get(key)
+        now = time.monotonic()
+        if entry is not None and entry[0].user_id == user_id:
+            conv, checked = entry
+            if now - checked < CACHE_RECHECK_S:
+                self._conversations.move_to_end(key)
+                return conv
             current = self.db.get_session(conv.id, user_id)
             if current is not None and current.ended_at is None:
+                self._conversations[key] = (conv, now)
                 self._conversations.move_to_end(key)
                 return conv
         conv = self.agent.for_key(user_id, surface, str(key))
-        self._conversations[key] = conv
+        self._conversations[key] = (conv, now)
         while len(self._conversations) > self.policy.cached_conversations:
             self._conversations.popitem(last=False)
         return conv
@@ -177,8 +201,9 @@ class Router:
     ) -> None:
         name = text.split(maxsplit=1)[0].split("@", maxsplit=1)[0].lower()
         if name in ("/new", "/reset"):
-            conv = self.agent.for_key(user_id, surface, str(key))
+            conv = self._conversation(key, user_id, surface)
             self.db.end_session(conv.id, "user_reset")
+            self._conversations.pop(key, None)
             reply = "Started a fresh conversation. I still remember what's in my memory."
         else:
             reply = HELP_TEXT

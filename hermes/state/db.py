@@ -12,8 +12,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, insert, or_, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Connection, Row, delete, func, insert, or_, update
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlmodel import Session, col, select
 
 from hermes.identity import new_user_id, validate_user_id
@@ -34,6 +34,7 @@ from hermes.state.models import (
 from hermes.state.search import MessageHit, SearchScope, search_messages
 
 STATE_DB_FILENAME = "state.db"
+ChatRow = Row[str, str, str, datetime]  # user_id, platform, title, last_active_at
 IDENTITY_TOUCH_INTERVAL = timedelta(minutes=10)  # how stale identities.last_seen may get
 TITLE_CHARS = 60
 
@@ -310,17 +311,30 @@ class SessionDB:
         """
 
         def work(session: Session) -> list[int | None]:
-            chat = session.get(ChatSession, session_id)
+            # Core statements: this is the hot path of every turn
+            conn = session.connection()
+            chat = conn.execute(
+                select(
+                    ChatSession.user_id,
+                    ChatSession.platform,
+                    ChatSession.title,
+                    ChatSession.last_active_at,
+                ).where(ChatSession.id == session_id)
+            ).first()
             if chat is None:
                 raise eng.StateDBError(f"no session {session_id!r}")
-            ids = [_insert_message(session, chat, message) for message in messages]
-            stored = [i for i in ids if i is not None]
+            ids = [_insert_message(conn, session_id, chat, message) for message in messages]
+            stored = sum(1 for i in ids if i is not None)
+            values: dict[str, Any] = {}
             if stored:
-                _touch(session, chat, messages, len(stored))
+                values = _touch(chat, messages, stored)
             if usage:
-                chat.prompt_tokens += usage[0]
-                chat.completion_tokens += usage[1]
-                session.add(chat)
+                values["prompt_tokens"] = ChatSession.prompt_tokens + usage[0]
+                values["completion_tokens"] = ChatSession.completion_tokens + usage[1]
+            if values:
+                conn.execute(
+                    update(ChatSession).where(col(ChatSession.id) == session_id).values(**values)
+                )
             return ids
 
         return eng.with_retry(self.engine, work, self.patience)
@@ -543,45 +557,44 @@ def _store_prompt(session: Session, text: str) -> str:
     return digest
 
 
-def _insert_message(session: Session, chat: ChatSession, message: NewMessage) -> int | None:
-    row = Message(
-        session_id=chat.id,
-        user_id=chat.user_id,
-        platform=chat.platform,
-        role=message.role,
-        content=message.content,
-        tool_calls=json.dumps(message.tool_calls, ensure_ascii=False)
+def _insert_message(
+    conn: Connection, session_id: str, chat: ChatRow, message: NewMessage
+) -> int | None:
+    row = {
+        "session_id": session_id,
+        "user_id": chat.user_id,
+        "platform": chat.platform,
+        "role": message.role,
+        "content": message.content,
+        "tool_calls": json.dumps(message.tool_calls, ensure_ascii=False)
         if message.tool_calls
         else None,
-        tool_call_id=message.tool_call_id,
-        tool_name=message.tool_name,
-        platform_message_id=message.platform_message_id,
-        token_count=message.token_count,
-        created_at=message.created_at or utcnow(),
-    )
-    if message.platform_message_id is not None:
-        with session.begin_nested():  # a SAVEPOINT, so a duplicate only skips this row
-            try:
-                session.add(row)
-                session.flush()
-            except IntegrityError:
-                return None
-        return row.id
-    session.add(row)
-    session.flush()
-    return row.id
+        "tool_call_id": message.tool_call_id,
+        "tool_name": message.tool_name,
+        "platform_message_id": message.platform_message_id,
+        "token_count": message.token_count,
+        "created_at": message.created_at or utcnow(),
+    }
+    statement = sqlite_insert(Message).values(**row)
+    if message.platform_message_id is not None:  # a redelivery is skipped, not an error
+        statement = statement.on_conflict_do_nothing()
+    result = conn.execute(statement)
+    key = result.inserted_primary_key
+    return int(key[0]) if result.rowcount and key is not None else None
 
 
-def _touch(
-    session: Session, chat: ChatSession, messages: Sequence[NewMessage], stored: int
-) -> None:
-    chat.message_count += stored
-    last = max((m.created_at for m in messages if m.created_at), default=None)
-    chat.last_active_at = max(chat.last_active_at, last or utcnow())
+def _touch(chat: ChatRow, messages: Sequence[NewMessage], stored: int) -> dict[str, Any]:
+    last = max((m.created_at for m in messages if m.created_at), default=None) or utcnow()
+    current = chat.last_active_at
+    values: dict[str, Any] = {
+        "message_count": ChatSession.message_count + stored,
+        "last_active_at": max(current, last) if current else last,
+    }
     if not chat.title:
         first_user = next((m.content for m in messages if m.role == "user" and m.content), "")
-        chat.title = _title(first_user)
-    session.add(chat)
+        if first_user:
+            values["title"] = _title(first_user)
+    return values
 
 
 def _title(text: str) -> str:
