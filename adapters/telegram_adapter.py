@@ -8,10 +8,13 @@ fallback when Telegram rejects the entities.
 
 from __future__ import annotations
 
+import hmac
 import logging
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from aiohttp import web
 from telegram import BotCommand, ReplyParameters, Update
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError, TimedOut
@@ -28,6 +31,7 @@ from gateway.events import (
     UserRef,
 )
 from gateway.formatting import to_telegram_html
+from gateway.http_server import Route
 from gateway.ports import Capabilities, EventSink
 
 logger = logging.getLogger(__name__)
@@ -112,6 +116,13 @@ def _kind(key: str) -> Any:
     return {"video_note": "video", "animation": "video"}.get(key, key)
 
 
+@dataclass(frozen=True, slots=True)
+class Webhook:
+    public_url: str  # where Telegram reaches the gateway's HTTP server
+    secret: str  # checked against X-Telegram-Bot-Api-Secret-Token on every push
+    path: str = "/telegram/webhook"
+
+
 class TelegramAdapter:
     name = "telegram"
     # 4,096 UTF-16 units per message; room is left for the HTML tags added after chunking
@@ -119,13 +130,20 @@ class TelegramAdapter:
         max_length=3800, length=utf16_length, markdown="telegram_html", threads=True
     )
 
-    def __init__(self, token: str, base_url: str | None = None, poll_timeout: int = 10) -> None:
+    def __init__(
+        self,
+        token: str,
+        base_url: str | None = None,
+        poll_timeout: int = 10,
+        webhook: Webhook | None = None,
+    ) -> None:
         builder = ApplicationBuilder().token(token)
         if base_url:
             root = base_url.rstrip("/")
             builder = builder.base_url(f"{root}/bot").base_file_url(f"{root}/file/bot")
         self.app: Application[Any, Any, Any, Any, Any, Any] = builder.build()
         self.poll_timeout = poll_timeout
+        self.webhook = webhook
         self._sink: EventSink | None = None
 
     async def start(self, sink: EventSink) -> None:
@@ -134,10 +152,35 @@ class TelegramAdapter:
         await self.app.initialize()  # getMe
         await self.app.bot.set_my_commands([BotCommand(c, d) for c, d in COMMANDS])
         await self.app.start()
+        if self.webhook is not None:  # Telegram pushes to routes() on the gateway's server
+            url = self.webhook.public_url.rstrip("/") + self.webhook.path
+            await self.app.bot.set_webhook(
+                url, secret_token=self.webhook.secret, allowed_updates=["message"]
+            )
+            return
         assert self.app.updater is not None
         await self.app.updater.start_polling(
             timeout=self.poll_timeout, error_callback=self._polling_error
         )
+
+    def routes(self) -> list[Route]:
+        if self.webhook is None:
+            return []
+        return [Route("POST", self.webhook.path, self._on_webhook)]
+
+    async def _on_webhook(self, request: web.Request) -> web.Response:
+        assert self.webhook is not None
+        given = request.headers.get("X-Telegram-Bot-Api-Secret-Token", "")
+        if not hmac.compare_digest(given, self.webhook.secret):
+            return web.Response(status=403, text="wrong secret token")
+        try:
+            data = await request.json()
+            update = Update.de_json(data, self.app.bot)
+        except (ValueError, TypeError, KeyError):
+            return web.Response(status=400, text="not a Telegram update")
+        if update is not None:
+            await self.app.update_queue.put(update)
+        return web.Response(status=200)
 
     async def stop(self) -> None:
         if self.app.updater is not None and self.app.updater.running:

@@ -20,6 +20,8 @@ class TelegramConfig(PlatformConfig):
     token_env: str = "TELEGRAM_BOT_TOKEN"
     mode: Literal["polling", "webhook"] = "polling"
     base_url: str | None = None  # a self-hosted Bot API server (or a test fake)
+    webhook_url: str | None = None  # webhook mode: the public https URL of gateway.http
+    webhook_secret_env: str = "TELEGRAM_WEBHOOK_SECRET"
 
 
 class DiscordConfig(PlatformConfig):
@@ -48,7 +50,7 @@ class AccessConfig(Section):
 
 class HttpConfig(Section):
     host: str = "127.0.0.1"
-    port: int = Field(default=8787, ge=1, le=65535)
+    port: int = Field(default=8787, ge=0, le=65535)  # 0: any free port
 
 
 class GatewaySection(Section):

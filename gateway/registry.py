@@ -28,10 +28,16 @@ def _telegram(
     module: Any, config: PlatformConfig, env: Mapping[str, str] | None
 ) -> PlatformAdapter:
     assert isinstance(config, TelegramConfig)
-    if config.mode == "webhook":
-        raise ConfigError("platforms.telegram.mode: webhook is not available yet; use polling")
     token = _require(config.token_env, "platforms.telegram.token_env", env)
-    adapter: PlatformAdapter = module.TelegramAdapter(token, base_url=config.base_url)
+    webhook = None
+    if config.mode == "webhook":
+        if not config.webhook_url:
+            raise ConfigError("platforms.telegram.webhook_url: required in webhook mode")
+        secret = _require(config.webhook_secret_env, "platforms.telegram.webhook_secret_env", env)
+        webhook = module.Webhook(config.webhook_url, secret)
+    adapter: PlatformAdapter = module.TelegramAdapter(
+        token, base_url=config.base_url, webhook=webhook
+    )
     return adapter
 
 

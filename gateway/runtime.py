@@ -17,6 +17,7 @@ from gateway import registry
 from gateway.assembly import Assembled, build_agent
 from gateway.config import ConfigError, HermesConfig, main_endpoint
 from gateway.events import MessageEvent
+from gateway.http_server import HttpServer, WebhookAdapter
 from gateway.platform_config import PlatformConfig
 from gateway.ports import PlatformAdapter
 from gateway.router import Router, RouterPolicy
@@ -34,6 +35,7 @@ class Gateway:
     ) -> None:
         self.home, self.config, self.db, self.env = home, config, db, env
         self.scheduler = Scheduler(home, config, db)
+        self.http = HttpServer(config.gateway.http.host, config.gateway.http.port, self.status)
         self.adapters: dict[str, PlatformAdapter] = {}
         self.failed: dict[str, str] = {}
         self.platforms = self._enabled()
@@ -74,19 +76,37 @@ class Gateway:
         return platform is not None and event.user.id in platform.allowed_users
 
     async def start(self) -> None:
+        built: dict[str, PlatformAdapter] = {}
         for name, section in self.platforms.items():
             try:
-                adapter = registry.build(name, section, self.env)
+                built[name] = registry.build(name, section, self.env)
+            except Exception as exc:
+                self._failed(name, exc)
+        for adapter in built.values():
+            if isinstance(adapter, WebhookAdapter):
+                for route in adapter.routes():
+                    self.http.add(route)
+        await self.http.start()  # before the adapters: webhooks must find it listening
+        for name, adapter in built.items():
+            try:
                 assert self.router is not None
                 await adapter.start(self.router.handle)
             except Exception as exc:  # one platform failing must not take the others down
-                logger.exception("platform %s failed to start", name)
-                self.failed[name] = f"{type(exc).__name__}: {exc}"
+                self._failed(name, exc)
                 continue
             self.adapters[name] = adapter
             logger.info("platform %s connected", name)
         await self.scheduler.start()
         logger.info("gateway started: %s", ", ".join(self.adapters) or "no platforms")
+
+    def _failed(self, name: str, exc: Exception) -> None:
+        logger.error("platform %s failed to start: %s: %s", name, type(exc).__name__, exc)
+        self.failed[name] = f"{type(exc).__name__}: {exc}"
+
+    def status(self) -> dict[str, str]:
+        states = {name: "connected" for name in self.adapters}
+        states.update({name: f"failed: {why}" for name, why in self.failed.items()})
+        return states
 
     async def stop(self) -> None:
         await self.scheduler.stop()
@@ -97,6 +117,7 @@ class Gateway:
                 await adapter.stop()
             except Exception:
                 logger.exception("platform %s did not stop cleanly", name)
+        await self.http.stop()
         if self.assembled is not None:
             await self.assembled.close()
         logger.info("gateway stopped")

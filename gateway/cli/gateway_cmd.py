@@ -8,9 +8,10 @@ import logging
 import typer
 from rich.table import Table
 
-from gateway.cli.context import EXIT_USAGE, CliContext, fail
+from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import console, note
 from gateway.config import ConfigError
+from gateway.http_server import HttpServerError
 from gateway.runtime import Gateway
 from gateway.scheduler import read_status
 
@@ -33,6 +34,8 @@ def run() -> None:
         asyncio.run(gateway.serve())
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)
+    except HttpServerError as exc:
+        fail(str(exc), EXIT_REFUSED)
     finally:
         db.close()
     note("gateway stopped")

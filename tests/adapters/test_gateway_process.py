@@ -31,6 +31,7 @@ def write_config(
         f"llm:\n  base_url: {llm.base_url}\n  model: m\n  max_retries: 0\n"
         f"platforms:\n  telegram:\n    enabled: true\n    token_env: {token_env}\n"
         f"    base_url: {tg.base_url}\n    allowed_users: ['42']\n"
+        "gateway:\n  http:\n    port: 0\n"
     )
 
 

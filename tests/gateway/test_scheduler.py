@@ -30,6 +30,7 @@ def configure(home: Path, fake: FakeOpenAI, interval: float = 10.0) -> None:
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.yaml").write_text(
         f"llm:\n  base_url: {fake.base_url}\n  model: m\n  max_retries: 0\n  timeout: 10\n"
+        "gateway:\n  http:\n    port: 0\n"
         "memory:\n  memory_char_limit: 560\n  consolidation:\n"
         f"    check_interval_minutes: {interval}\n"
     )
