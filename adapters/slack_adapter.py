@@ -11,8 +11,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from aiohttp import web
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -26,6 +28,7 @@ from gateway.events import (
     UserRef,
 )
 from gateway.formatting import to_slack_mrkdwn
+from gateway.http_server import Route
 from gateway.ports import Capabilities, EventSink
 
 logger = logging.getLogger(__name__)
@@ -88,17 +91,31 @@ class SlackAdapter:
     name = "slack"
     capabilities = Capabilities(max_length=39_000, markdown="slack_mrkdwn", threads=True)
 
-    def __init__(self, bot_token: str, app_token: str, api_base: str | None = None) -> None:
+    def __init__(
+        self,
+        bot_token: str,
+        app_token: str | None = None,
+        api_base: str | None = None,
+        signing_secret: str | None = None,
+        path: str = "/slack/events",
+    ) -> None:
+        """Socket Mode with an app token; the HTTP Events API with a signing secret."""
+        if not app_token and not signing_secret:
+            raise ValueError("Slack needs an app token (Socket Mode) or a signing secret (HTTP)")
         base = api_base or "https://slack.com/api/"
         self.client = AsyncWebClient(token=bot_token, base_url=base, retry_handlers=[])
         self.app = AsyncApp(
             client=self.client,
-            request_verification_enabled=False,
+            signing_secret=signing_secret,
+            request_verification_enabled=signing_secret is not None,
             ignoring_self_events_enabled=True,
         )
-        self.handler = AsyncSocketModeHandler(
-            self.app, app_token, web_client=AsyncWebClient(base_url=base, retry_handlers=[])
-        )
+        self.handler = None
+        if app_token:
+            self.handler = AsyncSocketModeHandler(
+                self.app, app_token, web_client=AsyncWebClient(base_url=base, retry_handlers=[])
+            )
+        self.path = path
         self.bot_user_id = ""
         self._sink: EventSink | None = None
 
@@ -108,10 +125,29 @@ class SlackAdapter:
         self.bot_user_id = str(auth["user_id"])
         self.app.event("message")(self._on_event)
         self.app.event("app_mention")(self._on_event)
-        await self.handler.connect_async()  # type: ignore[no-untyped-call]
+        if self.handler is not None:
+            await self.handler.connect_async()  # type: ignore[no-untyped-call]
 
     async def stop(self) -> None:
-        await self.handler.close_async()  # type: ignore[no-untyped-call]
+        if self.handler is not None:
+            await self.handler.close_async()  # type: ignore[no-untyped-call]
+
+    def routes(self) -> list[Route]:
+        """HTTP mode: Slack POSTs events here; bolt verifies the signature and acks."""
+        return [] if self.handler is not None else [Route("POST", self.path, self._on_http)]
+
+    async def _on_http(self, request: web.Request) -> web.Response:
+        body = await request.text()
+        bolt = AsyncBoltRequest(
+            body=body,
+            query=request.query_string,
+            headers={k.lower(): v for k, v in request.headers.items()},
+        )
+        response = await self.app.async_dispatch(bolt)
+        headers = {
+            k: v[0] for k, v in response.headers.items() if v and k.lower() != "content-length"
+        }
+        return web.Response(status=response.status, text=response.body, headers=headers)
 
     async def _on_event(self, body: dict[str, Any]) -> None:
         event = to_event(body, self.bot_user_id)

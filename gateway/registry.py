@@ -43,9 +43,13 @@ def _telegram(
 
 def _slack(module: Any, config: PlatformConfig, env: Mapping[str, str] | None) -> PlatformAdapter:
     assert isinstance(config, SlackConfig)
-    if config.mode == "http":
-        raise ConfigError("platforms.slack.mode: http is not available yet; use socket")
     bot = _require(config.bot_token_env, "platforms.slack.bot_token_env", env)
+    if config.mode == "http":
+        secret = _require(config.signing_secret_env, "platforms.slack.signing_secret_env", env)
+        http: PlatformAdapter = module.SlackAdapter(
+            bot, api_base=config.api_base, signing_secret=secret
+        )
+        return http
     app = _require(config.app_token_env, "platforms.slack.app_token_env", env)
     adapter: PlatformAdapter = module.SlackAdapter(bot, app, api_base=config.api_base)
     return adapter

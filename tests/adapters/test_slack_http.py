@@ -1,0 +1,113 @@
+"""Slack's HTTP Events API through the gateway's HTTP server: signatures, retries."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from adapters.slack_adapter import SlackAdapter
+from gateway.http_server import HttpServer
+from tests.adapters.harness import run_gateway
+from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.slack_server import FakeSlack
+
+SECRET = "signing-secret"
+
+
+@pytest.fixture
+def slack() -> Iterator[FakeSlack]:
+    server = FakeSlack().start()
+    yield server
+    server.stop()
+
+
+def signed(body: str, secret: str = SECRET, retry: int | None = None) -> dict[str, str]:
+    ts = str(int(time.time()))
+    digest = hmac.new(secret.encode(), f"v0:{ts}:{body}".encode(), hashlib.sha256).hexdigest()
+    headers = {
+        "Content-Type": "application/json",
+        "X-Slack-Request-Timestamp": ts,
+        "X-Slack-Signature": f"v0={digest}",
+    }
+    if retry is not None:
+        headers |= {"X-Slack-Retry-Num": str(retry), "X-Slack-Retry-Reason": "http_timeout"}
+    return headers
+
+
+def event_body(text: str, ts: str) -> str:
+    event: dict[str, Any] = {
+        "type": "message",
+        "channel": "D7",
+        "channel_type": "im",
+        "user": "U7",
+        "text": text,
+        "ts": ts,
+        "event_ts": ts,
+    }
+    return json.dumps(
+        {
+            "token": "t",
+            "team_id": "T1",
+            "api_app_id": "A1",
+            "type": "event_callback",
+            "event": event,
+            "event_id": f"Ev{ts}",
+            "event_time": int(time.time()),
+        }
+    )
+
+
+def test_signed_events_are_answered_and_forgeries_refused(
+    home: Path, fake_llm: FakeOpenAI, slack: FakeSlack
+) -> None:
+    fake_llm.default = Reply(text="hello over http")
+    adapter = SlackAdapter("xoxb-test", api_base=slack.api_base, signing_secret=SECRET)
+    http = HttpServer("127.0.0.1", 0, lambda: {"slack": "connected"})
+    for route in adapter.routes():
+        http.add(route)
+
+    async def body() -> list[Any]:
+        url = f"http://127.0.0.1:{http.port}/slack/events"
+        results: list[Any] = []
+        async with aiohttp.ClientSession() as client:
+            challenge = json.dumps(
+                {"type": "url_verification", "challenge": "abc123", "token": "t"}
+            )
+            async with client.post(url, data=challenge, headers=signed(challenge)) as r:
+                results.append((r.status, await r.text()))
+            forged = event_body("forged", "1.1")
+            async with client.post(url, data=forged, headers=signed(forged, "wrong")) as r:
+                results.append(r.status)
+            real = event_body("hi via http", "1.2")
+            async with client.post(url, data=real, headers=signed(real)) as r:
+                results.append(r.status)
+            async with client.post(url, data=real, headers=signed(real, retry=1)) as r:
+                results.append(r.status)  # Slack's retry of the same event: acked, not answered
+        deadline = time.monotonic() + 20
+        while not slack.posted():
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)
+        return results
+
+    async def with_server() -> list[Any]:
+        await http.start()
+        try:
+            return await body()
+        finally:
+            await http.stop()
+
+    results = run_gateway(home, fake_llm, lambda: adapter, with_server)
+    assert results[0][0] == 200 and "abc123" in results[0][1]
+    assert results[1:] == [401, 200, 200]
+    assert [p["text"] for p in slack.posted()] == ["hello over http"]
+    assert len(fake_llm.requests) == 1
