@@ -9,6 +9,7 @@ and turns off slack_sdk's connection-error retry, which can post a message twice
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from aiohttp import web
@@ -47,6 +48,7 @@ _IGNORED_SUBTYPES = {
     "channel_leave",
     "thread_broadcast",
 }
+SLASH_COMMAND = "/hermes"
 PERMANENT = {
     "channel_not_found",
     "not_in_channel",
@@ -84,6 +86,26 @@ def to_event(body: dict[str, Any], bot_user_id: str) -> MessageEvent | None:
         mentioned=mentioned,
         attachments=tuple(Attachment("document", f.get("name", "")) for f in files),
         raw=body,
+    )
+
+
+def command_to_event(command: dict[str, Any]) -> MessageEvent | None:
+    """A `/hermes <subcommand>` slash command as a text command event."""
+    user, channel = command.get("user_id"), command.get("channel_id")
+    if not user or not channel:
+        return None
+    words = str(command.get("text") or "help").split()
+    trigger = str(command.get("trigger_id") or f"{channel}:{user}:{time.time_ns()}")
+    chat_type = ChatType.DM if str(channel).startswith("D") else ChatType.CHANNEL
+    return MessageEvent(
+        platform="slack",
+        event_id=f"cmd:{trigger}",
+        message_id=f"cmd:{trigger}",
+        chat=ChatRef(str(channel), chat_type),
+        user=UserRef(str(user), str(command.get("user_name") or user)),
+        text="/" + " ".join(words),
+        mentioned=True,  # addressed to the bot by construction
+        raw=command,
     )
 
 
@@ -125,6 +147,7 @@ class SlackAdapter:
         self.bot_user_id = str(auth["user_id"])
         self.app.event("message")(self._on_event)
         self.app.event("app_mention")(self._on_event)
+        self.app.command(SLASH_COMMAND)(self._on_command)
         if self.handler is not None:
             await self.handler.connect_async()  # type: ignore[no-untyped-call]
 
@@ -148,6 +171,13 @@ class SlackAdapter:
             k: v[0] for k, v in response.headers.items() if v and k.lower() != "content-length"
         }
         return web.Response(status=response.status, text=response.body, headers=headers)
+
+    async def _on_command(self, ack: Any, command: dict[str, Any]) -> None:
+        """`/hermes new` becomes the text command `/new` from that user, in that channel."""
+        await ack()  # within Slack's 3 s; the answer follows as a normal message
+        event = command_to_event(command)
+        if event is not None and self._sink is not None:
+            await self._sink(event)
 
     async def _on_event(self, body: dict[str, Any]) -> None:
         event = to_event(body, self.bot_user_id)

@@ -138,3 +138,15 @@ def test_to_event_is_pure() -> None:
     )
     bot = {"event": {"type": "message", "channel": "C9", "bot_id": "B1", "text": "x", "ts": "1.3"}}
     assert to_event(bot, BOT_USER) is None
+
+
+def test_hermes_slash_command_runs_the_command(
+    home: Path, fake_llm: FakeOpenAI, slack: FakeSlack
+) -> None:
+    async def body() -> list[dict[str, Any]]:
+        await asyncio.to_thread(slack.slash_command, "help")
+        return await until_posted(slack, 1)
+
+    posted = run(home, fake_llm, slack, body)
+    assert "Commands" in posted[0]["text"] and fake_llm.requests == []
+    assert len(slack.acks) >= 1

@@ -103,11 +103,26 @@ class FakeSlack:
         self.push(body, retry_attempt)
         return body
 
-    def push(self, body: dict[str, Any], retry_attempt: int = 0) -> str:
+    def slash_command(self, text: str, user: str = "U1", channel: str = "C1") -> str:
+        payload = {
+            "token": "x",
+            "team_id": "T1",
+            "channel_id": channel,
+            "user_id": user,
+            "user_name": "ann",
+            "command": "/hermes",
+            "text": text,
+            "api_app_id": "A1",
+            "trigger_id": f"trig-{time.monotonic_ns()}",
+            "response_url": "https://example.invalid",
+        }
+        return self.push(payload, kind="slash_commands")
+
+    def push(self, body: dict[str, Any], retry_attempt: int = 0, kind: str = "events_api") -> str:
         envelope_id = f"env-{time.monotonic_ns()}"
         envelope = {
             "envelope_id": envelope_id,
-            "type": "events_api",
+            "type": kind,
             "payload": body,
             "accepts_response_payload": False,
             "retry_attempt": retry_attempt,
