@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -32,6 +33,7 @@ from gateway.ports import Capabilities, EventSink
 
 logger = logging.getLogger(__name__)
 READY_TIMEOUT_S = 30.0
+SLASH_COMMANDS = [("help", "What I can do"), ("new", "Start a fresh conversation")]
 
 
 def to_event(data: dict[str, Any], bot_id: str) -> MessageEvent | None:
@@ -69,6 +71,23 @@ def to_event(data: dict[str, Any], bot_id: str) -> MessageEvent | None:
     )
 
 
+def interaction_to_event(name: str, interaction: discord.Interaction) -> MessageEvent | None:
+    """A slash command as the text command `/name`; the answer goes to the channel."""
+    if interaction.channel_id is None:
+        return None
+    user = interaction.user
+    chat_type = ChatType.GROUP if interaction.guild_id else ChatType.DM
+    return MessageEvent(
+        platform="discord",
+        event_id=f"interaction:{interaction.id}",
+        message_id=f"interaction:{interaction.id}",
+        chat=ChatRef(str(interaction.channel_id), chat_type),
+        user=UserRef(str(user.id), user.display_name, user.bot),
+        text=f"/{name}",
+        mentioned=True,
+    )
+
+
 class DiscordAdapter:
     name = "discord"
     capabilities = Capabilities(max_length=2000, markdown="discord", threads=True)
@@ -86,6 +105,9 @@ class DiscordAdapter:
             intents=intents, enable_debug_events=True, guild_ready_timeout=1.0
         )
         self.client.event(self.on_socket_raw_receive)
+        self.tree = discord.app_commands.CommandTree(self.client)
+        for name, description in SLASH_COMMANDS:
+            self.tree.command(name=name, description=description)(self._slash_handler(name))  # type: ignore[arg-type]
         self.token = token
         self._task: asyncio.Task[None] | None = None
         self._sink: EventSink | None = None
@@ -102,6 +124,7 @@ class DiscordAdapter:
             if self._task in done:
                 self._task.result()  # raises the login/connect error
             raise TimeoutError(f"discord did not become ready within {READY_TIMEOUT_S:g} s")
+        await self.tree.sync()  # once per start: it replaces the app's commands with a PUT
 
     async def stop(self) -> None:
         await self.client.close()
@@ -117,6 +140,15 @@ class DiscordAdapter:
             event = to_event(frame.get("d") or {}, str(self.client.user.id))
             if event is not None and self._sink is not None:
                 await self._sink(event)
+
+    def _slash_handler(self, name: str) -> Callable[[discord.Interaction], Awaitable[None]]:
+        async def handler(interaction: discord.Interaction) -> None:
+            await interaction.response.send_message("On it.", ephemeral=True)  # within 3 s
+            event = interaction_to_event(name, interaction)
+            if event is not None and self._sink is not None:
+                await self._sink(event)
+
+        return handler
 
     async def typing(self, chat: ChatRef) -> None:
         await self.client.http.send_typing(int(chat.id))

@@ -132,3 +132,16 @@ def test_to_event_is_pure() -> None:
     assert (
         event is not None and event.text == "hey" and event.mentioned and event.message_id == "7:5"
     )
+
+
+def test_slash_commands_are_registered_and_answered(
+    home: Path, fake_llm: FakeOpenAI, discord_fake: FakeDiscord
+) -> None:
+    async def body() -> list[dict[str, Any]]:
+        await asyncio.to_thread(discord_fake.slash, "help")
+        return await until_posted(discord_fake, 1)
+
+    posted = run(home, fake_llm, discord_fake, body)
+    assert [c["name"] for c in discord_fake.commands] == ["help", "new"]
+    assert discord_fake.interaction_replies and "Commands" in posted[0]["content"]
+    assert fake_llm.requests == []

@@ -51,6 +51,8 @@ class FakeDiscord:
     typing: list[str] = field(default_factory=list)
     faults: deque[DiscordFault] = field(default_factory=deque)
     identifies: list[dict[str, Any]] = field(default_factory=list)
+    commands: list[dict[str, Any]] = field(default_factory=list)
+    interaction_replies: list[dict[str, Any]] = field(default_factory=list)
     resumes: int = 0
 
     def __post_init__(self) -> None:
@@ -138,6 +140,36 @@ class FakeDiscord:
             }
         self.dispatch("MESSAGE_CREATE", data)
         return data
+
+    def slash(self, name: str, user: str = "700000000000000001") -> None:
+        interaction_id = str(next(self._ids))
+        self.dispatch(
+            "INTERACTION_CREATE",
+            {
+                "id": interaction_id,
+                "application_id": APP_ID,
+                "type": 2,
+                "token": f"tok{interaction_id}",
+                "version": 1,
+                "data": {"id": "1", "name": name, "type": 1},
+                "channel_id": f"6{user[1:]}",
+                "channel": {"id": f"6{user[1:]}", "type": 1},
+                "user": {
+                    "id": user,
+                    "username": "ann",
+                    "discriminator": "0",
+                    "avatar": None,
+                    "global_name": "Ann",
+                    "bot": False,
+                },
+                "locale": "en-US",
+                "app_permissions": "0",
+                "entitlements": [],
+                "authorizing_integration_owners": {"1": user},
+                "context": 1,
+                "attachment_size_limit": 8388608,
+            },
+        )
 
     def dispatch(self, event: str, data: dict[str, Any]) -> None:
         self._server.call(self._dispatch(event, data))
@@ -231,6 +263,64 @@ class FakeDiscord:
         if tail.endswith("/typing"):
             self.typing.append(tail.split("/")[2])
             return web.Response(status=204)
+        if tail.endswith("/commands") and request.method == "PUT":
+            self.commands = json.loads(body or b"[]")
+            return _json(
+                [
+                    {
+                        **c,
+                        "id": str(next(self._ids)),
+                        "application_id": APP_ID,
+                        "version": "1",
+                        "type": 1,
+                        "default_member_permissions": None,
+                        "dm_permission": True,
+                        "nsfw": False,
+                        "options": c.get("options", []),
+                    }
+                    for c in self.commands
+                ]
+            )
+        if tail.endswith("/callback") and request.method == "POST":
+            reply = json.loads(body or b"{}")
+            self.interaction_replies.append(reply)
+            interaction_id = tail.split("/")[2]
+            message = {
+                "id": str(next(self._ids)),
+                "channel_id": "0",
+                "author": {
+                    "id": BOT_ID,
+                    "username": "hermes",
+                    "discriminator": "0",
+                    "avatar": None,
+                    "bot": True,
+                    "global_name": None,
+                },
+                "content": reply.get("data", {}).get("content", ""),
+                "flags": 64,
+                "timestamp": "2026-11-29T10:00:01.000000+00:00",
+                "edited_timestamp": None,
+                "tts": False,
+                "mention_everyone": False,
+                "mentions": [],
+                "mention_roles": [],
+                "attachments": [],
+                "embeds": [],
+                "pinned": False,
+                "type": 20,
+            }
+            return _json(
+                {
+                    "interaction": {
+                        "id": interaction_id,
+                        "type": 2,
+                        "response_message_id": message["id"],
+                        "response_message_loading": False,
+                        "response_message_ephemeral": True,
+                    },
+                    "resource": {"type": 4, "message": message},
+                }
+            )
         if tail.endswith("/messages") and request.method == "POST":
             payload = json.loads(body or b"{}")
             channel_id = tail.split("/")[2]
