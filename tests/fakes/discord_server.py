@@ -286,27 +286,8 @@ class FakeDiscord:
             self.interaction_replies.append(reply)
             interaction_id = tail.split("/")[2]
             message = {
-                "id": str(next(self._ids)),
-                "channel_id": "0",
-                "author": {
-                    "id": BOT_ID,
-                    "username": "hermes",
-                    "discriminator": "0",
-                    "avatar": None,
-                    "bot": True,
-                    "global_name": None,
-                },
-                "content": reply.get("data", {}).get("content", ""),
+                **self._bot_message("0", reply.get("data", {}).get("content", "")),
                 "flags": 64,
-                "timestamp": "2026-11-29T10:00:01.000000+00:00",
-                "edited_timestamp": None,
-                "tts": False,
-                "mention_everyone": False,
-                "mentions": [],
-                "mention_roles": [],
-                "attachments": [],
-                "embeds": [],
-                "pinned": False,
                 "type": 20,
             }
             return _json(
@@ -325,32 +306,33 @@ class FakeDiscord:
             payload = json.loads(body or b"{}")
             channel_id = tail.split("/")[2]
             self.posted.append({"channel_id": channel_id, **payload})
-            return _json(
-                {
-                    "id": str(next(self._ids)),
-                    "channel_id": channel_id,
-                    "content": payload.get("content", ""),
-                    "author": {
-                        "id": BOT_ID,
-                        "username": "hermes",
-                        "discriminator": "0",
-                        "avatar": None,
-                        "bot": True,
-                        "global_name": None,
-                    },
-                    "timestamp": "2026-11-29T10:00:01.000000+00:00",
-                    "edited_timestamp": None,
-                    "tts": False,
-                    "mention_everyone": False,
-                    "mentions": [],
-                    "mention_roles": [],
-                    "attachments": [],
-                    "embeds": [],
-                    "pinned": False,
-                    "type": 0,
-                }
-            )
+            return _json(self._bot_message(channel_id, payload.get("content", "")))
         return _json({})
+
+    def _bot_message(self, channel_id: str, content: str) -> dict[str, Any]:
+        return {
+            "id": str(next(self._ids)),
+            "channel_id": channel_id,
+            "content": content,
+            "author": {
+                "id": BOT_ID,
+                "username": "hermes",
+                "discriminator": "0",
+                "avatar": None,
+                "bot": True,
+                "global_name": None,
+            },
+            "timestamp": "2026-11-29T10:00:01.000000+00:00",
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": False,
+            "mentions": [],
+            "mention_roles": [],
+            "attachments": [],
+            "embeds": [],
+            "pinned": False,
+            "type": 0,
+        }
 
     async def _socket(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse()
