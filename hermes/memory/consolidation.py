@@ -31,7 +31,7 @@ from hermes.llm.client import LLMError
 from hermes.llm.types import ChatModel
 from hermes.memory import entries as fmt
 from hermes.memory.scanner import scan
-from hermes.memory.store import MemoryStore, StoreError, StoreState, Target
+from hermes.memory.store import MemoryStore, StoreState, Target
 from hermes.memory.user_memory import UserMemory
 from hermes.state.db import MemoryEventRecord, SessionDB, VersionRecord
 from hermes.state.models import utcnow
@@ -383,4 +383,4 @@ def due(db: SessionDB, user_id: str, target: Target) -> bool:
     return state.next_attempt_at is None or state.next_attempt_at <= utcnow()
 
 
-__all__ = ["Outcome", "StoreError", "consolidate", "due", "over_threshold", "validate"]
+__all__ = ["Outcome", "consolidate", "due", "over_threshold", "validate"]

@@ -364,13 +364,7 @@ class SessionDB:
     # -- memory provenance -----------------------------------------------------------
 
     def record_memory_event(self, event: MemoryEventRecord) -> None:
-        def work(session: Session) -> None:
-            if session.get(User, event.user_id) is None:
-                session.add(User(id=event.user_id))
-                session.flush()
-            session.add(MemoryEvent(**_fields(event)))
-
-        eng.with_retry(self.engine, work, self.patience)
+        self.record_memory_change([event], None)
 
     def record_memory_change(
         self, events: Sequence[MemoryEventRecord], version: VersionRecord | None

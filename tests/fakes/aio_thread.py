@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from aiohttp import web
 
@@ -43,3 +43,20 @@ class AioThread:
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self._ready.set()
         self.loop.run_forever()
+
+
+class AioFake:
+    """Base of the fakes served by an AioThread (set `self._server` in __init__)."""
+
+    _server: AioThread
+
+    def start(self) -> Self:
+        self._server.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    @property
+    def port(self) -> int:
+        return self._server.port

@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from tests.fakes.aio_thread import AioThread
+from tests.fakes.aio_thread import AioFake, AioThread
 
 BOT_ID = "900000000000000001"
 APP_ID = "900000000000000002"
@@ -46,7 +46,7 @@ class DiscordFault:
 
 
 @dataclass
-class FakeDiscord:
+class FakeDiscord(AioFake):
     posted: list[dict[str, Any]] = field(default_factory=list)
     typing: list[str] = field(default_factory=list)
     faults: deque[DiscordFault] = field(default_factory=deque)
@@ -63,17 +63,6 @@ class FakeDiscord:
         app.router.add_route("*", "/api/v10/{tail:.*}", self._rest)
         app.router.add_get("/gateway", self._socket)
         self._server = AioThread(app)
-
-    def start(self) -> FakeDiscord:
-        self._server.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.stop()
-
-    @property
-    def port(self) -> int:
-        return self._server.port
 
     @property
     def api_base(self) -> str:

@@ -6,16 +6,16 @@ dropped connections, malformed bodies); every request body is recorded.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.fakes.http_base import JsonHandler, ThreadedHttp
 
 
 @dataclass
@@ -44,26 +44,21 @@ class FakeOpenAI:
         self.responder: Callable[[dict[str, Any]], Reply] | None = None
         self.default = Reply()
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._server.block_on_close = False  # a scripted slow reply must not hold up stop()
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._http = ThreadedHttp(self._handler())
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
+        return f"{self._http.root}/v1"
 
     def push(self, *replies: Reply) -> None:
         self.script.extend(replies)
 
     def start(self) -> FakeOpenAI:
-        self._thread.start()
+        self._http.start()
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._http.stop()
 
     def _next(self, body: dict[str, Any]) -> Reply:
         with self._lock:
@@ -75,47 +70,23 @@ class FakeOpenAI:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def setup(self) -> None:
-                super().setup()
-                # headers and body go out in two writes: without this, Nagle's algorithm
-                # and delayed ACKs add ~40 ms to every response
-                self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", 0))
-                body = json.loads(self.rfile.read(length) or b"{}")
+        class Handler(JsonHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server calls it by this name
+                body = json.loads(self.body() or b"{}")
                 reply = fake._next(body)
                 if reply.delay:
                     time.sleep(reply.delay)
                 if reply.drop_connection:
-                    self.close_connection = True
-                    self.connection.shutdown(2)
+                    self.drop()
                     return
                 if reply.status != 200:
                     payload = {"error": {"message": f"fake error {reply.status}", "type": "fake"}}
                     headers = dict(reply.headers)
                     if reply.retry_after is not None:
                         headers["Retry-After"] = f"{reply.retry_after:g}"
-                    self._send(reply.status, payload, headers)
+                    self.send_json(reply.status, payload, headers)
                     return
-                self._send(200, _completion(body, reply), reply.headers)
-
-            def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str]) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for key, value in headers.items():
-                    self.send_header(key, value)
-                self.end_headers()
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self.wfile.write(data)  # the client may have given up (timeout, cancel)
+                self.send_json(200, _completion(body, reply), reply.headers)
 
         return Handler
 

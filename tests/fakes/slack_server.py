@@ -18,7 +18,7 @@ from urllib.parse import parse_qs
 
 from aiohttp import WSMsgType, web
 
-from tests.fakes.aio_thread import AioThread
+from tests.fakes.aio_thread import AioFake, AioThread
 
 BOT_USER = "UBOT"
 
@@ -32,7 +32,7 @@ class SlackFault:
 
 
 @dataclass
-class FakeSlack:
+class FakeSlack(AioFake):
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     acks: list[str] = field(default_factory=list)
     faults: deque[SlackFault] = field(default_factory=deque)
@@ -47,17 +47,6 @@ class FakeSlack:
         self._server = AioThread(app)
 
     # -- lifecycle -------------------------------------------------------------------------
-
-    def start(self) -> FakeSlack:
-        self._server.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.stop()
-
-    @property
-    def port(self) -> int:
-        return self._server.port
 
     @property
     def api_base(self) -> str:

@@ -8,16 +8,16 @@ connections and duplicate update deliveries.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs
+
+from tests.fakes.http_base import JsonHandler, ThreadedHttp
 
 BOT = {"id": 999, "is_bot": True, "first_name": "Hermes", "username": "hermes_test_bot"}
 
@@ -41,23 +41,18 @@ class FakeTelegram:
 
     def __post_init__(self) -> None:
         self._cond = threading.Condition()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._server.block_on_close = False
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._http = ThreadedHttp(self._handler())
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return self._http.root
 
     def start(self) -> FakeTelegram:
-        self._thread.start()
+        self._http.start()
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._http.stop()
 
     # -- what users do -------------------------------------------------------------------
 
@@ -191,37 +186,15 @@ class FakeTelegram:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def setup(self) -> None:
-                super().setup()
-                # headers and body go out in two writes: without this, Nagle's algorithm
-                # and delayed ACKs add ~40 ms to every response
-                self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
+        class Handler(JsonHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server calls it by this name
                 method = self.path.rsplit("/", 1)[-1]
-                length = int(self.headers.get("Content-Length", 0))
-                raw = self.rfile.read(length).decode()
-                params = _decode(raw, self.headers.get("Content-Type", ""))
+                params = _decode(self.body().decode(), self.headers.get("Content-Type", ""))
                 answer = fake._call(method, params)
                 if answer is None:
-                    self.close_connection = True
-                    with contextlib.suppress(OSError):
-                        self.connection.shutdown(2)
+                    self.drop()
                     return
-                status, body = answer
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self.wfile.write(data)
+                self.send_json(*answer)
 
         return Handler
 
