@@ -29,6 +29,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adapters.telegram_adapter import TelegramAdapter
+from gateway.access import AccessControl
+from gateway.config import HermesConfig
+from gateway.platform_config import AccessConfig
 from gateway.router import Router, RouterPolicy
 from hermes.agent.agent import Agent
 from hermes.config import AgentConfig, MemoryConfig
@@ -127,7 +130,8 @@ async def run(chats: int, messages: int) -> dict[str, Any]:
             auto_consolidate=False,
         )
         adapter = TelegramAdapter("1:BENCH", base_url=base_url, poll_timeout=1)
-        router = Router(agent, db, {"telegram": adapter}, lambda e: True, RouterPolicy())
+        access = AccessControl(HermesConfig(access=AccessConfig(allow_all=True)), db)
+        router = Router(agent, db, {"telegram": adapter}, access, RouterPolicy())
         await adapter.start(router.handle)
         child.stdin.write(b"go\n")
         await child.stdin.drain()

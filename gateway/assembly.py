@@ -42,5 +42,6 @@ def build_agent(home: Path, config: HermesConfig, db: SessionDB, endpoint: Endpo
         aux_model=aux,
         search_summarizer=LLMSummarizer(aux),
         search_policy=SummaryPolicy(concurrency=task.max_concurrency, timeout_s=task.timeout),
+        group_memory=config.privacy.group_memory == "full",
     )
     return Assembled(agent, clients)

@@ -14,7 +14,12 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from gateway.platform_config import AccessConfig, GatewaySection, PlatformsConfig
+from gateway.platform_config import (
+    AccessConfig,
+    GatewaySection,
+    PlatformsConfig,
+    PrivacyConfig,
+)
 from hermes.config import (
     AgentConfig,
     AuxiliaryConfig,
@@ -42,6 +47,7 @@ class HermesConfig(Section):
     sessions: SessionsConfig = SessionsConfig()
     platforms: PlatformsConfig = PlatformsConfig()
     access: AccessConfig = AccessConfig()
+    privacy: PrivacyConfig = PrivacyConfig()
     gateway: GatewaySection = GatewaySection()
     auxiliary: AuxiliaryConfig = AuxiliaryConfig()
 

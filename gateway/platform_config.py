@@ -12,6 +12,7 @@ from hermes.config import Section
 class PlatformConfig(Section):
     enabled: bool = False
     allowed_users: list[str] = Field(default_factory=list)  # platform user ids
+    allowed_chats: list[str] = Field(default_factory=list)  # group chats open to everyone in them
     group_scope: Literal["per_user", "per_chat"] = "per_user"
     answer_without_mention: list[str] = Field(default_factory=list)  # group chat ids
 
@@ -46,6 +47,15 @@ class PlatformsConfig(Section):
 
 class AccessConfig(Section):
     allow_all: bool = False  # default deny: only allowlisted users reach the assistant
+    pairing: bool = True  # strangers' DMs get a code the operator can approve
+    max_pending_pairings: int = Field(default=3, ge=1)  # per platform
+    pairing_codes_per_day: int = Field(default=3, ge=1)  # per requester
+
+
+class PrivacyConfig(Section):
+    # full: personal memory in group chats too; none: group sessions get no personal
+    # stores in the prompt and memory writes are refused there
+    group_memory: Literal["full", "none"] = "full"
 
 
 class HttpConfig(Section):

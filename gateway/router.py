@@ -16,11 +16,13 @@ import logging
 import random
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
+from gateway.access import AccessControl, Caller, Verdict
 from gateway.chunking import chunk
+from gateway.commands import CommandContext, Commands
 from gateway.events import ChatRef, ChatType, MessageEvent, OutboundMessage, SendResult
 from gateway.ports import PlatformAdapter
 from gateway.session_key import Scope, SessionKey, session_key
@@ -30,13 +32,9 @@ from hermes.state.db import SessionDB
 
 logger = logging.getLogger(__name__)
 
-Authorizer = Callable[[MessageEvent], bool]
 TYPING_AFTER_S = 0.3
 CACHE_RECHECK_S = 10.0  # identities and open sessions are re-read from state.db this often
-HELP_TEXT = (
-    "I'm Hermes, your assistant. Just write to me. Commands: /new starts a fresh "
-    "conversation, /help shows this."
-)
+RESET_REPLY = "Started a fresh conversation. I still remember what's in my memory."
 NO_TEXT_REPLY = (
     "I can read text messages (and captions on photos and files), but I can't open "
     "{what} yet. Could you describe it in words?"
@@ -60,6 +58,7 @@ class _Lane:
 
     queue: asyncio.Queue[MessageEvent] = field(default_factory=asyncio.Queue)
     worker: asyncio.Task[None] | None = None
+    current: asyncio.Task[None] | None = None  # the turn running now (/stop cancels it)
 
 
 class Router:
@@ -68,11 +67,18 @@ class Router:
         agent: Agent,
         db: SessionDB,
         adapters: Mapping[str, PlatformAdapter],
-        authorize: Authorizer,
+        access: AccessControl,
         policy: RouterPolicy = RouterPolicy(),
+        *,
+        commands: Commands | None = None,
     ) -> None:
         self.agent, self.db, self.adapters = agent, db, adapters
-        self.authorize, self.policy = authorize, policy
+        self.access, self.policy = access, policy
+        self.commands = commands or Commands(
+            agent.home, access.config, db, agent, on_people_change=self.people_changed
+        )
+        self._side_tasks: set[asyncio.Task[Any]] = set()
+        self.accepting = True
         self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._lanes: dict[SessionKey, _Lane] = {}
         # live conversations, with when their session was last seen open in state.db
@@ -81,13 +87,23 @@ class Router:
 
     # -- intake ------------------------------------------------------------------------
 
+    def people_changed(self) -> None:
+        """Identities, roles or access rules changed: re-read them on the next message."""
+        self._users.clear()
+        self.access.forget()
+
     async def handle(self, event: MessageEvent) -> None:
         """The adapters' sink: filter and enqueue; never waits for a turn."""
-        if event.user.is_bot or self._duplicate(event) or not self.authorize(event):
+        if not self.accepting or event.user.is_bot or self._duplicate(event):
             return
         if not self._addressed(event):
             return
         key = session_key(event, self.policy.scopes.get(event.platform, self.policy.group_scope))
+        if Commands.name_of(event.text) == "/stop":  # must not wait behind the turn it stops
+            task = asyncio.create_task(self._stop_turn(key, event))
+            self._side_tasks.add(task)
+            task.add_done_callback(self._side_tasks.discard)
+            return
         lane = self._lanes.setdefault(key, _Lane())
         lane.queue.put_nowait(event)
         if lane.worker is None:
@@ -115,12 +131,54 @@ class Router:
                 batch = [lane.queue.get_nowait()]
                 while self.policy.queue_mode == "merge" and not lane.queue.empty():
                     batch.append(lane.queue.get_nowait())
+                lane.current = asyncio.create_task(self._process(key, batch))
                 try:
-                    await self._process(key, batch)
+                    await lane.current
+                except asyncio.CancelledError:
+                    task = asyncio.current_task()
+                    if task is not None and task.cancelling():
+                        raise  # the router is stopping, not a /stop
                 except Exception:
                     logger.exception("turn failed for %s", key)
+                finally:
+                    lane.current = None
         finally:
             self._lanes.pop(key, None)
+
+    async def _stop_turn(self, key: SessionKey, event: MessageEvent) -> None:
+        adapter = self.adapters[event.platform]
+        if self._admit(event) is None:
+            return
+        lane = self._lanes.get(key)
+        running = lane.current if lane is not None else None
+        if running is not None and not running.done():
+            running.cancel()
+            reply = "Stopped. Your message is kept; say what you'd like instead."
+        else:
+            reply = "Nothing to stop: I'm not working on an answer."
+        await self.deliver(adapter, event.chat, reply, event.message_id, None)
+
+    def _admit(self, event: MessageEvent) -> Caller | None:
+        """The caller if access allows them; None (after any pairing reply) if not."""
+        known = self._known_user(event)
+        verdict = self.access.check(event, known)
+        if verdict is Verdict.ALLOW:
+            return self.access.caller(event, self._user_id(event))
+        if verdict is Verdict.PAIR:
+            words = event.text.split()
+            if len(words) == 2 and Commands.name_of(event.text) == "/link":
+                # a stranger proving they are someone known elsewhere: handled, no LLM
+                return Caller(self._user_id(event), "user", event.platform, event.user.id, "")
+            reply = self.access.pairing_reply(event)
+            if reply is not None:
+                task = asyncio.create_task(
+                    self.deliver(
+                        self.adapters[event.platform], event.chat, reply, event.message_id, None
+                    )
+                )
+                self._side_tasks.add(task)
+                task.add_done_callback(self._side_tasks.discard)
+        return None
 
     # -- one turn ----------------------------------------------------------------------
 
@@ -138,10 +196,13 @@ class Router:
                 None,
             )
             return
-        user_id = self._user_id(event)
+        caller = self._admit(event)
+        if caller is None:
+            return
+        user_id = caller.user_id
         surface = Surface(event.platform, _chat_type(event), event.chat.id, event.chat.thread_id)
         if text.startswith("/"):
-            await self._command(adapter, event, text, user_id, surface, key)
+            await self._command(adapter, event, text, caller, surface, key)
             return
         conv = self._conversation(key, user_id, surface)
         typing = asyncio.create_task(self._keep_typing(adapter, event.chat))
@@ -155,6 +216,13 @@ class Router:
         await self.deliver(
             adapter, event.chat, result.text, event.message_id, conv.id if result.ok else None
         )
+
+    def _known_user(self, event: MessageEvent) -> str | None:
+        """The user of this identity if there is one, without creating it."""
+        cached = self._users.get((event.platform, event.user.id))
+        if cached is not None and time.monotonic() - cached[1] < CACHE_RECHECK_S:
+            return cached[0]
+        return self.access.people.user_by_identity(event.platform, event.user.id)
 
     def _user_id(self, event: MessageEvent) -> str:
         key = (event.platform, event.user.id)
@@ -195,18 +263,24 @@ class Router:
         adapter: PlatformAdapter,
         event: MessageEvent,
         text: str,
-        user_id: str,
+        caller: Caller,
         surface: Surface,
         key: SessionKey,
     ) -> None:
-        name = text.split(maxsplit=1)[0].split("@", maxsplit=1)[0].lower()
-        if name in ("/new", "/reset"):
-            conv = self._conversation(key, user_id, surface)
+        if Commands.name_of(text) in ("/new", "/reset"):
+            conv = self._conversation(key, caller.user_id, surface)
             self.db.end_session(conv.id, "user_reset")
             self._conversations.pop(key, None)
-            reply = "Started a fresh conversation. I still remember what's in my memory."
+            reply = RESET_REPLY
         else:
-            reply = HELP_TEXT
+            entry = self._conversations.get(key)
+            session_id = entry[0].id if entry is not None else None
+            context = CommandContext(caller, surface, session_id)
+            try:
+                reply = await self.commands.run(context, text)
+            except Exception:
+                logger.exception("command %r failed", text[:40])
+                reply = "That command failed on my side; the operator can see why in the log."
         await self.deliver(adapter, event.chat, reply, event.message_id, None)
 
     async def _keep_typing(self, adapter: PlatformAdapter, chat: ChatRef) -> None:
@@ -274,6 +348,6 @@ class Router:
 
 
 def _chat_type(event: MessageEvent) -> str:
-    if event.chat.thread_id:
-        return "thread"
-    return "dm" if event.chat.type is ChatType.DM else event.chat.type.value
+    if event.chat.type is ChatType.DM:
+        return "dm"
+    return "thread" if event.chat.thread_id else event.chat.type.value

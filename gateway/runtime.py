@@ -10,19 +10,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from gateway import registry
+from gateway.access import AccessControl
 from gateway.assembly import Assembled, build_agent
+from gateway.commands import Commands
 from gateway.config import ConfigError, HermesConfig, main_endpoint
-from gateway.events import MessageEvent
 from gateway.http_server import HttpServer, WebhookAdapter
 from gateway.platform_config import PlatformConfig
 from gateway.ports import PlatformAdapter
 from gateway.router import Router, RouterPolicy
 from gateway.scheduler import Scheduler
 from gateway.session_key import Scope
+from gateway.status_file import remove_status_file, write_status_file
 from hermes.state.db import SessionDB
 
 logger = logging.getLogger(__name__)
@@ -46,10 +49,14 @@ class Gateway:
             raise ConfigError(
                 "platforms are enabled but no model is configured (llm.base_url, llm.model)"
             )
+        self.access = AccessControl(config, db)
+        self.started_at: float | None = None
         if endpoint is not None:
             self.assembled = build_agent(home, config, db, endpoint)
-            self.router = Router(
-                self.assembled.agent, db, self.adapters, self.authorize, self._policy()
+            agent = self.assembled.agent
+            self.router = Router(agent, db, self.adapters, self.access, self._policy())
+            self.router.commands = Commands(
+                home, config, db, agent, runtime=self, on_people_change=self.router.people_changed
             )
         self._stopping = asyncio.Event()
 
@@ -68,12 +75,18 @@ class Gateway:
             queue_mode=self.config.gateway.queue_mode, always_answer_chats=always, scopes=scopes
         )
 
-    def authorize(self, event: MessageEvent) -> bool:
-        """Default deny: `access.allow_all`, or the platform's allowlist."""
-        if self.config.access.allow_all:
-            return True
-        platform = self.platforms.get(event.platform)
-        return platform is not None and event.user.id in platform.allowed_users
+    # -- RuntimeInfo, for /admin status ---------------------------------------------------
+
+    def uptime_s(self) -> float | None:
+        return time.monotonic() - self.started_at if self.started_at is not None else None
+
+    def adapter_states(self) -> dict[str, str]:
+        return self.status()
+
+    async def llm_health(self) -> str:
+        if self.assembled is None:
+            return "no model configured"
+        return await self.assembled.clients[0].health()
 
     async def start(self) -> None:
         built: dict[str, PlatformAdapter] = {}
@@ -97,6 +110,8 @@ class Gateway:
             self.adapters[name] = adapter
             logger.info("platform %s connected", name)
         await self.scheduler.start()
+        self.started_at = time.monotonic()
+        write_status_file(self.home, self.status(), f"{self.http.host}:{self.http.port}")
         logger.info("gateway started: %s", ", ".join(self.adapters) or "no platforms")
 
     def _failed(self, name: str, exc: Exception) -> None:
@@ -109,6 +124,8 @@ class Gateway:
         return states
 
     async def stop(self) -> None:
+        if self.router is not None:
+            self.router.accepting = False  # intake closes first: nothing new starts
         await self.scheduler.stop()
         if self.router is not None:
             await self.router.stop(TURN_GRACE_S)
@@ -120,6 +137,7 @@ class Gateway:
         await self.http.stop()
         if self.assembled is not None:
             await self.assembled.close()
+        remove_status_file(self.home)
         logger.info("gateway stopped")
 
     def request_stop(self) -> None:

@@ -7,6 +7,7 @@ import concurrent.futures
 import contextlib
 import threading
 from collections.abc import Coroutine
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -14,27 +15,23 @@ import typer
 from rich.markdown import Markdown
 from rich.markup import escape
 
+from gateway.access import Caller
 from gateway.assembly import Assembled, build_agent
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import console, err_console, note, say
+from gateway.commands import CommandContext, Commands
 from gateway.config import CONFIG_FILENAME, main_endpoint
+from gateway.status_file import read_status_file
 from hermes.agent.agent import Agent, Surface, TurnResult
 from hermes.agent.conversation import Conversation
 from hermes.identity import ensure_private_dir, owner_user_id
 from hermes.llm.endpoint import Endpoint
 from hermes.state.db import SessionDB
-from hermes.state.search import SearchScope
-from hermes.tools.session_search import SessionSearchTool
 
 T = TypeVar("T")
 CLI = Surface("cli")
 SESSION_KEY = "cli:local"
-HELP = (
-    "/new  start a fresh session (new memory snapshot)\n"
-    "/memory  show memory usage and entries\n"
-    "/sessions [query]  recent sessions, or search them\n"
-    "/exit  quit (also Ctrl-D)  ·  Ctrl-C cancels the running turn"
-)
+CLI_NOTE = "/exit  quit (also Ctrl-D)  ·  Ctrl-C cancels the running turn"
 SETUP_HELP = """\
 No model is configured. Hermes talks to any OpenAI-compatible endpoint: set one in
 {config} (`hermes init` writes a starter file), for example:
@@ -112,12 +109,14 @@ def chat(
     assembled = build_agent(ctx.home, ctx.config, db, endpoint)
     agent = assembled.agent
     runtime.loop.call_soon_threadsafe(agent.check_memory, owner)  # a CLI-only install
+    commands = Commands(ctx.home, ctx.config, db, agent, runtime=LocalInfo(ctx.home, assembled))
     try:
         conv = _conversation(agent, db, owner, resume)
         if query is not None:
             _one_shot(runtime, agent, conv, query)
         else:
-            _interactive(runtime, agent, db, conv, resumed=resume is not None)
+            chat = _Chat(runtime, agent, db, commands)
+            chat.interactive(conv, resumed=resume is not None)
     finally:
         runtime.run(_shutdown(assembled, owner))
         runtime.close()
@@ -150,25 +149,73 @@ def _one_shot(runtime: Runtime, agent: Agent, conv: Conversation, query: str) ->
     say(result.text)
 
 
-def _interactive(
-    runtime: Runtime, agent: Agent, db: SessionDB, conv: Conversation, resumed: bool
-) -> None:
-    state = "resumed" if resumed else "new"
-    note(f"[bold]Hermes[/bold] · session {conv.id} ({state}) · /help for commands")
-    while True:
-        try:
-            line = console.input("[bold cyan]you ›[/bold cyan] ").strip()
-        except (EOFError, KeyboardInterrupt):
-            note("\n[dim]bye[/dim]")
-            return
-        if not line:
-            continue
-        if line.startswith("/"):
-            conv, done = _command(agent, db, conv, line)
-            if done:
+class _Chat:
+    """The interactive loop: turns on the agent thread, commands shared with the gateway."""
+
+    def __init__(self, runtime: Runtime, agent: Agent, db: SessionDB, commands: Commands) -> None:
+        self.runtime, self.agent, self.db, self.commands = runtime, agent, db, commands
+
+    def interactive(self, conv: Conversation, resumed: bool) -> None:
+        state = "resumed" if resumed else "new"
+        note(f"[bold]Hermes[/bold] · session {conv.id} ({state}) · /help for commands")
+        while True:
+            try:
+                line = console.input("[bold cyan]you ›[/bold cyan] ").strip()
+            except (EOFError, KeyboardInterrupt):
+                note("\n[dim]bye[/dim]")
                 return
-            continue
-        _show(_turn(runtime, agent, conv, line))
+            if not line:
+                continue
+            if line.startswith("/"):
+                conv, done = self.command(conv, line)
+                if done:
+                    return
+                continue
+            _show(_turn(self.runtime, self.agent, conv, line))
+
+    def command(self, conv: Conversation, line: str) -> tuple[Conversation, bool]:
+        name = Commands.name_of(line)
+        if name in ("/exit", "/quit"):
+            return conv, True
+        if name in ("/new", "/reset"):
+            self.db.end_session(conv.id, "user_reset")
+            conv = self.agent.open(conv.user_id, CLI, SESSION_KEY)
+            note(f"[dim]new session {conv.id}[/dim]")
+            return conv, False
+        if name == "/stop":
+            note("[dim]Nothing is running; Ctrl-C cancels a turn while it runs.[/dim]")
+            return conv, False
+        user = self.db.get_user(conv.user_id)
+        caller = Caller(conv.user_id, user.role if user else "owner", "cli", "local", "owner")
+        context = CommandContext(caller, CLI, conv.id)
+        try:
+            reply = self.runtime.run(self.commands.run(context, line))
+        except TurnCancelledError:
+            note("[yellow](cancelled)[/yellow]")
+            return conv, False
+        console.print(Markdown(reply))
+        if name == "/help":
+            note(f"[dim]{CLI_NOTE}[/dim]")
+        return conv, False
+
+
+class LocalInfo:
+    """/admin status from the terminal: the gateway's status file, and our own model."""
+
+    def __init__(self, home: Path, assembled: Assembled) -> None:
+        self.status = read_status_file(home)
+        self.assembled = assembled
+
+    def uptime_s(self) -> float | None:
+        if self.status is None or not self.status.running:
+            return None
+        return (datetime.now(UTC) - self.status.started_at).total_seconds()
+
+    def adapter_states(self) -> dict[str, str]:
+        return self.status.platforms if self.status and self.status.running else {}
+
+    async def llm_health(self) -> str:
+        return await self.assembled.clients[0].health()
 
 
 def _turn(runtime: Runtime, agent: Agent, conv: Conversation, line: str) -> TurnResult | None:
@@ -191,45 +238,6 @@ def _show(result: TurnResult | None) -> None:
         console.print(Markdown(result.text or "(no answer)"))
     else:
         note(f"[red]{escape(result.text)}[/red]")
-
-
-def _command(
-    agent: Agent, db: SessionDB, conv: Conversation, line: str
-) -> tuple[Conversation, bool]:
-    name, _, rest = line.partition(" ")
-    if name in ("/exit", "/quit"):
-        return conv, True
-    if name in ("/new", "/reset"):
-        db.end_session(conv.id, "user_reset")
-        conv = agent.open(conv.user_id, CLI, SESSION_KEY)
-        note(f"[dim]new session {conv.id}[/dim]")
-    elif name == "/memory":
-        memory = agent.memory_of(conv.user_id)
-        for target in memory.enabled_targets():
-            state = memory.store(target).read()
-            note(f"[bold]{target.heading}[/bold] [{state.usage_line()}]")
-            book = db.consolidation_state(conv.user_id, target.value)
-            if book.last_consolidated_at:
-                when = f"{book.last_consolidated_at:%Y-%m-%d %H:%M} UTC"
-                note(f"  [dim]last consolidated {when}: {book.last_summary}[/dim]")
-            if book.needs_consolidation:
-                note(f"  [yellow]needs consolidation: {escape(book.last_error or '')}[/yellow]")
-            for entry in state.entries:
-                note(f"  • {escape(entry)}")
-        if not any(memory.store(t).read().entries for t in memory.enabled_targets()):
-            note("[dim](memory is empty)[/dim]")
-    elif name == "/sessions":
-        tool = SessionSearchTool(db, SearchScope(conv.user_id, exclude_session_id=conv.id))
-        result = asyncio.run(tool.run({"query": rest.strip(), "limit": 5}))
-        for item in result.get("results", []):
-            when = item.get("when") or item.get("last_active")
-            title = escape(item["title"])
-            note(f"[bold]{item['session_id']}[/bold] {item['platform']} {when} — {title}")
-        if not result.get("results"):
-            note("[dim]no sessions found[/dim]")
-    else:
-        note(HELP)
-    return conv, False
 
 
 STARTER = """\

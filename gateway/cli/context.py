@@ -22,9 +22,11 @@ from hermes.llm.client import LLMClient
 from hermes.llm.summarizer import LLMSummarizer
 from hermes.state.db import SessionDB
 from hermes.state.engine import StateDBError
+from hermes.state.people import PeopleDB
 from hermes.tools.session_search import Summarizer, SummaryPolicy
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
+CLI_PLATFORM, CLI_USER = "cli", "local"  # the owner's identity on the terminal
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +51,9 @@ class CliContext:
         """state.db, with the owner registered as a user."""
         try:
             db = SessionDB.open(self.home)
-            db.ensure_user(owner_user_id(self.home), role="owner", display_name="owner")
+            owner = owner_user_id(self.home)
+            db.ensure_user(owner, role="owner", display_name="owner")
+            PeopleDB(db).ensure_identity(CLI_PLATFORM, CLI_USER, owner)
         except StateDBError as exc:
             fail(str(exc), EXIT_REFUSED)
         return db

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import UTC, datetime
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
@@ -14,6 +16,7 @@ from gateway.config import ConfigError
 from gateway.http_server import HttpServerError
 from gateway.runtime import Gateway
 from gateway.scheduler import read_status
+from gateway.status_file import read_status_file
 
 gateway_app = typer.Typer(help="Run the gateway process.", no_args_is_help=True)
 scheduler_app = typer.Typer(help="Background jobs.", no_args_is_help=True)
@@ -39,6 +42,33 @@ def run() -> None:
     finally:
         db.close()
     note("gateway stopped")
+
+
+@gateway_app.command("status")
+def gateway_status() -> None:
+    """Whether a gateway is running for this HERMES_HOME, its platforms and uptime."""
+    home = CliContext.home_only()
+    found = read_status_file(home)
+    if found is None:
+        note(f"No gateway is running for {home}.")
+        raise typer.Exit(EXIT_REFUSED)
+    if not found.running:
+        note(
+            f"[yellow]No gateway is running for {home}[/yellow] (the last one, pid "
+            f"{found.pid}, started {found.started_at:%Y-%m-%d %H:%M} UTC, did not stop cleanly)."
+        )
+        raise typer.Exit(EXIT_REFUSED)
+    uptime = datetime.now(UTC) - found.started_at
+    note(
+        f"[green]Gateway running[/green] for {home}: pid {found.pid}, up "
+        f"{str(uptime).split('.')[0]} (since {found.started_at:%Y-%m-%d %H:%M} UTC), "
+        f"http {found.http}"
+    )
+    for name, state in found.platforms.items():
+        colour = "green" if state == "connected" else "red"
+        note(f"  {name}: [{colour}]{escape(state)}[/{colour}]")
+    if not found.platforms:
+        note("  no platforms enabled")
 
 
 @scheduler_app.command("status")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gateway.cli import chat_cmd, gateway_cmd, memory_cmd, sessions_cmd
+from gateway.cli import chat_cmd, gateway_cmd, memory_cmd, sessions_cmd, users_cmd
 
 app = typer.Typer(
     name="hermes",
@@ -20,6 +20,8 @@ app.add_typer(memory_cmd.app, name="memory")
 app.add_typer(sessions_cmd.app, name="sessions")
 app.add_typer(gateway_cmd.gateway_app, name="gateway")
 app.add_typer(gateway_cmd.scheduler_app, name="scheduler")
+app.add_typer(users_cmd.users_app, name="users")
+app.add_typer(users_cmd.pairing_app, name="pairing")
 app.command("chat")(chat_cmd.chat)
 app.command("init")(chat_cmd.init)
 

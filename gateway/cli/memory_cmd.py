@@ -21,6 +21,7 @@ from hermes.memory.tool import MemoryTool
 from hermes.memory.undo import undo_last
 from hermes.memory.user_memory import UserMemory
 from hermes.state.db import SessionDB
+from hermes.state.people import PeopleDB
 
 app = typer.Typer(
     help="Inspect and edit the bounded MEMORY.md / USER.md stores.", no_args_is_help=True
@@ -38,8 +39,16 @@ def _memory(user: str | None, ctx: CliContext | None = None) -> UserMemory:
 
 
 @app.command()
-def status(user: UserOpt = None) -> None:
+def status(
+    user: UserOpt = None,
+    all_users: Annotated[
+        bool, typer.Option("--all", help="A table of every user's usage, fullest first.")
+    ] = False,
+) -> None:
     """Usage per store: chars used / limit, percent and entry count."""
+    if all_users:
+        _status_all()
+        return
     memory = _memory(user)
     table = Table(title=f"Memory of {memory.user_id}")
     for column in ("store", "used / limit", "percent", "entries", "last consolidation", "note"):
@@ -70,6 +79,39 @@ def status(user: UserOpt = None) -> None:
             str(len(state.entries)),
             last,
             remark,
+        )
+    console.print(table)
+
+
+def _status_all() -> None:
+    ctx = CliContext.load()
+    db = ctx.open_db()
+    names = {s.user.id: s.user.display_name for s in PeopleDB(db).users()}
+    rows = []
+    for user_id in sorted(set(names) | set(sweep.users_with_memory(ctx.home))):
+        memory = UserMemory(ctx.home, user_id, ctx.config.memory)
+        states = {t: memory.file_store(t).read() for t in Target}
+        fill = max(state.used * 100 / state.limit for state in states.values())
+        rows.append((fill, user_id, states))
+    table = Table(title="Memory of every user (fullest first)")
+    for column in ("user", "name", "memory", "user profile", "entries", "note"):
+        table.add_column(column)
+    for _, user_id, states in sorted(rows, key=lambda row: (-row[0], row[1])):
+        notes = []
+        for target, state in states.items():
+            book = db.consolidation_state(user_id, target.value)
+            if state.damage:
+                notes.append(f"{target.value}: needs fixing by hand")
+            elif state.pending or book.needs_consolidation:
+                notes.append(f"{target.value}: needs consolidation")
+        memory_state, user_state = states[Target.MEMORY], states[Target.USER]
+        table.add_row(
+            user_id,
+            escape(names.get(user_id, "")),
+            f"{memory_state.used:,}/{memory_state.limit:,} ({memory_state.percent}%)",
+            f"{user_state.used:,}/{user_state.limit:,} ({user_state.percent}%)",
+            f"{len(memory_state.entries)} + {len(user_state.entries)}",
+            "; ".join(notes),
         )
     console.print(table)
 

@@ -38,6 +38,10 @@ FINAL_ANSWER_NOTE = (
     "have, without calling tools.]"
 )
 SAVED_NOTE = "Your message was saved; try again."
+GROUP_MEMORY_OFF = (
+    "Memory is off in group chats here (privacy.group_memory: none); nothing was saved. "
+    "The user can tell you again in a direct message."
+)
 
 
 def previous_pointer(ended: ChatSession) -> str:
@@ -68,6 +72,7 @@ class Agent:
     search_summarizer: Summarizer | None = None
     search_policy: SummaryPolicy = field(default_factory=SummaryPolicy)
     auto_consolidate: bool = True  # check a store right after a write takes it past 80 %
+    group_memory: bool = True  # privacy.group_memory: personal stores in group chats
     _reviews: dict[str, asyncio.Task[None]] = field(default_factory=dict, repr=False)
     _checks: dict[str, asyncio.Task[Any]] = field(default_factory=dict, repr=False)
 
@@ -76,14 +81,20 @@ class Agent:
     def memory_of(self, user_id: str) -> UserMemory:
         return UserMemory(self.home, user_id, self.memory_config)
 
-    def fresh_prompt(self, user_id: str) -> str:
-        return build_system_prompt(load_persona(self.home), self.memory_of(user_id).snapshot())
+    def fresh_prompt(self, user_id: str, surface: Surface | None = None) -> str:
+        snapshot = self.memory_of(user_id).snapshot() if self.personal(surface) else ""
+        return build_system_prompt(load_persona(self.home), snapshot)
+
+    def personal(self, surface: Surface | None) -> bool:
+        """Whether personal memory is used here: always in DMs and the CLI; in groups
+        only with privacy.group_memory: full."""
+        return self.group_memory or surface is None or surface.chat_type == "dm"
 
     def open(
         self, user_id: str, surface: Surface, session_key: str, parent_id: str | None = None
     ) -> Conversation:
         """A new session whose system prompt is built now and frozen."""
-        prompt = self.fresh_prompt(user_id)
+        prompt = self.fresh_prompt(user_id, surface)
         session = self.db.start_session(
             user_id,
             surface.platform,
@@ -115,7 +126,7 @@ class Agent:
             return None
         prompt = self.db.system_prompt(session.system_prompt_hash or "")
         if prompt is None:
-            prompt = self.fresh_prompt(user_id)
+            prompt = self.fresh_prompt(user_id, Surface(session.platform, session.chat_type))
         history = [to_openai(m) for m in self.db.messages(session.id, user_id)]
         return Conversation(session, prompt, history)
 
@@ -158,6 +169,8 @@ class Agent:
         memory = self.memory_of(conv.user_id)
 
         async def remember(args: dict[str, Any]) -> dict[str, Any]:
+            if not self.personal(surface):
+                return {"success": False, "error": GROUP_MEMORY_OFF}
             outcome = await asyncio.to_thread(
                 run_recorded,
                 MemoryTool(memory),

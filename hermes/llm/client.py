@@ -103,5 +103,21 @@ class LLMClient:
             raise LLMError("The model returned an empty answer.")
         return str(content)
 
+    async def health(self, timeout: float = 5.0) -> str:
+        """A cheap probe (GET /models): 'ok' or what is wrong, never raising."""
+        client = self._client.with_options(timeout=timeout, max_retries=0)
+        where = self.endpoint.base_url
+        try:
+            page = await client.models.list()
+        except openai.AuthenticationError:
+            return f"refused the API key ({where})"
+        except openai.APIStatusError as exc:
+            return f"error HTTP {exc.status_code} ({where})"
+        except openai.APIError:
+            return f"unreachable ({where})"
+        listed = {model.id for model in page.data}
+        known = "" if not listed or self.endpoint.model in listed else ", model not listed"
+        return f"ok ({self.endpoint.model} at {where}{known})"
+
     async def close(self) -> None:
         await self._client.close()

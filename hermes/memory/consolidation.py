@@ -22,7 +22,7 @@ import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -139,8 +139,9 @@ async def _consolidate_locked(
     force: bool,
 ) -> Outcome:
     for _ in range(MAX_RACE_RETRIES):
-        state = store.read()
-        refusal = _precheck(state, model, config, force=force)
+        read = store.read()
+        state = read.with_pending()  # entries of a merged account waiting to be folded in
+        refusal = _precheck(state, model, config, force=force or bool(read.pending))
         if refusal is not None or model is None:
             return refusal or Outcome("no_model")
         base = {"entries_before": len(state.entries), "used_before": state.used}
@@ -154,8 +155,9 @@ async def _consolidate_locked(
             return Outcome("rejected", str(exc), **base)
         new_entries = [text for text, _ in proposal.entries]
         new_text = fmt.serialize(new_entries)
-        if store.compare_and_swap(state.raw, new_text):
-            _journal(db, memory.user_id, store.target, state, proposal, new_text)
+        pending = (read.pending_raw, "") if read.pending else None
+        if store.compare_and_swap(state.raw, new_text, pending):
+            _journal(db, memory.user_id, store.target, read, proposal, new_text)
             return Outcome(
                 "applied", "", len(state.entries), len(new_entries), state.used, len(new_text)
             )
@@ -307,7 +309,7 @@ def _journal(  # noqa: PLR0917 - one record of one consolidation, every part nee
     proposal: Proposal,
     new_text: str,
 ) -> None:
-    old = {i: entry for i, entry in enumerate(state.entries, 1)}
+    old = {i: entry for i, entry in enumerate(state.with_pending().entries, 1)}
     events = [
         MemoryEventRecord(
             user_id,
@@ -328,9 +330,10 @@ def _journal(  # noqa: PLR0917 - one record of one consolidation, every part nee
         {"dropped": [{"entry": old[i], "reason": r} for i, r in proposal.dropped.items()]},
         ensure_ascii=False,
     )
-    db.record_memory_change(
-        events, VersionRecord(user_id, target.value, state.raw, new_text, "consolidator", reason)
-    )
+    version = VersionRecord(user_id, target.value, state.raw, new_text, "consolidator", reason)
+    if state.pending:
+        version = replace(version, pending_before=state.pending_raw, pending_after="")
+    db.record_memory_change(events, version)
 
 
 def _record(

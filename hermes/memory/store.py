@@ -17,7 +17,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -71,6 +71,8 @@ class StoreState:
     limit: int
     damage: str | None = None  # why the file must not be rewritten, if it must not
     raw: str = ""  # the file's text as read (for exact undo)
+    pending: tuple[str, ...] = ()  # entries of a merged account waiting for consolidation
+    pending_raw: str = ""
 
     @property
     def used(self) -> int:
@@ -81,7 +83,14 @@ class StoreState:
         return self.used * 100 // self.limit
 
     def usage_line(self) -> str:
-        return f"{self.percent}% — {self.used:,}/{self.limit:,} chars"
+        waiting = f" (+{len(self.pending)} merged entries waiting)" if self.pending else ""
+        return f"{self.percent}% — {self.used:,}/{self.limit:,} chars{waiting}"
+
+    def with_pending(self) -> StoreState:
+        """The entries and the waiting ones as one list: what consolidation works on."""
+        if not self.pending:
+            return self
+        return replace(self, entries=self.entries + self.pending, pending=())
 
 
 class MemoryStore:
@@ -93,13 +102,19 @@ class MemoryStore:
         self.limit = limit
         self.lock_timeout = lock_timeout
         self.lock_path = path.with_name(path.name + ".lock")
+        # entries from a merged account that did not fit; consolidation folds them in
+        self.pending_path = path.with_name(path.name + ".pending")
 
     def read(self) -> StoreState:
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
-            return StoreState((), self.limit)
-        return self._state(raw)
+            raw = b""
+        state = self._state(raw)
+        pending_raw = _read_text(self.pending_path)
+        if pending_raw:
+            state = replace(state, pending=tuple(fmt.parse(pending_raw)), pending_raw=pending_raw)
+        return state
 
     def mutate(self, decide: Callable[[StoreState], tuple[list[str] | None, T]]) -> T:
         """Run `decide` on the current state under the lock; write what it returns.
@@ -118,19 +133,30 @@ class MemoryStore:
                 self._atomic_write(fmt.serialize(new_entries))
             return result
 
-    def compare_and_swap(self, expected: str, text: str) -> bool:
-        """Write `text` only if the file still reads exactly `expected`; under the lock."""
+    def compare_and_swap(
+        self, expected: str, text: str, pending: tuple[str, str] | None = None
+    ) -> bool:
+        """Write `text` only if the file still reads exactly `expected`; under the lock.
+
+        With `pending` = (expected, new), the waiting-entries file must match too and is
+        replaced in the same critical section ('' means no file).
+        """
         self._ensure_dir()
         with self._locked():
             try:
-                current = self.path.read_bytes().decode("utf-8")
-            except FileNotFoundError:
-                current = ""
+                current = _read_text(self.path)
+                waiting = _read_text(self.pending_path)
             except UnicodeDecodeError:
                 return False
-            if current != expected:
+            if current != expected or (pending is not None and waiting != pending[0]):
                 return False
-            self._atomic_write(text)
+            if pending is not None and pending[1] != waiting:
+                if pending[1]:
+                    self._atomic_write(pending[1], self.pending_path)
+                else:
+                    self.pending_path.unlink(missing_ok=True)
+            if text != current:
+                self._atomic_write(text)
             return True
 
     def _state(self, raw: bytes) -> StoreState:
@@ -184,8 +210,9 @@ class MemoryStore:
         for stale in self.path.parent.glob(f"{_TEMP_PREFIX}{self.path.name}.*"):
             stale.unlink(missing_ok=True)
 
-    def _atomic_write(self, text: str) -> None:
-        folder = self.path.parent
+    def _atomic_write(self, text: str, path: Path | None = None) -> None:
+        path = path or self.path
+        folder = path.parent
         temp = folder / f"{_TEMP_PREFIX}{self.path.name}.{secrets.token_hex(6)}"
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
@@ -193,7 +220,7 @@ class MemoryStore:
                 handle.write(text.encode("utf-8"))
                 handle.flush()
                 os.fsync(handle.fileno())
-            os.replace(temp, self.path)
+            os.replace(temp, path)
         except BaseException:
             temp.unlink(missing_ok=True)
             raise
@@ -224,6 +251,13 @@ def _damage_message(store: MemoryStore, damage: str, backup: Path) -> str:
         f"'§' and the whole file stays within {store.limit:,} chars (or delete the file), "
         f"then try again."
     )
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        return ""
 
 
 def _fsync_dir(folder: Path) -> None:

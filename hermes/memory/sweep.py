@@ -47,7 +47,7 @@ async def check(
     for user_id in user_ids if user_ids is not None else users_with_memory(home):
         memory = UserMemory(home, user_id, config)
         for target in memory.enabled_targets():
-            state = memory.store(target).read()
+            state = memory.store(target).read().with_pending()
             if not force and not (
                 over_threshold(state, config.consolidation) and due(db, user_id, target)
             ):

@@ -14,7 +14,10 @@ def undo_last(memory: UserMemory, db: SessionDB, actor: str = "user") -> tuple[b
         return False, "Nothing to undo."
     target = Target(version.target)
     store = memory.store(target)
-    if not store.compare_and_swap(version.text_after, version.text_before):
+    pending = None
+    if version.pending_before is not None or version.pending_after is not None:
+        pending = (version.pending_after or "", version.pending_before or "")
+    if not store.compare_and_swap(version.text_after, version.text_before, pending):
         return False, (
             f"The {target.noun.lower()} changed after the last recorded change "
             "(edited by hand?); nothing was undone."

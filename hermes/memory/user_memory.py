@@ -45,6 +45,10 @@ class UserMemory:
             )
         return self._stores[target]
 
+    def file_store(self, target: Target) -> MemoryStore:
+        """The store's file whether or not it is enabled (merges, admin status)."""
+        return self._stores[target]
+
     def enabled_targets(self) -> list[Target]:
         return [target for target in Target if self.enabled(target)]
 

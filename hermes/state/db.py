@@ -65,6 +65,8 @@ class VersionRecord:
     text_after: str
     actor: str
     reason: str = ""
+    pending_before: str | None = None  # the waiting-entries file, when the change touched it
+    pending_after: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

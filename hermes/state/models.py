@@ -102,6 +102,8 @@ class MemoryVersion(SQLModel, table=True):
     reason: str = ""
     created_at: datetime = Field(default_factory=utcnow)
     undone_at: datetime | None = None
+    pending_before: str | None = None  # merged entries waiting for consolidation
+    pending_after: str | None = None
 
 
 class ConsolidationState(SQLModel, table=True):
@@ -150,4 +152,54 @@ class SystemPrompt(SQLModel, table=True):
 
     hash: str = Field(primary_key=True)
     text: str
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class LinkCode(SQLModel, table=True):
+    """A one-time code that attaches another identity to `user_id`."""
+
+    __tablename__ = "link_codes"
+
+    code: str = Field(primary_key=True)
+    user_id: str = Field(foreign_key="users.id")
+    created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime
+    used_at: datetime | None = None
+
+
+class AccessFailure(SQLModel, table=True):
+    """Failed code attempts of one requester, for the lockout."""
+
+    __tablename__ = "access_failures"
+
+    requester: str = Field(primary_key=True)
+    failures: int = 0
+    locked_until: datetime | None = None
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class PairingRequest(SQLModel, table=True):
+    __tablename__ = "pairing_requests"
+
+    code: str = Field(primary_key=True)
+    platform: str
+    platform_user_id: str
+    display_name: str = ""
+    created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime
+    status: str = "pending"  # pending | approved | denied
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+
+
+class AccessRule(SQLModel, table=True):
+    """An allow or block of a platform user or chat, set by an admin at run time."""
+
+    __tablename__ = "access_rules"
+
+    platform: str = Field(primary_key=True)
+    kind: str = Field(primary_key=True)  # user | chat
+    subject: str = Field(primary_key=True)
+    rule: str  # allow | block
+    created_by: str | None = None
     created_at: datetime = Field(default_factory=utcnow)

@@ -177,5 +177,72 @@ _V4 = [
     "CREATE INDEX ix_deliveries_message ON deliveries(message_id)",
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4]
+
+def _update_trigger(table: str, columns: str, values: str, on: str) -> list[str]:
+    """One trigger for updates: delete the old row's tokens, then index the new ones.
+
+    (v1 and v2 used two triggers for this; SQLite runs triggers of one event
+    most-recent-first, so the insert ran before the delete and the delete then removed
+    the new tokens too.)"""
+    new, old = _INDEXED.format(row="new"), _INDEXED.format(row="old")
+    return [
+        f"DROP TRIGGER {table}_ud",
+        f"DROP TRIGGER {table}_ui",
+        f"CREATE TRIGGER {table}_u AFTER UPDATE OF {on} ON messages BEGIN "
+        f"INSERT INTO {table}({table}, rowid, {columns}) "
+        f"SELECT 'delete', old.id, {values.format(r='old')} WHERE {old}; "
+        f"INSERT INTO {table}(rowid, {columns}) SELECT new.id, {values.format(r='new')} "
+        f"WHERE {new}; END",
+    ]
+
+
+# v5: people and access: link codes, lockouts, pairing requests, access rules; entries
+# of a merged account waiting for consolidation (kept with each version for exact undo).
+_V5 = [
+    """CREATE TABLE link_codes (
+        code TEXT PRIMARY KEY,
+        user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        created_at TIMESTAMP NOT NULL,
+        expires_at TIMESTAMP NOT NULL,
+        used_at TIMESTAMP
+    )""",
+    "CREATE INDEX ix_link_codes_user ON link_codes(user_id)",
+    """CREATE TABLE access_failures (
+        requester TEXT PRIMARY KEY,
+        failures INTEGER NOT NULL DEFAULT 0,
+        locked_until TIMESTAMP,
+        updated_at TIMESTAMP NOT NULL
+    )""",
+    """CREATE TABLE pairing_requests (
+        code TEXT PRIMARY KEY,
+        platform TEXT NOT NULL,
+        platform_user_id TEXT NOT NULL,
+        display_name TEXT NOT NULL DEFAULT '',
+        created_at TIMESTAMP NOT NULL,
+        expires_at TIMESTAMP NOT NULL,
+        status TEXT NOT NULL DEFAULT 'pending'
+            CHECK (status IN ('pending', 'approved', 'denied')),
+        decided_by TEXT,
+        decided_at TIMESTAMP
+    )""",
+    "CREATE INDEX ix_pairing_requester ON pairing_requests(platform, platform_user_id)",
+    """CREATE TABLE access_rules (
+        platform TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('user', 'chat')),
+        subject TEXT NOT NULL,
+        rule TEXT NOT NULL CHECK (rule IN ('allow', 'block')),
+        created_by TEXT,
+        created_at TIMESTAMP NOT NULL,
+        PRIMARY KEY (platform, kind, subject)
+    )""",
+    "ALTER TABLE memory_versions ADD COLUMN pending_before TEXT",
+    "ALTER TABLE memory_versions ADD COLUMN pending_after TEXT",
+    # a merge moves messages to another user: the scope token must follow them
+    *_update_trigger(
+        "messages_fts", "body, scope", "{r}.content, " + SCOPE, "content, role, user_id"
+    ),
+    *_update_trigger("messages_tri", "body", "{r}.content", "content, role"),
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5]
 SCHEMA_VERSION = len(MIGRATIONS)

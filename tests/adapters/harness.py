@@ -7,6 +7,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
+from gateway.access import AccessControl
+from gateway.config import HermesConfig
+from gateway.platform_config import AccessConfig
 from gateway.ports import PlatformAdapter
 from gateway.router import Router, RouterPolicy
 from hermes.agent.agent import Agent
@@ -32,7 +35,8 @@ def run_gateway(
         client = LLMClient(endpoint)
         agent = Agent(db, client, home, MemoryConfig(review_interval=0), AgentConfig())
         adapter = make_adapter()
-        router = Router(agent, db, {adapter.name: adapter}, lambda e: True, RouterPolicy())
+        access = AccessControl(HermesConfig(access=AccessConfig(allow_all=True)), db)
+        router = Router(agent, db, {adapter.name: adapter}, access, RouterPolicy())
         await adapter.start(router.handle)
         try:
             if ready is not None:

@@ -39,7 +39,8 @@ class Reply:
 
 class FakeOpenAI:
     def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
+        self.requests: list[dict[str, Any]] = []  # chat completions received
+        self.probes = 0  # GET /models health checks received
         self.script: deque[Reply] = deque()
         self.responder: Callable[[dict[str, Any]], Reply] | None = None
         self.default = Reply()
@@ -71,6 +72,12 @@ class FakeOpenAI:
         fake = self
 
         class Handler(JsonHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the health probe: GET /models
+                with fake._lock:
+                    fake.probes += 1
+                model = {"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}
+                self.send_json(200, {"object": "list", "data": [model]})
+
             def do_POST(self) -> None:  # noqa: N802 - http.server calls it by this name
                 body = json.loads(self.body() or b"{}")
                 reply = fake._next(body)

@@ -178,7 +178,9 @@ def test_interactive_chat_with_cancel_and_commands(home: Path, fake_llm: FakeOpe
         term.send("remember I like tea\r")
         term.expect("Saved it.")
         term.send("/memory\r")
-        term.expect("Likes **bold** tea")
+        term.expect("entries")  # the shared /memory status
+        term.send("/memory show user\r")
+        term.expect("Likes bold tea")  # Markdown, rendered
         term.send("/new\r")
         term.expect("new session")
         term.send("/exit\r")

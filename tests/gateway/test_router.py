@@ -10,13 +10,18 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+from gateway.access import AccessControl
+from gateway.config import HermesConfig
 from gateway.events import Attachment, ChatRef, ChatType, MessageEvent, SendResult, UserRef
+from gateway.platform_config import AccessConfig
 from gateway.router import NO_TEXT_REPLY, Router, RouterPolicy
 from hermes.agent.agent import Agent
 from hermes.config import AgentConfig, MemoryConfig
 from hermes.llm.client import LLMClient
 from hermes.llm.endpoint import Endpoint
 from hermes.state.db import SessionDB
+from hermes.state.models import AccessRule
+from hermes.state.people import PeopleDB
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.platform import FakeAdapter
 
@@ -62,12 +67,13 @@ def scenario(
         client = LLMClient(Endpoint(base_url=fake.base_url, model="m", max_retries=0, timeout=10))
         agent = Agent(db, client, home, MemoryConfig(review_interval=0), AgentConfig())
         adapter = FakeAdapter()
+        config = HermesConfig(access=AccessConfig(allow_all=allowed is None))
+        for user in allowed or ():
+            PeopleDB(db).set_rule(
+                AccessRule(platform="fakechat", kind="user", subject=user, rule="allow")
+            )
         router = Router(
-            agent,
-            db,
-            {"fakechat": adapter},
-            lambda e: allowed is None or e.user.id in allowed,
-            policy or RouterPolicy(),
+            agent, db, {"fakechat": adapter}, AccessControl(config, db), policy or RouterPolicy()
         )
         await adapter.start(router.handle)
         try:
@@ -235,10 +241,15 @@ def test_a_message_without_text_gets_a_short_reply(home: Path, fake_llm: FakeOpe
 def test_unauthorized_users_never_reach_the_model(home: Path, fake_llm: FakeOpenAI) -> None:
     async def body(router: Router, adapter: FakeAdapter) -> list[str]:
         await adapter.deliver(dm("mallory", "let me in"))
+        await adapter.wait_for(1)
+        await adapter.deliver(dm("mallory", "please?"))  # within the minute: silence
+        await adapter.deliver(group("mallory", "hi @bot", mentioned=True))  # groups: silence
         await asyncio.sleep(0.3)
         return adapter.texts()
 
-    assert scenario(home, fake_llm, body, allowed={"alice"}) == []
+    reply = " ".join(scenario(home, fake_llm, body, allowed={"alice"}))  # one reply, chunked
+    assert reply.count("private") == 1
+    assert "hermes pairing approve" in reply
     assert fake_llm.requests == []
 
 

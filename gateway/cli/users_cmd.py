@@ -1,0 +1,175 @@
+"""`hermes users ...` and `hermes pairing ...`: people, roles and access from the shell."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from gateway.cli.context import CLI_PLATFORM, CLI_USER, EXIT_REFUSED, EXIT_USAGE, CliContext, fail
+from gateway.cli.output import console, note
+from hermes.identity import owner_user_id
+from hermes.linking import link_with_code, unlink_platform
+from hermes.state.db import SessionDB
+from hermes.state.people import ROLES, PeopleDB
+
+users_app = typer.Typer(help="People: list, link, roles and blocks.", no_args_is_help=True)
+pairing_app = typer.Typer(help="Access requests from strangers' DMs.", no_args_is_help=True)
+UserArg = Annotated[str, typer.Argument(help="A user id (u_…) or PLATFORM:ID.")]
+
+
+def _resolve(db: SessionDB, who: str) -> str:
+    user_id = PeopleDB(db).resolve(who)
+    if user_id is None:
+        fail(f"no user {who!r}: give a user id (u_…) or PLATFORM:ID (see hermes users list)", 1)
+    return user_id
+
+
+@users_app.command("list")
+def list_() -> None:
+    """Everyone known, with their linked accounts and activity."""
+    ctx = CliContext.load()
+    db = ctx.open_db()
+    table = Table()
+    for column in ("user", "name", "role", "status", "accounts", "sessions", "last active"):
+        table.add_column(column)
+    for summary in PeopleDB(db).users():
+        user = summary.user
+        table.add_row(
+            user.id,
+            escape(user.display_name),
+            user.role,
+            user.status,
+            escape(", ".join(f"{i.platform}:{i.platform_user_id}" for i in summary.identities)),
+            str(summary.sessions),
+            f"{summary.last_active:%Y-%m-%d %H:%M}" if summary.last_active else "-",
+        )
+    console.print(table)
+
+
+@users_app.command()
+def show(who: UserArg) -> None:
+    """One user: role, accounts and sessions."""
+    ctx = CliContext.load()
+    db = ctx.open_db()
+    user_id = _resolve(db, who)
+    summary = next(s for s in PeopleDB(db).users() if s.user.id == user_id)
+    user = summary.user
+    note(f"[bold]{user.id}[/bold] {escape(user.display_name)} · {user.role} · {user.status}")
+    for identity in summary.identities:
+        note(
+            f"  {identity.platform}:{escape(identity.platform_user_id)} "
+            f"({escape(identity.display_name)}), last seen {identity.last_seen:%Y-%m-%d %H:%M}"
+        )
+    note(f"  {summary.sessions} sessions; `hermes memory status --user {user.id}` for memory")
+
+
+@users_app.command()
+def link(code: Annotated[str, typer.Argument(help="The code /link gave in a chat.")]) -> None:
+    """Link the chat account that asked for CODE with you (the owner on this machine)."""
+    ctx = CliContext.load()
+    db = ctx.open_db()
+    outcome = link_with_code(
+        ctx.home,
+        ctx.config.memory,
+        db,
+        code,
+        requester=f"{CLI_PLATFORM}:{CLI_USER}",
+        current_user=owner_user_id(ctx.home),
+    )
+    if not outcome.ok:
+        fail(outcome.message, EXIT_REFUSED)
+    note(f"[green]✓[/green] {escape(outcome.message)}")
+
+
+@users_app.command()
+def unlink(
+    who: UserArg,
+    platform: Annotated[str, typer.Argument(help="telegram, discord or slack.")],
+) -> None:
+    """Detach a user's account on PLATFORM: it becomes a separate person again."""
+    ctx = CliContext.load()
+    db = ctx.open_db()
+    ok, message = unlink_platform(db, _resolve(db, who), platform.lower())
+    if not ok:
+        fail(message, EXIT_REFUSED)
+    note(f"[green]✓[/green] {escape(message)}")
+
+
+@users_app.command()
+def role(
+    who: UserArg,
+    new_role: Annotated[str, typer.Argument(metavar="ROLE", help="owner, admin or user.")],
+) -> None:
+    """Set a user's role (admins may use /admin commands in chat)."""
+    if new_role not in ROLES:
+        fail(f"unknown role {new_role!r}: expected one of {', '.join(ROLES)}", EXIT_USAGE)
+    ctx = CliContext.load()
+    db = ctx.open_db()
+    user_id = _resolve(db, who)
+    PeopleDB(db).set_role(user_id, new_role)
+    note(f"[green]✓[/green] {user_id} is now {new_role}")
+
+
+@users_app.command()
+def block(
+    who: UserArg,
+    unblock: Annotated[bool, typer.Option("--unblock", help="Lift the block.")] = False,
+) -> None:
+    """Block a user on every platform (their messages are ignored), or lift it."""
+    ctx = CliContext.load()
+    db = ctx.open_db()
+    user_id = _resolve(db, who)
+    if user_id == owner_user_id(ctx.home):
+        fail("the owner cannot be blocked", EXIT_REFUSED)
+    PeopleDB(db).set_status(user_id, "active" if unblock else "blocked")
+    note(f"[green]✓[/green] {user_id} is {'unblocked' if unblock else 'blocked'}")
+
+
+@pairing_app.command("list")
+def pairing_list() -> None:
+    """Pending requests (codes last 1 hour)."""
+    ctx = CliContext.load()
+    db = ctx.open_db()
+    pending = PeopleDB(db).pending_pairings()
+    if not pending:
+        note("[dim]No pending requests.[/dim]")
+        return
+    table = Table()
+    for column in ("code", "platform", "user id", "name", "asked (UTC)", "expires (UTC)"):
+        table.add_column(column)
+    for row in pending:
+        table.add_row(
+            row.code,
+            row.platform,
+            escape(row.platform_user_id),
+            escape(row.display_name),
+            f"{row.created_at:%Y-%m-%d %H:%M}",
+            f"{row.expires_at:%H:%M}",
+        )
+    console.print(table)
+
+
+def _decide(code: str, approve: bool) -> None:
+    ctx = CliContext.load()
+    db = ctx.open_db()
+    row = PeopleDB(db).decide_pairing(code, approve, by=owner_user_id(ctx.home))
+    if row is None:
+        fail(f"no pending request has code {code!r} (codes expire after 1 hour)", EXIT_REFUSED)
+    verb = "approved" if approve else "denied"
+    who = escape(row.display_name or row.platform_user_id)
+    note(f"[green]✓[/green] {verb}: {row.platform} user {who} ({escape(row.platform_user_id)})")
+
+
+@pairing_app.command()
+def approve(code: Annotated[str, typer.Argument(help="The code the requester got.")]) -> None:
+    """Let the requester in."""
+    _decide(code, approve=True)
+
+
+@pairing_app.command()
+def deny(code: Annotated[str, typer.Argument(help="The code the requester got.")]) -> None:
+    """Refuse the request."""
+    _decide(code, approve=False)

@@ -1,0 +1,127 @@
+"""Merging the stores of two users when their identities are linked.
+
+Per store: the kept user's entries, then the other's entries it does not already have,
+in their order, as many as fit under the limit. Entries that do not fit wait in the
+store's `.pending` file and the store is flagged for consolidation, which folds them in
+(see consolidation.py): nothing is dropped. Each merged entry is a memory_event (action
+`merge`, or `merge_pending` while it waits) and the whole change one undoable version.
+The other user's folder is then kept, untouched, under `memories/.merged/`.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from hermes.config import MemoryConfig
+from hermes.memory import entries as fmt
+from hermes.memory.store import MemoryStore, Target
+from hermes.memory.user_memory import UserMemory
+from hermes.state.db import MemoryEventRecord, SessionDB, VersionRecord
+
+MAX_RACE_RETRIES = 5
+ARCHIVE = ".merged"
+
+
+@dataclass
+class MergeReport:
+    added: dict[Target, int] = field(default_factory=dict)
+    waiting: dict[Target, int] = field(default_factory=dict)
+    archived: Path | None = None
+
+    def describe(self) -> str:
+        parts = []
+        for target in Target:
+            added, waiting = self.added.get(target, 0), self.waiting.get(target, 0)
+            if added or waiting:
+                text = f"{target.noun.lower()}: {added} entries merged"
+                if waiting:
+                    text += f", {waiting} waiting for consolidation (over the limit)"
+                parts.append(text)
+        return "; ".join(parts) or "no memory entries to merge"
+
+
+class MergeError(Exception):
+    pass
+
+
+def merge_memory(
+    home: Path, config: MemoryConfig, db: SessionDB, keep: str, gone: str
+) -> MergeReport:
+    """Fold `gone`'s stores into `keep`'s; then archive `gone`'s folder."""
+    kept, old = UserMemory(home, keep, config), UserMemory(home, gone, config)
+    report = MergeReport()
+    for target in Target:
+        source = old.file_store(target).read()
+        if source.damage and not source.entries:
+            raise MergeError(
+                f"{old.file_store(target).path} cannot be read ({source.damage}); fix it first"
+            )
+        incoming = [*source.entries, *source.pending]
+        if incoming:
+            added, waiting = _merge_store(kept.file_store(target), incoming, db, keep)
+            report.added[target], report.waiting[target] = added, waiting
+            if waiting:
+                db.update_consolidation_state(
+                    keep,
+                    target.value,
+                    needs_consolidation=True,
+                    next_attempt_at=None,
+                    last_error=f"{waiting} entries from a linked account wait to be merged",
+                )
+    if old.folder.exists():
+        archive = home / "memories" / ARCHIVE
+        archive.mkdir(mode=0o700, exist_ok=True)
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        report.archived = archive / f"{gone}-{stamp}"
+        shutil.move(old.folder, report.archived)
+    return report
+
+
+def _merge_store(
+    store: MemoryStore, incoming: list[str], db: SessionDB, user_id: str
+) -> tuple[int, int]:
+    for _ in range(MAX_RACE_RETRIES):
+        state = store.read()
+        if state.damage:
+            raise MergeError(f"{store.path} needs fixing by hand first: {state.damage}")
+        have = set(state.entries) | set(state.pending)
+        entries, waiting = list(state.entries), list(state.pending)
+        added: list[str] = []
+        for entry in dict.fromkeys(incoming):  # in order, each once
+            if entry in have:
+                continue
+            if not waiting and fmt.usage([*entries, entry]) <= store.limit:
+                entries.append(entry)
+                added.append(entry)
+            else:
+                waiting.append(entry)
+        new_text = fmt.serialize(entries)
+        new_pending = fmt.serialize(waiting) if waiting else ""
+        if store.compare_and_swap(state.raw, new_text, (state.pending_raw, new_pending)):
+            parked = waiting[len(state.pending) :]
+            events = [
+                MemoryEventRecord(user_id, store.target.value, "merge", None, e, "user")
+                for e in added
+            ] + [
+                MemoryEventRecord(user_id, store.target.value, "merge_pending", None, e, "user")
+                for e in parked
+            ]
+            if events:
+                db.record_memory_change(
+                    events,
+                    VersionRecord(
+                        user_id,
+                        store.target.value,
+                        state.raw,
+                        new_text,
+                        "user",
+                        reason="merge of a linked account",
+                        pending_before=state.pending_raw,
+                        pending_after=new_pending,
+                    ),
+                )
+            return len(added), len(parked)
+    raise MergeError(f"{store.path} kept changing during the merge; try again")

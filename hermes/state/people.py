@@ -1,0 +1,393 @@
+"""People and access in state.db: roles, link codes with a lockout, identity moves and
+user merges, pairing requests and run-time allow/block rules.
+
+Codes come from `secrets` over an alphabet without look-alikes (no 0/O, 1/I/L).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import TypeVar
+
+from sqlalchemy import delete, func, update
+from sqlmodel import Session, col, select
+
+from hermes.identity import new_user_id, validate_user_id
+from hermes.state import engine as eng
+from hermes.state.db import SessionDB
+from hermes.state.models import (
+    AccessFailure,
+    AccessRule,
+    ChatSession,
+    ConsolidationState,
+    Identity,
+    LinkCode,
+    MemoryEvent,
+    MemoryVersion,
+    Message,
+    PairingRequest,
+    User,
+    utcnow,
+)
+
+CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
+CODE_LENGTH = 8
+LINK_CODE_TTL = timedelta(minutes=10)
+PAIRING_TTL = timedelta(hours=1)
+MAX_FAILURES = 5
+LOCKOUT = timedelta(minutes=30)
+ROLES = ("owner", "admin", "user")
+ROLE_RANK = {"user": 0, "admin": 1, "owner": 2}
+T = TypeVar("T")
+
+
+def new_code() -> str:
+    return "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
+
+
+def normalize_code(text: str) -> str:
+    """What a person typed, as a code: case and separators forgiven."""
+    return "".join(ch for ch in text.upper() if ch.isalnum())
+
+
+class Redeem(StrEnum):
+    OK = "ok"
+    INVALID = "invalid"  # unknown, used or expired: indistinguishable on purpose
+    LOCKED = "locked"
+
+
+@dataclass(frozen=True, slots=True)
+class Redeemed:
+    status: Redeem
+    user_id: str | None = None
+    locked_until: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UserSummary:
+    user: User
+    identities: list[Identity]
+    sessions: int
+    last_active: datetime | None
+
+
+class PairingRefused(StrEnum):
+    FULL = "full"  # too many pending for this platform
+    RATE = "rate"  # this requester asked too often
+
+
+@dataclass(frozen=True, slots=True)
+class Pairing:
+    request: PairingRequest | None
+    fresh: bool = False  # a new code (the requester has not been told it yet)
+    refused: PairingRefused | None = None
+
+
+class PeopleDB:
+    def __init__(self, db: SessionDB) -> None:
+        self.db = db
+        self.engine = db.engine
+
+    def _write(self, work: Callable[[Session], T]) -> T:
+        return eng.with_retry(self.engine, work, self.db.patience)
+
+    # -- users ---------------------------------------------------------------------
+
+    def users(self) -> list[UserSummary]:
+        with eng.reading(self.engine) as session:
+            users = list(session.exec(select(User).order_by(col(User.created_at))))
+            identities: dict[str, list[Identity]] = {}
+            for row in session.exec(select(Identity).order_by(col(Identity.id))):
+                identities.setdefault(row.user_id, []).append(row)
+            stats = {
+                user_id: (count, last)
+                for user_id, count, last in session.exec(
+                    select(
+                        ChatSession.user_id,
+                        func.count(),
+                        func.max(ChatSession.last_active_at),
+                    ).group_by(col(ChatSession.user_id))
+                )
+            }
+        out = []
+        for user in users:
+            count, last = stats.get(user.id, (0, None))
+            out.append(UserSummary(user, identities.get(user.id, []), count, last))
+        return out
+
+    def ensure_identity(self, platform: str, platform_user_id: str, user_id: str) -> None:
+        """Record that `user_id` is reachable as (platform, id), if not known yet."""
+        if self.user_by_identity(platform, platform_user_id) is not None:
+            return
+
+        def work(session: Session) -> None:
+            found = session.exec(
+                select(Identity).where(
+                    Identity.platform == platform, Identity.platform_user_id == platform_user_id
+                )
+            ).first()
+            if found is None:
+                session.add(
+                    Identity(platform=platform, platform_user_id=platform_user_id, user_id=user_id)
+                )
+
+        self._write(work)
+
+    def resolve(self, who: str) -> str | None:
+        """A user id from 'u_…' or 'platform:platform user id'; None if no such user."""
+        who = who.strip()
+        if who.startswith("u_"):
+            return who if self.db.get_user(who) is not None else None
+        platform, _, ident = who.partition(":")
+        return self.user_by_identity(platform.lower(), ident) if ident else None
+
+    def user_by_identity(self, platform: str, platform_user_id: str) -> str | None:
+        with eng.reading(self.engine) as session:
+            row = session.exec(
+                select(Identity.user_id).where(
+                    Identity.platform == platform, Identity.platform_user_id == platform_user_id
+                )
+            ).first()
+            return row
+
+    def set_role(self, user_id: str, role: str) -> bool:
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r}: expected one of {', '.join(ROLES)}")
+        return self._set_user(user_id, role=role)
+
+    def set_status(self, user_id: str, status: str) -> bool:
+        return self._set_user(user_id, status=status)
+
+    def _set_user(self, user_id: str, **values: str) -> bool:
+        def work(session: Session) -> bool:
+            result = session.execute(update(User).where(col(User.id) == user_id).values(**values))
+            return bool(getattr(result, "rowcount", 0))
+
+        return self._write(work)
+
+    def counts(self) -> tuple[int, int]:
+        """(users, sessions started since midnight UTC)."""
+        midnight = utcnow().replace(hour=0, minute=0, second=0, microsecond=0)
+        with eng.reading(self.engine) as session:
+            users = session.exec(select(func.count()).select_from(User)).one()
+            today = session.exec(
+                select(func.count())
+                .select_from(ChatSession)
+                .where(col(ChatSession.started_at) >= midnight)
+            ).one()
+        return int(users), int(today)
+
+    # -- link codes ------------------------------------------------------------------
+
+    def create_link_code(self, user_id: str, ttl: timedelta = LINK_CODE_TTL) -> LinkCode:
+        validate_user_id(user_id)
+        now = utcnow()
+
+        def work(session: Session) -> LinkCode:
+            # one live code per user: a new /link replaces the previous one
+            session.execute(
+                delete(LinkCode).where(
+                    col(LinkCode.user_id) == user_id, col(LinkCode.used_at).is_(None)
+                )
+            )
+            row = LinkCode(code=new_code(), user_id=user_id, created_at=now, expires_at=now + ttl)
+            session.add(row)
+            return row
+
+        return self._write(work)
+
+    def redeem_link_code(self, code: str, requester: str) -> Redeemed:
+        """Use a code once. Failures count per requester; 5 lock it out for a while."""
+        code = normalize_code(code)
+
+        def work(session: Session) -> Redeemed:
+            now = utcnow()
+            failure = session.get(AccessFailure, requester)
+            if failure and failure.locked_until and failure.locked_until > now:
+                return Redeemed(Redeem.LOCKED, locked_until=failure.locked_until)
+            row = session.get(LinkCode, code) if len(code) == CODE_LENGTH else None
+            if row is not None and row.used_at is None and row.expires_at > now:
+                row.used_at = now
+                session.add(row)
+                if failure is not None:
+                    session.delete(failure)
+                return Redeemed(Redeem.OK, row.user_id)
+            failure = failure or AccessFailure(requester=requester)
+            failure.failures += 1
+            failure.updated_at = now
+            locked = None
+            if failure.failures >= MAX_FAILURES:
+                locked = failure.locked_until = now + LOCKOUT
+                failure.failures = 0
+            session.add(failure)
+            return Redeemed(Redeem.LOCKED if locked else Redeem.INVALID, locked_until=locked)
+
+        return self._write(work)
+
+    # -- moving identities and merging users -------------------------------------------
+
+    def merge_users(self, keep: str, gone: str) -> None:
+        """Move everything of `gone` to `keep` in one transaction, then delete `gone`.
+
+        Identities, sessions, messages (their search scope follows through the index
+        triggers), memory provenance and undo history (marked done: it describes files
+        that no longer exist) all move; the higher role and a block are kept.
+        """
+        validate_user_id(keep)
+        validate_user_id(gone)
+        if keep == gone:
+            raise ValueError("cannot merge a user into itself")
+
+        def work(session: Session) -> None:
+            kept, old = session.get(User, keep), session.get(User, gone)
+            if kept is None or old is None:
+                raise LookupError("both users must exist to merge them")
+            if ROLE_RANK.get(old.role, 0) > ROLE_RANK.get(kept.role, 0):
+                kept.role = old.role
+            if old.status == "blocked":
+                kept.status = "blocked"
+            kept.display_name = kept.display_name or old.display_name
+            session.add(kept)
+            for model in (Identity, ChatSession, Message, MemoryEvent):
+                session.execute(
+                    update(model).where(col(model.user_id) == gone).values(user_id=keep)
+                )
+            session.execute(
+                update(MemoryVersion)
+                .where(col(MemoryVersion.user_id) == gone)
+                .values(user_id=keep, undone_at=func.coalesce(MemoryVersion.undone_at, utcnow()))
+            )
+            for owned in (ConsolidationState, LinkCode):
+                session.execute(delete(owned).where(col(owned.user_id) == gone))
+            session.flush()
+            session.delete(old)
+
+        self._write(work)
+
+    def detach_identity(self, user_id: str, platform: str) -> str | None:
+        """Give `user_id`'s identity on `platform` a new user of its own; None if none.
+
+        Refuses to detach a user's only identity (there would be nothing left to reach it).
+        """
+
+        def work(session: Session) -> str | None:
+            rows = list(session.exec(select(Identity).where(Identity.user_id == user_id)))
+            mine = [row for row in rows if row.platform == platform]
+            if not mine:
+                return None
+            if len(rows) == len(mine):
+                raise ValueError(f"{platform} is this user's only identity; nothing to unlink from")
+            fresh = User(id=new_user_id(), display_name=mine[0].display_name)
+            session.add(fresh)
+            session.flush()
+            for row in mine:
+                row.user_id = fresh.id
+                session.add(row)
+            return fresh.id
+
+        return self._write(work)
+
+    # -- pairing ---------------------------------------------------------------------
+
+    def request_pairing(
+        self,
+        platform: str,
+        platform_user_id: str,
+        display_name: str,
+        *,
+        max_pending: int = 3,
+        max_per_day: int = 3,
+    ) -> Pairing:
+        """The requester's live code, or a new one within the limits."""
+
+        def work(session: Session) -> Pairing:
+            now = utcnow()
+            mine = list(
+                session.exec(
+                    select(PairingRequest).where(
+                        PairingRequest.platform == platform,
+                        PairingRequest.platform_user_id == platform_user_id,
+                        col(PairingRequest.created_at) > now - timedelta(days=1),
+                    )
+                )
+            )
+            live = [r for r in mine if r.status == "pending" and r.expires_at > now]
+            if live:
+                return Pairing(live[0])
+            if len(mine) >= max_per_day:
+                return Pairing(None, refused=PairingRefused.RATE)
+            pending = session.exec(
+                select(func.count())
+                .select_from(PairingRequest)
+                .where(
+                    PairingRequest.platform == platform,
+                    PairingRequest.status == "pending",
+                    col(PairingRequest.expires_at) > now,
+                )
+            ).one()
+            if pending >= max_pending:
+                return Pairing(None, refused=PairingRefused.FULL)
+            row = PairingRequest(
+                code=new_code(),
+                platform=platform,
+                platform_user_id=platform_user_id,
+                display_name=display_name,
+                created_at=now,
+                expires_at=now + PAIRING_TTL,
+            )
+            session.add(row)
+            return Pairing(row, fresh=True)
+
+        return self._write(work)
+
+    def pending_pairings(self) -> list[PairingRequest]:
+        now = utcnow()
+        with eng.reading(self.engine) as session:
+            query = (
+                select(PairingRequest)
+                .where(PairingRequest.status == "pending", col(PairingRequest.expires_at) > now)
+                .order_by(col(PairingRequest.created_at))
+            )
+            return list(session.exec(query))
+
+    def decide_pairing(self, code: str, approve: bool, by: str) -> PairingRequest | None:
+        """Approve (allowing that platform user) or deny a live request; None if no such."""
+        code = normalize_code(code)
+
+        def work(session: Session) -> PairingRequest | None:
+            now = utcnow()
+            row = session.get(PairingRequest, code)
+            if row is None or row.status != "pending" or row.expires_at <= now:
+                return None
+            row.status = "approved" if approve else "denied"
+            row.decided_by, row.decided_at = by, now
+            session.add(row)
+            if approve:
+                session.merge(
+                    AccessRule(
+                        platform=row.platform,
+                        kind="user",
+                        subject=row.platform_user_id,
+                        rule="allow",
+                        created_by=by,
+                    )
+                )
+            return row
+
+        return self._write(work)
+
+    # -- access rules ----------------------------------------------------------------
+
+    def set_rule(self, rule: AccessRule) -> None:
+        self._write(lambda session: session.merge(rule))
+
+    def rules(self) -> dict[tuple[str, str, str], str]:
+        """(platform, kind, subject) -> allow | block."""
+        with eng.reading(self.engine) as session:
+            return {
+                (r.platform, r.kind, r.subject): r.rule for r in session.exec(select(AccessRule))
+            }

@@ -1,0 +1,174 @@
+"""People in state.db: link codes and their lockout, merges, detaching, pairing limits."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import timedelta
+
+import pytest
+
+from hermes.identity import new_user_id
+from hermes.state.db import NewMessage, SessionDB
+from hermes.state.models import AccessRule
+from hermes.state.people import (
+    CODE_ALPHABET,
+    CODE_LENGTH,
+    MAX_FAILURES,
+    PairingRefused,
+    PeopleDB,
+    Redeem,
+)
+from hermes.state.search import SearchScope
+
+
+def say(db: SessionDB, user: str, platform: str, text: str) -> str:
+    session = db.start_session(user, platform, f"{platform}:dm:{user}")
+    db.add_message(session.id, NewMessage("user", text))
+    return session.id
+
+
+def test_codes_are_eight_unambiguous_characters(db: SessionDB) -> None:
+    people = PeopleDB(db)
+    user = db.user_for_identity("telegram", "1")
+    codes = {people.create_link_code(user).code for _ in range(50)}
+    for code in codes:
+        assert len(code) == CODE_LENGTH and set(code) <= set(CODE_ALPHABET)
+    assert not set("01OIL") & set(CODE_ALPHABET)
+    assert len(codes) == 50
+
+
+def test_a_code_works_once_for_anyone_and_only_the_latest_of_a_user(db: SessionDB) -> None:
+    people = PeopleDB(db)
+    user = db.user_for_identity("telegram", "1")
+    first = people.create_link_code(user).code
+    second = people.create_link_code(user).code
+    assert people.redeem_link_code(first, "slack:U1").status is Redeem.INVALID  # replaced
+    used = people.redeem_link_code(second.lower()[:4] + "-" + second[4:], "slack:U1")
+    assert used.status is Redeem.OK and used.user_id == user  # case and dashes forgiven
+    assert people.redeem_link_code(second, "slack:U2").status is Redeem.INVALID  # used
+
+
+def test_an_expired_code_is_refused(db: SessionDB) -> None:
+    people = PeopleDB(db)
+    user = db.user_for_identity("telegram", "1")
+    code = people.create_link_code(user, ttl=timedelta(seconds=-1)).code
+    assert people.redeem_link_code(code, "slack:U1").status is Redeem.INVALID
+
+
+def test_five_wrong_codes_lock_the_requester_out_even_for_a_right_code(db: SessionDB) -> None:
+    people = PeopleDB(db)
+    user = db.user_for_identity("telegram", "1")
+    code = people.create_link_code(user).code
+    results = [people.redeem_link_code("AAAAAAAA", "slack:EVE").status for _ in range(MAX_FAILURES)]
+    assert results == [Redeem.INVALID] * (MAX_FAILURES - 1) + [Redeem.LOCKED]
+    locked = people.redeem_link_code(code, "slack:EVE")
+    assert locked.status is Redeem.LOCKED and locked.locked_until is not None
+    assert people.redeem_link_code(code, "slack:ALICE").status is Redeem.OK  # others are not
+
+
+def test_merging_moves_sessions_and_search_follows(db: SessionDB) -> None:
+    people = PeopleDB(db)
+    keep = db.user_for_identity("telegram", "1", "Alice")
+    gone = db.user_for_identity("slack", "U1", "alice")
+    moved = say(db, gone, "slack", "my cat is called Zanzibar")
+    say(db, keep, "telegram", "the rent is due Friday")
+    people.merge_users(keep, gone)
+    assert db.get_user(gone) is None
+    assert {i.platform for i in db.identities_of(keep)} == {"telegram", "slack"}
+    assert db.get_session(moved, keep) is not None
+    assert [h.session_id for h in db.search(SearchScope(keep), "Zanzibar")] == [moved]
+    assert db.search(SearchScope(gone), "Zanzibar") == []
+    raw = sqlite3.connect(db.path)  # nothing of the old id is left anywhere
+    for table in ("sessions", "messages", "identities", "memory_events"):
+        assert raw.execute(f"SELECT count(*) FROM {table} WHERE user_id=?", (gone,)).fetchone() == (
+            0,
+        )
+    raw.close()
+
+
+def test_merge_keeps_the_higher_role_and_a_block(db: SessionDB) -> None:
+    people = PeopleDB(db)
+    keep = db.user_for_identity("telegram", "1")
+    gone = db.user_for_identity("slack", "U1")
+    people.set_role(gone, "admin")
+    people.set_status(gone, "blocked")
+    people.merge_users(keep, gone)
+    user = db.get_user(keep)
+    assert user is not None and (user.role, user.status) == ("admin", "blocked")
+
+
+def test_detaching_gives_the_identity_a_fresh_user_and_keeps_the_data(db: SessionDB) -> None:
+    people = PeopleDB(db)
+    keep = db.user_for_identity("telegram", "1")
+    gone = db.user_for_identity("slack", "U1")
+    session = say(db, gone, "slack", "hello")
+    people.merge_users(keep, gone)
+    with pytest.raises(ValueError, match="only identity"):
+        people.detach_identity(db.user_for_identity("discord", "D1"), "discord")
+    fresh = people.detach_identity(keep, "slack")
+    assert fresh is not None and fresh != keep
+    assert db.user_for_identity("slack", "U1") == fresh
+    assert db.get_session(session, keep) is not None  # the conversation stays with the person
+    assert people.detach_identity(keep, "slack") is None
+
+
+def test_pairing_reuses_a_live_code_and_enforces_the_limits(db: SessionDB) -> None:
+    people = PeopleDB(db)
+    first = people.request_pairing("telegram", "100", "Stranger")
+    again = people.request_pairing("telegram", "100", "Stranger")
+    assert first.fresh and not again.fresh
+    assert first.request is not None and again.request is not None
+    assert first.request.code == again.request.code
+    people.request_pairing("telegram", "101", "B")
+    people.request_pairing("telegram", "102", "C")
+    full = people.request_pairing("telegram", "103", "D")
+    assert full.refused is PairingRefused.FULL  # at most 3 pending per platform
+    assert people.request_pairing("slack", "U9", "E").fresh  # per platform
+    for code in [r.code for r in people.pending_pairings() if r.platform == "telegram"]:
+        people.decide_pairing(code, approve=False, by="test")
+    assert people.request_pairing("telegram", "100", "Stranger").fresh  # 2nd of the day
+    people.decide_pairing(people.pending_pairings()[-1].code, approve=False, by="test")
+    assert people.request_pairing("telegram", "100", "Stranger").fresh  # 3rd
+    people.decide_pairing(people.pending_pairings()[-1].code, approve=False, by="test")
+    rate = people.request_pairing("telegram", "100", "Stranger")
+    assert rate.refused is PairingRefused.RATE
+
+
+def test_approving_allows_the_requester_and_codes_decide_once(db: SessionDB) -> None:
+    people = PeopleDB(db)
+    request = people.request_pairing("discord", "555", "Bob").request
+    assert request is not None
+    assert people.decide_pairing(request.code, approve=True, by="owner") is not None
+    assert people.rules()[("discord", "user", "555")] == "allow"
+    assert people.decide_pairing(request.code, approve=False, by="owner") is None
+
+
+def test_rules_overwrite_each_other(db: SessionDB) -> None:
+    people = PeopleDB(db)
+    people.set_rule(AccessRule(platform="slack", kind="user", subject="U1", rule="allow"))
+    people.set_rule(AccessRule(platform="slack", kind="user", subject="U1", rule="block"))
+    assert people.rules() == {("slack", "user", "U1"): "block"}
+
+
+def test_resolve_accepts_ids_and_platform_identities(db: SessionDB) -> None:
+    people = PeopleDB(db)
+    user = db.user_for_identity("telegram", "42")
+    assert people.resolve(user) == user
+    assert people.resolve("Telegram:42") == user
+    assert people.resolve("telegram:43") is None
+    assert people.resolve(new_user_id()) is None
+    assert people.resolve("nonsense") is None
+
+
+def test_an_edited_message_is_found_by_its_new_words_only(db: SessionDB) -> None:
+    user = db.user_for_identity("telegram", "1")
+    session = say(db, user, "telegram", "the password hint is pelican")
+    raw = sqlite3.connect(db.path)
+    with raw:
+        raw.execute(
+            "UPDATE messages SET content = 'the hint is albatross' WHERE session_id = ?", (session,)
+        )
+    raw.close()
+    assert db.search(SearchScope(user), "pelican") == []
+    assert [h.session_id for h in db.search(SearchScope(user), "albatross")] == [session]
+    assert [h.session_id for h in db.search(SearchScope(user), "hint")] == [session]
