@@ -33,7 +33,18 @@ from gateway.ports import Capabilities, EventSink
 
 logger = logging.getLogger(__name__)
 READY_TIMEOUT_S = 30.0
-SLASH_COMMANDS = [("help", "What I can do"), ("new", "Start a fresh conversation")]
+# (name, description, takes an argument): the same commands as the text ones
+SLASH_COMMANDS = [
+    ("help", "What I can do", False),
+    ("whoami", "Your user id, role and linked accounts", False),
+    ("new", "Start a fresh conversation", False),
+    ("stop", "Cancel the answer I'm working on", False),
+    ("memory", "Memory: status, show, forget TEXT, why TEXT, undo, consolidate", True),
+    ("sessions", "Recent conversations, or search them", True),
+    ("link", "Link another account (no code: get one)", True),
+    ("unlink", "Detach a linked account (PLATFORM)", True),
+    ("admin", "Admin: status, users, memory, approve, deny, allow, block", True),
+]
 
 
 def to_event(data: dict[str, Any], bot_id: str) -> MessageEvent | None:
@@ -71,8 +82,10 @@ def to_event(data: dict[str, Any], bot_id: str) -> MessageEvent | None:
     )
 
 
-def interaction_to_event(name: str, interaction: discord.Interaction) -> MessageEvent | None:
-    """A slash command as the text command `/name`; the answer goes to the channel."""
+def interaction_to_event(
+    name: str, interaction: discord.Interaction, text: str = ""
+) -> MessageEvent | None:
+    """A slash command as the text command `/name text`; the answer goes to the channel."""
     if interaction.channel_id is None:
         return None
     user = interaction.user
@@ -83,7 +96,7 @@ def interaction_to_event(name: str, interaction: discord.Interaction) -> Message
         message_id=f"interaction:{interaction.id}",
         chat=ChatRef(str(interaction.channel_id), chat_type),
         user=UserRef(str(user.id), user.display_name, user.bot),
-        text=f"/{name}",
+        text=f"/{name} {' '.join(text.split())}".strip(),
         mentioned=True,
     )
 
@@ -106,8 +119,9 @@ class DiscordAdapter:
         )
         self.client.event(self.on_socket_raw_receive)
         self.tree = discord.app_commands.CommandTree(self.client)
-        for name, description in SLASH_COMMANDS:
-            self.tree.command(name=name, description=description)(self._slash_handler(name))  # type: ignore[arg-type]
+        for name, description, takes_text in SLASH_COMMANDS:
+            handler = self._slash_with_text(name) if takes_text else self._slash_handler(name)
+            self.tree.command(name=name, description=description)(handler)  # type: ignore[arg-type]
         self.token = token
         self._task: asyncio.Task[None] | None = None
         self._sink: EventSink | None = None
@@ -143,12 +157,21 @@ class DiscordAdapter:
 
     def _slash_handler(self, name: str) -> Callable[[discord.Interaction], Awaitable[None]]:
         async def handler(interaction: discord.Interaction) -> None:
-            await interaction.response.send_message("On it.", ephemeral=True)  # within 3 s
-            event = interaction_to_event(name, interaction)
-            if event is not None and self._sink is not None:
-                await self._sink(event)
+            await self._answer_slash(name, interaction, "")
 
         return handler
+
+    def _slash_with_text(self, name: str) -> Callable[[discord.Interaction, str], Awaitable[None]]:
+        async def handler(interaction: discord.Interaction, text: str = "") -> None:
+            await self._answer_slash(name, interaction, text)
+
+        return handler
+
+    async def _answer_slash(self, name: str, interaction: discord.Interaction, text: str) -> None:
+        await interaction.response.send_message("On it.", ephemeral=True)  # within 3 s
+        event = interaction_to_event(name, interaction, text)
+        if event is not None and self._sink is not None:
+            await self._sink(event)
 
     async def typing(self, chat: ChatRef) -> None:
         await self.client.http.send_typing(int(chat.id))

@@ -36,7 +36,17 @@ from gateway.ports import Capabilities, EventSink
 
 logger = logging.getLogger(__name__)
 
-COMMANDS = [("help", "What I can do"), ("new", "Start a fresh conversation")]
+COMMANDS = [
+    ("help", "What I can do"),
+    ("whoami", "Your user id, role and linked accounts"),
+    ("new", "Start a fresh conversation"),
+    ("stop", "Cancel the answer I'm working on"),
+    ("memory", "Memory: status, show, forget TEXT, why TEXT, undo, consolidate"),
+    ("sessions", "Recent conversations, or search them"),
+    ("link", "Link another account (/link, or /link CODE)"),
+    ("unlink", "Detach a linked account: /unlink PLATFORM"),
+    ("admin", "Admin commands (admins only)"),
+]
 _CHAT_TYPES = {
     "private": ChatType.DM,
     "group": ChatType.GROUP,

@@ -23,7 +23,7 @@ from hermes.state.db import SessionDB
 from hermes.state.models import Identity
 from hermes.state.people import PairingRefused, PeopleDB
 
-CACHE_S = 2.0  # an approval or block made by another process applies within this
+CACHE_S = 30.0  # changes made anywhere also clear it at once (see PeopleDB.stamp)
 PAIRING_REPLY_EVERY_S = 60.0  # a stranger repeating themselves is answered this often
 
 

@@ -78,7 +78,7 @@ class Router:
             agent.home, access.config, db, agent, on_people_change=self.people_changed
         )
         self._side_tasks: set[asyncio.Task[Any]] = set()
-        self.accepting = True
+        self._people_stamp = access.people.stamp()
         self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._lanes: dict[SessionKey, _Lane] = {}
         # live conversations, with when their session was last seen open in state.db
@@ -90,11 +90,19 @@ class Router:
     def people_changed(self) -> None:
         """Identities, roles or access rules changed: re-read them on the next message."""
         self._users.clear()
+        self._conversations.clear()  # a merged user's live sessions now belong to another id
         self.access.forget()
+
+    def _sync_people(self) -> None:
+        """Notice changes made by another process (the CLI linking or blocking someone)."""
+        stamp = self.access.people.stamp()
+        if stamp != self._people_stamp:
+            self._people_stamp = stamp
+            self.people_changed()
 
     async def handle(self, event: MessageEvent) -> None:
         """The adapters' sink: filter and enqueue; never waits for a turn."""
-        if not self.accepting or event.user.is_bot or self._duplicate(event):
+        if event.user.is_bot or self._duplicate(event):
             return
         if not self._addressed(event):
             return
@@ -160,6 +168,7 @@ class Router:
 
     def _admit(self, event: MessageEvent) -> Caller | None:
         """The caller if access allows them; None (after any pairing reply) if not."""
+        self._sync_people()
         known = self._known_user(event)
         verdict = self.access.check(event, known)
         if verdict is Verdict.ALLOW:

@@ -124,8 +124,6 @@ class Gateway:
         return states
 
     async def stop(self) -> None:
-        if self.router is not None:
-            self.router.accepting = False  # intake closes first: nothing new starts
         await self.scheduler.stop()
         if self.router is not None:
             await self.router.stop(TURN_GRACE_S)

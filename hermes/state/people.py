@@ -6,7 +6,9 @@ Codes come from `secrets` over an alphabet without look-alikes (no 0/O, 1/I/L).
 
 from __future__ import annotations
 
+import os
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -43,6 +45,7 @@ LOCKOUT = timedelta(minutes=30)
 ROLES = ("owner", "admin", "user")
 ROLE_RANK = {"user": 0, "admin": 1, "owner": 2}
 T = TypeVar("T")
+STAMP_FILENAME = "people.stamp"
 
 
 def new_code() -> str:
@@ -88,12 +91,33 @@ class Pairing:
 
 
 class PeopleDB:
+    """Every change here also touches `people.stamp` beside state.db, so other processes
+    (a gateway caching who is who) notice a link, block or approval at their next message
+    for the cost of one stat()."""
+
     def __init__(self, db: SessionDB) -> None:
         self.db = db
         self.engine = db.engine
+        self.stamp_path = db.path.with_name(STAMP_FILENAME)
+
+    def stamp(self) -> int:
+        try:
+            return self.stamp_path.stat().st_mtime_ns
+        except FileNotFoundError:
+            return 0
 
     def _write(self, work: Callable[[Session], T]) -> T:
         return eng.with_retry(self.engine, work, self.db.patience)
+
+    def _changed(self, work: Callable[[Session], T]) -> T:
+        """A write that changes who someone is or what they may do."""
+        result = self._write(work)
+        fd = os.open(self.stamp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, str(time.time_ns()).encode())
+        finally:
+            os.close(fd)
+        return result
 
     # -- users ---------------------------------------------------------------------
 
@@ -167,7 +191,7 @@ class PeopleDB:
             result = session.execute(update(User).where(col(User.id) == user_id).values(**values))
             return bool(getattr(result, "rowcount", 0))
 
-        return self._write(work)
+        return self._changed(work)
 
     def counts(self) -> tuple[int, int]:
         """(users, sessions started since midnight UTC)."""
@@ -266,7 +290,7 @@ class PeopleDB:
             session.flush()
             session.delete(old)
 
-        self._write(work)
+        self._changed(work)
 
     def detach_identity(self, user_id: str, platform: str) -> str | None:
         """Give `user_id`'s identity on `platform` a new user of its own; None if none.
@@ -289,7 +313,7 @@ class PeopleDB:
                 session.add(row)
             return fresh.id
 
-        return self._write(work)
+        return self._changed(work)
 
     # -- pairing ---------------------------------------------------------------------
 
@@ -378,12 +402,12 @@ class PeopleDB:
                 )
             return row
 
-        return self._write(work)
+        return self._changed(work)
 
     # -- access rules ----------------------------------------------------------------
 
     def set_rule(self, rule: AccessRule) -> None:
-        self._write(lambda session: session.merge(rule))
+        self._changed(lambda session: session.merge(rule))
 
     def rules(self) -> dict[tuple[str, str, str], str]:
         """(platform, kind, subject) -> allow | block."""

@@ -139,9 +139,15 @@ def test_slash_commands_are_registered_and_answered(
 ) -> None:
     async def body() -> list[dict[str, Any]]:
         await asyncio.to_thread(discord_fake.slash, "help")
-        return await until_posted(discord_fake, 1)
+        await until_posted(discord_fake, 1)
+        await asyncio.to_thread(discord_fake.slash, "memory", text="show  user")
+        return await until_posted(discord_fake, 2)
 
     posted = run(home, fake_llm, discord_fake, body)
-    assert [c["name"] for c in discord_fake.commands] == ["help", "new"]
+    names = [c["name"] for c in discord_fake.commands]
+    assert names[:4] == ["help", "whoami", "new", "stop"] and "admin" in names
+    memory = next(c for c in discord_fake.commands if c["name"] == "memory")
+    assert [(o["name"], o.get("required", False)) for o in memory["options"]] == [("text", False)]
     assert discord_fake.interaction_replies and "Commands" in posted[0]["content"]
+    assert "User profile" in posted[1]["content"]  # `/memory show user`, argument and all
     assert fake_llm.requests == []

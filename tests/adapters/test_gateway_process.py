@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -13,7 +14,7 @@ import pytest
 
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import FakeTelegram
-from tests.gateway.test_cli_memory import HERMES
+from tests.gateway.test_cli_memory import HERMES, hermes
 
 
 @pytest.fixture
@@ -45,7 +46,7 @@ def start(home: Path, **env: str) -> subprocess.Popen[str]:
     )
 
 
-def test_gateway_answers_allowed_users_and_stops_on_sigterm(
+def test_gateway_answers_allowed_users_pairs_strangers_and_stops_on_sigterm(
     home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
 ) -> None:
     write_config(home, fake_llm, telegram)
@@ -56,17 +57,30 @@ def test_gateway_answers_allowed_users_and_stops_on_sigterm(
         while not telegram.sent("setMyCommands"):
             assert time.monotonic() < deadline and proc.poll() is None, proc.stderr
             time.sleep(0.1)
+        running = hermes("gateway", "status", home=home)
         telegram.user_message("stranger here", user_id=77)
+        pairing = str(telegram.wait_sent(1)[0]["text"])
         telegram.user_message("hello", user_id=42)
-        telegram.wait_sent(1)
-        time.sleep(0.5)
+        telegram.wait_sent(2)
+        assert len(fake_llm.requests) == 1  # the stranger never reached the model
+        listed = hermes("pairing", "list", home=home)
+        code = re.search(r"[A-Z2-9]{8}", pairing)
+        assert code is not None and code.group(0) in listed.stdout
+        approved = hermes("pairing", "approve", code.group(0), home=home)
+        assert approved.returncode == 0, approved.stderr
+        telegram.user_message("thanks", user_id=77)  # approved in another process: in at once
+        telegram.wait_sent(3)
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
-    assert [str(p["text"]) for p in telegram.sent()] == ["Hi from the gateway"]
-    assert len(fake_llm.requests) == 1  # the stranger never reached the model
+    texts = [str(p["text"]) for p in telegram.sent()]
+    assert "private" in texts[0] and texts[1:] == ["Hi from the gateway"] * 2
     assert "platform telegram connected" in err and "gateway stopped" in err
+    assert running.returncode == 0 and "Gateway running" in running.stdout
+    assert "telegram: connected" in running.stdout
+    stopped = hermes("gateway", "status", home=home)
+    assert stopped.returncode == 1 and "No gateway is running" in stopped.stdout
 
 
 def test_a_platform_that_cannot_start_does_not_stop_the_gateway(

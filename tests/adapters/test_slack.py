@@ -145,8 +145,15 @@ def test_hermes_slash_command_runs_the_command(
 ) -> None:
     async def body() -> list[dict[str, Any]]:
         await asyncio.to_thread(slack.slash_command, "help")
-        return await until_posted(slack, 1)
+        await until_posted(slack, 1)
+        await asyncio.to_thread(slack.slash_command, "memory why tea", channel="D1")
+        await until_posted(slack, 2)
+        mention = f"<@{BOT_USER}> /whoami"  # a text command, addressed by a mention
+        await asyncio.to_thread(slack.message, mention, channel="C1", channel_type="channel")
+        return await until_posted(slack, 3)
 
     posted = run(home, fake_llm, slack, body)
     assert "Commands" in posted[0]["text"] and fake_llm.requests == []
+    assert posted[1]["text"].startswith("No recorded change mentions")
+    assert "You are" in posted[2]["text"] and "slack" in posted[2]["text"]
     assert len(slack.acks) >= 1

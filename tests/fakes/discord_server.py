@@ -130,7 +130,10 @@ class FakeDiscord(AioFake):
         self.dispatch("MESSAGE_CREATE", data)
         return data
 
-    def slash(self, name: str, user: str = "700000000000000001") -> None:
+    def slash(self, name: str, user: str = "700000000000000001", text: str | None = None) -> None:
+        data: dict[str, Any] = {"id": "1", "name": name, "type": 1}
+        if text is not None:
+            data["options"] = [{"name": "text", "type": 3, "value": text}]
         interaction_id = str(next(self._ids))
         self.dispatch(
             "INTERACTION_CREATE",
@@ -140,7 +143,7 @@ class FakeDiscord(AioFake):
                 "type": 2,
                 "token": f"tok{interaction_id}",
                 "version": 1,
-                "data": {"id": "1", "name": name, "type": 1},
+                "data": data,
                 "channel_id": f"6{user[1:]}",
                 "channel": {"id": f"6{user[1:]}", "type": 1},
                 "user": {

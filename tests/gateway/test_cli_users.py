@@ -1,0 +1,71 @@
+"""`hermes users`, `hermes pairing` and `hermes memory status --all` as real processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hermes.config import MemoryConfig
+from hermes.identity import owner_user_id
+from hermes.memory import entries as fmt
+from hermes.memory.user_memory import UserMemory
+from hermes.state.db import SessionDB
+from hermes.state.people import PeopleDB
+from tests.gateway.test_cli_memory import hermes
+
+
+def people(home: Path) -> tuple[str, str]:
+    db = SessionDB.open(home)
+    ann = db.user_for_identity("telegram", "1", "Ann")
+    bob = db.user_for_identity("slack", "U2", "Bob")
+    db.close()
+    for user, size in ((ann, 200), (bob, 2000)):
+        memory = UserMemory(home, user, MemoryConfig())
+        memory.folder.mkdir(parents=True, exist_ok=True)
+        (memory.folder / "MEMORY.md").write_text(fmt.serialize(["x" * size]))
+    return ann, bob
+
+
+def test_list_show_role_block_and_unlink(home: Path) -> None:
+    ann, _ = people(home)
+    listed = hermes("users", "list", home=home)
+    assert listed.returncode == 0 and ann in listed.stdout and "telegram:1" in listed.stdout
+    assert owner_user_id(home) in listed.stdout and "cli:local" in listed.stdout
+    shown = hermes("users", "show", "telegram:1", home=home)
+    assert shown.returncode == 0 and "Ann" in shown.stdout
+    assert hermes("users", "show", "telegram:999", home=home).returncode == 1
+    assert hermes("users", "role", "telegram:1", "admin", home=home).returncode == 0
+    assert hermes("users", "role", "telegram:1", "superuser", home=home).returncode == 2
+    assert hermes("users", "block", "telegram:1", home=home).returncode == 0
+    assert hermes("users", "block", owner_user_id(home), home=home).returncode == 1
+    db = SessionDB.open(home)
+    user = db.get_user(ann)
+    assert user is not None and (user.role, user.status) == ("admin", "blocked")
+    db.close()
+    assert hermes("users", "block", ann, "--unblock", home=home).returncode == 0
+    only = hermes("users", "unlink", ann, "telegram", home=home)
+    assert only.returncode == 1 and "only identity" in only.stderr
+
+
+def test_memory_status_all_is_sorted_by_fill(home: Path) -> None:
+    ann, bob = people(home)
+    table = hermes("memory", "status", "--all", home=home)
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.index(bob) < table.stdout.index(ann)  # Bob's store is fuller
+    assert "2,000/2,200 (90%)" in table.stdout
+
+
+def test_pairing_list_approve_and_deny(home: Path) -> None:
+    db = SessionDB.open(home)
+    first = PeopleDB(db).request_pairing("telegram", "77", "Stranger").request
+    second = PeopleDB(db).request_pairing("slack", "U9", "Other").request
+    db.close()
+    assert first is not None and second is not None
+    listed = hermes("pairing", "list", home=home)
+    assert first.code in listed.stdout and second.code in listed.stdout
+    assert hermes("pairing", "approve", "NOTACODE", home=home).returncode == 1
+    assert hermes("pairing", "approve", first.code.lower(), home=home).returncode == 0
+    assert hermes("pairing", "deny", second.code, home=home).returncode == 0
+    assert "No pending requests" in hermes("pairing", "list", home=home).stdout
+    db = SessionDB.open(home)
+    assert PeopleDB(db).rules() == {("telegram", "user", "77"): "allow"}
+    db.close()

@@ -1,0 +1,128 @@
+"""Chat commands through the router: /stop, /memory in all its forms, DM-only content."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from gateway.events import MessageEvent
+from gateway.router import Router
+from hermes.config import MemoryConfig
+from hermes.memory.journal import run_recorded
+from hermes.memory.store import Target
+from hermes.memory.tool import MemoryTool
+from hermes.memory.user_memory import UserMemory
+from hermes.state.db import SessionDB
+from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.platform import FakeAdapter
+from tests.gateway.test_router import dm, group, scenario
+
+
+def test_stop_cancels_the_running_turn_and_its_reply_never_comes(
+    home: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.default = Reply(text="a very late answer", delay=3)
+
+    async def body(router: Router, adapter: FakeAdapter) -> list[str]:
+        await adapter.deliver(dm("alice", "think hard"))
+        await asyncio.sleep(0.5)  # the turn is waiting for the model
+        await adapter.deliver(dm("alice", "/stop"))
+        await adapter.wait_for(1)
+        await adapter.deliver(dm("alice", "/stop"))  # nothing running now
+        await adapter.wait_for(2)
+        await asyncio.sleep(3)  # the cancelled turn's answer would have arrived by now
+        return adapter.texts()
+
+    texts = scenario(home, fake_llm, body)
+    assert texts[0].startswith("Stopped.") and texts[1].startswith("Nothing to stop")
+    assert "a very late answer" not in texts
+
+
+async def ask(adapter: FakeAdapter, event: MessageEvent) -> str:
+    """Send one message; its whole reply (the fake's limit splits long ones)."""
+    before = len(adapter.texts())
+    await adapter.deliver(event)
+    await adapter.wait_for(before + 1)
+    await asyncio.sleep(0.1)
+    return "\n".join(adapter.texts()[before:])
+
+
+def seed(home: Path, user: str, *entries: str) -> UserMemory:
+    memory = UserMemory(home, user, MemoryConfig())
+    db = SessionDB.open(home)
+    for entry in entries:
+        run_recorded(
+            MemoryTool(memory),
+            db,
+            {"action": "add", "target": "memory", "content": entry},
+            actor="agent",
+        )
+    db.close()
+    return memory
+
+
+def test_memory_status_show_forget_undo_and_why(home: Path, fake_llm: FakeOpenAI) -> None:
+    async def body(router: Router, adapter: FakeAdapter) -> dict[str, Any]:
+        await adapter.deliver(dm("alice", "hello"))  # alice becomes a user
+        await adapter.wait_for(1)
+        user = router.db.user_for_identity("fakechat", "alice")
+        seed(home, user, "Owns a green bicycle", "Owns a red kettle")
+        out: dict[str, Any] = {"user": user}
+        for command in [
+            "/memory",
+            "/memory show memory",
+            "/memory forget Owns",  # ambiguous
+            "/memory forget bicycle",
+            "/memory why bicycle",
+            "/memory undo",
+            "/memory forget unicorn",
+            "/memory bogus",
+        ]:
+            out[command] = await ask(adapter, dm("alice", command))
+        return out
+
+    out = scenario(home, fake_llm, body)
+    assert "Memory**: " in out["/memory"] and "2 entries" in out["/memory"]
+    assert "Provider: built-in only" in out["/memory"]
+    assert "1. Owns a green bicycle" in out["/memory show memory"]
+    assert out["/memory forget Owns"].startswith("Several entries")
+    assert out["/memory forget bicycle"].startswith("Forgotten")
+    assert "add in memory by the assistant" in out["/memory why bicycle"]
+    assert "remove in memory by you" in out["/memory why bicycle"]
+    assert out["/memory undo"].startswith("Undid")
+    assert out["/memory forget unicorn"].startswith("Nothing in your memory")
+    assert out["/memory bogus"].startswith("Usage")
+    memory = UserMemory(home, out["user"], MemoryConfig())
+    assert memory.store(Target.MEMORY).read().entries == (
+        "Owns a green bicycle",
+        "Owns a red kettle",
+    )
+    assert len(fake_llm.requests) == 1  # only "hello" reached the model
+
+
+def test_personal_content_is_only_shown_in_a_dm(home: Path, fake_llm: FakeOpenAI) -> None:
+    async def body(router: Router, adapter: FakeAdapter) -> list[str]:
+        commands = ["/memory show", "/memory why x", "/sessions", "/memory forget x", "/memory"]
+        return [await ask(adapter, group("alice", command)) for command in commands]
+
+    texts = scenario(home, fake_llm, body)
+    assert all(t.startswith("I only show that in a direct message") for t in texts[:4])
+    assert "entries" in texts[4]  # usage numbers only: fine in a group
+
+
+def test_memory_consolidate_runs_now_with_the_model(home: Path, fake_llm: FakeOpenAI) -> None:
+    entries = [f"Fact {i}: the user keeps notes in the blue folder" for i in range(3)]
+    merged = {"entries": [{"text": "Fact 0, 1, 2: the user keeps notes in the blue folder",
+                           "sources": [1, 2, 3]}], "dropped": []}  # fmt: skip
+    fake_llm.responder = lambda body: Reply(text=json.dumps(merged))
+
+    async def body(router: Router, adapter: FakeAdapter) -> list[str]:
+        whoami = await ask(adapter, dm("alice", "/whoami"))
+        seed(home, router.db.user_for_identity("fakechat", "alice"), *entries)
+        return [whoami, await ask(adapter, dm("alice", "/memory consolidate"))]
+
+    texts = scenario(home, fake_llm, body)
+    assert "role user" in texts[0]
+    assert "3 → 1 entries" in texts[1] and "/memory undo" in texts[1]

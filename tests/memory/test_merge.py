@@ -1,0 +1,129 @@
+"""Merging two people's stores when they link: union, nothing dropped, traced, undoable;
+what does not fit waits and consolidation folds it in."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hermes.config import MemoryConfig
+from hermes.linking import link_with_code
+from hermes.llm.client import LLMClient
+from hermes.llm.endpoint import Endpoint
+from hermes.memory import entries as fmt
+from hermes.memory.consolidation import consolidate
+from hermes.memory.merge import merge_memory
+from hermes.memory.store import Target
+from hermes.memory.undo import undo_last
+from hermes.memory.user_memory import UserMemory
+from hermes.state.db import SessionDB
+from hermes.state.people import PeopleDB
+from tests.fakes.openai_server import FakeOpenAI, Reply
+
+CONFIG = MemoryConfig(memory_char_limit=300, user_char_limit=200)
+
+
+@pytest.fixture
+def db(home: Path) -> Iterator[SessionDB]:
+    database = SessionDB.open(home)
+    yield database
+    database.close()
+
+
+def person(home: Path, db: SessionDB, platform: str, ident: str, memory: list[str]) -> str:
+    user = db.user_for_identity(platform, ident)
+    mem = UserMemory(home, user, CONFIG)
+    mem.folder.mkdir(parents=True, exist_ok=True)
+    if memory:
+        (mem.folder / "MEMORY.md").write_text(fmt.serialize(memory))
+    return user
+
+
+def test_union_in_order_without_duplicates_traced_and_undoable(home: Path, db: SessionDB) -> None:
+    keep = person(home, db, "telegram", "1", ["Lives in Lisbon", "Has a cat named Miso"])
+    gone = person(home, db, "slack", "U1", ["Has a cat named Miso", "Works at Acme"])
+    report = merge_memory(home, CONFIG, db, keep, gone)
+    store = UserMemory(home, keep, CONFIG).store(Target.MEMORY)
+    assert store.read().entries == ("Lives in Lisbon", "Has a cat named Miso", "Works at Acme")
+    assert report.added[Target.MEMORY] == 1 and not report.waiting.get(Target.MEMORY)
+    assert report.archived is not None and (report.archived / "MEMORY.md").exists()
+    assert not (home / "memories" / gone).exists()
+    events = db.memory_events(keep, "Acme")
+    assert [(e.action, e.actor) for e in events] == [("merge", "user")]
+    done, _ = undo_last(UserMemory(home, keep, CONFIG), db)
+    assert done and store.read().entries == ("Lives in Lisbon", "Has a cat named Miso")
+
+
+def test_over_the_limit_the_rest_waits_flagged_and_consolidation_folds_it_in(
+    home: Path, db: SessionDB, fake_llm: FakeOpenAI
+) -> None:
+    mine = [f"Fact number {i} about the keeper, long enough to matter" for i in range(4)]
+    theirs = [f"Other fact {i} from the linked account, also long" for i in range(4)]
+    keep = person(home, db, "telegram", "1", mine)
+    gone = person(home, db, "slack", "U1", theirs)
+    report = merge_memory(home, CONFIG, db, keep, gone)
+    memory = UserMemory(home, keep, CONFIG)
+    state = memory.store(Target.MEMORY).read()
+    assert state.used <= CONFIG.memory_char_limit
+    assert set(state.entries) | set(state.pending) == set(mine) | set(theirs)  # nothing lost
+    assert report.waiting[Target.MEMORY] == len(state.pending) > 0
+    book = db.consolidation_state(keep, "memory")
+    assert book.needs_consolidation and "linked account" in (book.last_error or "")
+    assert {e.entry_after for e in db.memory_events(keep) if e.action == "merge_pending"} == set(
+        state.pending
+    )
+
+    every = list(state.with_pending().entries)
+    merged = [
+        {
+            "text": "Fact number 0, 1, 2, 3 about the keeper, long enough to matter",
+            "sources": [1, 2, 3, 4],
+        },
+        {
+            "text": "Other fact 0, 1, 2, 3 from the linked account, also long",
+            "sources": [5, 6, 7, 8],
+        },
+    ]
+    assert len(every) == 8
+    fake_llm.push(Reply(text=json.dumps({"entries": merged, "dropped": []})))
+    model = LLMClient(Endpoint(base_url=fake_llm.base_url, model="m", max_retries=0))
+
+    async def run() -> str:
+        try:
+            outcome = await consolidate(memory, Target.MEMORY, db, model, CONFIG.consolidation)
+        finally:
+            await model.close()
+        return outcome.status
+
+    assert asyncio.run(run()) == "applied", db.consolidation_state(keep, "memory").last_error
+    prompt = fake_llm.requests[-1]["messages"][-1]["content"]
+    assert all(entry in prompt for entry in every)  # the waiting entries were offered too
+    after = memory.store(Target.MEMORY).read()
+    assert after.pending == () and not memory.file_store(Target.MEMORY).pending_path.exists()
+    assert len(after.entries) == 2
+
+    done, _ = undo_last(memory, db)  # undoing the consolidation restores the waiting file
+    restored = memory.store(Target.MEMORY).read()
+    assert done and restored.entries == state.entries and restored.pending == state.pending
+
+
+def test_linking_merges_people_and_the_owner_id_survives(home: Path, db: SessionDB) -> None:
+    from hermes.identity import owner_user_id
+
+    owner = owner_user_id(home)
+    db.ensure_user(owner, role="owner")
+    PeopleDB(db).ensure_identity("cli", "local", owner)
+    tg = person(home, db, "telegram", "1", ["Prefers tea over coffee"])
+    code = PeopleDB(db).create_link_code(tg).code
+    outcome = link_with_code(home, CONFIG, db, code, requester="cli:local", current_user=owner)
+    assert outcome.ok and outcome.user_id == owner and outcome.merged_away == tg
+    assert db.user_for_identity("telegram", "1") == owner
+    assert UserMemory(home, owner, CONFIG).store(Target.MEMORY).read().entries == (
+        "Prefers tea over coffee",
+    )
+    again = link_with_code(home, CONFIG, db, code, requester="cli:local", current_user=owner)
+    assert not again.ok  # single use
