@@ -179,6 +179,8 @@ class Commands:
         return "\n".join([heading, *lines])
 
     async def _link(self, ctx: CommandContext, code: str) -> str:
+        if not ctx.private:  # a code seen by a group could join a stranger to this person
+            return DM_ONLY
         caller = ctx.caller
         if not code:
             minted = self.people.create_link_code(caller.user_id)

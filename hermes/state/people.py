@@ -272,7 +272,7 @@ class PeopleDB:
                 raise LookupError("both users must exist to merge them")
             if ROLE_RANK.get(old.role, 0) > ROLE_RANK.get(kept.role, 0):
                 kept.role = old.role
-            if old.status == "blocked":
+            if old.status == "blocked" and kept.role != "owner":  # the owner stays reachable
                 kept.status = "blocked"
             kept.display_name = kept.display_name or old.display_name
             session.add(kept)

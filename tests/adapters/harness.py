@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from gateway.access import AccessControl
 from gateway.config import HermesConfig
@@ -17,7 +17,7 @@ from hermes.config import AgentConfig, MemoryConfig
 from hermes.llm.client import LLMClient
 from hermes.llm.endpoint import Endpoint
 from hermes.state.db import SessionDB
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, Reply
 
 T = TypeVar("T")
 
@@ -49,3 +49,32 @@ def run_gateway(
             db.close()
 
     return asyncio.run(go())
+
+
+# -- the "two people at once, five messages each" scenario, shared by every platform ----
+
+BURST = 5
+
+
+def slow_echo(request: dict[str, Any]) -> Reply:
+    """Answer 'echo: <the user's words>' after a pause, so later messages queue up."""
+    last = next(m for m in reversed(request["messages"]) if m["role"] == "user")["content"]
+    return Reply(text="echo: " + last.split("\n\n[context")[0], delay=0.05)
+
+
+def burst_texts(user: str) -> list[str]:
+    return [f"{user} message {n}" for n in range(1, BURST + 1)]
+
+
+def check_burst(home: Path, platform: str, replies: dict[str, list[str]]) -> None:
+    """Each person got their own answers, in order, from a session of their own."""
+    db = SessionDB.open(home)
+    try:
+        for user, texts in replies.items():
+            assert texts == [f"echo: {t}" for t in burst_texts(user)], (user, texts)
+            user_id = db.user_for_identity(platform, user)
+            (session,) = db.list_sessions(user_id)
+            said = [m.content for m in db.messages(session.id, user_id) if m.role == "user"]
+            assert [s.split("\n\n[context")[0] for s in said] == burst_texts(user)
+    finally:
+        db.close()

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import pytest
 
 from adapters.discord_adapter import DiscordAdapter, to_event
-from tests.adapters.harness import run_gateway
+from tests.adapters.harness import BURST, burst_texts, check_burst, run_gateway, slow_echo
 from tests.fakes.discord_server import BOT_ID, MESSAGE_CONTENT_INTENT, DiscordFault, FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Reply
 
@@ -151,3 +151,22 @@ def test_slash_commands_are_registered_and_answered(
     assert discord_fake.interaction_replies and "Commands" in posted[0]["content"]
     assert "User profile" in posted[1]["content"]  # `/memory show user`, argument and all
     assert fake_llm.requests == []
+
+
+def test_two_people_sending_five_messages_each_get_answers_in_order(
+    home: Path, fake_llm: FakeOpenAI, discord_fake: FakeDiscord
+) -> None:
+    fake_llm.responder = slow_echo
+    people = {u: f"6{u[1:]}" for u in ("700000000000000001", "700000000000000002")}
+    first, second = people
+
+    async def body() -> dict[str, list[str]]:
+        for a, b in zip(burst_texts(first), burst_texts(second), strict=True):
+            await asyncio.to_thread(discord_fake.message, a, user=first)
+            await asyncio.to_thread(discord_fake.message, b, user=second)
+        posted = await until_posted(discord_fake, 2 * BURST)
+        return {
+            u: [p["content"] for p in posted if p["channel_id"] == c] for u, c in people.items()
+        }
+
+    check_burst(home, "discord", run(home, fake_llm, discord_fake, body))

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import pytest
 
 from adapters.slack_adapter import SlackAdapter, to_event
-from tests.adapters.harness import run_gateway
+from tests.adapters.harness import BURST, burst_texts, check_burst, run_gateway, slow_echo
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.slack_server import BOT_USER, FakeSlack, SlackFault
 
@@ -157,3 +157,19 @@ def test_hermes_slash_command_runs_the_command(
     assert posted[1]["text"].startswith("No recorded change mentions")
     assert "You are" in posted[2]["text"] and "slack" in posted[2]["text"]
     assert len(slack.acks) >= 1
+
+
+def test_two_people_sending_five_messages_each_get_answers_in_order(
+    home: Path, fake_llm: FakeOpenAI, slack: FakeSlack
+) -> None:
+    fake_llm.responder = slow_echo
+    people = {"U1": "D1", "U2": "D2"}
+
+    async def body() -> dict[str, list[str]]:
+        for a, b in zip(burst_texts("U1"), burst_texts("U2"), strict=True):
+            await asyncio.to_thread(slack.message, a, user="U1", channel="D1")
+            await asyncio.to_thread(slack.message, b, user="U2", channel="D2")
+        posted = await until_posted(slack, 2 * BURST)
+        return {u: [p["text"] for p in posted if p["channel"] == c] for u, c in people.items()}
+
+    check_burst(home, "slack", run(home, fake_llm, slack, body))

@@ -12,7 +12,7 @@ import pytest
 
 from adapters.telegram_adapter import TelegramAdapter, to_event
 from gateway.chunking import utf16_length
-from tests.adapters.harness import run_gateway
+from tests.adapters.harness import BURST, burst_texts, check_burst, run_gateway, slow_echo
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import BOT, FakeTelegram, Fault
 
@@ -232,3 +232,19 @@ def test_to_event_is_pure(message: dict[str, Any], expected: str) -> None:
     event = to_event(update, BOT["id"], BOT["username"])  # type: ignore[arg-type]
     assert event is not None and event.text == expected and event.message_id == "5:3"
     assert to_event({"update_id": 8, "edited_message": update["message"]}, 1, "b") is None
+
+
+def test_two_people_sending_five_messages_each_get_answers_in_order(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
+) -> None:
+    fake_llm.responder = slow_echo
+    people = {"42": 42, "43": 43}
+
+    async def body() -> dict[str, list[str]]:
+        for a, b in zip(burst_texts("42"), burst_texts("43"), strict=True):
+            telegram.user_message(a, user_id=42)
+            telegram.user_message(b, user_id=43)
+        sent = await until_sent(telegram, 2 * BURST)
+        return {u: [text_of(p) for p in sent if p["chat_id"] == c] for u, c in people.items()}
+
+    check_burst(home, "telegram", run(home, fake_llm, telegram, body))

@@ -104,12 +104,13 @@ def test_memory_status_show_forget_undo_and_why(home: Path, fake_llm: FakeOpenAI
 
 def test_personal_content_is_only_shown_in_a_dm(home: Path, fake_llm: FakeOpenAI) -> None:
     async def body(router: Router, adapter: FakeAdapter) -> list[str]:
-        commands = ["/memory show", "/memory why x", "/sessions", "/memory forget x", "/memory"]
+        commands = ["/memory show", "/memory why x", "/sessions", "/memory forget x", "/link"]
+        commands.append("/memory")
         return [await ask(adapter, group("alice", command)) for command in commands]
 
     texts = scenario(home, fake_llm, body)
-    assert all(t.startswith("I only show that in a direct message") for t in texts[:4])
-    assert "entries" in texts[4]  # usage numbers only: fine in a group
+    assert all(t.startswith("I only show that in a direct message") for t in texts[:5])
+    assert "entries" in texts[5]  # usage numbers only: fine in a group
 
 
 def test_memory_consolidate_runs_now_with_the_model(home: Path, fake_llm: FakeOpenAI) -> None:
