@@ -140,6 +140,10 @@ class DiscordAdapter:
             raise TimeoutError(f"discord did not become ready within {READY_TIMEOUT_S:g} s")
         await self.tree.sync()  # once per start: it replaces the app's commands with a PUT
 
+    async def stop_intake(self) -> None:
+        """Discord does not replay messages sent while a bot was offline, so the gateway
+        connection stays open until `stop`: what arrives meanwhile is answered."""
+
     async def stop(self) -> None:
         await self.client.close()
         if self._task is not None:

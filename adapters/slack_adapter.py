@@ -140,6 +140,7 @@ class SlackAdapter:
         self.path = path
         self.bot_user_id = ""
         self._sink: EventSink | None = None
+        self._closed = False
 
     async def start(self, sink: EventSink) -> None:
         self._sink = sink
@@ -151,9 +152,16 @@ class SlackAdapter:
         if self.handler is not None:
             await self.handler.connect_async()  # type: ignore[no-untyped-call]
 
-    async def stop(self) -> None:
-        if self.handler is not None:
+    async def stop_intake(self) -> None:
+        """Socket Mode: disconnect; Slack redelivers what we have not acknowledged. (HTTP
+        mode: the gateway's server answers 503 and Slack retries.) Sending goes on
+        through the Web API client."""
+        if self.handler is not None and not self._closed:
+            self._closed = True
             await self.handler.close_async()  # type: ignore[no-untyped-call]
+
+    async def stop(self) -> None:
+        await self.stop_intake()
 
     def routes(self) -> list[Route]:
         """HTTP mode: Slack POSTs events here; bolt verifies the signature and acks."""

@@ -192,9 +192,14 @@ class TelegramAdapter:
             await self.app.update_queue.put(update)
         return web.Response(status=200)
 
-    async def stop(self) -> None:
+    async def stop_intake(self) -> None:
+        """Polling stops; updates not fetched yet stay unconfirmed at Telegram (webhook
+        pushes are refused with 503 by the gateway's server, so Telegram retries them)."""
         if self.app.updater is not None and self.app.updater.running:
             await self.app.updater.stop()
+
+    async def stop(self) -> None:
+        await self.stop_intake()
         if self.app.running:
             await self.app.stop()
         await self.app.shutdown()

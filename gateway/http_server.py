@@ -43,9 +43,18 @@ class HttpServer:
         self.app = web.Application(client_max_size=1 << 20)  # 1 MiB bodies at most
         self.app.router.add_get("/healthz", self._health)
         self._runner: web.AppRunner | None = None
+        self.intake_open = True
 
     def add(self, route: Route) -> None:
-        self.app.router.add_route(route.method, route.path, route.handler)
+        async def handler(request: web.Request) -> web.StreamResponse:
+            if not self.intake_open:  # shutting down: the platform will retry
+                return web.Response(status=503, text="shutting down", headers={"Retry-After": "5"})
+            return await route.handler(request)
+
+        self.app.router.add_route(route.method, route.path, handler)
+
+    def close_intake(self) -> None:
+        self.intake_open = False
 
     async def start(self) -> None:
         self._runner = web.AppRunner(self.app, access_log=None)

@@ -1,4 +1,4 @@
-"""The seam between the router and a platform: four methods and a capability sheet."""
+"""The seam between the router and a platform: a few methods and a capability sheet."""
 
 from __future__ import annotations
 
@@ -25,6 +25,10 @@ class PlatformAdapter(Protocol):
 
     async def start(self, sink: EventSink) -> None:
         """Connect and push every incoming message into `sink` (which returns fast)."""
+
+    async def stop_intake(self) -> None:
+        """Stop receiving (shutdown begins) while sending still works. Whatever is not
+        received yet must stay with the platform, to be delivered to the next run."""
 
     async def stop(self) -> None: ...
 

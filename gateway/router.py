@@ -347,13 +347,21 @@ class Router:
         return result, self.policy.max_send_attempts
 
     async def stop(self, timeout: float = 20.0) -> None:
-        """Let running turns finish within `timeout`, then cancel what is left."""
-        workers = [lane.worker for lane in self._lanes.values() if lane.worker]
-        if workers:
-            _, pending = await asyncio.wait(workers, timeout=timeout)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+        """Let running and queued turns finish within `timeout` (lanes started meanwhile
+        included), then cancel what is left."""
+        deadline = time.monotonic() + timeout
+        while True:
+            tasks = [lane.worker for lane in self._lanes.values() if lane.worker]
+            tasks += list(self._side_tasks)
+            if not tasks:
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            await asyncio.wait(tasks, timeout=left)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _chat_type(event: MessageEvent) -> str:

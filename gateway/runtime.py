@@ -124,6 +124,14 @@ class Gateway:
         return states
 
     async def stop(self) -> None:
+        """Stop intake (what is not received stays with the platforms), the scheduler,
+        then let running and queued turns finish within TURN_GRACE_S, then disconnect."""
+        self.http.close_intake()
+        for name, adapter in list(self.adapters.items()):
+            try:
+                await adapter.stop_intake()
+            except Exception:
+                logger.exception("platform %s did not stop receiving cleanly", name)
         await self.scheduler.stop()
         if self.router is not None:
             await self.router.stop(TURN_GRACE_S)

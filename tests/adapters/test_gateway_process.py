@@ -113,8 +113,14 @@ def test_sigterm_during_a_turn_lets_it_finish(
         while not fake_llm.requests:  # the turn is running
             assert time.monotonic() < deadline
             time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)  # intake has stopped; the turn goes on
+        late = telegram.user_message("sent during shutdown", user_id=42)
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert [str(p["text"]) for p in telegram.sent()] == ["worth the wait"]
+    assert len(fake_llm.requests) == 1
+    # not fetched, not confirmed: Telegram keeps it for the next run
+    assert late["update_id"] in [u["update_id"] for u in telegram.updates]

@@ -34,6 +34,9 @@ class FakeAdapter:
     async def start(self, sink: EventSink) -> None:
         self.sink = sink
 
+    async def stop_intake(self) -> None:
+        self.sink = None
+
     async def stop(self) -> None:
         self.sink = None
 
