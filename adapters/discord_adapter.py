@@ -78,6 +78,7 @@ def to_event(data: dict[str, Any], bot_id: str) -> MessageEvent | None:
         attachments=tuple(
             Attachment("document", a.get("filename", "")) for a in data.get("attachments") or []
         ),
+        sent_at=_snowflake_time(str(data["id"])),
         raw=data,
     )
 
@@ -210,3 +211,13 @@ class DiscordAdapter:
         except (aiohttp.ClientError, TimeoutError) as exc:  # it may have been posted
             return SendResult(False, error=f"outcome unknown: {type(exc).__name__}: {exc}")
         return SendResult(True, (f"{message.chat.id}:{sent.id}",))
+
+
+DISCORD_EPOCH_MS = 1_420_070_400_000
+
+
+def _snowflake_time(snowflake: str) -> float | None:
+    """The creation time a Discord id carries (ms since 2015 in its top 42 bits)."""
+    if not snowflake.isdigit():
+        return None
+    return ((int(snowflake) >> 22) + DISCORD_EPOCH_MS) / 1000

@@ -85,6 +85,7 @@ def to_event(body: dict[str, Any], bot_user_id: str) -> MessageEvent | None:
         text=" ".join(text.replace(tag, " ").split()),
         mentioned=mentioned,
         attachments=tuple(Attachment("document", f.get("name", "")) for f in files),
+        sent_at=_float(ts),
         raw=body,
     )
 
@@ -220,3 +221,10 @@ class SlackAdapter:
         except Exception as exc:  # a dropped connection: it may have been posted
             return SendResult(False, error=f"outcome unknown: {type(exc).__name__}: {exc}")
         return SendResult(True, (f"{chat.id}:{response['ts']}",))
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None

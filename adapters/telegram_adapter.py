@@ -97,6 +97,7 @@ def to_event(update: dict[str, Any], bot_id: int, bot_username: str) -> MessageE
         mentioned=_mentions(text, entities, bot_username),
         replied_to_bot=(reply.get("from") or {}).get("id") == bot_id,
         attachments=tuple(Attachment(_kind(k)) for k in _ATTACHMENTS if message.get(k)),
+        sent_at=float(message["date"]) if isinstance(message.get("date"), int) else None,
         raw=update,
     )
 

@@ -49,6 +49,7 @@ class MessageEvent:
     replied_to_bot: bool = False  # the message replies to one of the bot's
     attachments: tuple[Attachment, ...] = ()
     received_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    sent_at: float | None = None  # the platform's timestamp (epoch seconds), for ordering
     raw: Any = field(default=None, compare=False, repr=False)
 
     @property

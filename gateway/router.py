@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import logging
 import random
 import time
@@ -52,11 +54,24 @@ class RouterPolicy:
     remembered_deliveries: int = 10_000
 
 
+_arrivals = itertools.count()  # ties in sent_at keep arrival order
+
+
 @dataclass
 class _Lane:
-    """The queue and worker of one session key."""
+    """The queue and worker of one session key. Waiting messages are kept in the order
+    they were sent (the platform's timestamp), not the order they arrived in: an SDK
+    handling deliveries concurrently (slack-bolt) may hand them over shuffled."""
 
-    queue: asyncio.Queue[MessageEvent] = field(default_factory=asyncio.Queue)
+    queue: list[tuple[float, int, MessageEvent]] = field(default_factory=list)  # a heap
+
+    def put(self, event: MessageEvent) -> None:
+        sent = event.sent_at if event.sent_at is not None else time.time()
+        heapq.heappush(self.queue, (sent, next(_arrivals), event))
+
+    def take(self) -> MessageEvent:
+        return heapq.heappop(self.queue)[2]
+
     worker: asyncio.Task[None] | None = None
     current: asyncio.Task[None] | None = None  # the turn running now (/stop cancels it)
 
@@ -113,7 +128,7 @@ class Router:
             task.add_done_callback(self._side_tasks.discard)
             return
         lane = self._lanes.setdefault(key, _Lane())
-        lane.queue.put_nowait(event)
+        lane.put(event)
         if lane.worker is None:
             lane.worker = asyncio.create_task(self._drain(key, lane))
 
@@ -135,10 +150,10 @@ class Router:
     async def _drain(self, key: SessionKey, lane: _Lane) -> None:
         """One turn at a time for this key, in arrival order; the lane ends when empty."""
         try:
-            while not lane.queue.empty():
-                batch = [lane.queue.get_nowait()]
-                while self.policy.queue_mode == "merge" and not lane.queue.empty():
-                    batch.append(lane.queue.get_nowait())
+            while lane.queue:
+                batch = [lane.take()]
+                while self.policy.queue_mode == "merge" and lane.queue:
+                    batch.append(lane.take())
                 lane.current = asyncio.create_task(self._process(key, batch))
                 try:
                     await lane.current
