@@ -62,6 +62,7 @@ class OutboundMessage:
     chat: ChatRef
     text: str  # the model's Markdown; adapters convert it to their dialect
     reply_to_id: str | None = None
+    failed: bool = False  # the text explains a failure (the model could not answer)
 
 
 @dataclass(frozen=True, slots=True)

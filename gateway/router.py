@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 
 TYPING_AFTER_S = 0.3
 CACHE_RECHECK_S = 10.0  # identities and open sessions are re-read from state.db this often
+CRASH_REPLY = "Something went wrong on my side; the operator can see why in the log."
 RESET_REPLY = "Started a fresh conversation. I still remember what's in my memory."
 NO_TEXT_REPLY = (
     "I can read text messages (and captions on photos and files), but I can't open "
@@ -99,8 +100,14 @@ class Router:
         # live conversations, with when their session was last seen open in state.db
         self._conversations: OrderedDict[SessionKey, tuple[Conversation, float]] = OrderedDict()
         self._users: dict[tuple[str, str], tuple[str, float]] = {}  # identity -> user id
+        self._pinned: dict[SessionKey, Conversation] = {}  # see pin()
 
     # -- intake ------------------------------------------------------------------------
+
+    def pin(self, key: SessionKey, conv: Conversation) -> None:
+        """Continue `conv` for this key until /new, whatever session the key had (the
+        CLI opens a fresh session per run, or resumes one from anywhere)."""
+        self._pinned[key] = conv
 
     def people_changed(self) -> None:
         """Identities, roles or access rules changed: re-read them on the next message."""
@@ -163,10 +170,23 @@ class Router:
                         raise  # the router is stopping, not a /stop
                 except Exception:
                     logger.exception("turn failed for %s", key)
+                    await self._apologize(batch[-1])
                 finally:
                     lane.current = None
         finally:
             self._lanes.pop(key, None)
+
+    async def _apologize(self, event: MessageEvent) -> None:
+        """A turn that crashed still gets an answer (the message itself is saved)."""
+        with contextlib.suppress(Exception):
+            await self.deliver(
+                self.adapters[event.platform],
+                event.chat,
+                CRASH_REPLY,
+                event.message_id,
+                None,
+                failed=True,
+            )
 
     async def _stop_turn(self, key: SessionKey, event: MessageEvent) -> None:
         adapter = self.adapters[event.platform]
@@ -238,7 +258,12 @@ class Router:
         if result.duplicate:
             return
         await self.deliver(
-            adapter, event.chat, result.text, event.message_id, conv.id if result.ok else None
+            adapter,
+            event.chat,
+            result.text,
+            event.message_id,
+            conv.id if result.ok else None,
+            failed=not result.ok,
         )
 
     def _known_user(self, event: MessageEvent) -> str | None:
@@ -264,6 +289,9 @@ class Router:
         Whether the session was ended elsewhere (the idle job) is re-checked in state.db
         at most every CACHE_RECHECK_S seconds; /new drops the entry itself.
         """
+        pinned = self._pinned.get(key)
+        if pinned is not None and pinned.user_id == user_id:
+            return pinned
         entry = self._conversations.get(key)
         now = time.monotonic()
         if entry is not None and entry[0].user_id == user_id:
@@ -295,16 +323,17 @@ class Router:
             conv = self._conversation(key, caller.user_id, surface)
             self.db.end_session(conv.id, "user_reset")
             self._conversations.pop(key, None)
+            self._pinned.pop(key, None)
             reply = RESET_REPLY
         else:
-            entry = self._conversations.get(key)
-            session_id = entry[0].id if entry is not None else None
+            live = self._pinned.get(key) or (self._conversations.get(key) or (None,))[0]
+            session_id = live.id if live is not None else None
             context = CommandContext(caller, surface, session_id)
             try:
                 reply = await self.commands.run(context, text)
             except Exception:
                 logger.exception("command %r failed", text[:40])
-                reply = "That command failed on my side; the operator can see why in the log."
+                reply = CRASH_REPLY
         await self.deliver(adapter, event.chat, reply, event.message_id, None)
 
     async def _keep_typing(self, adapter: PlatformAdapter, chat: ChatRef) -> None:
@@ -323,11 +352,13 @@ class Router:
         text: str,
         reply_to: str | None,
         session_id: str | None,
+        *,
+        failed: bool = False,
     ) -> bool:
         """Send `text` in chunks; record a failure against the reply stored in the session."""
         caps = adapter.capabilities
         for index, part in enumerate(chunk(text, caps.max_length, caps.length)):
-            outbound = OutboundMessage(chat, part, reply_to if index == 0 else None)
+            outbound = OutboundMessage(chat, part, reply_to if index == 0 else None, failed)
             result, attempts = await self._send_one(adapter, outbound)
             if not result.ok:
                 logger.warning(

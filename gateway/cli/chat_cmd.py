@@ -15,22 +15,24 @@ import typer
 from rich.markdown import Markdown
 from rich.markup import escape
 
-from gateway.access import Caller
+from adapters.cli_adapter import CLI_CHAT, CliAdapter
+from gateway.access import AccessControl
 from gateway.assembly import Assembled, build_agent
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import console, err_console, note, say
-from gateway.commands import CommandContext, Commands
+from gateway.commands import Commands
 from gateway.config import CONFIG_FILENAME, main_endpoint
+from gateway.router import Router
+from gateway.session_key import session_key
 from gateway.status_file import read_status_file
-from hermes.agent.agent import Agent, Surface, TurnResult
+from hermes.agent.agent import Agent, Surface
 from hermes.agent.conversation import Conversation
 from hermes.identity import ensure_private_dir, owner_user_id
 from hermes.llm.endpoint import Endpoint
 from hermes.state.db import SessionDB
 
 T = TypeVar("T")
-CLI = Surface("cli")
-SESSION_KEY = "cli:local"
+CLI = Surface("cli", "dm", CLI_CHAT.id)
 CLI_NOTE = "/exit  quit (also Ctrl-D)  ·  Ctrl-C cancels the running turn"
 SETUP_HELP = """\
 No model is configured. Hermes talks to any OpenAI-compatible endpoint: set one in
@@ -109,29 +111,37 @@ def chat(
     assembled = build_agent(ctx.home, ctx.config, db, endpoint)
     agent = assembled.agent
     runtime.loop.call_soon_threadsafe(agent.check_memory, owner)  # a CLI-only install
+    adapter = CliAdapter()
     commands = Commands(ctx.home, ctx.config, db, agent, runtime=LocalInfo(ctx.home, assembled))
+    access = AccessControl(ctx.config, db)
+    router = Router(agent, db, {adapter.name: adapter}, access, commands=commands)
     try:
-        conv = _conversation(agent, db, owner, resume)
+        key = session_key(adapter.event(""))
+        conv = _conversation(agent, db, owner, resume, str(key))
+        router.pin(key, conv)
+        runtime.run(adapter.start(router.handle))
         if query is not None:
-            _one_shot(runtime, agent, conv, query)
+            _one_shot(runtime, adapter, query)
         else:
-            chat = _Chat(runtime, agent, db, commands)
-            chat.interactive(conv, resumed=resume is not None)
+            _interactive(runtime, adapter, conv.id, resumed=resume is not None)
     finally:
-        runtime.run(_shutdown(assembled, owner))
+        runtime.run(_shutdown(assembled, router, owner))
         runtime.close()
         db.close()
 
 
-async def _shutdown(assembled: Assembled, owner: str) -> None:
+async def _shutdown(assembled: Assembled, router: Router, owner: str) -> None:
+    await router.stop(timeout=30)
     await assembled.agent.drain(timeout=30)
     assembled.agent.check_memory(owner)  # and once more at the end of the session
     await assembled.close()
 
 
-def _conversation(agent: Agent, db: SessionDB, owner: str, resume: str | None) -> Conversation:
+def _conversation(
+    agent: Agent, db: SessionDB, owner: str, resume: str | None, key: str
+) -> Conversation:
     if resume is None:
-        return agent.open(owner, CLI, SESSION_KEY)
+        return agent.open(owner, CLI, key)
     session = db.latest_session(owner) if resume == "latest" else db.get_session(resume, owner)
     conv = agent.resume(owner, session.id) if session else None
     if conv is None:
@@ -139,64 +149,46 @@ def _conversation(agent: Agent, db: SessionDB, owner: str, resume: str | None) -
     return conv
 
 
-def _one_shot(runtime: Runtime, agent: Agent, conv: Conversation, query: str) -> None:
+def _one_shot(runtime: Runtime, adapter: CliAdapter, query: str) -> None:
     try:
-        result = runtime.run(agent.turn(conv, query, CLI))
+        answer = runtime.run(adapter.ask(query))
     except TurnCancelledError:
         raise typer.Exit(130) from None
-    if not result.ok:
-        fail(result.text, EXIT_REFUSED)
-    say(result.text)
+    if answer.failed:
+        fail(answer.text, EXIT_REFUSED)
+    say(answer.text)
 
 
-class _Chat:
-    """The interactive loop: turns on the agent thread, commands shared with the gateway."""
-
-    def __init__(self, runtime: Runtime, agent: Agent, db: SessionDB, commands: Commands) -> None:
-        self.runtime, self.agent, self.db, self.commands = runtime, agent, db, commands
-
-    def interactive(self, conv: Conversation, resumed: bool) -> None:
-        state = "resumed" if resumed else "new"
-        note(f"[bold]Hermes[/bold] · session {conv.id} ({state}) · /help for commands")
-        while True:
-            try:
-                line = console.input("[bold cyan]you ›[/bold cyan] ").strip()
-            except (EOFError, KeyboardInterrupt):
-                note("\n[dim]bye[/dim]")
-                return
-            if not line:
-                continue
-            if line.startswith("/"):
-                conv, done = self.command(conv, line)
-                if done:
-                    return
-                continue
-            _show(_turn(self.runtime, self.agent, conv, line))
-
-    def command(self, conv: Conversation, line: str) -> tuple[Conversation, bool]:
-        name = Commands.name_of(line)
-        if name in ("/exit", "/quit"):
-            return conv, True
-        if name in ("/new", "/reset"):
-            self.db.end_session(conv.id, "user_reset")
-            conv = self.agent.open(conv.user_id, CLI, SESSION_KEY)
-            note(f"[dim]new session {conv.id}[/dim]")
-            return conv, False
-        if name == "/stop":
-            note("[dim]Nothing is running; Ctrl-C cancels a turn while it runs.[/dim]")
-            return conv, False
-        user = self.db.get_user(conv.user_id)
-        caller = Caller(conv.user_id, user.role if user else "owner", "cli", "local", "owner")
-        context = CommandContext(caller, CLI, conv.id)
+def _interactive(runtime: Runtime, adapter: CliAdapter, session_id: str, resumed: bool) -> None:
+    """Read lines; each goes through the router (commands too) and its answer is shown."""
+    state = "resumed" if resumed else "new"
+    note(f"[bold]Hermes[/bold] · session {session_id} ({state}) · /help for commands")
+    while True:
         try:
-            reply = self.runtime.run(self.commands.run(context, line))
+            line = console.input("[bold cyan]you ›[/bold cyan] ").strip()
+        except (EOFError, KeyboardInterrupt):
+            note("\n[dim]bye[/dim]")
+            return
+        if not line:
+            continue
+        name = Commands.name_of(line) if line.startswith("/") else ""
+        if name in ("/exit", "/quit"):
+            return
+        try:
+            if name:
+                answer = runtime.run(adapter.ask(line))
+            else:
+                with console.status("thinking…", spinner="dots"):
+                    answer = runtime.run(adapter.ask(line))
         except TurnCancelledError:
-            note("[yellow](cancelled)[/yellow]")
-            return conv, False
-        console.print(Markdown(reply))
+            note("[yellow](cancelled; your message is saved in this session)[/yellow]")
+            continue
+        if answer.failed:
+            note(f"[red]{escape(answer.text)}[/red]")
+        else:
+            console.print(Markdown(answer.text or "(no answer)"))
         if name == "/help":
             note(f"[dim]{CLI_NOTE}[/dim]")
-        return conv, False
 
 
 class LocalInfo:
@@ -216,28 +208,6 @@ class LocalInfo:
 
     async def llm_health(self) -> str:
         return await self.assembled.clients[0].health()
-
-
-def _turn(runtime: Runtime, agent: Agent, conv: Conversation, line: str) -> TurnResult | None:
-    try:
-        with console.status("thinking…", spinner="dots"):
-            return runtime.run(agent.turn(conv, line, CLI))
-    except TurnCancelledError:
-        note("[yellow](cancelled; your message is saved in this session)[/yellow]")
-        return None
-
-
-def _show(result: TurnResult | None) -> None:
-    if result is None:
-        return
-    if result.compressed_from:
-        note(
-            f"[dim](long conversation compressed; continuing in session {result.session_id})[/dim]"
-        )
-    if result.ok:
-        console.print(Markdown(result.text or "(no answer)"))
-    else:
-        note(f"[red]{escape(result.text)}[/red]")
 
 
 STARTER = """\

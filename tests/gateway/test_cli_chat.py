@@ -182,7 +182,9 @@ def test_interactive_chat_with_cancel_and_commands(home: Path, fake_llm: FakeOpe
         term.send("/memory show user\r")
         term.expect("Likes bold tea")  # Markdown, rendered
         term.send("/new\r")
-        term.expect("new session")
+        term.expect("Started a fresh conversation")
+        term.send("and now?\r")  # the next message opens the new session
+        term.expect("Hello from the fake model")
         term.send("/exit\r")
         assert term.close() == 0
     except BaseException:
