@@ -8,12 +8,11 @@ import json
 import secrets
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Row, delete, func, insert, or_, update
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import Connection, delete, func, insert, or_, update
 from sqlmodel import Session, col, select
 
 from hermes.identity import new_user_id, validate_user_id
@@ -34,7 +33,6 @@ from hermes.state.models import (
 from hermes.state.search import MessageHit, SearchScope, search_messages
 
 STATE_DB_FILENAME = "state.db"
-ChatRow = Row[str, str, str, datetime]  # user_id, platform, title, last_active_at
 IDENTITY_TOUCH_INTERVAL = timedelta(minutes=10)  # how stale identities.last_seen may get
 TITLE_CHARS = 60
 
@@ -313,29 +311,29 @@ class SessionDB:
         """
 
         def work(session: Session) -> list[int | None]:
-            # Core statements: this is the hot path of every turn
-            conn = session.connection()
-            chat = conn.execute(
-                select(
-                    ChatSession.user_id,
-                    ChatSession.platform,
-                    ChatSession.title,
-                    ChatSession.last_active_at,
-                ).where(ChatSession.id == session_id)
-            ).first()
+            # the hot path of every turn: plain SQL on the transaction's own connection
+            # (building SQLAlchemy statements cost more than SQLite's work here)
+            raw = session.connection().connection.dbapi_connection
+            assert raw is not None
+            chat = raw.execute(_SESSION_ROW, (session_id,)).fetchone()
             if chat is None:
                 raise eng.StateDBError(f"no session {session_id!r}")
-            ids = [_insert_message(conn, session_id, chat, message) for message in messages]
+            ids = [_insert_message(raw, session_id, chat, message) for message in messages]
             stored = sum(1 for i in ids if i is not None)
-            values: dict[str, Any] = {}
-            if stored:
-                values = _touch(chat, messages, stored)
-            if usage:
-                values["prompt_tokens"] = ChatSession.prompt_tokens + usage[0]
-                values["completion_tokens"] = ChatSession.completion_tokens + usage[1]
-            if values:
-                conn.execute(
-                    update(ChatSession).where(col(ChatSession.id) == session_id).values(**values)
+            last = max((m.created_at for m in messages if m.created_at), default=None)
+            first_user = next((m.content for m in messages if m.role == "user" and m.content), "")
+            prompt, completion = usage or (0, 0)
+            if stored or usage:
+                raw.execute(
+                    _TOUCH,
+                    (
+                        stored,
+                        _sql_time(last or utcnow()) if stored else None,
+                        _title(first_user) if stored and first_user else "",
+                        prompt,
+                        completion,
+                        session_id,
+                    ),
                 )
             return ids
 
@@ -427,16 +425,9 @@ class SessionDB:
     def take_notices(self, user_id: str) -> list[str]:
         """Pending one-line notices for a user (e.g. 'memory was consolidated'), cleared."""
 
-        with eng.reading(self.engine) as reader:  # the common case: nothing pending, no write
-            pending = reader.exec(
-                select(func.count())
-                .select_from(ConsolidationState)
-                .where(
-                    ConsolidationState.user_id == user_id,
-                    col(ConsolidationState.notice_pending).is_not(None),
-                )
-            ).one()
-        if not pending:
+        with self.engine.connect() as conn:  # every turn asks: nothing pending, no write
+            pending = conn.exec_driver_sql(_ANY_NOTICE, (user_id,)).first()
+        if pending is None:
             return []
 
         def work(session: Session) -> list[str]:
@@ -553,44 +544,54 @@ def _store_prompt(session: Session, text: str) -> str:
     return digest
 
 
+_ANY_NOTICE = (
+    "SELECT 1 FROM consolidation_state WHERE user_id = ? AND notice_pending IS NOT NULL LIMIT 1"
+)
+_SESSION_ROW = "SELECT user_id, platform FROM sessions WHERE id = ?"
+_INSERT_MESSAGE = (
+    "INSERT INTO messages (session_id, user_id, platform, role, content, tool_calls, "
+    "tool_call_id, tool_name, platform_message_id, token_count, created_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+)
+# a turn's messages: count them, move last_active_at forward, title an untitled session
+# after its first user message, add the model call's token usage
+_TOUCH = (
+    "UPDATE sessions SET message_count = message_count + ?1, "
+    "last_active_at = CASE WHEN ?2 IS NULL THEN last_active_at "
+    "ELSE max(last_active_at, ?2) END, "
+    "title = CASE WHEN title = '' AND ?3 <> '' THEN ?3 ELSE title END, "
+    "prompt_tokens = prompt_tokens + ?4, completion_tokens = completion_tokens + ?5 "
+    "WHERE id = ?6"
+)
+
+
+def _sql_time(moment: datetime) -> str:
+    """The text SQLAlchemy stores for a UTC datetime (so both sort and read alike)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
 def _insert_message(
-    conn: Connection, session_id: str, chat: ChatRow, message: NewMessage
+    raw: Any, session_id: str, chat: tuple[str, str], message: NewMessage
 ) -> int | None:
-    row = {
-        "session_id": session_id,
-        "user_id": chat.user_id,
-        "platform": chat.platform,
-        "role": message.role,
-        "content": message.content,
-        "tool_calls": json.dumps(message.tool_calls, ensure_ascii=False)
-        if message.tool_calls
-        else None,
-        "tool_call_id": message.tool_call_id,
-        "tool_name": message.tool_name,
-        "platform_message_id": message.platform_message_id,
-        "token_count": message.token_count,
-        "created_at": message.created_at or utcnow(),
-    }
-    statement = sqlite_insert(Message).values(**row)
-    if message.platform_message_id is not None:  # a redelivery is skipped, not an error
-        statement = statement.on_conflict_do_nothing()
-    result = conn.execute(statement)
-    key = result.inserted_primary_key
-    return int(key[0]) if result.rowcount and key is not None else None
-
-
-def _touch(chat: ChatRow, messages: Sequence[NewMessage], stored: int) -> dict[str, Any]:
-    last = max((m.created_at for m in messages if m.created_at), default=None) or utcnow()
-    current = chat.last_active_at
-    values: dict[str, Any] = {
-        "message_count": ChatSession.message_count + stored,
-        "last_active_at": max(current, last) if current else last,
-    }
-    if not chat.title:
-        first_user = next((m.content for m in messages if m.role == "user" and m.content), "")
-        if first_user:
-            values["title"] = _title(first_user)
-    return values
+    """The new row's id, or None when the platform message id was stored already."""
+    tool_calls = json.dumps(message.tool_calls, ensure_ascii=False) if message.tool_calls else None
+    cursor = raw.execute(
+        _INSERT_MESSAGE,
+        (
+            session_id,
+            chat[0],
+            chat[1],
+            message.role,
+            message.content,
+            tool_calls,
+            message.tool_call_id,
+            message.tool_name,
+            message.platform_message_id,
+            message.token_count,
+            _sql_time(message.created_at or utcnow()),
+        ),
+    )
+    return int(cursor.lastrowid) if cursor.rowcount == 1 else None
 
 
 def _title(text: str) -> str:
