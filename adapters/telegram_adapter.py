@@ -36,6 +36,8 @@ from gateway.ports import Capabilities, EventSink
 
 logger = logging.getLogger(__name__)
 
+SEND_CONNECTIONS = 8
+POOL_TIMEOUT_S = 30.0  # waiting for a free connection is not a failure
 COMMANDS = [
     ("help", "What I can do"),
     ("whoami", "Your user id, role and linked accounts"),
@@ -148,7 +150,10 @@ class TelegramAdapter:
         poll_timeout: int = 10,
         webhook: Webhook | None = None,
     ) -> None:
+        # 32 connections: httpx scans its whole pool on every request, so PTB's default of
+        # 256 costs more CPU than it saves waiting (bench/gateway_throughput.py)
         builder = ApplicationBuilder().token(token)
+        builder = builder.connection_pool_size(SEND_CONNECTIONS).pool_timeout(POOL_TIMEOUT_S)
         if base_url:
             root = base_url.rstrip("/")
             builder = builder.base_url(f"{root}/bot").base_file_url(f"{root}/file/bot")

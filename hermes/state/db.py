@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -310,11 +311,9 @@ class SessionDB:
         `usage` adds (prompt, completion) tokens of the model call that produced them.
         """
 
-        def work(session: Session) -> list[int | None]:
-            # the hot path of every turn: plain SQL on the transaction's own connection
+        def work(raw: sqlite3.Connection) -> list[int | None]:
+            # the hot path of every turn: plain SQL on the pooled sqlite3 connection
             # (building SQLAlchemy statements cost more than SQLite's work here)
-            raw = session.connection().connection.dbapi_connection
-            assert raw is not None
             chat = raw.execute(_SESSION_ROW, (session_id,)).fetchone()
             if chat is None:
                 raise eng.StateDBError(f"no session {session_id!r}")
@@ -337,7 +336,7 @@ class SessionDB:
                 )
             return ids
 
-        return eng.with_retry(self.engine, work, self.patience)
+        return eng.with_raw_retry(self.engine, work, self.patience)
 
     def add_message(self, session_id: str, message: NewMessage) -> int | None:
         return self.add_messages(session_id, [message])[0]
@@ -571,7 +570,7 @@ def _sql_time(moment: datetime) -> str:
 
 
 def _insert_message(
-    raw: Any, session_id: str, chat: tuple[str, str], message: NewMessage
+    raw: sqlite3.Connection, session_id: str, chat: tuple[str, str], message: NewMessage
 ) -> int | None:
     """The new row's id, or None when the platform message id was stored already."""
     tool_calls = json.dumps(message.tool_calls, ensure_ascii=False) if message.tool_calls else None
@@ -591,7 +590,7 @@ def _insert_message(
             _sql_time(message.created_at or utcnow()),
         ),
     )
-    return int(cursor.lastrowid) if cursor.rowcount == 1 else None
+    return cursor.lastrowid if cursor.rowcount == 1 else None
 
 
 def _title(text: str) -> str:

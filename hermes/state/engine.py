@@ -108,6 +108,38 @@ def with_retry(engine: Engine, work: Callable[[Session], T], patience: float) ->
             delay = min(delay * 2, 0.25)
 
 
+def with_raw_retry(engine: Engine, work: Callable[[sqlite3.Connection], T], patience: float) -> T:
+    """`with_retry` for the hot path: `work` gets the pooled sqlite3 connection itself,
+    inside BEGIN IMMEDIATE ... COMMIT, with no ORM session around it."""
+    deadline = time.monotonic() + patience
+    delay = 0.005
+    while True:
+        pooled = engine.raw_connection()
+        conn = pooled.driver_connection
+        assert isinstance(conn, sqlite3.Connection)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(conn)
+                conn.execute("COMMIT")
+                return result
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.OperationalError as exc:
+            if not is_locked(exc):
+                raise
+            if time.monotonic() + delay > deadline:
+                raise DatabaseBusyError(
+                    f"state.db stayed locked for over {patience:g} s; try again"
+                ) from exc
+            time.sleep(delay * random.uniform(0.5, 1.5))
+            delay = min(delay * 2, 0.25)
+        finally:
+            pooled.close()  # back to the pool
+
+
 @contextmanager
 def reading(engine: Engine) -> Iterator[Session]:
     with Session(engine, expire_on_commit=False) as session:
