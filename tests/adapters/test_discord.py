@@ -170,3 +170,29 @@ def test_two_people_sending_five_messages_each_get_answers_in_order(
         }
 
     check_burst(home, "discord", run(home, fake_llm, discord_fake, body))
+
+
+def test_a_replayed_message_is_answered_once_and_threads_get_their_reply(
+    home: Path, fake_llm: FakeOpenAI, discord_fake: FakeDiscord
+) -> None:
+    fake_llm.default = Reply(text="once")
+    thread_channel = "900000000000000077"  # a Discord thread is a channel of its own
+
+    async def body() -> list[dict[str, Any]]:
+        data = await asyncio.to_thread(discord_fake.message, "only once please")
+        await asyncio.to_thread(discord_fake.dispatch, "MESSAGE_CREATE", data)  # a replay
+        await until_posted(discord_fake, 1)
+        await asyncio.to_thread(
+            discord_fake.message,
+            f"<@{BOT_ID}> in the thread",
+            guild=True,
+            mention=True,
+            channel=thread_channel,
+        )
+        posted = await until_posted(discord_fake, 2)
+        await asyncio.sleep(0.5)
+        return posted
+
+    posted = run(home, fake_llm, discord_fake, body)
+    assert len(posted) == 2 and len(fake_llm.requests) == 2
+    assert posted[1]["channel_id"] == thread_channel

@@ -173,3 +173,21 @@ def test_two_people_sending_five_messages_each_get_answers_in_order(
         return {u: [p["text"] for p in posted if p["channel"] == c] for u, c in people.items()}
 
     check_burst(home, "slack", run(home, fake_llm, slack, body))
+
+
+def test_ten_thousand_characters_fit_one_slack_message(
+    home: Path, fake_llm: FakeOpenAI, slack: FakeSlack
+) -> None:
+    long = "\n\n".join(f"Paragraph {n}: " + "words " * 30 for n in range(60))
+    assert len(long) > 10_000
+    fake_llm.default = Reply(text=long)
+
+    async def body() -> list[dict[str, Any]]:
+        await asyncio.to_thread(slack.message, "write a lot")
+        posted = await until_posted(slack, 1)
+        await asyncio.sleep(0.5)
+        return posted
+
+    posted = run(home, fake_llm, slack, body)
+    assert len(posted) == 1  # under Slack's 40,000 characters: one message, nothing lost
+    assert posted[0]["text"].count("Paragraph") == 60

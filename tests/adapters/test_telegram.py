@@ -12,6 +12,7 @@ import pytest
 
 from adapters.telegram_adapter import TelegramAdapter, to_event
 from gateway.chunking import utf16_length
+from hermes.state.db import SessionDB
 from tests.adapters.harness import BURST, burst_texts, check_burst, run_gateway, slow_echo
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import BOT, FakeTelegram, Fault
@@ -248,3 +249,23 @@ def test_two_people_sending_five_messages_each_get_answers_in_order(
         return {u: [text_of(p) for p in sent if p["chat_id"] == c] for u, c in people.items()}
 
     check_burst(home, "telegram", run(home, fake_llm, telegram, body))
+
+
+def test_forum_topic_replies_stay_in_their_topic_and_session(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
+) -> None:
+    fake_llm.responder = slow_echo
+    topic = {"chat_id": -100, "chat_type": "supergroup", "reply_to_bot": True}
+
+    async def body() -> list[dict[str, Any]]:
+        telegram.user_message("in topic seven", thread_id=7, **topic)
+        telegram.user_message("in topic nine", thread_id=9, **topic)
+        return await until_sent(telegram, 2)
+
+    sent = run(home, fake_llm, telegram, body)
+    by_topic = {p["message_thread_id"]: text_of(p) for p in sent}
+    assert by_topic == {7: "echo: in topic seven", 9: "echo: in topic nine"}
+    db = SessionDB.open(home)
+    sessions = db.list_sessions(db.user_for_identity("telegram", "42"))
+    assert sorted(s.thread_id or "" for s in sessions) == ["7", "9"]  # a session per topic
+    db.close()
