@@ -86,11 +86,31 @@ def is_locked(exc: BaseException) -> bool:
     return "database is locked" in text or "database is busy" in text
 
 
+class _Backoff:
+    """Jittered, doubling waits while the database is locked, within `patience`."""
+
+    def __init__(self, patience: float) -> None:
+        self.patience = patience
+        self.deadline = time.monotonic() + patience
+        self.delay = 0.005
+
+    def wait(self, exc: Exception) -> None:
+        """Sleep before the next attempt; re-raise `exc` if it is not a lock, give up
+        with DatabaseBusyError when the patience is spent."""
+        if not is_locked(exc):
+            raise exc
+        if time.monotonic() + self.delay > self.deadline:
+            raise DatabaseBusyError(
+                f"state.db stayed locked for over {self.patience:g} s; try again"
+            ) from exc
+        time.sleep(self.delay * random.uniform(0.5, 1.5))
+        self.delay = min(self.delay * 2, 0.25)
+
+
 def with_retry(engine: Engine, work: Callable[[Session], T], patience: float) -> T:
     """Run `work` in a BEGIN IMMEDIATE transaction, retrying while the database is locked."""
     writer = engine.execution_options(sqlite_begin="IMMEDIATE")
-    deadline = time.monotonic() + patience
-    delay = 0.005
+    backoff = _Backoff(patience)
     while True:
         try:
             with Session(writer, expire_on_commit=False) as session:
@@ -98,21 +118,13 @@ def with_retry(engine: Engine, work: Callable[[Session], T], patience: float) ->
                 session.commit()
                 return result
         except OperationalError as exc:
-            if not is_locked(exc):
-                raise
-            if time.monotonic() + delay > deadline:
-                raise DatabaseBusyError(
-                    f"state.db stayed locked for over {patience:g} s; try again"
-                ) from exc
-            time.sleep(delay * random.uniform(0.5, 1.5))
-            delay = min(delay * 2, 0.25)
+            backoff.wait(exc)
 
 
 def with_raw_retry(engine: Engine, work: Callable[[sqlite3.Connection], T], patience: float) -> T:
     """`with_retry` for the hot path: `work` gets the pooled sqlite3 connection itself,
     inside BEGIN IMMEDIATE ... COMMIT, with no ORM session around it."""
-    deadline = time.monotonic() + patience
-    delay = 0.005
+    backoff = _Backoff(patience)
     while True:
         pooled = engine.raw_connection()
         conn = pooled.driver_connection
@@ -128,14 +140,7 @@ def with_raw_retry(engine: Engine, work: Callable[[sqlite3.Connection], T], pati
                     conn.execute("ROLLBACK")
                 raise
         except sqlite3.OperationalError as exc:
-            if not is_locked(exc):
-                raise
-            if time.monotonic() + delay > deadline:
-                raise DatabaseBusyError(
-                    f"state.db stayed locked for over {patience:g} s; try again"
-                ) from exc
-            time.sleep(delay * random.uniform(0.5, 1.5))
-            delay = min(delay * 2, 0.25)
+            backoff.wait(exc)
         finally:
             pooled.close()  # back to the pool
 

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
-
-import pytest
 
 from adapters.discord_adapter import DiscordAdapter, to_event
 from tests.adapters.harness import BURST, burst_texts, check_burst, run_gateway, slow_echo
@@ -16,13 +14,6 @@ from tests.fakes.discord_server import BOT_ID, MESSAGE_CONTENT_INTENT, DiscordFa
 from tests.fakes.openai_server import FakeOpenAI, Reply
 
 T = TypeVar("T")
-
-
-@pytest.fixture
-def discord_fake() -> Iterator[FakeDiscord]:
-    server = FakeDiscord().start()
-    yield server
-    server.stop()
 
 
 def run(home: Path, fake_llm: FakeOpenAI, fake: FakeDiscord, body: Callable[[], Awaitable[T]]) -> T:

@@ -7,21 +7,11 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import FakeTelegram
 from tests.gateway.test_cli_memory import HERMES, hermes
-
-
-@pytest.fixture
-def telegram() -> Iterator[FakeTelegram]:
-    server = FakeTelegram().start()
-    yield server
-    server.stop()
 
 
 def write_config(

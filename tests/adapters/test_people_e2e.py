@@ -7,12 +7,10 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
-
-import pytest
 
 from gateway.config import load_config
 from gateway.runtime import Gateway
@@ -27,20 +25,6 @@ from tests.gateway.test_cli_memory import hermes
 T = TypeVar("T")
 CODE = re.compile(f"[{CODE_ALPHABET}]{{8}}")
 ENV = {"TG_TOKEN": "123:ABC", "SLACK_BOT_TOKEN": "xoxb-t", "SLACK_APP_TOKEN": "xapp-t"}
-
-
-@pytest.fixture
-def telegram() -> Iterator[FakeTelegram]:
-    server = FakeTelegram().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def slack() -> Iterator[FakeSlack]:
-    server = FakeSlack().start()
-    yield server
-    server.stop()
 
 
 class Live:

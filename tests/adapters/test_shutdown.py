@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from gateway.config import load_config
 from gateway.runtime import Gateway
@@ -16,20 +13,6 @@ from hermes.state.db import SessionDB
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.slack_server import FakeSlack
-
-
-@pytest.fixture
-def slack() -> Iterator[FakeSlack]:
-    server = FakeSlack().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def discord_fake() -> Iterator[FakeDiscord]:
-    server = FakeDiscord().start()
-    yield server
-    server.stop()
 
 
 def test_stopping_during_turns_lets_them_finish_on_slack_and_discord(

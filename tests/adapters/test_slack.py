@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
-
-import pytest
 
 from adapters.slack_adapter import SlackAdapter, to_event
 from tests.adapters.harness import BURST, burst_texts, check_burst, run_gateway, slow_echo
@@ -16,13 +14,6 @@ from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.slack_server import BOT_USER, FakeSlack, SlackFault
 
 T = TypeVar("T")
-
-
-@pytest.fixture
-def slack() -> Iterator[FakeSlack]:
-    server = FakeSlack().start()
-    yield server
-    server.stop()
 
 
 def run(home: Path, fake_llm: FakeOpenAI, slack: FakeSlack, body: Callable[[], Awaitable[T]]) -> T:

@@ -7,12 +7,10 @@ import hashlib
 import hmac
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 
 from adapters.slack_adapter import SlackAdapter
 from gateway.http_server import HttpServer
@@ -21,13 +19,6 @@ from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.slack_server import FakeSlack
 
 SECRET = "signing-secret"
-
-
-@pytest.fixture
-def slack() -> Iterator[FakeSlack]:
-    server = FakeSlack().start()
-    yield server
-    server.stop()
 
 
 def signed(body: str, secret: str = SECRET, retry: int | None = None) -> dict[str, str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,13 +18,6 @@ from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import BOT, FakeTelegram, Fault
 
 T = TypeVar("T")
-
-
-@pytest.fixture
-def telegram() -> Iterator[FakeTelegram]:
-    server = FakeTelegram().start()
-    yield server
-    server.stop()
 
 
 def run(home: Path, fake_llm: FakeOpenAI, tg: FakeTelegram, body: Callable[[], Awaitable[T]]) -> T:

@@ -5,12 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 
 from adapters.telegram_adapter import TelegramAdapter, Webhook
 from gateway.http_server import HttpServer
@@ -19,13 +17,6 @@ from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import FakeTelegram
 
 SECRET = "s3cret-token"
-
-
-@pytest.fixture
-def telegram() -> Iterator[FakeTelegram]:
-    server = FakeTelegram().start()
-    yield server
-    server.stop()
 
 
 def update(text: str, update_id: int) -> dict[str, Any]:
