@@ -53,12 +53,9 @@ def merge_memory(
     """Fold `gone`'s stores into `keep`'s; then archive `gone`'s folder."""
     kept, old = UserMemory(home, keep, config), UserMemory(home, gone, config)
     report = MergeReport()
+    _refuse_damaged(old, kept)  # before writing anything: a merge is all or nothing
     for target in Target:
         source = old.file_store(target).read()
-        if source.damage and not source.entries:
-            raise MergeError(
-                f"{old.file_store(target).path} cannot be read ({source.damage}); fix it first"
-            )
         incoming = [*source.entries, *source.pending]
         if incoming:
             added, waiting = _merge_store(kept.file_store(target), incoming, db, keep)
@@ -78,6 +75,19 @@ def merge_memory(
         report.archived = archive / f"{gone}-{stamp}"
         shutil.move(old.folder, report.archived)
     return report
+
+
+def _refuse_damaged(old: UserMemory, kept: UserMemory) -> None:
+    """A source that cannot be read, or a destination that must not be rewritten, stops
+    the merge. (A source over its limit is fine: its entries are all still there.)"""
+    for target in Target:
+        source, destination = old.file_store(target), kept.file_store(target)
+        read = source.read()
+        if read.damage and not read.entries:
+            raise MergeError(f"{source.path} cannot be read ({read.damage}); fix it first")
+        damage = destination.read().damage
+        if damage:
+            raise MergeError(f"{destination.path} needs fixing by hand first: {damage}")
 
 
 def _merge_store(

@@ -16,7 +16,7 @@ from hermes.llm.client import LLMClient
 from hermes.llm.endpoint import Endpoint
 from hermes.memory import entries as fmt
 from hermes.memory.consolidation import consolidate
-from hermes.memory.merge import merge_memory
+from hermes.memory.merge import MergeError, merge_memory
 from hermes.memory.store import Target
 from hermes.memory.undo import undo_last
 from hermes.memory.user_memory import UserMemory
@@ -127,3 +127,17 @@ def test_linking_merges_people_and_the_owner_id_survives(home: Path, db: Session
     )
     again = link_with_code(home, CONFIG, db, code, requester="cli:local", current_user=owner)
     assert not again.ok  # single use
+
+
+def test_a_damaged_store_stops_the_merge_before_anything_is_written(
+    home: Path, db: SessionDB
+) -> None:
+    keep = person(home, db, "telegram", "1", ["Lives in Lisbon"])
+    gone = person(home, db, "slack", "U1", ["Works at Acme"])
+    (home / "memories" / keep / "USER.md").write_bytes(b"\xff\xfe broken")
+    with pytest.raises(MergeError, match="needs fixing by hand"):
+        merge_memory(home, CONFIG, db, keep, gone)
+    assert UserMemory(home, keep, CONFIG).store(Target.MEMORY).read().entries == (
+        "Lives in Lisbon",
+    )
+    assert (home / "memories" / gone / "MEMORY.md").exists()  # not archived, not merged
