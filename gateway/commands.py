@@ -359,6 +359,8 @@ class Commands:
         if not ctx.caller.is_admin:
             logger.info("admin command refused for %s", ctx.caller.user_id)
             return NOT_ADMIN
+        if not ctx.private:  # user lists, memory usage and codes are not for a group
+            return DM_ONLY
         sub, _, arg = rest.partition(" ")
         handler = self._admin_subcommands.get(sub.lower())
         if handler is None:

@@ -15,6 +15,7 @@ from hermes.memory.store import Target
 from hermes.memory.tool import MemoryTool
 from hermes.memory.user_memory import UserMemory
 from hermes.state.db import SessionDB
+from hermes.state.people import PeopleDB
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.platform import FakeAdapter
 from tests.gateway.test_router import dm, group, scenario
@@ -106,11 +107,14 @@ def test_personal_content_is_only_shown_in_a_dm(home: Path, fake_llm: FakeOpenAI
     async def body(router: Router, adapter: FakeAdapter) -> list[str]:
         commands = ["/memory show", "/memory why x", "/sessions", "/memory forget x", "/link"]
         commands.append("/memory")
+        PeopleDB(router.db).set_role(router.db.user_for_identity("fakechat", "alice"), "admin")
+        commands.append("/admin users")
         return [await ask(adapter, group("alice", command)) for command in commands]
 
     texts = scenario(home, fake_llm, body)
     assert all(t.startswith("I only show that in a direct message") for t in texts[:5])
     assert "entries" in texts[5]  # usage numbers only: fine in a group
+    assert texts[6].startswith("I only show that in a direct message")  # even for admins
 
 
 def test_memory_consolidate_runs_now_with_the_model(home: Path, fake_llm: FakeOpenAI) -> None:
