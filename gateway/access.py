@@ -98,6 +98,7 @@ class AccessControl:
             event.platform,
             event.user.id,
             event.user.display_name,
+            chat_id=event.chat.id,
             max_pending=access.max_pending_pairings,
             max_per_day=access.pairing_codes_per_day,
         )

@@ -18,7 +18,7 @@ import logging
 import random
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -37,6 +37,10 @@ logger = logging.getLogger(__name__)
 TYPING_AFTER_S = 0.3
 CACHE_RECHECK_S = 10.0  # identities and open sessions are re-read from state.db this often
 CRASH_REPLY = "Something went wrong on my side; the operator can see why in the log."
+APPROVED_REPLY = (
+    "Good news: the operator approved your request, so you can talk to me now. "
+    "Just write; /help shows what I can do."
+)
 RESET_REPLY = "Started a fresh conversation. I still remember what's in my memory."
 NO_TEXT_REPLY = (
     "I can read text messages (and captions on photos and files), but I can't open "
@@ -110,17 +114,40 @@ class Router:
         self._pinned[key] = conv
 
     def people_changed(self) -> None:
-        """Identities, roles or access rules changed: re-read them on the next message."""
+        """Identities, roles or access rules changed: re-read them on the next message,
+        and tell newly approved requesters they are in."""
         self._users.clear()
         self._conversations.clear()  # a merged user's live sessions now belong to another id
         self.access.forget()
+        self._spawn(self._announce_approvals())
 
     def _sync_people(self) -> None:
-        """Notice changes made by another process (the CLI linking or blocking someone)."""
+        """Notice changes made by another process (the CLI linking or approving someone)."""
         stamp = self.access.people.stamp()
         if stamp != self._people_stamp:
             self._people_stamp = stamp
             self.people_changed()
+
+    async def watch_people(self, every: float = 2.0) -> None:
+        """Run as a task: notice other processes' changes even while nobody writes."""
+        while True:
+            self._sync_people()
+            await asyncio.sleep(every)
+
+    async def _announce_approvals(self) -> None:
+        for request in self.access.people.unannounced_approvals():
+            adapter = self.adapters.get(request.platform)
+            if adapter is None or not request.chat_id:
+                continue
+            self.access.people.mark_announced(request.code)  # first: never told twice
+            chat = ChatRef(request.chat_id, ChatType.DM)
+            await self.deliver(adapter, chat, APPROVED_REPLY, None, None)
+
+    def _spawn(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Run `work` beside the lanes; stop() waits for it like for a turn."""
+        task = asyncio.create_task(work)
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
 
     async def handle(self, event: MessageEvent) -> None:
         """The adapters' sink: filter and enqueue; never waits for a turn."""
@@ -130,9 +157,7 @@ class Router:
             return
         key = session_key(event, self.policy.scopes.get(event.platform, self.policy.group_scope))
         if Commands.name_of(event.text) == "/stop":  # must not wait behind the turn it stops
-            task = asyncio.create_task(self._stop_turn(key, event))
-            self._side_tasks.add(task)
-            task.add_done_callback(self._side_tasks.discard)
+            self._spawn(self._stop_turn(key, event))
             return
         lane = self._lanes.setdefault(key, _Lane())
         lane.put(event)
@@ -215,13 +240,8 @@ class Router:
                 return Caller(self._user_id(event), "user", event.platform, event.user.id, "")
             reply = self.access.pairing_reply(event)
             if reply is not None:
-                task = asyncio.create_task(
-                    self.deliver(
-                        self.adapters[event.platform], event.chat, reply, event.message_id, None
-                    )
-                )
-                self._side_tasks.add(task)
-                task.add_done_callback(self._side_tasks.discard)
+                adapter = self.adapters[event.platform]
+                self._spawn(self.deliver(adapter, event.chat, reply, event.message_id, None))
         return None
 
     # -- one turn ----------------------------------------------------------------------

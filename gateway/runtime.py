@@ -59,6 +59,7 @@ class Gateway:
                 home, config, db, agent, runtime=self, on_people_change=self.router.people_changed
             )
         self._stopping = asyncio.Event()
+        self._watcher: asyncio.Task[None] | None = None
 
     def _enabled(self) -> dict[str, PlatformConfig]:
         sections = self.config.platforms
@@ -110,6 +111,8 @@ class Gateway:
             self.adapters[name] = adapter
             logger.info("platform %s connected", name)
         await self.scheduler.start()
+        if self.router is not None:
+            self._watcher = asyncio.create_task(self.router.watch_people())
         self.started_at = time.monotonic()
         write_status_file(self.home, self.status(), f"{self.http.host}:{self.http.port}")
         logger.info("gateway started: %s", ", ".join(self.adapters) or "no platforms")
@@ -127,6 +130,8 @@ class Gateway:
         """Stop intake (what is not received stays with the platforms), the scheduler,
         then let running and queued turns finish within TURN_GRACE_S, then disconnect."""
         self.http.close_intake()
+        if self._watcher is not None:
+            self._watcher.cancel()
         for name, adapter in list(self.adapters.items()):
             try:
                 await adapter.stop_intake()

@@ -8,6 +8,7 @@ in WAL mode never block writers.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -52,9 +53,18 @@ def open_engine(path: Path) -> Engine:
 
 
 def _create_private(path: Path) -> None:
+    """Create the database file owner-only, if it is missing.
+
+    An existing file is never opened here: closing any descriptor of a file drops every
+    POSIX lock this process holds on it, including SQLite's own (another engine in this
+    process, the gateway's, would lose its shared lock; a CLI process closing its last
+    connection could then checkpoint and remove the WAL under it)."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    os.close(fd)
+    if not path.exists():
+        with contextlib.suppress(FileExistsError):  # another process created it first
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+    if path.stat().st_mode & 0o077:
+        path.chmod(0o600)
     for suffix in ("-wal", "-shm"):
         side = path.with_name(path.name + suffix)
         if side.exists() and side.stat().st_mode & 0o077:

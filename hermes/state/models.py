@@ -185,11 +185,13 @@ class PairingRequest(SQLModel, table=True):
     platform: str
     platform_user_id: str
     display_name: str = ""
+    chat_id: str = ""  # where the requester asked: told there once approved
     created_at: datetime = Field(default_factory=utcnow)
     expires_at: datetime
     status: str = "pending"  # pending | approved | denied
     decided_by: str | None = None
     decided_at: datetime | None = None
+    notified_at: datetime | None = None
 
 
 class AccessRule(SQLModel, table=True):

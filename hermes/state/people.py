@@ -323,6 +323,7 @@ class PeopleDB:
         platform_user_id: str,
         display_name: str,
         *,
+        chat_id: str = "",
         max_pending: int = 3,
         max_per_day: int = 3,
     ) -> Pairing:
@@ -360,6 +361,7 @@ class PeopleDB:
                 platform=platform,
                 platform_user_id=platform_user_id,
                 display_name=display_name,
+                chat_id=chat_id,
                 created_at=now,
                 expires_at=now + PAIRING_TTL,
             )
@@ -403,6 +405,27 @@ class PeopleDB:
             return row
 
         return self._changed(work)
+
+    def unannounced_approvals(self) -> list[PairingRequest]:
+        """Approved requests whose requester has not been told yet (a day at most)."""
+        since = utcnow() - timedelta(days=1)
+        with eng.reading(self.engine) as session:
+            query = select(PairingRequest).where(
+                PairingRequest.status == "approved",
+                col(PairingRequest.notified_at).is_(None),
+                col(PairingRequest.decided_at) > since,
+            )
+            return list(session.exec(query))
+
+    def mark_announced(self, code: str) -> None:
+        def work(session: Session) -> None:
+            session.execute(
+                update(PairingRequest)
+                .where(col(PairingRequest.code) == code)
+                .values(notified_at=utcnow())
+            )
+
+        self._write(work)
 
     # -- access rules ----------------------------------------------------------------
 

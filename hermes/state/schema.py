@@ -218,12 +218,14 @@ _V5 = [
         platform TEXT NOT NULL,
         platform_user_id TEXT NOT NULL,
         display_name TEXT NOT NULL DEFAULT '',
+        chat_id TEXT NOT NULL DEFAULT '',
         created_at TIMESTAMP NOT NULL,
         expires_at TIMESTAMP NOT NULL,
         status TEXT NOT NULL DEFAULT 'pending'
             CHECK (status IN ('pending', 'approved', 'denied')),
         decided_by TEXT,
-        decided_at TIMESTAMP
+        decided_at TIMESTAMP,
+        notified_at TIMESTAMP
     )""",
     "CREATE INDEX ix_pairing_requester ON pairing_requests(platform, platform_user_id)",
     """CREATE TABLE access_rules (

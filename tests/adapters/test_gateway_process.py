@@ -58,14 +58,16 @@ def test_gateway_answers_allowed_users_pairs_strangers_and_stops_on_sigterm(
         assert code is not None and code.group(0) in listed.stdout
         approved = hermes("pairing", "approve", code.group(0), home=home)
         assert approved.returncode == 0, approved.stderr
-        telegram.user_message("thanks", user_id=77)  # approved in another process: in at once
-        telegram.wait_sent(3)
+        telegram.wait_sent(3)  # the gateway notices the approval and tells the requester
+        telegram.user_message("thanks", user_id=77)
+        telegram.wait_sent(4)
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     texts = [str(p["text"]) for p in telegram.sent()]
-    assert "private" in texts[0] and texts[1:] == ["Hi from the gateway"] * 2
+    assert "private" in texts[0] and texts[1] == "Hi from the gateway"
+    assert "approved your request" in texts[2] and texts[3] == "Hi from the gateway"
     assert "platform telegram connected" in err and "gateway stopped" in err
     assert running.returncode == 0 and "Gateway running" in running.stdout
     assert "telegram: connected" in running.stdout

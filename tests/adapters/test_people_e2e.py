@@ -35,11 +35,17 @@ class Live:
         self.db = gateway.db
 
     async def tg(self, text: str, user: int = 42, **kw: Any) -> str:
-        before = len(self.telegram.sent())
+        """Send as `user`; the reply in that chat (others' messages are left aside)."""
+        chat = kw.get("chat_id", user)
+
+        def replies() -> list[str]:
+            return [str(p["text"]) for p in self.telegram.sent() if p["chat_id"] == chat]
+
+        before = len(replies())
         await asyncio.to_thread(self.telegram.user_message, text, user_id=user, **kw)
-        await _until(lambda: len(self.telegram.sent()) > before)
+        await _until(lambda: len(replies()) > before)
         await asyncio.sleep(0.05)  # a chunked reply: let its other parts land
-        return "\n".join(str(p["text"]) for p in self.telegram.sent()[before:])
+        return "\n".join(replies()[before:])
 
     async def tg_silent(self, text: str, user: int = 42, **kw: Any) -> None:
         before = len(self.telegram.sent())
@@ -190,7 +196,10 @@ def test_pairing_roles_and_every_admin_command(
         PeopleDB(live.db).set_role(live.db.user_for_identity("telegram", "42"), "admin")
         code = CODE.search(out["pairing"])
         assert code is not None
+        told = len(live.telegram.sent())
         out["approved"] = await live.tg(f"/admin approve {code.group(0)}")
+        await _until(lambda: any(p["chat_id"] == 77 for p in live.telegram.sent()[told:]))
+        out["announced"] = [p["text"] for p in live.telegram.sent()[told:] if p["chat_id"] == 77]
         out["now_in"] = await live.tg("hello again", user=77)
         out["status"] = await live.tg("/admin status")
         out["users"] = await live.tg("/admin users")
@@ -209,6 +218,7 @@ def test_pairing_roles_and_every_admin_command(
     assert "know /frobnicate" in out["unknown"] and "/admin" not in out["unknown"]
     assert out["calls_before"] == 0  # strangers and commands never reached the model
     assert out["approved"].startswith("Approved")
+    assert len(out["announced"]) == 1 and "approved your request" in out["announced"][0]
     assert out["now_in"] == "ok" and len(fake_llm.requests) == 1
     status = out["status"]
     for part in ("Uptime:", "telegram connected", "slack connected", "Users:", "Job "):

@@ -91,3 +91,26 @@ def test_sigkilled_writer_loses_no_committed_row(tmp_path: Path) -> None:
         assert not missing, f"committed rows lost after SIGKILL: {sorted(missing)[:5]}"
         fresh.close()
     assert len(committed) > 12
+
+
+def test_a_second_engine_in_the_process_keeps_the_first_ones_view_current(
+    tmp_path: Path,
+) -> None:
+    """Opening state.db again in one process (the scheduler's jobs do) must not drop the
+    first engine's SQLite locks: a CLI process closing its last connection would then
+    remove the WAL under it, and the first engine would keep reading an old snapshot."""
+    first = SessionDB(tmp_path / "state.db")
+    first.ensure_user(new_user_id())  # the engine holds a connection, and its locks
+    SessionDB(tmp_path / "state.db").close()  # a job's engine, opened and closed
+    for _ in range(3):  # other processes write and go away, as CLI commands do
+        written = new_user_id()
+        code = (
+            "import sys; from pathlib import Path; from hermes.state.db import SessionDB; "
+            "SessionDB(Path(sys.argv[1])).ensure_user(sys.argv[2])"
+        )
+        path = str(tmp_path / "state.db")
+        subprocess.run([sys.executable, "-c", code, path, written], check=True, timeout=60)
+        assert first.get_user(written) is not None
+        first.ensure_user(new_user_id())  # and writing still works
+    assert first.integrity_check() == "ok"
+    first.close()
