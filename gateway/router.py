@@ -139,7 +139,8 @@ class Router:
             adapter = self.adapters.get(request.platform)
             if adapter is None or not request.chat_id:
                 continue
-            self.access.people.mark_announced(request.code)  # first: never told twice
+            if not self.access.people.claim_announcement(request.code):
+                continue  # another task told them already
             chat = ChatRef(request.chat_id, ChatType.DM)
             await self.deliver(adapter, chat, APPROVED_REPLY, None, None)
 

@@ -417,15 +417,18 @@ class PeopleDB:
             )
             return list(session.exec(query))
 
-    def mark_announced(self, code: str) -> None:
-        def work(session: Session) -> None:
-            session.execute(
+    def claim_announcement(self, code: str) -> bool:
+        """Mark a request as announced; False if someone else already did (tell once)."""
+
+        def work(session: Session) -> bool:
+            result = session.execute(
                 update(PairingRequest)
-                .where(col(PairingRequest.code) == code)
+                .where(col(PairingRequest.code) == code, col(PairingRequest.notified_at).is_(None))
                 .values(notified_at=utcnow())
             )
+            return bool(getattr(result, "rowcount", 0))
 
-        self._write(work)
+        return self._write(work)
 
     # -- access rules ----------------------------------------------------------------
 

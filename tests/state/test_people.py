@@ -172,3 +172,14 @@ def test_an_edited_message_is_found_by_its_new_words_only(db: SessionDB) -> None
     assert db.search(SearchScope(user), "pelican") == []
     assert [h.session_id for h in db.search(SearchScope(user), "albatross")] == [session]
     assert [h.session_id for h in db.search(SearchScope(user), "hint")] == [session]
+
+
+def test_an_approval_is_announced_once(db: SessionDB) -> None:
+    people = PeopleDB(db)
+    request = people.request_pairing("telegram", "9", "Nine", chat_id="9").request
+    assert request is not None
+    people.decide_pairing(request.code, approve=True, by="owner")
+    assert [r.chat_id for r in people.unannounced_approvals()] == ["9"]
+    assert people.claim_announcement(request.code)
+    assert not people.claim_announcement(request.code)  # a second teller backs off
+    assert people.unannounced_approvals() == []
