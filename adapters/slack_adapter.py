@@ -112,7 +112,9 @@ def command_to_event(command: dict[str, Any]) -> MessageEvent | None:
 
 class SlackAdapter:
     name = "slack"
-    capabilities = Capabilities(max_length=39_000, markdown="slack_mrkdwn", threads=True)
+    capabilities = Capabilities(
+        max_length=39_000, markdown="slack_mrkdwn", threads=True, reorder_window_s=0.15
+    )
 
     def __init__(
         self,

@@ -17,6 +17,10 @@ class Capabilities:
     length: Callable[[str], int] = field(default=len)  # how the platform counts
     markdown: Literal["telegram_html", "slack_mrkdwn", "discord", "plain"] = "plain"
     threads: bool = False
+    # the SDK may hand over one chat's messages out of order (slack-bolt dispatches each
+    # delivery concurrently): a lane waits this long before its first turn, so messages
+    # sent just before can still take their place in line
+    reorder_window_s: float = 0.0
 
 
 class PlatformAdapter(Protocol):

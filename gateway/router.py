@@ -163,7 +163,8 @@ class Router:
         lane = self._lanes.setdefault(key, _Lane())
         lane.put(event)
         if lane.worker is None:
-            lane.worker = asyncio.create_task(self._drain(key, lane))
+            window = self.adapters[event.platform].capabilities.reorder_window_s
+            lane.worker = asyncio.create_task(self._drain(key, lane, window))
 
     def _duplicate(self, event: MessageEvent) -> bool:
         keys = [(event.platform, f"e:{event.event_id}"), (event.platform, f"m:{event.message_id}")]
@@ -180,9 +181,11 @@ class Router:
             return True
         return event.text.startswith("/") or event.chat.id in self.policy.always_answer_chats
 
-    async def _drain(self, key: SessionKey, lane: _Lane) -> None:
-        """One turn at a time for this key, in arrival order; the lane ends when empty."""
+    async def _drain(self, key: SessionKey, lane: _Lane, window: float) -> None:
+        """One turn at a time for this key, in the order sent; the lane ends when empty."""
         try:
+            if window:
+                await asyncio.sleep(window)  # let a message sent just before arrive too
             while lane.queue:
                 batch = [lane.take()]
                 while self.policy.queue_mode == "merge" and lane.queue:
