@@ -94,12 +94,12 @@ class Commands:
         agent: Agent,
         *,
         runtime: RuntimeInfo | None = None,
-        on_people_change: Callable[[], None] = lambda: None,
     ) -> None:
         self.home, self.config, self.db, self.agent = home, config, db, agent
         self.people = PeopleDB(db)
         self.runtime = runtime
-        self.on_people_change = on_people_change
+        # identities, roles or access rules changed: the router that runs us sets this
+        self.on_people_change: Callable[[], None] = lambda: None
         self._user: dict[str, Handler] = {
             "/help": self._help,
             "/start": self._help,

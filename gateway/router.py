@@ -94,9 +94,8 @@ class Router:
     ) -> None:
         self.agent, self.db, self.adapters = agent, db, adapters
         self.access, self.policy = access, policy
-        self.commands = commands or Commands(
-            agent.home, access.config, db, agent, on_people_change=self.people_changed
-        )
+        self.commands = commands or Commands(agent.home, access.config, db, agent)
+        self.commands.on_people_change = self.people_changed
         self._side_tasks: set[asyncio.Task[Any]] = set()
         self._people_stamp = access.people.stamp()
         self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()

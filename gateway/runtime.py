@@ -54,9 +54,9 @@ class Gateway:
         if endpoint is not None:
             self.assembled = build_agent(home, config, db, endpoint)
             agent = self.assembled.agent
-            self.router = Router(agent, db, self.adapters, self.access, self._policy())
-            self.router.commands = Commands(
-                home, config, db, agent, runtime=self, on_people_change=self.router.people_changed
+            commands = Commands(home, config, db, agent, runtime=self)
+            self.router = Router(
+                agent, db, self.adapters, self.access, self._policy(), commands=commands
             )
         self._stopping = asyncio.Event()
         self._watcher: asyncio.Task[None] | None = None

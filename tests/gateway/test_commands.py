@@ -131,3 +131,22 @@ def test_memory_consolidate_runs_now_with_the_model(home: Path, fake_llm: FakeOp
     texts = scenario(home, fake_llm, body)
     assert "role user" in texts[0]
     assert "3 → 1 entries" in texts[1] and "/memory undo" in texts[1]
+
+
+def test_unlink_detaches_an_account_and_whoami_shows_it(home: Path, fake_llm: FakeOpenAI) -> None:
+    async def body(router: Router, adapter: FakeAdapter) -> list[str]:
+        db = router.db
+        alice = db.user_for_identity("fakechat", "alice")
+        PeopleDB(db).merge_users(alice, db.user_for_identity("telegram", "1"))  # linked
+        router.people_changed()
+        before = await ask(adapter, dm("alice", "/whoami"))
+        unlinked = await ask(adapter, dm("alice", "/unlink telegram"))
+        again = await ask(adapter, dm("alice", "/unlink telegram"))
+        after = await ask(adapter, dm("alice", "/whoami"))
+        assert db.user_for_identity("telegram", "1") != alice
+        return [before, unlinked, again, after]
+
+    before, unlinked, again, after = scenario(home, fake_llm, body)
+    assert "telegram" in before and "telegram" not in after
+    assert unlinked.startswith("Unlinked your telegram account")
+    assert again.startswith("No telegram account is linked")
