@@ -25,6 +25,7 @@ from hermes.state.people import PairingRefused, PeopleDB
 
 CACHE_S = 30.0  # changes made anywhere also clear it at once (see PeopleDB.stamp)
 PAIRING_REPLY_EVERY_S = 60.0  # a stranger repeating themselves is answered this often
+MAX_TRACKED_STRANGERS = 10_000
 
 
 class Verdict(StrEnum):
@@ -93,6 +94,9 @@ class AccessControl:
         if last is not None and now - last < PAIRING_REPLY_EVERY_S:
             return None
         self._replied[requester] = now
+        if len(self._replied) > MAX_TRACKED_STRANGERS:  # a flood of strangers: forget the old
+            cutoff = now - PAIRING_REPLY_EVERY_S
+            self._replied = {k: t for k, t in self._replied.items() if t >= cutoff}
         access = self.config.access
         pairing = self.people.request_pairing(
             event.platform,
