@@ -33,6 +33,7 @@ chat: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/memory_ops.py
+	$(BIN)/python bench/memory_contention.py
 	$(BIN)/python bench/scan_corpus.py
 	$(BIN)/python bench/turn_overhead.py
 	$(BIN)/python bench/consolidation.py

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import httpx
 from aiohttp import web
 from telegram import BotCommand, ReplyParameters, Update
 from telegram.constants import ChatAction, ParseMode
@@ -262,5 +263,21 @@ class TelegramAdapter:
         except NetworkError as exc:
             if isinstance(exc, BadRequest):
                 raise
-            return SendResult(False, error=f"network error, outcome unknown: {exc}")
+            return _network_failure(exc)
         return SendResult(True, (f"{chat.id}:{sent.message_id}",))
+
+
+def _network_failure(exc: NetworkError) -> SendResult:
+    """Tell an answered error from an unknown outcome.
+
+    PTB raises NetworkError both for an HTTP error status (5xx: Telegram answered, the
+    message was not posted, so sending again is safe) and, chained to the httpx error,
+    for a transport failure. Of those, only a refused connection surely posted nothing;
+    a connection dropped mid-request may have been processed, so it is not resent.
+    """
+    cause = exc.__cause__
+    if cause is None:
+        return SendResult(False, error=f"server error: {exc}", retryable=True)
+    if isinstance(cause, httpx.ConnectError):
+        return SendResult(False, error=f"could not connect: {exc}", retryable=True)
+    return SendResult(False, error=f"network error, outcome unknown: {exc}")

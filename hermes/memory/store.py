@@ -14,7 +14,7 @@ import fcntl
 import hashlib
 import os
 import secrets
-import time
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -186,24 +186,15 @@ class MemoryStore:
     def _locked(self) -> Iterator[None]:
         fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            deadline = time.monotonic() + self.lock_timeout
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError as exc:
-                    if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                        raise
-                    if time.monotonic() > deadline:
-                        raise StoreBusyError(
-                            f"{self.path.name} is locked by another process for over "
-                            f"{self.lock_timeout:g} s; try again"
-                        ) from None
-                    time.sleep(0.002 + secrets.randbelow(5) / 1000)
+            if not wait_for_flock(fd, self.lock_timeout):
+                raise StoreBusyError(
+                    f"{self.path.name} is locked by another process for over "
+                    f"{self.lock_timeout:g} s; try again"
+                )
             self._remove_stale_temps()
             yield
         finally:
-            os.close(fd)  # closing the descriptor releases the lock
+            os.close(fd)  # closing the last descriptor of the file releases the lock
 
     def _remove_stale_temps(self) -> None:
         # Temps are only created under the lock, so any left now belong to a dead writer.
@@ -251,6 +242,50 @@ def _damage_message(store: MemoryStore, damage: str, backup: Path) -> str:
         f"'§' and the whole file stays within {store.limit:,} chars (or delete the file), "
         f"then try again."
     )
+
+
+def wait_for_flock(fd: int, timeout: float) -> bool:
+    """Take an exclusive flock on `fd`, waiting in the kernel for at most `timeout` s.
+
+    The wait is a blocking flock in a helper thread, so waiters sleep in the kernel and
+    are woken when the holder releases (polling with sleeps serves them unfairly). On a
+    timeout the helper keeps waiting on a duplicate descriptor and lets go of the lock
+    at once if it gets it, so a late grant never leaves the file locked.
+    """
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True  # uncontended: no thread needed
+    except OSError as exc:
+        if exc.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+    waiter = os.dup(fd)  # the same open file: a lock taken on it is the caller's lock
+    granted = threading.Event()
+    guard = threading.Lock()
+    abandoned = False
+
+    def wait() -> None:
+        try:
+            fcntl.flock(waiter, fcntl.LOCK_EX)
+        except OSError:
+            os.close(waiter)
+            return
+        with guard:
+            if abandoned:
+                fcntl.flock(waiter, fcntl.LOCK_UN)
+                os.close(waiter)
+                return
+            granted.set()
+
+    threading.Thread(target=wait, name="flock-wait", daemon=True).start()
+    if granted.wait(timeout):
+        os.close(waiter)  # the caller's descriptor still holds the lock
+        return True
+    with guard:
+        if granted.is_set():
+            os.close(waiter)
+            return True
+        abandoned = True
+    return False
 
 
 def _read_text(path: Path) -> str:

@@ -262,3 +262,44 @@ def test_forum_topic_replies_stay_in_their_topic_and_session(
     sessions = db.list_sessions(db.user_for_identity("telegram", "42"))
     assert sorted(s.thread_id or "" for s in sessions) == ["7", "9"]  # a session per topic
     db.close()
+
+
+@pytest.mark.parametrize("status", [500, 502, 503])
+def test_an_answered_server_error_is_retried_and_delivered_once(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram, status: int
+) -> None:
+    telegram.faults.append(Fault("sendMessage", status, "Internal Server Error"))
+
+    async def body() -> list[dict[str, Any]]:
+        telegram.user_message("hi")
+        sent = await until_sent(telegram, 2)  # the refused attempt and the accepted one
+        await asyncio.sleep(0.3)
+        return sent
+
+    sent = run(home, fake_llm, telegram, body)
+    assert len(sent) == 2 and sent[0]["text"] == sent[1]["text"]
+    db = SessionDB.open(home)
+    try:
+        assert db.failed_deliveries("telegram") == []
+    finally:
+        db.close()
+
+
+def test_a_dropped_connection_is_recorded_and_not_resent(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
+) -> None:
+    telegram.faults.append(Fault("sendMessage", drop=True))
+
+    async def body() -> None:
+        telegram.user_message("hi")
+        await until_sent(telegram, 1)
+        await asyncio.sleep(1.5)
+
+    run(home, fake_llm, telegram, body)
+    assert len(telegram.sent()) == 1  # posted or not: never a second copy
+    db = SessionDB.open(home)
+    try:
+        (failure,) = db.failed_deliveries("telegram")
+        assert "outcome unknown" in (failure.error or "")
+    finally:
+        db.close()

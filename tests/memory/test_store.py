@@ -127,6 +127,53 @@ def test_lock_timeout_is_a_clear_error(memory: UserMemory) -> None:
         os.close(fd)
 
 
+def _kernel_waiters(path: Path) -> int:
+    """How many flock requests on `path` sleep in the kernel (blocked lines of /proc/locks)."""
+    inode = os.stat(path).st_ino
+    lines = Path("/proc/locks").read_text().splitlines()
+    return sum(1 for line in lines if "->" in line and line.split()[-3].endswith(f":{inode}"))
+
+
+def test_a_waiting_writer_sleeps_in_the_kernel_not_in_a_poll_loop(
+    memory: UserMemory, tool: MemoryTool
+) -> None:
+    store = memory.store(Target.MEMORY)
+    store.path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(store.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    thread = threading.Thread(
+        target=tool.run, args=({"action": "add", "target": "memory", "content": "queued"},)
+    )
+    thread.start()
+    try:
+        deadline = time.monotonic() + 5
+        while _kernel_waiters(store.lock_path) == 0:
+            assert time.monotonic() < deadline, "the writer never queued for the lock"
+            time.sleep(0.01)
+    finally:
+        os.close(fd)
+    thread.join(5)
+    assert store.read().entries == ("queued",)
+
+
+def test_a_timed_out_wait_never_leaves_the_store_locked(memory: UserMemory) -> None:
+    store = MemoryStore(memory.folder / "MEMORY.md", Target.MEMORY, 2200, lock_timeout=0.1)
+    store.path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(store.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    with pytest.raises(StoreBusyError):
+        store.mutate(lambda state: (["x"], None))
+    os.close(fd)  # the abandoned waiter gets the lock now and must let go of it
+    store.lock_timeout = 2.0
+    store.mutate(lambda state: (["after"], None))
+    assert store.read().entries == ("after",)
+    probe = os.open(store.lock_path, os.O_RDWR)
+    try:
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free again
+    finally:
+        os.close(probe)
+
+
 def test_damaged_error_is_raised_before_deciding(memory: UserMemory) -> None:
     store = memory.store(Target.MEMORY)
     store.path.parent.mkdir(parents=True, exist_ok=True)
