@@ -36,7 +36,7 @@ class Answer:
 class CliAdapter:
     name = "cli"
     # the terminal renders the Markdown itself and has no length limit worth chunking at
-    capabilities = Capabilities(max_length=1_000_000, markdown="plain")
+    capabilities = Capabilities(max_length=1_000_000)
 
     def __init__(self) -> None:
         self._sink: EventSink | None = None

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import aiohttp
@@ -29,22 +29,10 @@ from gateway.events import (
     SendResult,
     UserRef,
 )
-from gateway.ports import Capabilities, EventSink
+from gateway.ports import Capabilities, EventSink, MenuEntry
 
 logger = logging.getLogger(__name__)
 READY_TIMEOUT_S = 30.0
-# (name, description, takes an argument): the same commands as the text ones
-SLASH_COMMANDS = [
-    ("help", "What I can do", False),
-    ("whoami", "Your user id, role and linked accounts", False),
-    ("new", "Start a fresh conversation", False),
-    ("stop", "Cancel the answer I'm working on", False),
-    ("memory", "Memory: status, show, forget TEXT, why TEXT, undo, consolidate", True),
-    ("sessions", "Recent conversations, or search them", True),
-    ("link", "Link another account (no code: get one)", True),
-    ("unlink", "Detach a linked account (PLATFORM)", True),
-    ("admin", "Admin: status, users, memory, approve, deny, allow, block", True),
-]
 
 
 def to_event(data: dict[str, Any], bot_id: str) -> MessageEvent | None:
@@ -104,10 +92,14 @@ def interaction_to_event(
 
 class DiscordAdapter:
     name = "discord"
-    capabilities = Capabilities(max_length=2000, markdown="discord", threads=True)
+    capabilities = Capabilities(max_length=2000)
 
     def __init__(
-        self, token: str, api_base: str | None = None, gateway_url: str | None = None
+        self,
+        token: str,
+        api_base: str | None = None,
+        gateway_url: str | None = None,
+        menu: Sequence[MenuEntry] = (),
     ) -> None:
         if api_base:  # a REST proxy, or a test fake (process-wide in discord.py)
             discord.http.Route.BASE = api_base.rstrip("/")
@@ -120,9 +112,10 @@ class DiscordAdapter:
         )
         self.client.event(self.on_socket_raw_receive)
         self.tree = discord.app_commands.CommandTree(self.client)
-        for name, description, takes_text in SLASH_COMMANDS:
-            handler = self._slash_with_text(name) if takes_text else self._slash_handler(name)
-            self.tree.command(name=name, description=description)(handler)  # type: ignore[arg-type]
+        for entry in menu:  # application commands, answered as the text commands
+            name = entry.name
+            handler = self._slash_with_text(name) if entry.takes_text else self._slash_handler(name)
+            self.tree.command(name=name, description=entry.summary[:100])(handler)  # type: ignore[arg-type]
         self.token = token
         self._task: asyncio.Task[None] | None = None
         self._sink: EventSink | None = None

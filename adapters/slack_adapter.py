@@ -113,7 +113,9 @@ def command_to_event(command: dict[str, Any]) -> MessageEvent | None:
 class SlackAdapter:
     name = "slack"
     capabilities = Capabilities(
-        max_length=39_000, markdown="slack_mrkdwn", threads=True, reorder_window_s=0.15
+        max_length=40_000,  # chat.postMessage truncates text past 40,000 characters
+        render=to_slack_mrkdwn,
+        reorder_window_s=0.15,
     )
 
     def __init__(

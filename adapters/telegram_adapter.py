@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -33,23 +34,12 @@ from gateway.events import (
 )
 from gateway.formatting import to_telegram_html
 from gateway.http_server import Route
-from gateway.ports import Capabilities, EventSink
+from gateway.ports import Capabilities, EventSink, MenuEntry
 
 logger = logging.getLogger(__name__)
 
 SEND_CONNECTIONS = 8
 POOL_TIMEOUT_S = 30.0  # waiting for a free connection is not a failure
-COMMANDS = [
-    ("help", "What I can do"),
-    ("whoami", "Your user id, role and linked accounts"),
-    ("new", "Start a fresh conversation"),
-    ("stop", "Cancel the answer I'm working on"),
-    ("memory", "Memory: status, show, forget TEXT, why TEXT, undo, consolidate"),
-    ("sessions", "Recent conversations, or search them"),
-    ("link", "Link another account (/link, or /link CODE)"),
-    ("unlink", "Detach a linked account: /unlink PLATFORM"),
-    ("admin", "Admin commands (admins only)"),
-]
 _CHAT_TYPES = {
     "private": ChatType.DM,
     "group": ChatType.GROUP,
@@ -139,9 +129,11 @@ class Webhook:
 
 class TelegramAdapter:
     name = "telegram"
-    # 4,096 UTF-16 units per message; room is left for the HTML tags added after chunking
+    # 4,096 UTF-16 units per message, counted on the HTML that is sent
     capabilities = Capabilities(
-        max_length=3800, length=utf16_length, markdown="telegram_html", threads=True
+        max_length=4096,
+        length=utf16_length,
+        render=to_telegram_html,
     )
 
     def __init__(
@@ -150,6 +142,7 @@ class TelegramAdapter:
         base_url: str | None = None,
         poll_timeout: int = 10,
         webhook: Webhook | None = None,
+        menu: Sequence[MenuEntry] = (),
     ) -> None:
         # 32 connections: httpx scans its whole pool on every request, so PTB's default of
         # 256 costs more CPU than it saves waiting (bench/gateway_throughput.py)
@@ -161,13 +154,15 @@ class TelegramAdapter:
         self.app: Application[Any, Any, Any, Any, Any, Any] = builder.build()
         self.poll_timeout = poll_timeout
         self.webhook = webhook
+        self.menu = [BotCommand(entry.name, entry.summary[:256]) for entry in menu]
         self._sink: EventSink | None = None
 
     async def start(self, sink: EventSink) -> None:
         self._sink = sink
         self.app.add_handler(MessageHandler(filters.ALL, self._on_update))
         await self.app.initialize()  # getMe
-        await self.app.bot.set_my_commands([BotCommand(c, d) for c, d in COMMANDS])
+        if self.menu:
+            await self.app.bot.set_my_commands(self.menu)
         await self.app.start()
         if self.webhook is not None:  # Telegram pushes to routes() on the gateway's server
             url = self.webhook.public_url.rstrip("/") + self.webhook.path

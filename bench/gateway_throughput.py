@@ -29,12 +29,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adapters.telegram_adapter import TelegramAdapter
-from gateway.access import AccessControl
+from gateway.app import build_app
 from gateway.config import HermesConfig
-from gateway.platform_config import AccessConfig
-from gateway.router import Router, RouterPolicy
-from hermes.agent.agent import Agent
-from hermes.config import AgentConfig, MemoryConfig
 from hermes.llm.types import ModelReply
 from hermes.state.db import SessionDB
 from tests.fakes.telegram_server import FakeTelegram
@@ -121,23 +117,21 @@ async def run(chats: int, messages: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
         db = SessionDB.open(home)
-        agent = Agent(
-            db,
-            InstantModel(),
-            home,
-            MemoryConfig(review_interval=0),
-            AgentConfig(),
-            auto_consolidate=False,
+        config = HermesConfig.model_validate(
+            {"access": {"allow_all": True}, "memory": {"review_interval": 0}}
         )
-        adapter = TelegramAdapter("1:BENCH", base_url=base_url, poll_timeout=1)
-        access = AccessControl(HermesConfig(access=AccessConfig(allow_all=True)), db)
-        router = Router(agent, db, {"telegram": adapter}, access, RouterPolicy())
-        await adapter.start(router.handle)
+        app = build_app(home, config, db, model=InstantModel())
+        adapter = TelegramAdapter(
+            "1:BENCH", base_url=base_url, poll_timeout=1, menu=app.commands.menu()
+        )
+        app.router.attach(adapter)
+        await adapter.start(app.router.handle)
         child.stdin.write(b"go\n")
         await child.stdin.drain()
         result = json.loads(await child.stdout.readline())
         await adapter.stop()
-        await router.stop()
+        await app.router.stop()
+        await app.close()
         db.close()
     child.stdin.write(b"done\n")
     await child.stdin.drain()

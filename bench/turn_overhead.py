@@ -20,9 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hermes.agent.agent import Agent, Surface
+from gateway.app import build_app
+from gateway.config import HermesConfig
+from hermes.agent.agent import Surface
 from hermes.agent.conversation import to_new_message
-from hermes.config import AgentConfig, MemoryConfig
 from hermes.identity import new_user_id
 from hermes.llm.types import ModelReply, ToolCall
 from hermes.state.db import SessionDB
@@ -55,13 +56,11 @@ class InstantModel:
 async def measure(home: Path, history: int, turns: int, tool_every: int) -> list[float]:
     db = SessionDB.open(home)
     user = db.ensure_user(new_user_id()).id
-    agent = Agent(
-        db,
-        InstantModel(tool_every),
-        home,
-        MemoryConfig(review_interval=0),
-        AgentConfig(context_budget_tokens=2_000_000),
+    config = HermesConfig.model_validate(
+        {"memory": {"review_interval": 0}, "agent": {"context_budget_tokens": 2_000_000}}
     )
+    app = build_app(home, config, db, model=InstantModel(tool_every))
+    agent = app.agent
     conv = agent.open(user, CLI, f"bench:{history}")
     filler = [
         {"role": "user" if i % 2 == 0 else "assistant", "content": f"earlier message {i} " * 8}
@@ -77,6 +76,7 @@ async def measure(home: Path, history: int, turns: int, tool_every: int) -> list
         assert result.ok
         if i % 40 == 39:  # keep the store from filling up
             agent.memory_of(user).folder.joinpath("MEMORY.md").unlink(missing_ok=True)
+    await app.close()
     db.close()
     return timings
 

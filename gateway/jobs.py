@@ -13,12 +13,11 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 
+from gateway.app import build_app, build_memory
 from gateway.config import HermesConfig, auxiliary_endpoint, load_config, main_endpoint
 from hermes.agent import review
-from hermes.agent.agent import Agent
 from hermes.config import AuxiliaryTaskConfig
 from hermes.llm.client import LLMClient
-from hermes.memory import sweep
 from hermes.state.db import SessionDB
 
 logger = logging.getLogger(__name__)
@@ -41,7 +40,7 @@ async def _resources(home: Path) -> AsyncIterator[tuple[HermesConfig, SessionDB,
 async def consolidation_check(home: str) -> str:
     """Consolidate every store over the threshold (stores in backoff wait)."""
     async with _resources(Path(home)) as (config, db, model):
-        runs = await sweep.check(Path(home), db, model, config.memory)
+        runs = await build_memory(Path(home), config, db, model).check()
     if not runs:
         return "all stores under the threshold"
     counts: dict[str, int] = {}
@@ -51,16 +50,27 @@ async def consolidation_check(home: str) -> str:
 
 
 async def idle_sessions(home: str) -> str:
-    """Finalize sessions idle past `sessions.idle_minutes`, with a memory-review pass."""
-    async with _resources(Path(home)) as (config, db, model):
+    """Finalize sessions idle past `sessions.idle_minutes`, with a memory-review pass by
+    the same agent the gateway runs (so privacy settings hold here too)."""
+    path = Path(home)
+    config = load_config(path)
+    db = SessionDB.open(path)
+    app = build_app(path, config, db) if main_endpoint(config) is not None else None
+    try:
         idle = db.idle_sessions(timedelta(minutes=config.sessions.idle_minutes))
-        agent = Agent(db, model, Path(home), config.memory, config.agent) if model else None
         for chat in idle:
-            db.end_session(chat.id, "idle")
-            conv = agent.resume(chat.user_id, chat.id) if agent else None
-            if agent is not None and conv is not None and conv.history:
-                await review.run(agent, conv)
-    return f"finalized {len(idle)} idle session(s)"
+            conv = app.agent.resume(chat.user_id, chat.id) if app else None
+            if app is None or conv is None:
+                db.end_session(chat.id, "idle")
+                continue
+            app.agent.end(conv, "idle")
+            if conv.history:
+                await review.run(app.agent, conv)
+        return f"finalized {len(idle)} idle session(s)"
+    finally:
+        if app is not None:
+            await app.close()
+        db.close()
 
 
 async def maintenance(home: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Protocol
 
 from gateway.events import ChatRef, MessageEvent, OutboundMessage, SendResult
 
@@ -15,12 +15,21 @@ EventSink = Callable[[MessageEvent], Awaitable[None]]
 class Capabilities:
     max_length: int
     length: Callable[[str], int] = field(default=len)  # how the platform counts
-    markdown: Literal["telegram_html", "slack_mrkdwn", "discord", "plain"] = "plain"
-    threads: bool = False
+    # the text as it will be sent (the platform's dialect): what `max_length` limits
+    render: Callable[[str], str] = field(default=str)
     # the SDK may hand over one chat's messages out of order (slack-bolt dispatches each
     # delivery concurrently): a lane waits this long before its first turn, so messages
     # sent just before can still take their place in line
     reorder_window_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class MenuEntry:
+    """One command in a platform's command menu (generated from the command table)."""
+
+    name: str  # without the slash
+    summary: str
+    takes_text: bool = False  # has an argument (a Discord option, free text)
 
 
 class PlatformAdapter(Protocol):

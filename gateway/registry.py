@@ -7,13 +7,15 @@ Adapters are imported lazily, so a missing SDK only matters when the platform is
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gateway.config import ConfigError, secret
 from gateway.platform_config import DiscordConfig, PlatformConfig, SlackConfig, TelegramConfig
-from gateway.ports import PlatformAdapter
+from gateway.ports import MenuEntry, PlatformAdapter
+
+Menu = Sequence[MenuEntry]
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,11 +23,11 @@ class PlatformEntry:
     name: str
     module: str
     install_hint: str
-    build: Callable[[Any, PlatformConfig, Mapping[str, str] | None], PlatformAdapter]
+    build: Callable[[Any, PlatformConfig, Mapping[str, str] | None, Menu], PlatformAdapter]
 
 
 def _telegram(
-    module: Any, config: PlatformConfig, env: Mapping[str, str] | None
+    module: Any, config: PlatformConfig, env: Mapping[str, str] | None, menu: Menu
 ) -> PlatformAdapter:
     assert isinstance(config, TelegramConfig)
     token = _require(config.token_env, "platforms.telegram.token_env", env)
@@ -36,12 +38,15 @@ def _telegram(
         secret = _require(config.webhook_secret_env, "platforms.telegram.webhook_secret_env", env)
         webhook = module.Webhook(config.webhook_url, secret)
     adapter: PlatformAdapter = module.TelegramAdapter(
-        token, base_url=config.base_url, webhook=webhook
+        token, base_url=config.base_url, webhook=webhook, menu=menu
     )
     return adapter
 
 
-def _slack(module: Any, config: PlatformConfig, env: Mapping[str, str] | None) -> PlatformAdapter:
+def _slack(
+    module: Any, config: PlatformConfig, env: Mapping[str, str] | None, _menu: Menu
+) -> PlatformAdapter:
+    """Slack's menu is `/hermes help`, answered from the same command table."""
     assert isinstance(config, SlackConfig)
     bot = _require(config.bot_token_env, "platforms.slack.bot_token_env", env)
     if config.mode == "http":
@@ -55,11 +60,13 @@ def _slack(module: Any, config: PlatformConfig, env: Mapping[str, str] | None) -
     return adapter
 
 
-def _discord(module: Any, config: PlatformConfig, env: Mapping[str, str] | None) -> PlatformAdapter:
+def _discord(
+    module: Any, config: PlatformConfig, env: Mapping[str, str] | None, menu: Menu
+) -> PlatformAdapter:
     assert isinstance(config, DiscordConfig)
     token = _require(config.token_env, "platforms.discord.token_env", env)
     adapter: PlatformAdapter = module.DiscordAdapter(
-        token, api_base=config.api_base, gateway_url=config.gateway_url
+        token, api_base=config.api_base, gateway_url=config.gateway_url, menu=menu
     )
     return adapter
 
@@ -78,7 +85,7 @@ REGISTRY: dict[str, PlatformEntry] = {
 
 
 def build(
-    name: str, config: PlatformConfig, env: Mapping[str, str] | None = None
+    name: str, config: PlatformConfig, env: Mapping[str, str] | None = None, menu: Menu = ()
 ) -> PlatformAdapter:
     entry = REGISTRY.get(name)
     if entry is None:
@@ -89,7 +96,7 @@ def build(
         raise ConfigError(
             f"platforms.{name} is enabled but its SDK is missing ({exc.name}): {entry.install_hint}"
         ) from None
-    return entry.build(module, config, env)
+    return entry.build(module, config, env, menu)
 
 
 def _require(env_name: str, key: str, env: Mapping[str, str] | None) -> str:

@@ -15,16 +15,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from gateway import registry
-from gateway.access import AccessControl
-from gateway.assembly import Assembled, build_agent
-from gateway.commands import Commands
+from gateway.app import App, build_app
 from gateway.config import ConfigError, HermesConfig, main_endpoint
 from gateway.http_server import HttpServer, WebhookAdapter
 from gateway.platform_config import PlatformConfig
 from gateway.ports import PlatformAdapter
-from gateway.router import Router, RouterPolicy
 from gateway.scheduler import Scheduler
-from gateway.session_key import Scope
 from gateway.status_file import remove_status_file, write_status_file
 from hermes.state.db import SessionDB
 
@@ -42,22 +38,14 @@ class Gateway:
         self.adapters: dict[str, PlatformAdapter] = {}
         self.failed: dict[str, str] = {}
         self.platforms = self._enabled()
-        self.assembled: Assembled | None = None
-        self.router: Router | None = None
-        endpoint = main_endpoint(config, env)
-        if self.platforms and endpoint is None:
+        self.app: App | None = None
+        if main_endpoint(config, env) is not None:
+            self.app = build_app(home, config, db, env=env, runtime=self)
+        elif self.platforms:
             raise ConfigError(
                 "platforms are enabled but no model is configured (llm.base_url, llm.model)"
             )
-        self.access = AccessControl(config, db)
         self.started_at: float | None = None
-        if endpoint is not None:
-            self.assembled = build_agent(home, config, db, endpoint)
-            agent = self.assembled.agent
-            commands = Commands(home, config, db, agent, runtime=self)
-            self.router = Router(
-                agent, db, self.adapters, self.access, self._policy(), commands=commands
-            )
         self._stopping = asyncio.Event()
         self._watcher: asyncio.Task[None] | None = None
 
@@ -69,13 +57,6 @@ class Gateway:
             if (section := getattr(sections, name)).enabled
         }
 
-    def _policy(self) -> RouterPolicy:
-        always = frozenset(c for p in self.platforms.values() for c in p.answer_without_mention)
-        scopes = {name: Scope(p.group_scope) for name, p in self.platforms.items()}
-        return RouterPolicy(
-            queue_mode=self.config.gateway.queue_mode, always_answer_chats=always, scopes=scopes
-        )
-
     # -- RuntimeInfo, for /admin status ---------------------------------------------------
 
     def uptime_s(self) -> float | None:
@@ -85,15 +66,16 @@ class Gateway:
         return self.status()
 
     async def llm_health(self) -> str:
-        if self.assembled is None:
+        if self.app is None:
             return "no model configured"
-        return await self.assembled.clients[0].health()
+        return await self.app.health()
 
     async def start(self) -> None:
         built: dict[str, PlatformAdapter] = {}
+        menu = self.app.commands.menu() if self.app is not None else []
         for name, section in self.platforms.items():
             try:
-                built[name] = registry.build(name, section, self.env)
+                built[name] = registry.build(name, section, self.env, menu)
             except Exception as exc:
                 self._failed(name, exc)
         for adapter in built.values():
@@ -102,20 +84,28 @@ class Gateway:
                     self.http.add(route)
         await self.http.start()  # before the adapters: webhooks must find it listening
         for name, adapter in built.items():
-            try:
-                assert self.router is not None
-                await adapter.start(self.router.handle)
-            except Exception as exc:  # one platform failing must not take the others down
-                self._failed(name, exc)
-                continue
-            self.adapters[name] = adapter
-            logger.info("platform %s connected", name)
+            await self._start_platform(name, adapter)
         await self.scheduler.start()
-        if self.router is not None:
-            self._watcher = asyncio.create_task(self.router.watch_people())
+        if self.app is not None:
+            self._watcher = asyncio.create_task(self.app.router.watch_people())
         self.started_at = time.monotonic()
         write_status_file(self.home, self.status(), f"{self.http.host}:{self.http.port}")
         logger.info("gateway started: %s", ", ".join(self.adapters) or "no platforms")
+
+    async def _start_platform(self, name: str, adapter: PlatformAdapter) -> None:
+        """Attach, then start: events may arrive before start() returns (Discord syncs
+        its commands after connecting), and the router must know the adapter by then."""
+        assert self.app is not None  # platforms need a model (checked in __init__)
+        router = self.app.router
+        router.attach(adapter)
+        try:
+            await adapter.start(router.handle)
+        except Exception as exc:  # one platform failing must not take the others down
+            router.detach(name)
+            self._failed(name, exc)
+            return
+        self.adapters[name] = adapter
+        logger.info("platform %s connected", name)
 
     def _failed(self, name: str, exc: Exception) -> None:
         logger.error("platform %s failed to start: %s: %s", name, type(exc).__name__, exc)
@@ -138,16 +128,16 @@ class Gateway:
             except Exception:
                 logger.exception("platform %s did not stop receiving cleanly", name)
         await self.scheduler.stop()
-        if self.router is not None:
-            await self.router.stop(TURN_GRACE_S)
+        if self.app is not None:
+            await self.app.router.stop(TURN_GRACE_S)
         for name, adapter in list(self.adapters.items()):
             try:
                 await adapter.stop()
             except Exception:
                 logger.exception("platform %s did not stop cleanly", name)
         await self.http.stop()
-        if self.assembled is not None:
-            await self.assembled.close()
+        if self.app is not None:
+            await self.app.close()
         remove_status_file(self.home)
         logger.info("gateway stopped")
 

@@ -27,6 +27,11 @@ class SessionKey:
     thread_id: str | None
     user_id: str | None  # None when the chat is shared (per_chat)
 
+    @property
+    def shared(self) -> bool:
+        """One conversation for everyone in the chat: it belongs to the chat."""
+        return self.user_id is None
+
     def __str__(self) -> str:
         parts = [self.platform, self.chat_type.value, self.chat_id]
         parts += [self.thread_id or "-", self.user_id or "*"]

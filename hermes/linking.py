@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from hermes.config import MemoryConfig
 from hermes.identity import owner_user_id
-from hermes.memory.merge import MergeError, MergeReport, merge_memory
+from hermes.memory.merge import MergeError, MergeReport
+from hermes.memory.service import MemoryService
 from hermes.state.db import SessionDB
 from hermes.state.people import ROLE_RANK, PeopleDB, Redeem
 
@@ -28,8 +28,7 @@ class LinkOutcome:
 
 
 def link_with_code(
-    home: Path,
-    config: MemoryConfig,
+    memory: MemoryService,
     db: SessionDB,
     code: str,
     *,
@@ -52,9 +51,9 @@ def link_with_code(
     creator = redeemed.user_id
     if creator == current_user:
         return LinkOutcome(True, "This account is already linked to you.", creator)
-    keep, gone = _survivor(home, db, creator, current_user)
+    keep, gone = _survivor(memory.home, db, creator, current_user)
     try:
-        report = merge_memory(home, config, db, keep, gone)
+        report = memory.merge(keep, gone)
     except MergeError as exc:
         return LinkOutcome(False, f"Could not merge the memories: {exc}")
     people.merge_users(keep, gone)

@@ -16,13 +16,11 @@ from rich.markdown import Markdown
 from rich.markup import escape
 
 from adapters.cli_adapter import CLI_CHAT, CliAdapter
-from gateway.access import AccessControl
-from gateway.assembly import Assembled, build_agent
+from gateway.app import App, build_app
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import console, err_console, note, say
-from gateway.commands import Commands
+from gateway.commands import command_name
 from gateway.config import CONFIG_FILENAME, main_endpoint
-from gateway.router import Router
 from gateway.session_key import session_key
 from gateway.status_file import read_status_file
 from hermes.agent.agent import Agent, Surface
@@ -81,7 +79,7 @@ class Runtime:
         self.loop.close()
 
 
-def _endpoint(ctx: CliContext) -> Endpoint:
+def _check_endpoint(ctx: CliContext) -> Endpoint:
     endpoint = main_endpoint(ctx.config)
     if endpoint is None:
         err_console.print(SETUP_HELP.format(config=ctx.home / CONFIG_FILENAME), markup=False)
@@ -104,37 +102,36 @@ def chat(
 ) -> None:
     """Chat with Hermes in the terminal, as the owner."""
     ctx = CliContext.load()
-    endpoint = _endpoint(ctx)
+    _check_endpoint(ctx)
     db = ctx.open_db()
     owner = owner_user_id(ctx.home)
     runtime = Runtime()
-    assembled = build_agent(ctx.home, ctx.config, db, endpoint)
-    agent = assembled.agent
+    app = build_app(ctx.home, ctx.config, db)
+    app.commands.runtime = LocalInfo(ctx.home, app)
+    agent = app.agent
     runtime.loop.call_soon_threadsafe(agent.check_memory, owner)  # a CLI-only install
     adapter = CliAdapter()
-    commands = Commands(ctx.home, ctx.config, db, agent, runtime=LocalInfo(ctx.home, assembled))
-    access = AccessControl(ctx.config, db)
-    router = Router(agent, db, {adapter.name: adapter}, access, commands=commands)
+    app.router.attach(adapter)
     try:
         key = session_key(adapter.event(""))
         conv = _conversation(agent, db, owner, resume, str(key))
-        router.pin(key, conv)
-        runtime.run(adapter.start(router.handle))
+        app.router.pin(key, conv)
+        runtime.run(adapter.start(app.router.handle))
         if query is not None:
             _one_shot(runtime, adapter, query)
         else:
             _interactive(runtime, adapter, conv.id, resumed=resume is not None)
     finally:
-        runtime.run(_shutdown(assembled, router, owner))
+        runtime.run(_shutdown(app, owner))
         runtime.close()
         db.close()
 
 
-async def _shutdown(assembled: Assembled, router: Router, owner: str) -> None:
-    await router.stop(timeout=30)
-    await assembled.agent.drain(timeout=30)
-    assembled.agent.check_memory(owner)  # and once more at the end of the session
-    await assembled.close()
+async def _shutdown(app: App, owner: str) -> None:
+    await app.router.stop(timeout=30)
+    await app.agent.drain(timeout=30)
+    app.agent.check_memory(owner)  # and once more at the end of the session
+    await app.close()
 
 
 def _conversation(
@@ -171,7 +168,7 @@ def _interactive(runtime: Runtime, adapter: CliAdapter, session_id: str, resumed
             return
         if not line:
             continue
-        name = Commands.name_of(line) if line.startswith("/") else ""
+        name = command_name(line) if line.startswith("/") else ""
         if name in ("/exit", "/quit"):
             return
         try:
@@ -194,9 +191,9 @@ def _interactive(runtime: Runtime, adapter: CliAdapter, session_id: str, resumed
 class LocalInfo:
     """/admin status from the terminal: the gateway's status file, and our own model."""
 
-    def __init__(self, home: Path, assembled: Assembled) -> None:
+    def __init__(self, home: Path, app: App) -> None:
         self.status = read_status_file(home)
-        self.assembled = assembled
+        self.app = app
 
     def uptime_s(self) -> float | None:
         if self.status is None or not self.status.running:
@@ -207,7 +204,7 @@ class LocalInfo:
         return self.status.platforms if self.status and self.status.running else {}
 
     async def llm_health(self) -> str:
-        return await self.assembled.clients[0].health()
+        return await self.app.health()
 
 
 STARTER = """\

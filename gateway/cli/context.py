@@ -8,6 +8,7 @@ from typing import NoReturn
 
 import typer
 
+from gateway.app import build_memory
 from gateway.cli.output import err_console
 from gateway.config import (
     ConfigError,
@@ -20,6 +21,7 @@ from hermes.config import AuxiliaryTaskConfig
 from hermes.identity import InvalidUserIdError, owner_user_id, validate_user_id
 from hermes.llm.client import LLMClient
 from hermes.llm.summarizer import LLMSummarizer
+from hermes.memory.service import MemoryService
 from hermes.state.db import SessionDB
 from hermes.state.engine import StateDBError
 from hermes.state.people import PeopleDB
@@ -57,6 +59,10 @@ class CliContext:
         except StateDBError as exc:
             fail(str(exc), EXIT_REFUSED)
         return db
+
+    def memory(self, db: SessionDB, model: LLMClient | None = None) -> MemoryService:
+        """The memory service (the one write path); `model` consolidates."""
+        return build_memory(self.home, self.config, db, model)
 
     def summarizer(self) -> Summarizer | None:
         """The auxiliary model for search summaries, if one is configured."""

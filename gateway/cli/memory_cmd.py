@@ -13,12 +13,11 @@ from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import console, note, print_json, say
 from hermes.llm.client import LLMClient
 from hermes.memory import sweep
-from hermes.memory.journal import run_recorded
 from hermes.memory.render import render
 from hermes.memory.scanner import scan
+from hermes.memory.service import MemoryService, StoreStatus
 from hermes.memory.store import Target
-from hermes.memory.tool import MemoryTool
-from hermes.memory.undo import undo_last
+from hermes.memory.tool import ToolOutcome
 from hermes.memory.user_memory import UserMemory
 from hermes.state.db import SessionDB
 from hermes.state.people import PeopleDB
@@ -27,7 +26,6 @@ app = typer.Typer(
     help="Inspect and edit the bounded MEMORY.md / USER.md stores.", no_args_is_help=True
 )
 
-WARN_PERCENT = 80
 UserOpt = Annotated[str | None, typer.Option("--user", help="User id (default: the owner).")]
 TargetOpt = Annotated[Target, typer.Option("--target", "-t", help="memory or user.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print exactly the tool's JSON result.")]
@@ -46,71 +44,70 @@ def status(
     ] = False,
 ) -> None:
     """Usage per store: chars used / limit, percent and entry count."""
+    ctx = CliContext.load()
+    service = ctx.memory(ctx.open_db())
     if all_users:
-        _status_all()
+        _status_all(ctx, service)
         return
-    memory = _memory(user)
-    table = Table(title=f"Memory of {memory.user_id}")
+    user_id = ctx.user_id(user)
+    table = Table(title=f"Memory of {user_id}")
     for column in ("store", "used / limit", "percent", "entries", "last consolidation", "note"):
         table.add_column(column)
-    db = CliContext.load().open_db()
-    for target in Target:
-        if not memory.enabled(target):
-            table.add_row(target.value, "-", "-", "-", "-", "disabled")
+    for store in service.status(user_id):
+        if not store.enabled:
+            table.add_row(store.target.value, "-", "-", "-", "-", "disabled")
             continue
-        state = memory.store(target).read()
-        bookkeeping = db.consolidation_state(memory.user_id, target.value)
         last = "-"
-        if bookkeeping.last_consolidated_at:
-            last = f"{bookkeeping.last_consolidated_at:%Y-%m-%d %H:%M} ({bookkeeping.last_summary})"
-        remark = ""
-        if state.damage:
-            remark = f"[red]needs fixing by hand: {escape(state.damage)}[/red]"
-        elif bookkeeping.needs_consolidation:
-            remark = (
-                f"[yellow]needs consolidation ({escape(bookkeeping.last_error or '')})[/yellow]"
-            )
-        elif state.percent >= WARN_PERCENT:
-            remark = f"[yellow]{state.percent}% full: merge or remove entries[/yellow]"
+        if store.last_consolidated_at:
+            last = f"{store.last_consolidated_at:%Y-%m-%d %H:%M} ({store.last_summary})"
         table.add_row(
-            target.value,
-            f"{state.used:,} / {state.limit:,}",
-            f"{state.percent}%",
-            str(len(state.entries)),
+            store.target.value,
+            f"{store.used:,} / {store.limit:,}",
+            f"{store.percent}%",
+            str(store.entries),
             last,
-            remark,
+            _remark(store),
         )
     console.print(table)
 
 
-def _status_all() -> None:
-    ctx = CliContext.load()
-    db = ctx.open_db()
-    names = {s.user.id: s.user.display_name for s in PeopleDB(db).users()}
+def _remark(store: StoreStatus) -> str:
+    if store.damage:
+        return f"[red]needs fixing by hand: {escape(store.damage)}[/red]"
+    if store.needs_consolidation:
+        why = store.last_error or (
+            f"{store.waiting} merged entries waiting" if store.waiting else ""
+        )
+        return f"[yellow]needs consolidation ({escape(why)})[/yellow]"
+    if store.nearly_full:
+        return f"[yellow]{store.percent}% full: merge or remove entries[/yellow]"
+    return ""
+
+
+def _status_all(ctx: CliContext, service: MemoryService) -> None:
+    names = {s.user.id: s.user.display_name for s in PeopleDB(service.db).users()}
     rows = []
     for user_id in sorted(set(names) | set(sweep.users_with_memory(ctx.home))):
-        memory = UserMemory(ctx.home, user_id, ctx.config.memory)
-        states = {t: memory.file_store(t).read() for t in Target}
-        fill = max(state.used * 100 / state.limit for state in states.values())
-        rows.append((fill, user_id, states))
+        stores = {s.target: s for s in service.status(user_id)}
+        fill = max(s.percent for s in stores.values())
+        rows.append((fill, user_id, stores))
     table = Table(title="Memory of every user (fullest first)")
     for column in ("user", "name", "memory", "user profile", "entries", "note"):
         table.add_column(column)
-    for _, user_id, states in sorted(rows, key=lambda row: (-row[0], row[1])):
+    for _, user_id, stores in sorted(rows, key=lambda row: (-row[0], row[1])):
         notes = []
-        for target, state in states.items():
-            book = db.consolidation_state(user_id, target.value)
-            if state.damage:
+        for target, store in stores.items():
+            if store.damage:
                 notes.append(f"{target.value}: needs fixing by hand")
-            elif state.pending or book.needs_consolidation:
+            elif store.needs_consolidation:
                 notes.append(f"{target.value}: needs consolidation")
-        memory_state, user_state = states[Target.MEMORY], states[Target.USER]
+        mem, prof = stores[Target.MEMORY], stores[Target.USER]
         table.add_row(
             user_id,
             escape(names.get(user_id, "")),
-            f"{memory_state.used:,}/{memory_state.limit:,} ({memory_state.percent}%)",
-            f"{user_state.used:,}/{user_state.limit:,} ({user_state.percent}%)",
-            f"{len(memory_state.entries)} + {len(user_state.entries)}",
+            f"{mem.used:,}/{mem.limit:,} ({mem.percent}%)" if mem.enabled else "disabled",
+            f"{prof.used:,}/{prof.limit:,} ({prof.percent}%)" if prof.enabled else "disabled",
+            f"{mem.entries} + {prof.entries}",
             "; ".join(notes),
         )
     console.print(table)
@@ -144,11 +141,11 @@ def show(
 
 
 def _run(user: str | None, as_json: bool, **args: str) -> None:
+    """One tool operation through the memory service; a write that crosses the
+    consolidation threshold runs the check before the command exits."""
     ctx = CliContext.load()
-    db = ctx.open_db()
-    memory = _memory(user, ctx)
-    db.ensure_user(memory.user_id)
-    outcome = run_recorded(MemoryTool(memory), db, args, actor="user")
+    user_id = ctx.user_id(user)
+    outcome = asyncio.run(_apply(ctx, user_id, args))
     if as_json:
         print_json(outcome.result)
     elif outcome.ok:
@@ -159,6 +156,18 @@ def _run(user: str | None, as_json: bool, **args: str) -> None:
             note(f"  • {escape(entry)}")
     if not outcome.ok:
         raise typer.Exit(EXIT_REFUSED)
+
+
+async def _apply(ctx: CliContext, user_id: str, args: dict[str, str]) -> ToolOutcome:
+    model = ctx.auxiliary_model()
+    try:
+        service = ctx.memory(ctx.open_db(), model)
+        outcome = await service.apply(user_id, args, actor="user")
+        await service.drain()
+        return outcome
+    finally:
+        if model is not None:
+            await model.close()
 
 
 @app.command()
@@ -223,7 +232,7 @@ async def _consolidate(
     ctx: CliContext, db: SessionDB, model: LLMClient | None, users: list[str] | None, force: bool
 ) -> list[sweep.StoreRun]:
     try:
-        return await sweep.check(ctx.home, db, model, ctx.config.memory, users, force=force)
+        return await ctx.memory(db, model).check(users, force=force)
     finally:
         if model is not None:
             await model.close()
@@ -233,8 +242,7 @@ async def _consolidate(
 def undo(user: UserOpt = None) -> None:
     """Revert the last change to memory (a consolidation included), exactly."""
     ctx = CliContext.load()
-    db = ctx.open_db()
-    done, message = undo_last(_memory(user, ctx), db)
+    done, message = asyncio.run(ctx.memory(ctx.open_db()).undo(ctx.user_id(user)))
     note(f"[green]✓[/green] {escape(message)}" if done else f"[yellow]{escape(message)}[/yellow]")
     if not done:
         raise typer.Exit(EXIT_REFUSED)

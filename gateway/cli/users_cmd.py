@@ -72,8 +72,7 @@ def link(code: Annotated[str, typer.Argument(help="The code /link gave in a chat
     ctx = CliContext.load()
     db = ctx.open_db()
     outcome = link_with_code(
-        ctx.home,
-        ctx.config.memory,
+        ctx.memory(db),
         db,
         code,
         requester=f"{CLI_PLATFORM}:{CLI_USER}",

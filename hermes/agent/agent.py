@@ -17,16 +17,17 @@ from typing import Any
 
 from hermes.agent import compression, review
 from hermes.agent.conversation import Conversation, Surface, to_new_message, to_openai
-from hermes.agent.prompt import build_system_prompt, load_persona, turn_context
+from hermes.agent.prompt import build_system_prompt, fence_recall, load_persona, turn_context
 from hermes.agent.toolbox import Tool, ToolBox
 from hermes.config import AgentConfig, MemoryConfig
 from hermes.llm.client import LLMError
 from hermes.llm.types import ChatModel, ModelReply
-from hermes.memory import sweep
-from hermes.memory.journal import run_recorded
-from hermes.memory.tool import MEMORY_TOOL_SCHEMA, MemoryTool
+from hermes.memory.service import MemoryService
+from hermes.memory.tool import MEMORY_TOOL_SCHEMA
 from hermes.memory.user_memory import UserMemory
-from hermes.state.db import NewMessage, SessionDB
+from hermes.providers.base import AgentContext, ProviderSession
+from hermes.providers.host import ProviderHost
+from hermes.state.db import NewMessage, SessionDB, new_session_id
 from hermes.state.models import ChatSession
 from hermes.state.search import SearchScope
 from hermes.tools.session_search import SessionSearchTool, Summarizer, SummaryPolicy
@@ -53,12 +54,21 @@ def previous_pointer(ended: ChatSession) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class Speaker:
+    """The person writing a turn, when that is not simply the session's user."""
+
+    user_id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
 class TurnResult:
     text: str
     ok: bool
     session_id: str
     duplicate: bool = False
     compressed_from: str | None = None
+    reply_id: int | None = None  # the stored assistant message (delivery records on it)
 
 
 @dataclass
@@ -71,19 +81,41 @@ class Agent:
     aux_model: ChatModel | None = None  # compression summaries and memory review
     search_summarizer: Summarizer | None = None
     search_policy: SummaryPolicy = field(default_factory=SummaryPolicy)
-    auto_consolidate: bool = True  # check a store right after a write takes it past 80 %
     group_memory: bool = True  # privacy.group_memory: personal stores in group chats
+    memory: MemoryService | None = None  # the one memory write path (default: built here)
     _reviews: dict[str, asyncio.Task[None]] = field(default_factory=dict, repr=False)
-    _checks: dict[str, asyncio.Task[Any]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.memory is None:
+            model = self.aux_model or self.model
+            self.memory = MemoryService(self.home, self.memory_config, self.db, model=model)
+
+    @property
+    def memories(self) -> MemoryService:
+        assert self.memory is not None  # set in __post_init__
+        return self.memory
+
+    @property
+    def providers(self) -> ProviderHost:
+        return self.memories.providers
 
     # -- sessions ------------------------------------------------------------------
 
     def memory_of(self, user_id: str) -> UserMemory:
-        return UserMemory(self.home, user_id, self.memory_config)
+        return self.memories.of(user_id)
 
-    def fresh_prompt(self, user_id: str, surface: Surface | None = None) -> str:
-        snapshot = self.memory_of(user_id).snapshot() if self.personal(surface) else ""
+    def fresh_prompt(
+        self, user_id: str, surface: Surface | None = None, *, shared: bool = False
+    ) -> str:
+        """A shared session belongs to a chat, not a person: no personal store in it."""
+        personal = self.personal(surface) and not shared
+        snapshot = self.memory_of(user_id).snapshot() if personal else ""
         return build_system_prompt(load_persona(self.home), snapshot)
+
+    def _provider_session(
+        self, conv: Conversation, context: AgentContext = AgentContext.PRIMARY
+    ) -> ProviderSession:
+        return ProviderSession(conv.id, conv.user_id, conv.session.platform, context)
 
     def personal(self, surface: Surface | None) -> bool:
         """Whether personal memory is used here: always in DMs and the CLI; in groups
@@ -91,30 +123,53 @@ class Agent:
         return self.group_memory or surface is None or surface.chat_type == "dm"
 
     def open(
-        self, user_id: str, surface: Surface, session_key: str, parent_id: str | None = None
+        self,
+        user_id: str,
+        surface: Surface,
+        session_key: str,
+        parent_id: str | None = None,
+        *,
+        shared: bool = False,
     ) -> Conversation:
-        """A new session whose system prompt is built now and frozen."""
-        prompt = self.fresh_prompt(user_id, surface)
+        """A new session whose system prompt is built now and frozen. `user_id` owns it:
+        the person, or for a shared group session the chat's owner (`shared`). The
+        memory provider's static block is part of the frozen prompt."""
+        prompt = self.fresh_prompt(user_id, surface, shared=shared)
+        session_id = new_session_id()
+        if not shared:
+            block = self.providers.prompt_block(
+                ProviderSession(session_id, user_id, surface.platform)
+            )
+            prompt = f"{prompt}\n\n{block}" if block else prompt
         session = self.db.start_session(
             user_id,
             surface.platform,
             session_key,
+            session_id=session_id,
             chat_type=surface.chat_type,
             chat_id=surface.chat_id,
             thread_id=surface.thread_id,
+            shared=shared,
             parent_session_id=parent_id,
             system_prompt=prompt,
         )
         return Conversation(session, prompt)
 
-    def for_key(self, user_id: str, surface: Surface, session_key: str) -> Conversation:
+    def end(self, conv: Conversation, reason: str) -> None:
+        """End a session for real (/new, idle): the provider hears of it."""
+        self.db.end_session(conv.id, reason)
+        self.providers.session_ended(self._provider_session(conv), conv.history)
+
+    def for_key(
+        self, user_id: str, surface: Surface, session_key: str, *, shared: bool = False
+    ) -> Conversation:
         """The open session of a key, or a new one pointing at the one that ended."""
         open_, ended = self.db.session_for_key(user_id, session_key)
         if open_ is not None:
             resumed = self.resume(user_id, open_.id)
             if resumed is not None:
                 return resumed
-        conv = self.open(user_id, surface, session_key)
+        conv = self.open(user_id, surface, session_key, shared=shared)
         if ended is not None:
             conv.pointer = previous_pointer(ended)
         return conv
@@ -126,7 +181,8 @@ class Agent:
             return None
         prompt = self.db.system_prompt(session.system_prompt_hash or "")
         if prompt is None:
-            prompt = self.fresh_prompt(user_id, Surface(session.platform, session.chat_type))
+            surface = Surface(session.platform, session.chat_type)
+            prompt = self.fresh_prompt(user_id, surface, shared=session.shared)
         history = [to_openai(m) for m in self.db.messages(session.id, user_id)]
         return Conversation(session, prompt, history)
 
@@ -139,7 +195,14 @@ class Agent:
         surface: Surface,
         platform_message_id: str | None = None,
         recall: str = "",
+        *,
+        speaker: Speaker | None = None,
     ) -> TurnResult:
+        """One turn. `speaker` is the person writing when it is not the session's user
+        (a shared group session): their words are marked with their name, and a memory
+        they ask for goes to their own store."""
+        if conv.shared:
+            text = f"[{speaker.name if speaker else 'someone'}] {text}"
         user_message = {"role": "user", "content": text}
         compressed_from = None
         if conv.projected_tokens([user_message]) > self.config.context_budget_tokens:
@@ -152,42 +215,42 @@ class Agent:
         context = turn_context(surface.platform, surface.chat_type, datetime.now(UTC), recall)
         if conv.pointer:
             context, conv.pointer = f"{context}\n{conv.pointer}", ""
-        tools = self.toolbox(conv, surface, cause)
+        writer = speaker.user_id if speaker else (None if conv.shared else conv.user_id)
+        tools = self.toolbox(conv, surface, cause, writer=writer)
+        recalled = await self.providers.recall(text, self._provider_session(conv))
+        if recalled:
+            context = f"{context}\n{fence_recall(recalled)}"
         try:
-            answer = await self._loop(conv, tools, context)
+            answer, reply_id = await self._loop(conv, tools, context)
         except LLMError as exc:
             return TurnResult(
                 f"{exc} {SAVED_NOTE}", False, conv.id, compressed_from=compressed_from
             )
         self._schedule_review(conv)
+        self.providers.turn_done(text, answer, self._provider_session(conv), conv.history)
         notices = self.db.take_notices(conv.user_id)
         if notices:  # e.g. "I tidied your memory ... /memory undo reverts it"
             answer = "\n\n".join([answer, *notices])
-        return TurnResult(answer, True, conv.id, compressed_from=compressed_from)
+        return TurnResult(answer, True, conv.id, compressed_from=compressed_from, reply_id=reply_id)
 
-    def toolbox(self, conv: Conversation, surface: Surface, cause: int | None) -> ToolBox:
-        memory = self.memory_of(conv.user_id)
+    def toolbox(
+        self,
+        conv: Conversation,
+        surface: Surface,
+        cause: int | None,
+        *,
+        writer: str | None = None,
+    ) -> ToolBox:
+        """The turn's tools; memory writes go to `writer`'s stores (default: the
+        session's user; nobody's in a shared session without a known speaker)."""
+        owner = writer if writer is not None else (None if conv.shared else conv.user_id)
 
         async def remember(args: dict[str, Any]) -> dict[str, Any]:
-            if not self.personal(surface):
+            if not self.personal(surface) or owner is None:
                 return {"success": False, "error": GROUP_MEMORY_OFF}
-            outcome = await asyncio.to_thread(
-                run_recorded,
-                MemoryTool(memory),
-                self.db,
-                args,
-                actor="agent",
-                session_id=conv.id,
-                message_id=cause,
+            outcome = await self.memories.apply(
+                owner, args, actor="agent", session_id=conv.id, message_id=cause
             )
-            change = outcome.change
-            if change is not None and sweep.crosses_threshold(
-                change.used_before,
-                change.used_after,
-                memory.store(change.target).limit,
-                self.memory_config.consolidation.threshold,
-            ):
-                self.check_memory(conv.user_id)
             return outcome.result
 
         chat_id = surface.chat_id if surface.chat_type != "dm" else None
@@ -200,7 +263,9 @@ class Agent:
             ]
         )
 
-    async def _loop(self, conv: Conversation, tools: ToolBox, context: str) -> str:
+    async def _loop(
+        self, conv: Conversation, tools: ToolBox, context: str
+    ) -> tuple[str, int | None]:
         for _ in range(self.config.max_tool_iterations):
             reply = await self._call(conv, context, tools)
             if not reply.tool_calls:
@@ -244,20 +309,20 @@ class Agent:
         conv.append([call_message, *results])
         self._persist(conv, [call_message, *results], reply)
 
-    def _finish(self, conv: Conversation, reply: ModelReply) -> str:
+    def _finish(self, conv: Conversation, reply: ModelReply) -> tuple[str, int | None]:
+        """The answer's text and its stored id."""
         text = (reply.content or "").strip()
         message = {"role": "assistant", "content": text}
         conv.append([message])
-        self._persist(conv, [message], reply)
-        return text
+        (stored,) = self._persist(conv, [message], reply)
+        return text, stored
 
     def _persist(
         self, conv: Conversation, messages: list[dict[str, Any]], reply: ModelReply
-    ) -> None:
+    ) -> list[int | None]:
         rows: list[NewMessage] = [to_new_message(m) for m in messages]
-        self.db.add_messages(
-            conv.id, rows, usage=(reply.prompt_tokens or 0, reply.completion_tokens or 0)
-        )
+        usage = (reply.prompt_tokens or 0, reply.completion_tokens or 0)
+        return self.db.add_messages(conv.id, rows, usage=usage)
 
     # -- background memory review ---------------------------------------------------------
 
@@ -275,23 +340,13 @@ class Agent:
 
     def check_memory(self, user_id: str) -> None:
         """Consolidate this user's stores over the threshold, in the background."""
-        if not self.auto_consolidate or user_id in self._checks:
-            return
-        model = self.aux_model or self.model
-        task = asyncio.create_task(
-            sweep.check(self.home, self.db, model, self.memory_config, [user_id])
-        )
-        self._checks[user_id] = task
-        task.add_done_callback(functools.partial(self._check_done, user_id))
-
-    def _check_done(self, user_id: str, _task: asyncio.Task[Any]) -> None:
-        self._checks.pop(user_id, None)
+        self.memories.request_check(user_id)
 
     async def drain(self, timeout: float = 30.0) -> None:
         """Wait for background work (e.g. before a one-shot CLI exits)."""
-        pending = [*self._reviews.values(), *self._checks.values()]
-        if pending:
-            await asyncio.wait(pending, timeout=timeout)
+        if self._reviews:
+            await asyncio.wait(list(self._reviews.values()), timeout=timeout)
+        await self.memories.drain(timeout)
 
 
-__all__ = ["Agent", "Surface", "TurnResult"]
+__all__ = ["Agent", "Speaker", "Surface", "TurnResult"]

@@ -47,7 +47,13 @@ async def compress(agent: Agent, conv: Conversation, surface: Surface) -> bool:
     summary = await summarize(agent, older, conv.id)
     agent.db.end_session(conv.id, "compression")
     parent = conv.session
-    child = agent.open(conv.user_id, conv.home_surface, parent.session_key, parent_id=parent.id)
+    child = agent.open(
+        conv.user_id,
+        conv.home_surface,
+        parent.session_key,
+        parent_id=parent.id,
+        shared=conv.shared,
+    )
     opening = [{"role": "user", "content": f"{SUMMARY_PREFIX}\n{summary}"}, *recent]
     agent.db.add_messages(child.id, [to_new_message(m) for m in opening])
     conv.session, conv.system_prompt = child.session, child.system_prompt

@@ -39,6 +39,11 @@ class Conversation:
         return self.session.user_id
 
     @property
+    def shared(self) -> bool:
+        """A group chat's one conversation: it belongs to the chat, not to a person."""
+        return self.session.shared
+
+    @property
     def home_surface(self) -> Surface:
         s = self.session
         return Surface(s.platform, s.chat_type, s.chat_id, s.thread_id)

@@ -29,6 +29,10 @@ MAX_ITERATIONS = 3
 
 
 async def run(agent: Agent, conv: Conversation) -> None:
+    """Review `conv` for its user's memory; nothing to do where no personal memory may
+    be written (a shared group session, or any group with privacy.group_memory: none)."""
+    if conv.shared or not agent.personal(conv.home_surface):
+        return
     tools = agent.toolbox(conv, conv.home_surface, None).only("memory")
     snapshot = agent.memory_of(conv.user_id).snapshot() or "(memory is empty)"
     messages: list[dict[str, Any]] = [

@@ -19,6 +19,7 @@ class User(SQLModel, table=True):
     display_name: str = ""
     role: str = "user"  # owner | admin | user
     status: str = "active"  # active | pending | blocked
+    kind: str = "person"  # person | chat (the owner of a group chat's shared sessions)
     created_at: datetime = Field(default_factory=utcnow)
 
 
@@ -44,6 +45,7 @@ class ChatSession(SQLModel, table=True):
     chat_type: str = "dm"  # dm | group | channel | thread
     chat_id: str = ""
     thread_id: str | None = None
+    shared: bool = False  # a group chat's one conversation (its user is the chat's owner)
     title: str = ""
     started_at: datetime = Field(default_factory=utcnow)
     last_active_at: datetime = Field(default_factory=utcnow)

@@ -44,6 +44,8 @@ MAX_FAILURES = 5
 LOCKOUT = timedelta(minutes=30)
 ROLES = ("owner", "admin", "user")
 ROLE_RANK = {"user": 0, "admin": 1, "owner": 2}
+CHAT_KIND = "chat"  # the owner of a group chat's shared sessions: not a person
+CHAT_IDENTITY_PREFIX = "chat:"  # (platform, "chat:<chat id>") names a chat's owner
 T = TypeVar("T")
 STAMP_FILENAME = "people.stamp"
 
@@ -123,7 +125,11 @@ class PeopleDB:
 
     def users(self) -> list[UserSummary]:
         with eng.reading(self.engine) as session:
-            users = list(session.exec(select(User).order_by(col(User.created_at))))
+            users = list(
+                session.exec(
+                    select(User).where(User.kind != CHAT_KIND).order_by(col(User.created_at))
+                )
+            )
             identities: dict[str, list[Identity]] = {}
             for row in session.exec(select(Identity).order_by(col(Identity.id))):
                 identities.setdefault(row.user_id, []).append(row)
@@ -161,6 +167,29 @@ class PeopleDB:
 
         self._write(work)
 
+    def chat_user(self, platform: str, chat_id: str) -> str:
+        """The user owning a group chat's shared sessions, created on first use."""
+        ident = CHAT_IDENTITY_PREFIX + chat_id
+        known = self.user_by_identity(platform, ident)
+        if known is not None:
+            return known
+
+        def work(session: Session) -> str:
+            found = session.exec(
+                select(Identity.user_id).where(
+                    Identity.platform == platform, Identity.platform_user_id == ident
+                )
+            ).first()
+            if found is not None:
+                return found
+            user = User(id=new_user_id(), kind=CHAT_KIND, display_name=f"{platform} chat {chat_id}")
+            session.add(user)
+            session.flush()
+            session.add(Identity(platform=platform, platform_user_id=ident, user_id=user.id))
+            return user.id
+
+        return self._write(work)
+
     def resolve(self, who: str) -> str | None:
         """A user id from 'u_…' or 'platform:platform user id'; None if no such user."""
         who = who.strip()
@@ -197,7 +226,9 @@ class PeopleDB:
         """(users, sessions started since midnight UTC)."""
         midnight = utcnow().replace(hour=0, minute=0, second=0, microsecond=0)
         with eng.reading(self.engine) as session:
-            users = session.exec(select(func.count()).select_from(User)).one()
+            users = session.exec(
+                select(func.count()).select_from(User).where(User.kind != CHAT_KIND)
+            ).one()
             today = session.exec(
                 select(func.count())
                 .select_from(ChatSession)

@@ -246,5 +246,14 @@ _V5 = [
     *_update_trigger("messages_tri", "body", "{r}.content", "content, role"),
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5]
+# v6: a group chat's shared session (group_scope: per_chat) is marked as such: it
+# belongs to the chat (a user of kind 'chat', never a person), its prompt holds no
+# personal memory, and review skips it.
+_V6 = [
+    "ALTER TABLE sessions ADD COLUMN shared BOOLEAN NOT NULL DEFAULT 0",
+    "ALTER TABLE users ADD COLUMN kind TEXT NOT NULL DEFAULT 'person' "
+    "CHECK (kind IN ('person', 'chat'))",
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -7,16 +7,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gateway.access import AccessControl
-from gateway.config import HermesConfig
-from gateway.platform_config import AccessConfig
-from gateway.ports import PlatformAdapter
-from gateway.router import Router, RouterPolicy
-from hermes.agent.agent import Agent
-from hermes.config import AgentConfig, MemoryConfig
-from hermes.llm.client import LLMClient
-from hermes.llm.endpoint import Endpoint
+from gateway.app import build_app
+from gateway.ports import MenuEntry, PlatformAdapter
 from hermes.state.db import SessionDB
+from tests.apps import app_config
 from tests.fakes.openai_server import FakeOpenAI, Reply
 
 T = TypeVar("T")
@@ -25,27 +19,26 @@ T = TypeVar("T")
 def run_gateway(
     home: Path,
     fake_llm: FakeOpenAI,
-    make_adapter: Callable[[], PlatformAdapter],
+    make_adapter: Callable[[list[MenuEntry]], PlatformAdapter],
     body: Callable[[], Awaitable[T]],
     ready: Callable[[], None] | None = None,
 ) -> T:
+    """The app from the composition root, with one adapter attached, then started."""
+
     async def go() -> T:
         db = SessionDB.open(home)
-        endpoint = Endpoint(base_url=fake_llm.base_url, model="m", max_retries=0, timeout=10)
-        client = LLMClient(endpoint)
-        agent = Agent(db, client, home, MemoryConfig(review_interval=0), AgentConfig())
-        adapter = make_adapter()
-        access = AccessControl(HermesConfig(access=AccessConfig(allow_all=True)), db)
-        router = Router(agent, db, {adapter.name: adapter}, access, RouterPolicy())
-        await adapter.start(router.handle)
+        app = build_app(home, app_config(fake_llm), db)
+        adapter = make_adapter(app.commands.menu())
+        app.router.attach(adapter)
+        await adapter.start(app.router.handle)
         try:
             if ready is not None:
                 await asyncio.to_thread(ready)
             return await body()
         finally:
             await adapter.stop()
-            await router.stop()
-            await client.close()
+            await app.router.stop()
+            await app.close()
             db.close()
 
     return asyncio.run(go())

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from adapters.discord_adapter import DiscordAdapter, to_event
+from gateway.ports import MenuEntry
 from tests.adapters.harness import BURST, burst_texts, check_burst, run_gateway, slow_echo
 from tests.fakes.discord_server import BOT_ID, MESSAGE_CONTENT_INTENT, DiscordFault, FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Reply
@@ -17,8 +18,10 @@ T = TypeVar("T")
 
 
 def run(home: Path, fake_llm: FakeOpenAI, fake: FakeDiscord, body: Callable[[], Awaitable[T]]) -> T:
-    def adapter() -> DiscordAdapter:
-        return DiscordAdapter("bot-token", api_base=fake.api_base, gateway_url=fake.gateway_url)
+    def adapter(menu: list[MenuEntry]) -> DiscordAdapter:
+        return DiscordAdapter(
+            "bot-token", api_base=fake.api_base, gateway_url=fake.gateway_url, menu=menu
+        )
 
     return run_gateway(home, fake_llm, adapter, body)
 

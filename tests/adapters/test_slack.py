@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from adapters.slack_adapter import SlackAdapter, to_event
+from gateway.ports import MenuEntry
 from tests.adapters.harness import BURST, burst_texts, check_burst, run_gateway, slow_echo
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.slack_server import BOT_USER, FakeSlack, SlackFault
@@ -17,7 +18,7 @@ T = TypeVar("T")
 
 
 def run(home: Path, fake_llm: FakeOpenAI, slack: FakeSlack, body: Callable[[], Awaitable[T]]) -> T:
-    def adapter() -> SlackAdapter:
+    def adapter(_menu: list[MenuEntry]) -> SlackAdapter:
         return SlackAdapter("xoxb-test", "xapp-test", api_base=slack.api_base)
 
     return run_gateway(home, fake_llm, adapter, body, ready=slack.wait_connected)

@@ -97,7 +97,7 @@ def test_signed_events_are_answered_and_forgeries_refused(
         finally:
             await http.stop()
 
-    results = run_gateway(home, fake_llm, lambda: adapter, with_server)
+    results = run_gateway(home, fake_llm, lambda _menu: adapter, with_server)
     assert results[0][0] == 200 and "abc123" in results[0][1]
     assert results[1:] == [401, 200, 200]
     assert [p["text"] for p in slack.posted()] == ["hello over http"]

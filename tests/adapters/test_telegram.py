@@ -12,6 +12,7 @@ import pytest
 
 from adapters.telegram_adapter import TelegramAdapter, to_event
 from gateway.chunking import utf16_length
+from gateway.ports import MenuEntry
 from hermes.state.db import SessionDB
 from tests.adapters.harness import BURST, burst_texts, check_burst, run_gateway, slow_echo
 from tests.fakes.openai_server import FakeOpenAI, Reply
@@ -21,8 +22,8 @@ T = TypeVar("T")
 
 
 def run(home: Path, fake_llm: FakeOpenAI, tg: FakeTelegram, body: Callable[[], Awaitable[T]]) -> T:
-    def adapter() -> TelegramAdapter:
-        return TelegramAdapter("123:TEST", base_url=tg.base_url, poll_timeout=1)
+    def adapter(menu: list[MenuEntry]) -> TelegramAdapter:
+        return TelegramAdapter("123:TEST", base_url=tg.base_url, poll_timeout=1, menu=menu)
 
     return run_gateway(home, fake_llm, adapter, body)
 

@@ -77,7 +77,7 @@ def test_webhook_checks_the_secret_and_answers(
         finally:
             await http.stop()
 
-    statuses = run_gateway(home, fake_llm, lambda: adapter, with_server)
+    statuses = run_gateway(home, fake_llm, lambda _menu: adapter, with_server)
     assert statuses == [403, 400, 200, 200]
     hook = telegram.sent("setWebhook")[0]
     assert (

@@ -7,11 +7,11 @@ from typing import Any, TypeVar
 
 import pytest
 
+from gateway.app import build_app
+from gateway.config import HermesConfig
 from hermes.agent.agent import Agent
-from hermes.config import AgentConfig, MemoryConfig
+from hermes.config import AgentConfig, LLMConfig, MemoryConfig
 from hermes.identity import owner_user_id
-from hermes.llm.client import LLMClient
-from hermes.llm.endpoint import Endpoint
 from hermes.state.db import SessionDB
 from tests.fakes.openai_server import FakeOpenAI
 
@@ -19,7 +19,7 @@ T = TypeVar("T")
 
 
 class Harness:
-    """An Agent wired to real SQLite, real files and the fake LLM over HTTP."""
+    """The app's Agent, wired to real SQLite, real files and the fake LLM over HTTP."""
 
     def __init__(self, home: Path, fake: FakeOpenAI) -> None:
         self.home, self.fake = home, fake
@@ -30,22 +30,25 @@ class Harness:
         self.timeout, self.max_retries = 5.0, 1
 
     def run(self, scenario: Callable[[Agent], Awaitable[T]]) -> T:
+        """The agent of the app the composition root builds from this harness's config."""
+
         async def go() -> T:
-            client = LLMClient(
-                Endpoint(
+            config = HermesConfig(
+                llm=LLMConfig(
                     base_url=self.fake.base_url,
                     model="main-model",
-                    api_key="sk-secret-key",
+                    api_key_env="TEST_LLM_KEY",
                     timeout=self.timeout,
                     max_retries=self.max_retries,
-                )
+                ),
+                memory=self.memory_config,
+                agent=self.agent_config,
             )
-            agent = Agent(self.db, client, self.home, self.memory_config, self.agent_config)
+            app = build_app(self.home, config, self.db, env={"TEST_LLM_KEY": "sk-secret-key"})
             try:
-                return await scenario(agent)
+                return await scenario(app.agent)
             finally:
-                await agent.drain()
-                await client.close()
+                await app.close()
 
         return asyncio.run(go())
 

@@ -85,6 +85,7 @@ def test_search_finds_an_earlier_session(harness: Harness) -> None:
     harness.fake.push(
         Reply(text="A zebra-themed app, nice."),
         Reply.tool_call("session_search", {"query": "zebra app"}),
+        Reply(text="They are building a zebra-themed budgeting app."),  # the summary
         Reply(text="We talked about your zebra app."),
     )
 
@@ -95,10 +96,11 @@ def test_search_finds_an_earlier_session(harness: Harness) -> None:
         await agent.turn(new, "what was my app idea?", CLI)
 
     harness.run(scenario)
-    tool_message = harness.fake.requests[2]["messages"][-1]
+    tool_message = harness.fake.requests[3]["messages"][-1]
     result = json.loads(tool_message["content"])
     assert result["count"] == 1 and result["results"][0]["platform"] == "telegram"
     assert "zebra" in result["results"][0]["snippets"][0]
+    assert "budgeting" in result["results"][0]["summary"]  # by the auxiliary model
 
 
 def test_malformed_arguments_and_unknown_tools_are_recoverable(harness: Harness) -> None:

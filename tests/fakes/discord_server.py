@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -54,8 +55,10 @@ class FakeDiscord(AioFake):
     commands: list[dict[str, Any]] = field(default_factory=list)
     interaction_replies: list[dict[str, Any]] = field(default_factory=list)
     resumes: int = 0
+    sync_delay: float = 0.0  # how long a command sync (PUT .../commands) takes to answer
 
     def __post_init__(self) -> None:
+        self.sync_started = threading.Event()
         self._sockets: list[web.WebSocketResponse] = []
         self._seq = itertools.count(1)
         self._ids = itertools.count(1000)
@@ -256,6 +259,8 @@ class FakeDiscord(AioFake):
             self.typing.append(tail.split("/")[2])
             return web.Response(status=204)
         if tail.endswith("/commands") and request.method == "PUT":
+            self.sync_started.set()
+            await asyncio.sleep(self.sync_delay)
             self.commands = json.loads(body or b"[]")
             return _json(
                 [

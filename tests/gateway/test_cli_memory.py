@@ -14,6 +14,7 @@ from hermes.config import MemoryConfig
 from hermes.identity import new_user_id, owner_user_id
 from hermes.memory.tool import MemoryTool
 from hermes.memory.user_memory import UserMemory
+from tests.fakes.openai_server import FakeOpenAI
 
 HERMES = [sys.executable, "-c", "from gateway.cli.main import main; main()"]
 
@@ -94,8 +95,9 @@ def test_hermes_home_selects_the_home(tmp_path: Path) -> None:
 
 
 def test_status_warns_at_80_percent(home: Path) -> None:
-    hermes("memory", "add", "x" * 1800)
-    assert "81% full" in hermes("memory", "status").stdout
+    hermes("memory", "add", "x" * 1800)  # crosses 80 %: with no model, the store is flagged
+    status = hermes("memory", "status").stdout
+    assert "81%" in status and "needs consolidation" in status
 
 
 @pytest.mark.parametrize(
@@ -123,3 +125,26 @@ def test_damaged_store_is_explained(home: Path) -> None:
     result = hermes("memory", "add", "new")
     assert result.returncode == 1 and "edited outside Hermes" in result.stdout
     assert "needs fixing by hand" in hermes("memory", "status").stdout
+
+
+def test_a_cli_write_that_crosses_the_threshold_runs_the_consolidation_check(
+    home: Path, fake_llm: FakeOpenAI
+) -> None:
+    from hermes.memory import entries as fmt
+    from hermes.state.db import SessionDB
+    from tests.gateway.test_scheduler import FULL, configure, good_proposal
+
+    configure(home, fake_llm)
+    folder = home / "memories" / owner_user_id(home)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "MEMORY.md").write_text(fmt.serialize(FULL[:7]))  # under 80 % of 560
+    fake_llm.default = good_proposal()
+    added = hermes("memory", "add", FULL[7])  # now 85 %: crosses the threshold
+    assert added.returncode == 0, added.stderr
+    assert len(fmt.parse((folder / "MEMORY.md").read_text())) == 1  # consolidated
+    db = SessionDB.open(home)
+    try:
+        version = db.last_version(owner_user_id(home))
+        assert version is not None and version.actor == "consolidator"
+    finally:
+        db.close()

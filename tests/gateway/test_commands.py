@@ -138,7 +138,7 @@ def test_unlink_detaches_an_account_and_whoami_shows_it(home: Path, fake_llm: Fa
         db = router.db
         alice = db.user_for_identity("fakechat", "alice")
         PeopleDB(db).merge_users(alice, db.user_for_identity("telegram", "1"))  # linked
-        router.people_changed()
+        router.people.changed()
         before = await ask(adapter, dm("alice", "/whoami"))
         unlinked = await ask(adapter, dm("alice", "/unlink telegram"))
         again = await ask(adapter, dm("alice", "/unlink telegram"))

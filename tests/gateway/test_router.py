@@ -10,18 +10,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gateway.access import AccessControl
-from gateway.config import HermesConfig
+from gateway.app import build_app
 from gateway.events import Attachment, ChatRef, ChatType, MessageEvent, SendResult, UserRef
-from gateway.platform_config import AccessConfig
 from gateway.router import NO_TEXT_REPLY, Router, RouterPolicy
-from hermes.agent.agent import Agent
-from hermes.config import AgentConfig, MemoryConfig
-from hermes.llm.client import LLMClient
-from hermes.llm.endpoint import Endpoint
 from hermes.state.db import SessionDB
 from hermes.state.models import AccessRule
 from hermes.state.people import PeopleDB
+from tests.apps import app_config
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.platform import FakeAdapter
 
@@ -61,26 +56,27 @@ def scenario(
     body: Callable[[Router, FakeAdapter], Awaitable[T]],
     policy: RouterPolicy | None = None,
     allowed: set[str] | None = None,
+    **sections: dict[str, Any],
 ) -> T:
+    """The app from the composition root with a FakeAdapter attached; `allowed`: only
+    these fakechat users are let in (everyone otherwise)."""
+
     async def go() -> T:
         db = SessionDB.open(home)
-        client = LLMClient(Endpoint(base_url=fake.base_url, model="m", max_retries=0, timeout=10))
-        agent = Agent(db, client, home, MemoryConfig(review_interval=0), AgentConfig())
-        adapter = FakeAdapter()
-        config = HermesConfig(access=AccessConfig(allow_all=allowed is None))
+        config = app_config(fake, access={"allow_all": allowed is None}, **sections)
         for user in allowed or ():
             PeopleDB(db).set_rule(
                 AccessRule(platform="fakechat", kind="user", subject=user, rule="allow")
             )
-        router = Router(
-            agent, db, {"fakechat": adapter}, AccessControl(config, db), policy or RouterPolicy()
-        )
-        await adapter.start(router.handle)
+        app = build_app(home, config, db, policy=policy)
+        adapter = FakeAdapter()
+        app.router.attach(adapter)
+        await adapter.start(app.router.handle)
         try:
-            return await body(router, adapter)
+            return await body(app.router, adapter)
         finally:
-            await router.stop()
-            await client.close()
+            await app.router.stop()
+            await app.close()
             db.close()
 
     return asyncio.run(go())

@@ -134,3 +134,29 @@ def test_two_gateways_consolidate_a_store_once(home: Path, fake_llm: FakeOpenAI)
     assert statuses["consolidation_check"].last_ok is True
     db.close()
     assert "consolidation_check" in hermes("scheduler", "status").stdout
+
+
+def test_the_idle_job_writes_no_personal_memory_from_a_group_when_group_memory_is_none(
+    home: Path, fake_llm: FakeOpenAI
+) -> None:
+    configure(home, fake_llm)
+    with (home / "config.yaml").open("a") as config:
+        config.write("privacy:\n  group_memory: none\n")
+    fake_llm.default = Reply.tool_call(
+        "memory", {"action": "add", "target": "user", "content": "Works at Initech"}
+    )
+    db = SessionDB.open(home)
+    user = db.user_for_identity("telegram", "42")
+    long_ago = utcnow() - timedelta(hours=9)
+    sessions = {}
+    for chat_type, chat_id in (("group", "-100"), ("dm", "42")):
+        chat = db.start_session(
+            user, "telegram", chat_id, chat_type=chat_type, chat_id=chat_id, started_at=long_ago
+        )
+        said = NewMessage("user", "I work at Initech, by the way", created_at=long_ago)
+        db.add_message(chat.id, said)
+        sessions[chat_type] = chat.id
+    assert asyncio.run(jobs.idle_sessions(str(home))) == "finalized 2 idle session(s)"
+    sources = {e.session_id for e in db.memory_events(user)}
+    assert sources == {sessions["dm"]}  # the DM was reviewed and saved; the group was not
+    db.close()

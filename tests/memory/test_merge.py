@@ -17,6 +17,7 @@ from hermes.llm.endpoint import Endpoint
 from hermes.memory import entries as fmt
 from hermes.memory.consolidation import consolidate
 from hermes.memory.merge import MergeError, merge_memory
+from hermes.memory.service import MemoryService
 from hermes.memory.store import Target
 from hermes.memory.undo import undo_last
 from hermes.memory.user_memory import UserMemory
@@ -119,13 +120,17 @@ def test_linking_merges_people_and_the_owner_id_survives(home: Path, db: Session
     PeopleDB(db).ensure_identity("cli", "local", owner)
     tg = person(home, db, "telegram", "1", ["Prefers tea over coffee"])
     code = PeopleDB(db).create_link_code(tg).code
-    outcome = link_with_code(home, CONFIG, db, code, requester="cli:local", current_user=owner)
+    outcome = link_with_code(
+        MemoryService(home, CONFIG, db), db, code, requester="cli:local", current_user=owner
+    )
     assert outcome.ok and outcome.user_id == owner and outcome.merged_away == tg
     assert db.user_for_identity("telegram", "1") == owner
     assert UserMemory(home, owner, CONFIG).store(Target.MEMORY).read().entries == (
         "Prefers tea over coffee",
     )
-    again = link_with_code(home, CONFIG, db, code, requester="cli:local", current_user=owner)
+    again = link_with_code(
+        MemoryService(home, CONFIG, db), db, code, requester="cli:local", current_user=owner
+    )
     assert not again.ok  # single use
 
 

@@ -1,0 +1,139 @@
+"""The composition root: the whole application graph, built from config in one place.
+
+The gateway runtime, the CLI chat, scheduler jobs, benches and test helpers all call
+`build_app`; nothing else constructs an Agent, a Router or the command table. The
+order, and why:
+
+1. models: the main one, and the auxiliary one for side tasks (search summaries,
+   compression, review, consolidation) when it is a different endpoint;
+2. people: identity, access and roles, one cache (intake and commands share it);
+3. memory: the memory service (the one write path: scan, provenance, provider mirror,
+   threshold check) with the memory provider host beside it;
+4. the agent: sessions and turns over state.db, the tools, with the privacy setting
+   for group chats;
+5. the command table (it acts on people, memory and the agent);
+6. the router: intake, lanes and delivery over all of the above. Adapters are attached
+   to it by whoever runs them (gateway runtime, CLI chat) before they start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gateway.commands import Commands, RuntimeInfo
+from gateway.config import ConfigError, HermesConfig, auxiliary_endpoint, main_endpoint
+from gateway.intake import IntakePolicy
+from gateway.people import People
+from gateway.router import Router, RouterPolicy
+from gateway.session_key import Scope
+from hermes.agent.agent import Agent
+from hermes.llm.client import LLMClient
+from hermes.llm.summarizer import LLMSummarizer
+from hermes.llm.types import ChatModel
+from hermes.memory.service import MemoryService
+from hermes.providers.base import MemoryProvider
+from hermes.providers.host import ProviderHost
+from hermes.state.db import SessionDB
+from hermes.tools.session_search import SummaryPolicy
+
+
+@dataclass
+class App:
+    home: Path
+    config: HermesConfig
+    db: SessionDB
+    people: People
+    agent: Agent
+    commands: Commands
+    router: Router
+    clients: list[LLMClient] = field(default_factory=list)  # ours to close
+
+    async def health(self) -> str:
+        """The main model endpoint's health, for /admin status."""
+        return await self.clients[0].health() if self.clients else "in-process model"
+
+    async def close(self) -> None:
+        """Wait for background work (memory review, consolidation), then close clients."""
+        await self.agent.drain(timeout=30)
+        for client in self.clients:
+            await client.close()
+
+
+def build_app(
+    home: Path,
+    config: HermesConfig,
+    db: SessionDB,
+    *,
+    env: Mapping[str, str] | None = None,
+    runtime: RuntimeInfo | None = None,
+    model: ChatModel | None = None,
+    policy: RouterPolicy | None = None,
+    provider: MemoryProvider | None = None,
+) -> App:
+    """The application for `home`. `model` replaces the configured endpoint (benches
+    and tests run an in-process model); without either, ConfigError says what to set.
+    `policy` replaces the router settings derived from config (tests of other shapes)."""
+    clients: list[LLMClient] = []
+    aux: LLMClient | None = None
+    if model is None:  # 1
+        endpoint = main_endpoint(config, env)
+        if endpoint is None:
+            raise ConfigError("no model is configured (llm.base_url, llm.model)")
+        main = LLMClient(endpoint)
+        clients.append(main)
+        aux_endpoint = auxiliary_endpoint(config, config.auxiliary.session_search, env)
+        aux = main
+        if aux_endpoint is not None and aux_endpoint != endpoint:
+            aux = LLMClient(aux_endpoint)
+            clients.append(aux)
+        model = main
+    people = People(config, db)  # 2
+    memory = build_memory(home, config, db, aux or model, provider=provider)  # 3
+    task = config.auxiliary.session_search
+    agent = Agent(  # 4
+        db,
+        model,
+        home,
+        config.memory,
+        config.agent,
+        aux_model=aux,
+        search_summarizer=LLMSummarizer(aux) if aux is not None else None,
+        search_policy=SummaryPolicy(concurrency=task.max_concurrency, timeout_s=task.timeout),
+        group_memory=config.privacy.group_memory == "full",
+        memory=memory,
+    )
+    commands = Commands(home, config, db, agent, people, runtime=runtime)  # 5
+    router = Router(agent, db, people, commands, policy or router_policy(config))  # 6
+    return App(home, config, db, people, agent, commands, router, clients)
+
+
+def build_memory(
+    home: Path,
+    config: HermesConfig,
+    db: SessionDB,
+    model: ChatModel | None,
+    *,
+    provider: MemoryProvider | None = None,
+) -> MemoryService:
+    """The memory service: the one write path (also on its own, for the CLI's memory
+    commands and the consolidation job). `model` consolidates (the auxiliary one)."""
+    return MemoryService(home, config.memory, db, model=model, providers=ProviderHost(provider))
+
+
+def router_policy(config: HermesConfig) -> RouterPolicy:
+    """Intake and lane settings from the enabled platforms' sections."""
+    sections = config.platforms
+    enabled = [
+        (name, section)
+        for name in type(sections).model_fields
+        if (section := getattr(sections, name)).enabled
+    ]
+    always = frozenset(c for _, p in enabled for c in p.answer_without_mention)
+    scopes = {name: Scope(p.group_scope) for name, p in enabled}
+    intake = IntakePolicy(scopes=scopes, always_answer_chats=always)
+    return RouterPolicy(intake=intake, queue_mode=config.gateway.queue_mode)
+
+
+__all__ = ["App", "build_app", "build_memory", "router_policy"]

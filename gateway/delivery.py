@@ -1,0 +1,92 @@
+"""Delivery: a reply's text to the platform, in parts that fit, sent at most once each.
+
+Chunks are measured in the form that will be sent (the platform's own dialect, counted
+the way the platform counts), so tags added by rendering never push a part over the
+real limit. Each part is sent with bounded retries: an answered error that the adapter
+marks retryable is sent again with backoff, a 429 is waited out exactly as long as
+asked, and an unknown outcome (a timeout, a dropped connection) is never resent. A part
+that cannot be delivered is recorded against the stored reply (`deliveries`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+
+from gateway.chunking import chunk
+from gateway.events import ChatRef, OutboundMessage, SendResult
+from gateway.ports import Capabilities, PlatformAdapter
+from hermes.state.db import SessionDB
+
+logger = logging.getLogger(__name__)
+
+MAX_SEND_ATTEMPTS = 4
+FIRST_BACKOFF_S, MAX_BACKOFF_S = 1.0, 30.0
+
+
+def parts(text: str, caps: Capabilities) -> list[str]:
+    """`text` (Markdown) in parts whose rendered form fits the platform's limit."""
+    out: list[str] = []
+    pending = chunk(text, caps.max_length, caps.length)
+    limit = caps.max_length
+    while pending:
+        part = pending.pop(0)
+        if caps.length(caps.render(part)) <= caps.max_length:
+            out.append(part)
+            continue
+        # rendering grew it past the limit: split this part finer and measure again
+        limit = max(1, min(limit, caps.length(part)) * 3 // 4)
+        pending[:0] = chunk(part, limit, caps.length)
+    return out
+
+
+class Delivery:
+    def __init__(self, db: SessionDB, max_attempts: int = MAX_SEND_ATTEMPTS) -> None:
+        self.db, self.max_attempts = db, max_attempts
+
+    async def deliver(
+        self,
+        adapter: PlatformAdapter,
+        chat: ChatRef,
+        text: str,
+        reply_to: str | None,
+        *,
+        stored_id: int | None = None,
+        failed: bool = False,
+    ) -> bool:
+        """Send `text`; `stored_id` is the assistant message it is (for the failure record)."""
+        for index, part in enumerate(parts(text, adapter.capabilities)):
+            outbound = OutboundMessage(chat, part, reply_to if index == 0 else None, failed)
+            result, attempts = await self._send_one(adapter, outbound)
+            if not result.ok:
+                logger.warning(
+                    "could not deliver to %s %s: %s", adapter.name, chat.id, result.error
+                )
+                error = result.error
+                self.db.record_delivery(
+                    stored_id, adapter.name, chat.id, ok=False, attempts=attempts, error=error
+                )
+                return False
+        return True
+
+    async def _send_one(
+        self, adapter: PlatformAdapter, message: OutboundMessage
+    ) -> tuple[SendResult, int]:
+        delay = FIRST_BACKOFF_S
+        result = SendResult(False, error="not sent")
+        for attempt in range(1, self.max_attempts + 1):
+            result = await adapter.send(message)
+            if result.ok or not result.retryable:
+                return result, attempt
+            if attempt == self.max_attempts:
+                break
+            if result.retry_after is not None:
+                await asyncio.sleep(result.retry_after)  # exactly what the platform asked
+            else:
+                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+                delay = min(delay * 2, MAX_BACKOFF_S)
+        return result, self.max_attempts
+
+
+__all__ = ["Delivery", "parts"]

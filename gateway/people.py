@@ -1,0 +1,239 @@
+"""A person: who is behind an event, and whether they may talk to the assistant.
+
+The one home of identity lookup, access verdicts, roles and their cache. Intake resolves
+every event once into a `Person` value, and everything downstream (commands, the turn)
+receives that value instead of looking the person up again.
+
+Access is default deny. A platform user gets in when `access.allow_all` is set, when
+their id is in the platform's `allowed_users`, when an admin allowed them (pairing
+approval or `/admin allow`), when their user is an owner or admin, or when another
+identity linked to the same user is allowed. A group chat listed in `allowed_chats`
+(or allowed by an admin) is open to everyone in it. Blocks win over everything. A
+stranger's DM gets a pairing code (rate limited) and nothing else; a stranger in a
+group gets silence.
+
+Lookups read state.db through one cache (CACHE_S); a change made here or by another
+process (the CLI linking, approving or blocking someone: `PeopleDB.stamp`) clears it
+at the next event, so its effect is immediate.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gateway.config import HermesConfig
+from gateway.events import ChatType, MessageEvent
+from hermes.state.db import SessionDB
+from hermes.state.models import Identity
+from hermes.state.people import PairingRefused, PeopleDB
+
+logger = logging.getLogger(__name__)
+
+CACHE_S = 10.0  # a busy chat costs no queries; changes clear the cache at once anyway
+PAIRING_REPLY_EVERY_S = 60.0  # a stranger repeating themselves is answered this often
+MAX_TRACKED_STRANGERS = 10_000
+ADMIN_ROLES = ("owner", "admin")
+
+
+class Verdict(StrEnum):
+    ALLOW = "allow"
+    PAIR = "pair"  # a stranger in a DM: answer with a pairing code only
+    DENY = "deny"  # silence
+
+
+@dataclass(frozen=True, slots=True)
+class Person:
+    """The person behind one event, resolved once (see People.resolve)."""
+
+    user_id: str  # our user id; a stranger gets one only when they may do something
+    role: str
+    platform: str
+    platform_user_id: str
+    display_name: str
+    verdict: Verdict = Verdict.ALLOW
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role in ADMIN_ROLES
+
+    @property
+    def admitted(self) -> bool:
+        return self.verdict is Verdict.ALLOW
+
+
+@dataclass(frozen=True, slots=True)
+class _UserFacts:
+    role: str
+    status: str
+    identities: tuple[Identity, ...]
+    read_at: float
+
+
+class People:
+    def __init__(self, config: HermesConfig, db: SessionDB) -> None:
+        self.config, self.db, self.repo = config, db, PeopleDB(db)
+        self._stamp = self.repo.stamp()
+        self._identities: dict[tuple[str, str], tuple[str | None, float]] = {}
+        self._users: dict[str, _UserFacts] = {}
+        self._rules: tuple[dict[tuple[str, str, str], str], float] | None = None
+        self._chat_owners: dict[tuple[str, str], str] = {}
+        self._replied: dict[str, float] = {}
+        self._listeners: list[Callable[[], None]] = []
+
+    # -- resolving an event --------------------------------------------------------------
+
+    def resolve(self, event: MessageEvent, *, create: bool = False) -> Person:
+        """Who sent `event` and the access verdict. An admitted person (or, with
+        `create`, any sender) is registered as a user; a stranger is not."""
+        self.sync()
+        platform, ident, name = event.platform, event.user.id, event.user.display_name
+        known = self._known_user(platform, ident)
+        verdict = self._verdict(event, known)
+        user_id = known or ""
+        if verdict is Verdict.ALLOW or create:
+            user_id = self._register(platform, ident, name)
+        role = self._facts(user_id).role if user_id else "user"
+        return Person(user_id, role, platform, ident, name, verdict)
+
+    def _verdict(self, event: MessageEvent, user_id: str | None) -> Verdict:
+        facts = self._facts(user_id) if user_id else None
+        rules = self._rule_map()
+        platform = event.platform
+        if (facts and facts.status == "blocked") or rules.get(
+            (platform, "user", event.user.id)
+        ) == "block":
+            return Verdict.DENY
+        group = event.chat.type is not ChatType.DM
+        if group and rules.get((platform, "chat", event.chat.id)) == "block":
+            return Verdict.DENY
+        identities = facts.identities if facts else ()
+        if (
+            self.config.access.allow_all
+            or (facts is not None and facts.role in ADMIN_ROLES)
+            or any(self._identity_allowed(i.platform, i.platform_user_id) for i in identities)
+            or self._identity_allowed(platform, event.user.id)
+        ):
+            return Verdict.ALLOW
+        if group:
+            return Verdict.ALLOW if self._chat_allowed(platform, event.chat.id) else Verdict.DENY
+        return Verdict.PAIR if self.config.access.pairing else Verdict.DENY
+
+    def chat_owner(self, platform: str, chat_id: str) -> str:
+        """The user that owns a group chat's shared sessions (`group_scope: per_chat`):
+        not a person, so it has no memory and never talks; its sessions are the chat's."""
+        key = (platform, chat_id)
+        owner = self._chat_owners.get(key)
+        if owner is None:
+            owner = self.repo.chat_user(platform, chat_id)
+            self._chat_owners[key] = owner
+        return owner
+
+    # -- pairing -------------------------------------------------------------------------
+
+    def pairing_reply(self, event: MessageEvent) -> str | None:
+        """The reply to a stranger's DM: their pairing code (None: stay silent for now)."""
+        requester = f"{event.platform}:{event.user.id}"
+        now = time.monotonic()
+        last = self._replied.get(requester)
+        if last is not None and now - last < PAIRING_REPLY_EVERY_S:
+            return None
+        self._replied[requester] = now
+        if len(self._replied) > MAX_TRACKED_STRANGERS:  # a flood of strangers: forget the old
+            cutoff = now - PAIRING_REPLY_EVERY_S
+            self._replied = {k: t for k, t in self._replied.items() if t >= cutoff}
+        access = self.config.access
+        pairing = self.repo.request_pairing(
+            event.platform,
+            event.user.id,
+            event.user.display_name,
+            chat_id=event.chat.id,
+            max_pending=access.max_pending_pairings,
+            max_per_day=access.pairing_codes_per_day,
+        )
+        if pairing.refused is PairingRefused.FULL:
+            return (
+                "This assistant is private, and too many access requests are waiting right "
+                "now. Please try again later."
+            )
+        if pairing.refused is PairingRefused.RATE or pairing.request is None:
+            return "This assistant is private. You have asked for access too often today."
+        code = pairing.request.code
+        return (
+            f"This assistant is private. To ask for access, give its operator this code: "
+            f"`{code}` (valid for 1 hour). They can approve it with `hermes pairing approve "
+            f"{code}` or `/admin approve {code}`. If you already use this assistant "
+            "elsewhere, send `/link` there and `/link CODE` here instead."
+        )
+
+    # -- changes ---------------------------------------------------------------------------
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """Call `listener` whenever identities, roles or access rules change."""
+        self._listeners.append(listener)
+
+    def changed(self) -> None:
+        """Identities, roles or rules changed (here or elsewhere): re-read them."""
+        self._stamp = self.repo.stamp()
+        self._identities.clear()
+        self._users.clear()
+        self._rules = None
+        for listener in self._listeners:
+            listener()
+
+    def sync(self) -> None:
+        """Notice changes made by another process (one stat of the stamp file)."""
+        if self.repo.stamp() != self._stamp:
+            self.changed()
+
+    # -- cached lookups ----------------------------------------------------------------
+
+    def _known_user(self, platform: str, ident: str) -> str | None:
+        cached = self._identities.get((platform, ident))
+        if cached is not None and time.monotonic() - cached[1] < CACHE_S:
+            return cached[0]
+        user_id = self.repo.user_by_identity(platform, ident)
+        self._identities[(platform, ident)] = (user_id, time.monotonic())
+        return user_id
+
+    def _register(self, platform: str, ident: str, name: str) -> str:
+        cached = self._identities.get((platform, ident))
+        if cached is not None and cached[0] and time.monotonic() - cached[1] < CACHE_S:
+            return cached[0]
+        user_id = self.db.user_for_identity(platform, ident, name)
+        self._identities[(platform, ident)] = (user_id, time.monotonic())
+        return user_id
+
+    def _facts(self, user_id: str) -> _UserFacts:
+        now = time.monotonic()
+        cached = self._users.get(user_id)
+        if cached is None or now - cached.read_at > CACHE_S:
+            user = self.db.get_user(user_id)
+            role, status = (user.role, user.status) if user else ("user", "active")
+            cached = _UserFacts(role, status, tuple(self.db.identities_of(user_id)), now)
+            self._users[user_id] = cached
+        return cached
+
+    def _identity_allowed(self, platform: str, platform_user_id: str) -> bool:
+        section = getattr(self.config.platforms, platform, None)
+        if section is not None and platform_user_id in section.allowed_users:
+            return True
+        return self._rule_map().get((platform, "user", platform_user_id)) == "allow"
+
+    def _chat_allowed(self, platform: str, chat_id: str) -> bool:
+        section = getattr(self.config.platforms, platform, None)
+        if section is not None and chat_id in section.allowed_chats:
+            return True
+        return self._rule_map().get((platform, "chat", chat_id)) == "allow"
+
+    def _rule_map(self) -> dict[tuple[str, str, str], str]:
+        now = time.monotonic()
+        if self._rules is None or now - self._rules[1] > CACHE_S:
+            self._rules = (self.repo.rules(), now)
+        return self._rules[0]
+
+
+__all__ = ["People", "Person", "Verdict"]

@@ -1,0 +1,257 @@
+"""The memory service: the one path by which a person's memory changes.
+
+The memory tool (the agent), `/memory forget|undo|consolidate`, `hermes memory
+add|replace|remove|undo|consolidate`, linking merges and the scheduler's consolidation
+check all call it, so every change gets the same treatment, in this order:
+
+1. the tool's semantics and the security scan, decided under the store's lock on the
+   fresh file (hermes/memory/tool.py), off the event loop;
+2. provenance: the event and the store's before/after version in state.db, for
+   `/memory why` and exact undo (journal.py);
+3. the provider mirror: the external provider, if any, hears of the change;
+4. the threshold check: a write that takes a store past the consolidation threshold
+   starts a consolidation check in the background (drained before a CLI exits).
+
+It is also the one place that computes memory status, for the chat and the CLI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from hermes.config import MemoryConfig
+from hermes.llm.types import ChatModel
+from hermes.memory import sweep
+from hermes.memory.journal import Actor, run_recorded
+from hermes.memory.merge import MergeReport, merge_memory
+from hermes.memory.render import display_entry
+from hermes.memory.store import Target
+from hermes.memory.tool import MemoryTool, ToolOutcome
+from hermes.memory.undo import undo_last
+from hermes.memory.user_memory import UserMemory
+from hermes.providers.base import MemoryWrite
+from hermes.providers.host import ProviderHost
+from hermes.state.db import SessionDB
+
+logger = logging.getLogger(__name__)
+
+WARN_PERCENT = 80
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStatus:
+    """One store's state, as every status display shows it."""
+
+    target: Target
+    enabled: bool
+    used: int = 0
+    limit: int = 0
+    percent: int = 0
+    entries: int = 0
+    waiting: int = 0  # entries of a merged account waiting for consolidation
+    last_consolidated_at: datetime | None = None
+    last_summary: str = ""
+    damage: str | None = None  # why the file must be fixed by hand
+    needs_consolidation: bool = False
+    last_error: str | None = None
+
+    @property
+    def nearly_full(self) -> bool:
+        return self.percent >= WARN_PERCENT
+
+
+class MemoryService:
+    def __init__(
+        self,
+        home: Path,
+        config: MemoryConfig,
+        db: SessionDB,
+        *,
+        model: ChatModel | None = None,  # for consolidation (the auxiliary model)
+        providers: ProviderHost | None = None,
+        auto_consolidate: bool = True,
+    ) -> None:
+        self.home, self.config, self.db, self.model = home, config, db, model
+        self.providers = providers or ProviderHost()
+        self.auto_consolidate = auto_consolidate
+        self._checks: dict[str, asyncio.Task[Any]] = {}
+
+    def of(self, user_id: str) -> UserMemory:
+        return UserMemory(self.home, user_id, self.config)
+
+    # -- changes ---------------------------------------------------------------------------
+
+    async def apply(
+        self,
+        user_id: str,
+        args: Mapping[str, Any],
+        *,
+        actor: Actor,
+        session_id: str | None = None,
+        message_id: int | None = None,
+    ) -> ToolOutcome:
+        """A memory-tool operation (add / replace / remove) for `user_id`."""
+        write = functools.partial(
+            self._apply, user_id, args, actor, session_id=session_id, message_id=message_id
+        )
+        outcome = await asyncio.to_thread(write)
+        change = outcome.change
+        if change is not None and sweep.crosses_threshold(
+            change.used_before,
+            change.used_after,
+            self.of(user_id).file_store(change.target).limit,
+            self.config.consolidation.threshold,
+        ):
+            self.request_check(user_id)
+        return outcome
+
+    def _apply(
+        self,
+        user_id: str,
+        args: Mapping[str, Any],
+        actor: Actor,
+        *,
+        session_id: str | None,
+        message_id: int | None,
+    ) -> ToolOutcome:
+        self.db.ensure_user(user_id)
+        memory = self.of(user_id)
+        outcome = run_recorded(
+            MemoryTool(memory),
+            self.db,
+            args,
+            actor=actor,
+            session_id=session_id,
+            message_id=message_id,
+        )
+        change = outcome.change
+        if change is not None:
+            self.providers.memory_written(
+                MemoryWrite(
+                    change.action,
+                    change.target.value,
+                    change.after or "",
+                    change.before,
+                    user_id,
+                    actor,
+                    session_id,
+                )
+            )
+        return outcome
+
+    async def forget(self, user_id: str, text: str, *, session_id: str | None = None) -> str:
+        """Remove the one entry (in either store) containing `text`, as the user."""
+        memory = self.of(user_id)
+        found = [
+            (target, entry)
+            for target in memory.enabled_targets()
+            for entry in memory.store(target).read().entries
+            if text in entry
+        ]
+        if not found:
+            return f"Nothing in your memory contains “{text}”."
+        if len(found) > 1:
+            listed = "\n".join(f"• {display_entry(entry)}" for _, entry in found)
+            return f"Several entries contain “{text}”; be more specific:\n{listed}"
+        target, entry = found[0]
+        args = {"action": "remove", "target": target.value, "old_text": text}
+        outcome = await self.apply(user_id, args, actor="user", session_id=session_id)
+        if not outcome.ok:
+            return str(outcome.result.get("error"))
+        return f"Forgotten: “{display_entry(entry)}”. (/memory undo brings it back.)"
+
+    async def undo(self, user_id: str, actor: str = "user") -> tuple[bool, str]:
+        """Revert the last change of this user's memory (a consolidation too)."""
+        memory = self.of(user_id)
+        version = self.db.last_version(user_id)
+        done, message = await asyncio.to_thread(undo_last, memory, self.db, actor)
+        if done and version is not None:
+            write = MemoryWrite(
+                "undo", version.target, version.text_before, version.text_after, user_id, actor
+            )
+            self.providers.memory_written(write)
+        return done, message
+
+    def merge(self, keep: str, gone: str) -> MergeReport:
+        """Fold `gone`'s stores into `keep`'s (linking); raises MergeError untouched."""
+        report = merge_memory(self.home, self.config, self.db, keep, gone)
+        for target in Target:
+            if report.added.get(target) or report.waiting.get(target):
+                text = self.of(keep).file_store(target).read().raw
+                write = MemoryWrite("merge", target.value, text, None, keep, "user")
+                self.providers.memory_written(write)
+        return report
+
+    # -- consolidation ---------------------------------------------------------------------
+
+    async def check(
+        self, user_ids: list[str] | None = None, *, force: bool = False
+    ) -> list[sweep.StoreRun]:
+        """Consolidate each store over the threshold (all stores with `force`)."""
+        runs = await sweep.check(self.home, self.db, self.model, self.config, user_ids, force=force)
+        for run in runs:
+            if run.outcome.status == "applied":
+                text = self.of(run.user_id).file_store(run.target).read().raw
+                write = MemoryWrite(
+                    "consolidate", run.target.value, text, None, run.user_id, "consolidator"
+                )
+                self.providers.memory_written(write)
+        return runs
+
+    def request_check(self, user_id: str) -> None:
+        """Check this user's stores in the background (once at a time per user)."""
+        if not self.auto_consolidate or user_id in self._checks:
+            return
+        task = asyncio.get_running_loop().create_task(self.check([user_id]))
+        self._checks[user_id] = task
+        task.add_done_callback(functools.partial(self._check_done, user_id))
+
+    def _check_done(self, user_id: str, task: asyncio.Task[Any]) -> None:
+        self._checks.pop(user_id, None)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("consolidation check for %s failed: %s", user_id, task.exception())
+
+    async def drain(self, timeout: float = 30.0) -> None:
+        """Wait for background checks and provider calls (before a process exits)."""
+        if self._checks:
+            await asyncio.wait(list(self._checks.values()), timeout=timeout)
+        await self.providers.drain(timeout)
+
+    # -- status ----------------------------------------------------------------------------
+
+    def status(self, user_id: str) -> list[StoreStatus]:
+        memory = self.of(user_id)
+        out = []
+        for target in Target:
+            if not memory.enabled(target):
+                out.append(StoreStatus(target, enabled=False))
+                continue
+            state = memory.file_store(target).read()
+            book = self.db.consolidation_state(user_id, target.value)
+            out.append(
+                StoreStatus(
+                    target,
+                    enabled=True,
+                    used=state.used,
+                    limit=state.limit,
+                    percent=state.percent,
+                    entries=len(state.entries),
+                    waiting=len(state.pending),
+                    last_consolidated_at=book.last_consolidated_at,
+                    last_summary=book.last_summary or "",
+                    damage=state.damage,
+                    needs_consolidation=bool(book.needs_consolidation or state.pending),
+                    last_error=book.last_error,
+                )
+            )
+        return out
+
+
+__all__ = ["MemoryService", "StoreStatus"]

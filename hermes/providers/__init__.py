@@ -1,0 +1,1 @@
+"""Memory providers: at most one external recall layer beside the built-in stores."""
