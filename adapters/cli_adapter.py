@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from dataclasses import dataclass
 
 from gateway.events import (
     ChatRef,
@@ -21,16 +20,10 @@ from gateway.events import (
     SendResult,
     UserRef,
 )
-from gateway.ports import Capabilities, EventSink
+from gateway.ports import Answer, Capabilities, EventSink
 
 CLI_CHAT = ChatRef("local", ChatType.DM)
 CLI_USER = UserRef("local", "owner")
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    text: str
-    failed: bool = False
 
 
 class CliAdapter:

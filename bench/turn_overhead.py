@@ -61,7 +61,7 @@ async def measure(home: Path, history: int, turns: int, tool_every: int) -> list
     )
     app = build_app(home, config, db, model=InstantModel(tool_every))
     agent = app.agent
-    conv = agent.open(user, CLI, f"bench:{history}")
+    conv = agent.sessions.open(user, CLI, f"bench:{history}")
     filler = [
         {"role": "user" if i % 2 == 0 else "assistant", "content": f"earlier message {i} " * 8}
         for i in range(history)

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from gateway.app import build_app, build_memory
 from gateway.config import HermesConfig, auxiliary_endpoint, load_config, main_endpoint
-from hermes.agent import review
 from hermes.config import AuxiliaryTaskConfig
 from hermes.llm.client import LLMClient
 from hermes.state.db import SessionDB
@@ -59,13 +58,13 @@ async def idle_sessions(home: str) -> str:
     try:
         idle = db.idle_sessions(timedelta(minutes=config.sessions.idle_minutes))
         for chat in idle:
-            conv = app.agent.resume(chat.user_id, chat.id) if app else None
+            conv = app.agent.sessions.resume(chat.user_id, chat.id) if app else None
             if app is None or conv is None:
                 db.end_session(chat.id, "idle")
                 continue
-            app.agent.end(conv, "idle")
+            app.agent.sessions.end(conv, "idle")
             if conv.history:
-                await review.run(app.agent, conv)
+                await app.agent.review(conv)
         return f"finalized {len(idle)} idle session(s)"
     finally:
         if app is not None:

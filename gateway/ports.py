@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from gateway.events import ChatRef, MessageEvent, OutboundMessage, SendResult
 
@@ -49,3 +49,22 @@ class PlatformAdapter(Protocol):
 
     async def typing(self, chat: ChatRef) -> None:
         """Show a typing indicator (best effort)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The router's reply to one line of a local chat."""
+
+    text: str
+    failed: bool = False  # the text explains a failure (the model could not answer)
+
+
+@runtime_checkable
+class LocalChat(PlatformAdapter, Protocol):
+    """A chat surface inside this process (the terminal): a line in, its answer out."""
+
+    def event(self, text: str) -> MessageEvent:
+        """`text` as a message event from the local owner."""
+
+    async def ask(self, text: str) -> Answer:
+        """Send one line through the router; its reply. Cancelling sends /stop."""

@@ -13,7 +13,7 @@ from typing import Any
 
 from gateway.config import ConfigError, secret
 from gateway.platform_config import DiscordConfig, PlatformConfig, SlackConfig, TelegramConfig
-from gateway.ports import MenuEntry, PlatformAdapter
+from gateway.ports import LocalChat, MenuEntry, PlatformAdapter
 
 Menu = Sequence[MenuEntry]
 
@@ -71,6 +71,13 @@ def _discord(
     return adapter
 
 
+def _cli(
+    module: Any, _config: PlatformConfig, _env: Mapping[str, str] | None, _menu: Menu
+) -> PlatformAdapter:
+    adapter: PlatformAdapter = module.CliAdapter()
+    return adapter
+
+
 REGISTRY: dict[str, PlatformEntry] = {
     "telegram": PlatformEntry(
         "telegram", "adapters.telegram_adapter", "pip install 'hermes-gateway[telegram]'", _telegram
@@ -81,6 +88,8 @@ REGISTRY: dict[str, PlatformEntry] = {
     "slack": PlatformEntry(
         "slack", "adapters.slack_adapter", "pip install 'hermes-gateway[slack]'", _slack
     ),
+    # the terminal: always installed, never enabled in config (`hermes chat` runs it)
+    "cli": PlatformEntry("cli", "adapters.cli_adapter", "reinstall hermes-gateway", _cli),
 }
 
 
@@ -97,6 +106,13 @@ def build(
             f"platforms.{name} is enabled but its SDK is missing ({exc.name}): {entry.install_hint}"
         ) from None
     return entry.build(module, config, env, menu)
+
+
+def local_chat() -> LocalChat:
+    """The terminal's adapter, for `hermes chat`."""
+    adapter = build("cli", PlatformConfig())
+    assert isinstance(adapter, LocalChat)
+    return adapter
 
 
 def _require(env_name: str, key: str, env: Mapping[str, str] | None) -> str:

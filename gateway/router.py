@@ -282,7 +282,7 @@ class Router(SessionControl):
                 self._conversations[key] = (conv, now)
                 self._conversations.move_to_end(key)
                 return conv
-        conv = self.agent.for_key(owner, surface, str(key), shared=key.shared)
+        conv = self.agent.sessions.for_key(owner, surface, str(key), shared=key.shared)
         self._conversations[key] = (conv, now)
         while len(self._conversations) > self.policy.cached_conversations:
             self._conversations.popitem(last=False)
@@ -309,7 +309,7 @@ class Router(SessionControl):
         if item is None:
             return
         conv = self._conversation(item, ctx.surface)
-        self.agent.end(conv, "user_reset")
+        self.agent.sessions.end(conv, "user_reset")
         self._conversations.pop(item.key, None)
         self._pinned.pop(item.key, None)
 

@@ -15,12 +15,13 @@ import typer
 from rich.markdown import Markdown
 from rich.markup import escape
 
-from adapters.cli_adapter import CLI_CHAT, CliAdapter
+from gateway import registry
 from gateway.app import App, build_app
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import console, err_console, note, say
 from gateway.commands import command_name
 from gateway.config import CONFIG_FILENAME, main_endpoint
+from gateway.ports import LocalChat
 from gateway.session_key import session_key
 from gateway.status_file import read_status_file
 from hermes.agent.agent import Agent, Surface
@@ -30,7 +31,6 @@ from hermes.llm.endpoint import Endpoint
 from hermes.state.db import SessionDB
 
 T = TypeVar("T")
-CLI = Surface("cli", "dm", CLI_CHAT.id)
 CLI_NOTE = "/exit  quit (also Ctrl-D)  ·  Ctrl-C cancels the running turn"
 SETUP_HELP = """\
 No model is configured. Hermes talks to any OpenAI-compatible endpoint: set one in
@@ -110,11 +110,12 @@ def chat(
     app.commands.runtime = LocalInfo(ctx.home, app)
     agent = app.agent
     runtime.loop.call_soon_threadsafe(agent.check_memory, owner)  # a CLI-only install
-    adapter = CliAdapter()
+    adapter = registry.local_chat()
     app.router.attach(adapter)
     try:
         key = session_key(adapter.event(""))
-        conv = _conversation(agent, db, owner, resume, str(key))
+        surface = Surface(adapter.name, "dm", key.chat_id)
+        conv = _conversation(agent, db, owner, resume, surface, str(key))
         app.router.pin(key, conv)
         runtime.run(adapter.start(app.router.handle))
         if query is not None:
@@ -135,18 +136,18 @@ async def _shutdown(app: App, owner: str) -> None:
 
 
 def _conversation(
-    agent: Agent, db: SessionDB, owner: str, resume: str | None, key: str
+    agent: Agent, db: SessionDB, owner: str, resume: str | None, surface: Surface, key: str
 ) -> Conversation:
     if resume is None:
-        return agent.open(owner, CLI, key)
+        return agent.sessions.open(owner, surface, key)
     session = db.latest_session(owner) if resume == "latest" else db.get_session(resume, owner)
-    conv = agent.resume(owner, session.id) if session else None
+    conv = agent.sessions.resume(owner, session.id) if session else None
     if conv is None:
         fail(f"no session {resume!r} to resume", EXIT_REFUSED)
     return conv
 
 
-def _one_shot(runtime: Runtime, adapter: CliAdapter, query: str) -> None:
+def _one_shot(runtime: Runtime, adapter: LocalChat, query: str) -> None:
     try:
         answer = runtime.run(adapter.ask(query))
     except TurnCancelledError:
@@ -156,7 +157,7 @@ def _one_shot(runtime: Runtime, adapter: CliAdapter, query: str) -> None:
     say(answer.text)
 
 
-def _interactive(runtime: Runtime, adapter: CliAdapter, session_id: str, resumed: bool) -> None:
+def _interactive(runtime: Runtime, adapter: LocalChat, session_id: str, resumed: bool) -> None:
     """Read lines; each goes through the router (commands too) and its answer is shown."""
     state = "resumed" if resumed else "new"
     note(f"[bold]Hermes[/bold] · session {session_id} ({state}) · /help for commands")

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from hermes.agent import compression, review
-from hermes.agent.conversation import Conversation, Surface, to_new_message, to_openai
-from hermes.agent.prompt import build_system_prompt, fence_recall, load_persona, turn_context
+from hermes.agent.conversation import Conversation, Surface, to_new_message
+from hermes.agent.prompt import fence_recall, turn_context
+from hermes.agent.sessions import Sessions, provider_session
 from hermes.agent.toolbox import Tool, ToolBox
 from hermes.config import AgentConfig, MemoryConfig
 from hermes.llm.client import LLMError
@@ -25,10 +26,8 @@ from hermes.llm.types import ChatModel, ModelReply
 from hermes.memory.service import MemoryService
 from hermes.memory.tool import MEMORY_TOOL_SCHEMA
 from hermes.memory.user_memory import UserMemory
-from hermes.providers.base import AgentContext, ProviderSession
 from hermes.providers.host import ProviderHost
-from hermes.state.db import NewMessage, SessionDB, new_session_id
-from hermes.state.models import ChatSession
+from hermes.state.db import NewMessage, SessionDB
 from hermes.state.search import SearchScope
 from hermes.tools.session_search import SessionSearchTool, Summarizer, SummaryPolicy
 
@@ -43,14 +42,6 @@ GROUP_MEMORY_OFF = (
     "Memory is off in group chats here (privacy.group_memory: none); nothing was saved. "
     "The user can tell you again in a direct message."
 )
-
-
-def previous_pointer(ended: ChatSession) -> str:
-    when = f"{ended.last_active_at:%Y-%m-%d}"
-    return (
-        f'[previous conversation: session {ended.id} "{ended.title}" ({when}, ended '
-        f"{ended.end_reason or 'earlier'}); session_search can find what was said there]"
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,10 +76,13 @@ class Agent:
     memory: MemoryService | None = None  # the one memory write path (default: built here)
     _reviews: dict[str, asyncio.Task[None]] = field(default_factory=dict, repr=False)
 
+    sessions: Sessions = field(init=False, repr=False)
+
     def __post_init__(self) -> None:
         if self.memory is None:
             model = self.aux_model or self.model
             self.memory = MemoryService(self.home, self.memory_config, self.db, model=model)
+        self.sessions = Sessions(self.db, self.home, self.memory, group_memory=self.group_memory)
 
     @property
     def memories(self) -> MemoryService:
@@ -99,92 +93,8 @@ class Agent:
     def providers(self) -> ProviderHost:
         return self.memories.providers
 
-    # -- sessions ------------------------------------------------------------------
-
     def memory_of(self, user_id: str) -> UserMemory:
         return self.memories.of(user_id)
-
-    def fresh_prompt(
-        self, user_id: str, surface: Surface | None = None, *, shared: bool = False
-    ) -> str:
-        """A shared session belongs to a chat, not a person: no personal store in it."""
-        personal = self.personal(surface) and not shared
-        snapshot = self.memory_of(user_id).snapshot() if personal else ""
-        return build_system_prompt(load_persona(self.home), snapshot)
-
-    def _provider_session(
-        self, conv: Conversation, context: AgentContext = AgentContext.PRIMARY
-    ) -> ProviderSession:
-        return ProviderSession(conv.id, conv.user_id, conv.session.platform, context)
-
-    def personal(self, surface: Surface | None) -> bool:
-        """Whether personal memory is used here: always in DMs and the CLI; in groups
-        only with privacy.group_memory: full."""
-        return self.group_memory or surface is None or surface.chat_type == "dm"
-
-    def open(
-        self,
-        user_id: str,
-        surface: Surface,
-        session_key: str,
-        parent_id: str | None = None,
-        *,
-        shared: bool = False,
-    ) -> Conversation:
-        """A new session whose system prompt is built now and frozen. `user_id` owns it:
-        the person, or for a shared group session the chat's owner (`shared`). The
-        memory provider's static block is part of the frozen prompt."""
-        prompt = self.fresh_prompt(user_id, surface, shared=shared)
-        session_id = new_session_id()
-        if not shared:
-            block = self.providers.prompt_block(
-                ProviderSession(session_id, user_id, surface.platform)
-            )
-            prompt = f"{prompt}\n\n{block}" if block else prompt
-        session = self.db.start_session(
-            user_id,
-            surface.platform,
-            session_key,
-            session_id=session_id,
-            chat_type=surface.chat_type,
-            chat_id=surface.chat_id,
-            thread_id=surface.thread_id,
-            shared=shared,
-            parent_session_id=parent_id,
-            system_prompt=prompt,
-        )
-        return Conversation(session, prompt)
-
-    def end(self, conv: Conversation, reason: str) -> None:
-        """End a session for real (/new, idle): the provider hears of it."""
-        self.db.end_session(conv.id, reason)
-        self.providers.session_ended(self._provider_session(conv), conv.history)
-
-    def for_key(
-        self, user_id: str, surface: Surface, session_key: str, *, shared: bool = False
-    ) -> Conversation:
-        """The open session of a key, or a new one pointing at the one that ended."""
-        open_, ended = self.db.session_for_key(user_id, session_key)
-        if open_ is not None:
-            resumed = self.resume(user_id, open_.id)
-            if resumed is not None:
-                return resumed
-        conv = self.open(user_id, surface, session_key, shared=shared)
-        if ended is not None:
-            conv.pointer = previous_pointer(ended)
-        return conv
-
-    def resume(self, user_id: str, session_id: str) -> Conversation | None:
-        """Continue a session (of this user only) with the same prompt bytes and history."""
-        session = self.db.get_session(session_id, user_id)
-        if session is None:
-            return None
-        prompt = self.db.system_prompt(session.system_prompt_hash or "")
-        if prompt is None:
-            surface = Surface(session.platform, session.chat_type)
-            prompt = self.fresh_prompt(user_id, surface, shared=session.shared)
-        history = [to_openai(m) for m in self.db.messages(session.id, user_id)]
-        return Conversation(session, prompt, history)
 
     # -- the turn ----------------------------------------------------------------------
 
@@ -194,7 +104,6 @@ class Agent:
         text: str,
         surface: Surface,
         platform_message_id: str | None = None,
-        recall: str = "",
         *,
         speaker: Speaker | None = None,
     ) -> TurnResult:
@@ -207,17 +116,17 @@ class Agent:
         compressed_from = None
         if conv.projected_tokens([user_message]) > self.config.context_budget_tokens:
             compressed_from = conv.id
-            await compression.compress(self, conv, surface)
+            await self._compress(conv, surface)
         cause = self.db.add_message(conv.id, to_new_message(user_message, platform_message_id))
         if cause is None:
             return TurnResult("", True, conv.id, duplicate=True)
         conv.append([user_message])
-        context = turn_context(surface.platform, surface.chat_type, datetime.now(UTC), recall)
+        context = turn_context(surface.platform, surface.chat_type, datetime.now(UTC))
         if conv.pointer:
             context, conv.pointer = f"{context}\n{conv.pointer}", ""
         writer = speaker.user_id if speaker else (None if conv.shared else conv.user_id)
         tools = self.toolbox(conv, surface, cause, writer=writer)
-        recalled = await self.providers.recall(text, self._provider_session(conv))
+        recalled = await self.providers.recall(text, provider_session(conv))
         if recalled:
             context = f"{context}\n{fence_recall(recalled)}"
         try:
@@ -227,7 +136,7 @@ class Agent:
                 f"{exc} {SAVED_NOTE}", False, conv.id, compressed_from=compressed_from
             )
         self._schedule_review(conv)
-        self.providers.turn_done(text, answer, self._provider_session(conv), conv.history)
+        self.providers.turn_done(text, answer, provider_session(conv), conv.history)
         notices = self.db.take_notices(conv.user_id)
         if notices:  # e.g. "I tidied your memory ... /memory undo reverts it"
             answer = "\n\n".join([answer, *notices])
@@ -246,7 +155,7 @@ class Agent:
         owner = writer if writer is not None else (None if conv.shared else conv.user_id)
 
         async def remember(args: dict[str, Any]) -> dict[str, Any]:
-            if not self.personal(surface) or owner is None:
+            if not self.sessions.personal(surface) or owner is None:
                 return {"success": False, "error": GROUP_MEMORY_OFF}
             outcome = await self.memories.apply(
                 owner, args, actor="agent", session_id=conv.id, message_id=cause
@@ -331,9 +240,30 @@ class Agent:
         user_turns = sum(1 for m in conv.history if m["role"] == "user")
         if not interval or user_turns % interval or conv.user_id in self._reviews:
             return
-        task = asyncio.create_task(review.run(self, conv))
+        task = asyncio.create_task(self.review(conv))
         self._reviews[conv.user_id] = task
         task.add_done_callback(functools.partial(self._review_done, conv.user_id))
+
+    async def review(self, conv: Conversation) -> None:
+        """Look at `conv` for facts worth keeping, with its user's memory tool; nothing
+        to do where no personal memory may be written (a shared group session, or any
+        group with privacy.group_memory: none)."""
+        if conv.shared or not self.sessions.personal(conv.home_surface):
+            return
+        tools = self.toolbox(conv, conv.home_surface, None).only("memory")
+        snapshot = self.memory_of(conv.user_id).snapshot()
+        await review.run(conv, model=self.aux_model or self.model, tools=tools, snapshot=snapshot)
+
+    async def _compress(self, conv: Conversation, surface: Surface) -> None:
+        await compression.compress(
+            conv,
+            sessions=self.sessions,
+            model=self.model,
+            summary_model=self.aux_model or self.model,
+            keep_recent=self.config.keep_recent_messages,
+            flush_tools=self.toolbox(conv, surface, None).only("memory"),
+            flush_messages=self.request_messages(conv, ""),
+        )
 
     def _review_done(self, user_id: str, _task: asyncio.Task[None]) -> None:
         self._reviews.pop(user_id, None)

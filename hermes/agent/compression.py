@@ -11,14 +11,13 @@ Nothing is lost: the parent session keeps every message.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from hermes.agent.conversation import Conversation, Surface, to_new_message, transcript
-from hermes.agent.toolbox import side_loop
+from hermes.agent.conversation import Conversation, to_new_message, transcript
+from hermes.agent.sessions import Sessions
+from hermes.agent.toolbox import ToolBox, side_loop
 from hermes.llm.client import LLMError
-
-if TYPE_CHECKING:
-    from hermes.agent.agent import Agent
+from hermes.llm.types import ChatModel
 
 logger = logging.getLogger(__name__)
 
@@ -37,17 +36,29 @@ SUMMARY_INPUT_CHARS = 40_000
 FLUSH_ITERATIONS = 3
 
 
-async def compress(agent: Agent, conv: Conversation, surface: Surface) -> bool:
-    """Move `conv` into a child session; False when there is nothing old enough to fold."""
-    start = recent_start(conv.history, agent.config.keep_recent_messages)
+async def compress(
+    conv: Conversation,
+    *,
+    sessions: Sessions,
+    model: ChatModel,
+    summary_model: ChatModel,
+    keep_recent: int,
+    flush_tools: ToolBox,
+    flush_messages: list[dict[str, Any]],
+) -> bool:
+    """Move `conv` into a child session; False when there is nothing old enough to fold.
+
+    `flush_messages` is the request as the model would see it now, `flush_tools` the
+    memory tool it may save with first."""
+    start = recent_start(conv.history, keep_recent)
     if start == 0:
         return False
     older, recent = conv.history[:start], conv.history[start:]
-    await flush_memory(agent, conv, surface)
-    summary = await summarize(agent, older, conv.id)
-    agent.db.end_session(conv.id, "compression")
+    await flush_memory(model, flush_messages, flush_tools)
+    summary = await summarize(summary_model, older, conv.id)
+    sessions.db.end_session(conv.id, "compression")
     parent = conv.session
-    child = agent.open(
+    child = sessions.open(
         conv.user_id,
         conv.home_surface,
         parent.session_key,
@@ -55,7 +66,7 @@ async def compress(agent: Agent, conv: Conversation, surface: Surface) -> bool:
         shared=conv.shared,
     )
     opening = [{"role": "user", "content": f"{SUMMARY_PREFIX}\n{summary}"}, *recent]
-    agent.db.add_messages(child.id, [to_new_message(m) for m in opening])
+    sessions.db.add_messages(child.id, [to_new_message(m) for m in opening])
     conv.session, conv.system_prompt = child.session, child.system_prompt
     conv.history, conv.unsent, conv.last_prompt_tokens = opening, [], None
     logger.info("session %s compressed into %s", parent.id, child.id)
@@ -70,17 +81,15 @@ def recent_start(history: list[dict[str, Any]], keep: int) -> int:
     return max((i for i, m in enumerate(history) if m["role"] == "user"), default=0)
 
 
-async def flush_memory(agent: Agent, conv: Conversation, surface: Surface) -> None:
-    tools = agent.toolbox(conv, surface, None).only("memory")
-    messages = [*agent.request_messages(conv, ""), {"role": "user", "content": FLUSH_NOTE}]
+async def flush_memory(model: ChatModel, request: list[dict[str, Any]], tools: ToolBox) -> None:
+    messages = [*request, {"role": "user", "content": FLUSH_NOTE}]
     try:
-        await side_loop(agent.model, messages, tools, FLUSH_ITERATIONS)
+        await side_loop(model, messages, tools, FLUSH_ITERATIONS)
     except LLMError as exc:
         logger.warning("memory flush before compression failed: %s", exc)
 
 
-async def summarize(agent: Agent, older: list[dict[str, Any]], session_id: str) -> str:
-    model = agent.aux_model or agent.model
+async def summarize(model: ChatModel, older: list[dict[str, Any]], session_id: str) -> str:
     messages = [
         {"role": "system", "content": SUMMARY_INSTRUCTIONS},
         {"role": "user", "content": transcript(older, SUMMARY_INPUT_CHARS)},

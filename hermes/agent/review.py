@@ -5,14 +5,12 @@ It never delays a reply and never runs twice at once for one user (see Agent).""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hermes.agent.conversation import Conversation, transcript
-from hermes.agent.toolbox import side_loop
+from hermes.agent.toolbox import ToolBox, side_loop
 from hermes.llm.client import LLMError
-
-if TYPE_CHECKING:
-    from hermes.agent.agent import Agent
+from hermes.llm.types import ChatModel
 
 logger = logging.getLogger(__name__)
 
@@ -28,18 +26,13 @@ RECENT_MESSAGES = 20
 MAX_ITERATIONS = 3
 
 
-async def run(agent: Agent, conv: Conversation) -> None:
-    """Review `conv` for its user's memory; nothing to do where no personal memory may
-    be written (a shared group session, or any group with privacy.group_memory: none)."""
-    if conv.shared or not agent.personal(conv.home_surface):
-        return
-    tools = agent.toolbox(conv, conv.home_surface, None).only("memory")
-    snapshot = agent.memory_of(conv.user_id).snapshot() or "(memory is empty)"
+async def run(conv: Conversation, *, model: ChatModel, tools: ToolBox, snapshot: str) -> None:
+    """Review `conv` with `tools` (the memory tool of the person whose store it may
+    write) and their memory `snapshot` as it is now."""
     messages: list[dict[str, Any]] = [
-        {"role": "system", "content": f"{INSTRUCTIONS}\n\n{snapshot}"},
+        {"role": "system", "content": f"{INSTRUCTIONS}\n\n{snapshot or '(memory is empty)'}"},
         {"role": "user", "content": transcript(conv.history[-RECENT_MESSAGES:], 12_000)},
     ]
-    model = agent.aux_model or agent.model
     try:
         await side_loop(model, messages, tools, MAX_ITERATIONS, temperature=0.2)
     except LLMError as exc:

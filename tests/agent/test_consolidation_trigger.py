@@ -46,7 +46,7 @@ def test_crossing_80_percent_consolidates_and_notifies(harness: Harness) -> None
     harness.fake.responder = responder
 
     async def scenario(agent: Agent) -> list[str]:
-        conv = agent.open(harness.user, CLI, "k")
+        conv = agent.sessions.open(harness.user, CLI, "k")
         first = await agent.turn(conv, "remember bed 8 too", CLI)
         await agent.drain()
         second = await agent.turn(conv, "hi", CLI)
@@ -67,7 +67,7 @@ def test_no_consolidation_below_the_threshold(harness: Harness) -> None:
     harness.fake.responder = responder
 
     async def scenario(agent: Agent) -> None:
-        conv = agent.open(harness.user, CLI, "k")
+        conv = agent.sessions.open(harness.user, CLI, "k")
         await agent.turn(conv, "remember bed 8", CLI)
 
     harness.run(scenario)

@@ -38,7 +38,7 @@ def test_compression_continues_in_a_child_with_a_fresh_snapshot(harness: Harness
     harness.fake.responder = scripted
 
     async def scenario(agent: Agent) -> tuple[str, list[TurnResult], Any]:
-        conv = agent.open(harness.user, CLI, "cli:k")
+        conv = agent.sessions.open(harness.user, CLI, "cli:k")
         parent = conv.id
         results = [await agent.turn(conv, f"part {i}: {LONG}", CLI) for i in range(6)]
         return parent, results, conv
@@ -88,7 +88,7 @@ def test_review_runs_after_the_reply_and_never_twice_at_once(harness: Harness) -
     harness.fake.responder = responder
 
     async def scenario(agent: Agent) -> list[float]:
-        conv = agent.open(harness.user, CLI, "k")
+        conv = agent.sessions.open(harness.user, CLI, "k")
         await agent.turn(conv, "my cat Miso is funny", CLI)
         answered = []
         await agent.turn(conv, "she sleeps all day", CLI)
@@ -123,7 +123,7 @@ def test_one_review_at_a_time_per_user(harness: Harness) -> None:
     harness.fake.responder = responder
 
     async def scenario(agent: Agent) -> None:
-        conv = agent.open(harness.user, CLI, "k")
+        conv = agent.sessions.open(harness.user, CLI, "k")
         for text in ("one", "two", "three"):
             await agent.turn(conv, text, CLI)
             await asyncio.sleep(0.05)  # let the review task start

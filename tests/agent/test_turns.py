@@ -23,10 +23,10 @@ def test_memory_add_reaches_file_event_log_and_next_prompt_only(harness: Harness
     )
 
     async def scenario(agent: Agent) -> tuple[TurnResult, str]:
-        conv = agent.open(harness.user, CLI, "cli:local")
+        conv = agent.sessions.open(harness.user, CLI, "cli:local")
         first = await agent.turn(conv, "I prefer tea over coffee", CLI)
         await agent.turn(conv, "what's up", CLI)
-        second = agent.open(harness.user, CLI, "cli:local")
+        second = agent.sessions.open(harness.user, CLI, "cli:local")
         await agent.turn(second, "hi", CLI)
         return first, conv.id
 
@@ -53,7 +53,7 @@ def test_messages_are_persisted_in_openai_shape(harness: Harness) -> None:
     )
 
     async def scenario(agent: Agent) -> str:
-        conv = agent.open(harness.user, CLI, "k")
+        conv = agent.sessions.open(harness.user, CLI, "k")
         await agent.turn(conv, "remember I use zsh", CLI)
         return conv.id
 
@@ -69,7 +69,7 @@ def test_messages_are_persisted_in_openai_shape(harness: Harness) -> None:
 
 def test_turn_context_rides_on_the_latest_user_message_only(harness: Harness) -> None:
     async def scenario(agent: Agent) -> None:
-        conv = agent.open(harness.user, CLI, "k")
+        conv = agent.sessions.open(harness.user, CLI, "k")
         await agent.turn(conv, "first", Surface("telegram", "group", "-100"))
         await agent.turn(conv, "second", CLI)
 
@@ -90,9 +90,9 @@ def test_search_finds_an_earlier_session(harness: Harness) -> None:
     )
 
     async def scenario(agent: Agent) -> None:
-        old = agent.open(harness.user, Surface("telegram"), "tg:1")
+        old = agent.sessions.open(harness.user, Surface("telegram"), "tg:1")
         await agent.turn(old, "I'm building a zebra-themed budgeting app", Surface("telegram"))
-        new = agent.open(harness.user, CLI, "cli")
+        new = agent.sessions.open(harness.user, CLI, "cli")
         await agent.turn(new, "what was my app idea?", CLI)
 
     harness.run(scenario)
@@ -111,7 +111,7 @@ def test_malformed_arguments_and_unknown_tools_are_recoverable(harness: Harness)
     )
 
     async def scenario(agent: Agent) -> TurnResult:
-        return await agent.turn(agent.open(harness.user, CLI, "k"), "weather?", CLI)
+        return await agent.turn(agent.sessions.open(harness.user, CLI, "k"), "weather?", CLI)
 
     assert harness.run(scenario).text == "Sorry, I can't check the weather."
     second, third = harness.fake.requests[1], harness.fake.requests[2]
@@ -125,7 +125,7 @@ def test_tool_loop_stops_at_the_cap_with_a_final_answer_request(harness: Harness
     harness.fake.push(search, search, search, Reply(text="Here is what I have."))
 
     async def scenario(agent: Agent) -> TurnResult:
-        return await agent.turn(agent.open(harness.user, CLI, "k"), "loop please", CLI)
+        return await agent.turn(agent.sessions.open(harness.user, CLI, "k"), "loop please", CLI)
 
     assert harness.run(scenario).text == "Here is what I have."
     requests = harness.fake.requests
@@ -139,7 +139,7 @@ def test_429_is_waited_out_and_answered_once(harness: Harness) -> None:
     harness.fake.push(Reply(status=429, retry_after=1), Reply(text="Done."))
 
     async def scenario(agent: Agent) -> tuple[TurnResult, str]:
-        conv = agent.open(harness.user, CLI, "k")
+        conv = agent.sessions.open(harness.user, CLI, "k")
         return await agent.turn(conv, "hello", CLI), conv.id
 
     started = time.monotonic()
@@ -152,7 +152,7 @@ def test_unreachable_model_keeps_the_message_and_says_so(harness: Harness) -> No
     harness.fake.default = Reply(status=500)
 
     async def scenario(agent: Agent) -> tuple[TurnResult, str]:
-        conv = agent.open(harness.user, CLI, "k")
+        conv = agent.sessions.open(harness.user, CLI, "k")
         return await agent.turn(conv, "are you there?", CLI), conv.id
 
     result, session_id = harness.run(scenario)
@@ -169,7 +169,7 @@ def test_timeout_message_names_the_timeout(harness: Harness) -> None:
     harness.fake.default = Reply(delay=2)
 
     async def scenario(agent: Agent) -> TurnResult:
-        return await agent.turn(agent.open(harness.user, CLI, "k"), "slow?", CLI)
+        return await agent.turn(agent.sessions.open(harness.user, CLI, "k"), "slow?", CLI)
 
     assert harness.run(scenario).text == (
         "The model endpoint is not answering (timeout after 0.5 s). "
@@ -179,7 +179,7 @@ def test_timeout_message_names_the_timeout(harness: Harness) -> None:
 
 def test_redelivered_platform_message_is_not_answered_twice(harness: Harness) -> None:
     async def scenario(agent: Agent) -> tuple[TurnResult, TurnResult]:
-        conv = agent.open(harness.user, Surface("telegram"), "k")
+        conv = agent.sessions.open(harness.user, Surface("telegram"), "k")
         first = await agent.turn(conv, "hi", Surface("telegram"), platform_message_id="1:77")
         again = await agent.turn(conv, "hi", Surface("telegram"), platform_message_id="1:77")
         return first, again
@@ -193,13 +193,13 @@ def test_resume_continues_with_the_same_prompt_and_history(harness: Harness) -> 
     harness.fake.push(Reply(text="Hi on telegram."), Reply(text="Hi again from the CLI."))
 
     async def scenario(agent: Agent) -> None:
-        conv = agent.open(harness.user, Surface("telegram"), "tg")
+        conv = agent.sessions.open(harness.user, Surface("telegram"), "tg")
         await agent.turn(conv, "hello from telegram", Surface("telegram"))
         agent.memory_of(harness.user).store(Target.USER)  # memory may change meanwhile
-        resumed = agent.resume(harness.user, conv.id)
+        resumed = agent.sessions.resume(harness.user, conv.id)
         assert resumed is not None
         await agent.turn(resumed, "and now from the terminal", CLI)
-        assert agent.resume("u_0000000000000000", conv.id) is None  # not another user's
+        assert agent.sessions.resume("u_0000000000000000", conv.id) is None  # not another user's
 
     harness.run(scenario)
     first, second = harness.fake.requests
@@ -214,7 +214,7 @@ def test_soul_md_replaces_the_default_persona(harness: Harness) -> None:
     (harness.home / "SOUL.md").write_text("You are Ada, a terse lab assistant.\n")
 
     async def scenario(agent: Agent) -> None:
-        await agent.turn(agent.open(harness.user, CLI, "k"), "hi", CLI)
+        await agent.turn(agent.sessions.open(harness.user, CLI, "k"), "hi", CLI)
 
     harness.run(scenario)
     prompt = harness.system_prompts()[0]
@@ -228,12 +228,12 @@ def test_after_an_idle_end_the_next_message_starts_fresh_with_a_pointer(harness:
     telegram = Surface("telegram", "dm", "42")
 
     async def scenario(agent: Agent) -> tuple[str, str, str]:
-        first = agent.for_key(harness.user, telegram, "telegram:dm:42")
+        first = agent.sessions.for_key(harness.user, telegram, "telegram:dm:42")
         await agent.turn(first, "planning the Lisbon trip", telegram)
-        same = agent.for_key(harness.user, telegram, "telegram:dm:42")
+        same = agent.sessions.for_key(harness.user, telegram, "telegram:dm:42")
         assert same.id == first.id  # still open: the same session continues
         harness.db.end_session(first.id, "idle")  # what the idle_sessions job does
-        second = agent.for_key(harness.user, telegram, "telegram:dm:42")
+        second = agent.sessions.for_key(harness.user, telegram, "telegram:dm:42")
         await agent.turn(second, "hello again", telegram)
         await agent.turn(second, "and again", telegram)
         return first.id, second.id, second.system_prompt
