@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from hermes.identity import new_user_id
-from hermes.state.db import NewMessage, SessionDB
+from hermes.state.conversations import NewMessage
+from hermes.state.db import SessionDB
 from hermes.state.search import SearchScope
 
 EVIDENCE = re.compile(r"D(\d+):(\d+)")
@@ -40,7 +41,7 @@ def session_time(text: str | None) -> datetime | None:
 
 def ingest(db: SessionDB, sample: dict[str, Any]) -> tuple[str, dict[int, str]]:
     """Store one conversation under a new user; returns the user and message id -> dia_id."""
-    user = db.ensure_user(new_user_id()).id
+    user = db.people.ensure_user(new_user_id()).id
     conv = sample["conversation"]
     speaker_a = conv.get("speaker_a")
     dia_of: dict[int, str] = {}
@@ -49,7 +50,7 @@ def ingest(db: SessionDB, sample: dict[str, Any]) -> tuple[str, dict[int, str]]:
         turns = conv[f"session_{number}"]
         if not turns:
             continue
-        chat = db.start_session(
+        chat = db.conversations.start_session(
             user,
             "locomo",
             f"locomo:{number}",
@@ -62,7 +63,9 @@ def ingest(db: SessionDB, sample: dict[str, Any]) -> tuple[str, dict[int, str]]:
                 text += f" [shared a photo: {turn['blip_caption']}]"
             role = "user" if turn["speaker"] == speaker_a else "assistant"
             messages.append(NewMessage(role, text))
-        for turn, message_id in zip(turns, db.add_messages(chat.id, messages), strict=True):
+        for turn, message_id in zip(
+            turns, db.conversations.add_messages(chat.id, messages), strict=True
+        ):
             assert message_id is not None
             dia_of[message_id] = turn["dia_id"]
     return user, dia_of
@@ -76,7 +79,7 @@ def evaluate(
     db: SessionDB, user: str, dia_of: dict[int, str], qa: dict[str, Any]
 ) -> dict[str, float]:
     gold = evidence_of(qa)
-    hits = db.search(SearchScope(user), str(qa["question"]), limit=60)
+    hits = db.conversations.search(SearchScope(user), str(qa["question"]), limit=60)
     dias = [dia_of.get(hit.message_id, "") for hit in hits]
     scores = {f"turn_recall_any@{k}": float(bool(gold & set(dias[:k]))) for k in KS}
     sessions: list[str] = []

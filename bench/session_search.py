@@ -132,12 +132,12 @@ def build(
 ) -> dict[str, Any]:
     db = SessionDB(path)
     gen = TextGen(rng)
-    user_ids = [db.ensure_user(new_user_id()).id for _ in range(users)]
+    user_ids = [db.people.ensure_user(new_user_id()).id for _ in range(users)]
     start = utcnow() - timedelta(days=365)
     chats = []
     for i in range(sessions):
         user = user_ids[i % users]
-        chat = db.start_session(
+        chat = db.conversations.start_session(
             user,
             rng.choice(["cli", "telegram", "discord", "slack"]),
             f"k{i}",
@@ -161,10 +161,10 @@ def build(
                 }
             )
         if len(batch) >= 20_000:
-            db.bulk_insert_messages(batch)
+            db.upkeep.bulk_insert_messages(batch)
             batch = []
     if batch:
-        db.bulk_insert_messages(batch)
+        db.upkeep.bulk_insert_messages(batch)
     seconds = time.perf_counter() - began
     db.close()
     return {
@@ -179,7 +179,7 @@ def measure(path: Path, queries: int, rng: random.Random) -> dict[str, Any]:
     with db.engine.connect() as conn:
         users = [row[0] for row in conn.exec_driver_sql("SELECT id FROM users")]
     for _ in range(50):  # warm the page cache the way a running gateway would have it
-        db.search(SearchScope(rng.choice(users)), " ".join(gen.words(3)))
+        db.conversations.search(SearchScope(rng.choice(users)), " ".join(gen.words(3)))
     timings, hits = [], 0
     for i in range(queries):
         if i % 10 == 0:
@@ -189,10 +189,10 @@ def measure(path: Path, queries: int, rng: random.Random) -> dict[str, Any]:
         else:
             query = " ".join(gen.words(rng.randint(2, 4)))
         started = time.perf_counter()
-        found = db.search(SearchScope(rng.choice(users)), query, limit=60)
+        found = db.conversations.search(SearchScope(rng.choice(users)), query, limit=60)
         timings.append((time.perf_counter() - started) * 1000)
         hits += bool(found)
-    messages = db.count_messages()
+    messages = db.conversations.count_messages()
     db.close()
     cuts = statistics.quantiles(timings, n=100, method="inclusive")
     return {

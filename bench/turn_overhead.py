@@ -55,7 +55,7 @@ class InstantModel:
 
 async def measure(home: Path, history: int, turns: int, tool_every: int) -> list[float]:
     db = SessionDB.open(home)
-    user = db.ensure_user(new_user_id()).id
+    user = db.people.ensure_user(new_user_id()).id
     config = HermesConfig.model_validate(
         {"memory": {"review_interval": 0}, "agent": {"context_budget_tokens": 2_000_000}}
     )
@@ -66,7 +66,7 @@ async def measure(home: Path, history: int, turns: int, tool_every: int) -> list
         {"role": "user" if i % 2 == 0 else "assistant", "content": f"earlier message {i} " * 8}
         for i in range(history)
     ]
-    db.add_messages(conv.id, [to_new_message(m) for m in filler])
+    db.conversations.add_messages(conv.id, [to_new_message(m) for m in filler])
     conv.append(filler)
     timings = []
     for i in range(turns):

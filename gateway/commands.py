@@ -319,10 +319,10 @@ class Commands:
 
     async def _whoami(self, ctx: CommandContext, _: str) -> str:
         person = ctx.person
-        user = self.db.get_user(person.user_id)
+        user = self.db.people.get_user(person.user_id)
         accounts = ", ".join(
             f"{i.platform} ({i.display_name or i.platform_user_id})"
-            for i in self.db.identities_of(person.user_id)
+            for i in self.db.people.identities_of(person.user_id)
         )
         name = (user.display_name if user else "") or person.display_name or "you"
         return (
@@ -436,7 +436,7 @@ class Commands:
         if not text:
             return "Say which entry: `/memory why TEXT` (part of the entry)."
         user_id = ctx.person.user_id
-        events = self.db.memory_events(user_id, text)[:5]
+        events = self.db.memory_log.memory_events(user_id, text)[:5]
         if not events:
             return f"No recorded change mentions “{text}”."
         lines = []
@@ -446,7 +446,11 @@ class Commands:
                 f"• {event.created_at:%Y-%m-%d %H:%M} UTC — {event.action} in {event.target} "
                 f"by {_ACTORS.get(event.actor, event.actor)}: “{entry[:160]}”"
             )
-            chat = self.db.get_session(event.session_id, user_id) if event.session_id else None
+            chat = (
+                self.db.conversations.get_session(event.session_id, user_id)
+                if event.session_id
+                else None
+            )
             if chat is None:
                 lines.append("  source: not from a conversation")
                 continue
@@ -454,7 +458,11 @@ class Commands:
                 f"  source: {chat.platform} conversation `{chat.id}` of "
                 f"{chat.started_at:%Y-%m-%d} — {chat.title or '(untitled)'}"
             )
-            message = self.db.message(event.message_id, user_id) if event.message_id else None
+            message = (
+                self.db.conversations.message(event.message_id, user_id)
+                if event.message_id
+                else None
+            )
             if message is not None and message.content:
                 speaker = "you" if message.role == "user" else "I"
                 lines.append(f"  {speaker} said: “{message.content[:200]}”")

@@ -64,7 +64,7 @@ class Delivery:
                     "could not deliver to %s %s: %s", adapter.name, chat.id, result.error
                 )
                 error = result.error
-                self.db.record_delivery(
+                self.db.conversations.record_delivery(
                     stored_id, adapter.name, chat.id, ok=False, attempts=attempts, error=error
                 )
                 return False

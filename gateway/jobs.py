@@ -56,11 +56,11 @@ async def idle_sessions(home: str) -> str:
     db = SessionDB.open(path)
     app = build_app(path, config, db) if main_endpoint(config) is not None else None
     try:
-        idle = db.idle_sessions(timedelta(minutes=config.sessions.idle_minutes))
+        idle = db.conversations.idle_sessions(timedelta(minutes=config.sessions.idle_minutes))
         for chat in idle:
             conv = app.agent.sessions.resume(chat.user_id, chat.id) if app else None
             if app is None or conv is None:
-                db.end_session(chat.id, "idle")
+                db.conversations.end_session(chat.id, "idle")
                 continue
             app.agent.sessions.end(conv, "idle")
             if conv.history:
@@ -77,10 +77,12 @@ async def maintenance(home: str) -> str:
     config = load_config(Path(home))
     db = SessionDB.open(Path(home))
     try:
-        summary = db.maintenance()
+        summary = db.upkeep.maintenance()
         days = config.sessions.retention_days
         if days:
-            summary += f"; pruned {db.prune(days, dry_run=False)} session(s) older than {days} days"
+            summary += (
+                f"; pruned {db.upkeep.prune(days, dry_run=False)} session(s) older than {days} days"
+            )
         return summary
     finally:
         db.close()

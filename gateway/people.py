@@ -29,7 +29,7 @@ from gateway.config import HermesConfig
 from gateway.events import ChatType, MessageEvent
 from hermes.state.db import SessionDB
 from hermes.state.models import Identity
-from hermes.state.people import PairingRefused, PeopleDB
+from hermes.state.people import PairingRefused
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class _UserFacts:
 
 class People:
     def __init__(self, config: HermesConfig, db: SessionDB) -> None:
-        self.config, self.db, self.repo = config, db, PeopleDB(db)
+        self.config, self.db, self.repo = config, db, db.people
         self._stamp = self.repo.stamp()
         self._identities: dict[tuple[str, str], tuple[str | None, float]] = {}
         self._users: dict[str, _UserFacts] = {}
@@ -203,7 +203,7 @@ class People:
         cached = self._identities.get((platform, ident))
         if cached is not None and cached[0] and time.monotonic() - cached[1] < CACHE_S:
             return cached[0]
-        user_id = self.db.user_for_identity(platform, ident, name)
+        user_id = self.repo.user_for_identity(platform, ident, name)
         self._identities[(platform, ident)] = (user_id, time.monotonic())
         return user_id
 
@@ -211,9 +211,9 @@ class People:
         now = time.monotonic()
         cached = self._users.get(user_id)
         if cached is None or now - cached.read_at > CACHE_S:
-            user = self.db.get_user(user_id)
+            user = self.repo.get_user(user_id)
             role, status = (user.role, user.status) if user else ("user", "active")
-            cached = _UserFacts(role, status, tuple(self.db.identities_of(user_id)), now)
+            cached = _UserFacts(role, status, tuple(self.repo.identities_of(user_id)), now)
             self._users[user_id] = cached
         return cached
 

@@ -277,7 +277,7 @@ class Router(SessionControl):
             if now - checked < SESSION_RECHECK_S:
                 self._conversations.move_to_end(key)
                 return conv
-            current = self.db.get_session(conv.id, owner)
+            current = self.db.conversations.get_session(conv.id, owner)
             if current is not None and current.ended_at is None:
                 self._conversations[key] = (conv, now)
                 self._conversations.move_to_end(key)

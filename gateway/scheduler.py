@@ -71,7 +71,7 @@ class Scheduler:
     async def start(self) -> None:
         """Start inside the running event loop; existing schedules are kept."""
         # create the job table under our write lock: several processes may start at once
-        self.db.run_ddl(lambda conn: self._store.jobs_t.create(conn, checkfirst=True))
+        self.db.upkeep.run_ddl(lambda conn: self._store.jobs_t.create(conn, checkfirst=True))
         self._scheduler.start(paused=True)
         for spec in self.specs:
             trigger = IntervalTrigger(seconds=spec.every.total_seconds(), timezone="UTC")
@@ -103,7 +103,7 @@ class Scheduler:
         summary = (
             str(event.retval) if ok else f"{type(event.exception).__name__}: {event.exception}"
         )
-        self.db.record_job_run(event.job_id, ok, summary)
+        self.db.upkeep.record_job_run(event.job_id, ok, summary)
 
 
 def read_status(home: Path, config: HermesConfig, db: SessionDB) -> list[JobStatus]:
@@ -115,7 +115,7 @@ def read_status(home: Path, config: HermesConfig, db: SessionDB) -> list[JobStat
 
 
 def describe(jobs: list[Any], db: SessionDB, specs: list[JobSpec]) -> list[JobStatus]:
-    runs = db.job_runs()
+    runs = db.upkeep.job_runs()
     by_id = {job.id: job for job in jobs}
     statuses = []
     for spec in specs:

@@ -15,7 +15,7 @@ from hermes.identity import owner_user_id
 from hermes.memory.merge import MergeError, MergeReport
 from hermes.memory.service import MemoryService
 from hermes.state.db import SessionDB
-from hermes.state.people import ROLE_RANK, PeopleDB, Redeem
+from hermes.state.people import ROLE_RANK, Redeem
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +37,7 @@ def link_with_code(
 ) -> LinkOutcome:
     """Attach `current_user` (whose identity is `requester`, e.g. 'slack:U1') to the
     user that minted `code`."""
-    people = PeopleDB(db)
+    people = db.people
     redeemed = people.redeem_link_code(code, requester)
     if redeemed.status is Redeem.LOCKED:
         until = f"{redeemed.locked_until:%H:%M} UTC" if redeemed.locked_until else "later"
@@ -70,7 +70,7 @@ def _survivor(home: Path, db: SessionDB, creator: str, other: str) -> tuple[str,
     owner = owner_user_id(home)
     if owner in (creator, other):
         return (owner, other if owner == creator else creator)
-    a, b = db.get_user(creator), db.get_user(other)
+    a, b = db.people.get_user(creator), db.people.get_user(other)
     rank_a = ROLE_RANK.get(a.role, 0) if a else 0
     rank_b = ROLE_RANK.get(b.role, 0) if b else 0
     return (other, creator) if rank_b > rank_a else (creator, other)
@@ -78,7 +78,7 @@ def _survivor(home: Path, db: SessionDB, creator: str, other: str) -> tuple[str,
 
 def unlink_platform(db: SessionDB, user_id: str, platform: str) -> tuple[bool, str]:
     try:
-        fresh = PeopleDB(db).detach_identity(user_id, platform)
+        fresh = db.people.detach_identity(user_id, platform)
     except ValueError as exc:
         return False, str(exc).capitalize() + "."
     if fresh is None:

@@ -140,7 +140,11 @@ def _conversation(
 ) -> Conversation:
     if resume is None:
         return agent.sessions.open(owner, surface, key)
-    session = db.latest_session(owner) if resume == "latest" else db.get_session(resume, owner)
+    session = (
+        db.conversations.latest_session(owner)
+        if resume == "latest"
+        else db.conversations.get_session(resume, owner)
+    )
     conv = agent.sessions.resume(owner, session.id) if session else None
     if conv is None:
         fail(f"no session {resume!r} to resume", EXIT_REFUSED)

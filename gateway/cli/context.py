@@ -24,7 +24,6 @@ from hermes.llm.summarizer import LLMSummarizer
 from hermes.memory.service import MemoryService
 from hermes.state.db import SessionDB
 from hermes.state.engine import StateDBError
-from hermes.state.people import PeopleDB
 from hermes.tools.session_search import Summarizer, SummaryPolicy
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
@@ -54,8 +53,8 @@ class CliContext:
         try:
             db = SessionDB.open(self.home)
             owner = owner_user_id(self.home)
-            db.ensure_user(owner, role="owner", display_name="owner")
-            PeopleDB(db).ensure_identity(CLI_PLATFORM, CLI_USER, owner)
+            db.people.ensure_user(owner, role="owner", display_name="owner")
+            db.people.ensure_identity(CLI_PLATFORM, CLI_USER, owner)
         except StateDBError as exc:
             fail(str(exc), EXIT_REFUSED)
         return db

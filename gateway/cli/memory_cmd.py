@@ -20,7 +20,6 @@ from hermes.memory.store import Target
 from hermes.memory.tool import ToolOutcome
 from hermes.memory.user_memory import UserMemory
 from hermes.state.db import SessionDB
-from hermes.state.people import PeopleDB
 
 app = typer.Typer(
     help="Inspect and edit the bounded MEMORY.md / USER.md stores.", no_args_is_help=True
@@ -85,7 +84,7 @@ def _remark(store: StoreStatus) -> str:
 
 
 def _status_all(ctx: CliContext, service: MemoryService) -> None:
-    names = {s.user.id: s.user.display_name for s in PeopleDB(service.db).users()}
+    names = {s.user.id: s.user.display_name for s in service.db.people.users()}
     rows = []
     for user_id in sorted(set(names) | set(sweep.users_with_memory(ctx.home))):
         stores = {s.target: s for s in service.status(user_id)}
@@ -257,7 +256,7 @@ def why(
     ctx = CliContext.load()
     db = ctx.open_db()
     user_id = ctx.user_id(user)
-    events = db.memory_events(user_id, text)
+    events = db.memory_log.memory_events(user_id, text)
     if not events:
         note(f"[dim]No recorded change mentions {escape(repr(text))}.[/dim]")
         raise typer.Exit(EXIT_REFUSED)
@@ -274,13 +273,13 @@ def why(
 def _explain_source(
     db: SessionDB, user_id: str, session_id: str | None, message_id: int | None
 ) -> None:
-    chat = db.get_session(session_id, user_id) if session_id else None
+    chat = db.conversations.get_session(session_id, user_id) if session_id else None
     if chat is None:
         note("  [dim]source: not from a conversation (CLI or unknown)[/dim]")
         return
     started = f"{chat.started_at:%Y-%m-%d}"
     note(f"  source: session {chat.id} on {chat.platform}, {started} — {escape(chat.title)}")
-    message = db.message(message_id, user_id) if message_id else None
+    message = db.conversations.message(message_id, user_id) if message_id else None
     if message is not None:
         note(f"  message: {escape(message.role)}: {escape(message.content[:200])}")
 

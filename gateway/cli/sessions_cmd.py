@@ -40,7 +40,7 @@ def list_(
     table = Table()
     for column in ("session", "platform", "last active", "messages", "title"):
         table.add_column(column)
-    for chat in db.list_sessions(ctx.user_id(user), platform, limit):
+    for chat in db.conversations.list_sessions(ctx.user_id(user), platform, limit):
         table.add_row(
             chat.id,
             f"{chat.platform}/{chat.chat_type}",
@@ -95,10 +95,10 @@ def show(session_id: str, user: UserOpt = None) -> None:
     ctx = CliContext.load()
     db = ctx.open_db()
     user_id = ctx.user_id(user)
-    chat = db.get_session(session_id, user_id)
+    chat = db.conversations.get_session(session_id, user_id)
     if chat is None:
         fail(f"no session {session_id!r} for this user", EXIT_REFUSED)
-    say(export_markdown(chat, db.messages(chat.id, user_id)))
+    say(export_markdown(chat, db.conversations.messages(chat.id, user_id)))
 
 
 @app.command()
@@ -118,9 +118,9 @@ def export(
     db = ctx.open_db()
     user_id = ctx.user_id(user)
     chats = (
-        db.list_sessions(user_id, limit=10**9)
+        db.conversations.list_sessions(user_id, limit=10**9)
         if all_
-        else [db.get_session(session_id or "", user_id)]
+        else [db.conversations.get_session(session_id or "", user_id)]
     )
     if not chats or chats[0] is None:
         fail(f"no session {session_id!r} for this user", EXIT_REFUSED)
@@ -130,7 +130,7 @@ def export(
             task = progress.add_task("exporting", total=len(chats))
             for chat in reversed(chats):
                 assert chat is not None
-                messages = db.messages(chat.id, user_id)
+                messages = db.conversations.messages(chat.id, user_id)
                 if fmt == "jsonl":
                     sink.writelines(line + "\n" for line in export_lines(chat, messages))
                 else:
@@ -150,7 +150,7 @@ def import_(
     ctx = CliContext.load()
     db = ctx.open_db()
     user_id = ctx.user_id(user)
-    db.ensure_user(user_id)
+    db.people.ensure_user(user_id)
     try:
         with file.open(encoding="utf-8") as handle:
             sessions = parse_jsonl(handle)
@@ -171,6 +171,6 @@ def prune(
     """Delete sessions (and their messages) inactive for more than DAYS."""
     ctx = CliContext.load()
     db = ctx.open_db()
-    count = db.prune(older_than, dry_run, ctx.user_id(user) if user else None)
+    count = db.upkeep.prune(older_than, dry_run, ctx.user_id(user) if user else None)
     verb = "would delete" if dry_run else "deleted"
     note(f"{verb} {count} session(s) inactive for more than {older_than} days")

@@ -13,7 +13,7 @@ from gateway.cli.output import console, note
 from hermes.identity import owner_user_id
 from hermes.linking import link_with_code, unlink_platform
 from hermes.state.db import SessionDB
-from hermes.state.people import ROLES, PeopleDB
+from hermes.state.people import ROLES
 
 users_app = typer.Typer(help="People: list, link, roles and blocks.", no_args_is_help=True)
 pairing_app = typer.Typer(help="Access requests from strangers' DMs.", no_args_is_help=True)
@@ -21,7 +21,7 @@ UserArg = Annotated[str, typer.Argument(help="A user id (u_…) or PLATFORM:ID."
 
 
 def _resolve(db: SessionDB, who: str) -> str:
-    user_id = PeopleDB(db).resolve(who)
+    user_id = db.people.resolve(who)
     if user_id is None:
         fail(f"no user {who!r}: give a user id (u_…) or PLATFORM:ID (see hermes users list)", 1)
     return user_id
@@ -35,7 +35,7 @@ def list_() -> None:
     table = Table()
     for column in ("user", "name", "role", "status", "accounts", "sessions", "last active"):
         table.add_column(column)
-    for summary in PeopleDB(db).users():
+    for summary in db.people.users():
         user = summary.user
         table.add_row(
             user.id,
@@ -55,7 +55,7 @@ def show(who: UserArg) -> None:
     ctx = CliContext.load()
     db = ctx.open_db()
     user_id = _resolve(db, who)
-    summary = next(s for s in PeopleDB(db).users() if s.user.id == user_id)
+    summary = next(s for s in db.people.users() if s.user.id == user_id)
     user = summary.user
     note(f"[bold]{user.id}[/bold] {escape(user.display_name)} · {user.role} · {user.status}")
     for identity in summary.identities:
@@ -108,7 +108,7 @@ def role(
     ctx = CliContext.load()
     db = ctx.open_db()
     user_id = _resolve(db, who)
-    PeopleDB(db).set_role(user_id, new_role)
+    db.people.set_role(user_id, new_role)
     note(f"[green]✓[/green] {user_id} is now {new_role}")
 
 
@@ -123,7 +123,7 @@ def block(
     user_id = _resolve(db, who)
     if user_id == owner_user_id(ctx.home):
         fail("the owner cannot be blocked", EXIT_REFUSED)
-    PeopleDB(db).set_status(user_id, "active" if unblock else "blocked")
+    db.people.set_status(user_id, "active" if unblock else "blocked")
     note(f"[green]✓[/green] {user_id} is {'unblocked' if unblock else 'blocked'}")
 
 
@@ -132,7 +132,7 @@ def pairing_list() -> None:
     """Pending requests (codes last 1 hour)."""
     ctx = CliContext.load()
     db = ctx.open_db()
-    pending = PeopleDB(db).pending_pairings()
+    pending = db.people.pending_pairings()
     if not pending:
         note("[dim]No pending requests.[/dim]")
         return
@@ -154,7 +154,7 @@ def pairing_list() -> None:
 def _decide(code: str, approve: bool) -> None:
     ctx = CliContext.load()
     db = ctx.open_db()
-    row = PeopleDB(db).decide_pairing(code, approve, by=owner_user_id(ctx.home))
+    row = db.people.decide_pairing(code, approve, by=owner_user_id(ctx.home))
     if row is None:
         fail(f"no pending request has code {code!r} (codes expire after 1 hour)", EXIT_REFUSED)
     verb = "approved" if approve else "denied"

@@ -27,7 +27,8 @@ from hermes.memory.service import MemoryService
 from hermes.memory.tool import MEMORY_TOOL_SCHEMA
 from hermes.memory.user_memory import UserMemory
 from hermes.providers.host import ProviderHost
-from hermes.state.db import NewMessage, SessionDB
+from hermes.state.conversations import NewMessage
+from hermes.state.db import SessionDB
 from hermes.state.search import SearchScope
 from hermes.tools.session_search import SessionSearchTool, Summarizer, SummaryPolicy
 
@@ -117,7 +118,9 @@ class Agent:
         if conv.projected_tokens([user_message]) > self.config.context_budget_tokens:
             compressed_from = conv.id
             await self._compress(conv, surface)
-        cause = self.db.add_message(conv.id, to_new_message(user_message, platform_message_id))
+        cause = self.db.conversations.add_message(
+            conv.id, to_new_message(user_message, platform_message_id)
+        )
         if cause is None:
             return TurnResult("", True, conv.id, duplicate=True)
         conv.append([user_message])
@@ -137,7 +140,7 @@ class Agent:
             )
         self._schedule_review(conv)
         self.providers.turn_done(text, answer, provider_session(conv), conv.history)
-        notices = self.db.take_notices(conv.user_id)
+        notices = self.db.memory_log.take_notices(conv.user_id)
         if notices:  # e.g. "I tidied your memory ... /memory undo reverts it"
             answer = "\n\n".join([answer, *notices])
         return TurnResult(answer, True, conv.id, compressed_from=compressed_from, reply_id=reply_id)
@@ -231,7 +234,7 @@ class Agent:
     ) -> list[int | None]:
         rows: list[NewMessage] = [to_new_message(m) for m in messages]
         usage = (reply.prompt_tokens or 0, reply.completion_tokens or 0)
-        return self.db.add_messages(conv.id, rows, usage=usage)
+        return self.db.conversations.add_messages(conv.id, rows, usage=usage)
 
     # -- background memory review ---------------------------------------------------------
 

@@ -56,7 +56,7 @@ async def compress(
     older, recent = conv.history[:start], conv.history[start:]
     await flush_memory(model, flush_messages, flush_tools)
     summary = await summarize(summary_model, older, conv.id)
-    sessions.db.end_session(conv.id, "compression")
+    sessions.db.conversations.end_session(conv.id, "compression")
     parent = conv.session
     child = sessions.open(
         conv.user_id,
@@ -66,7 +66,7 @@ async def compress(
         shared=conv.shared,
     )
     opening = [{"role": "user", "content": f"{SUMMARY_PREFIX}\n{summary}"}, *recent]
-    sessions.db.add_messages(child.id, [to_new_message(m) for m in opening])
+    sessions.db.conversations.add_messages(child.id, [to_new_message(m) for m in opening])
     conv.session, conv.system_prompt = child.session, child.system_prompt
     conv.history, conv.unsent, conv.last_prompt_tokens = opening, [], None
     logger.info("session %s compressed into %s", parent.id, child.id)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hermes.agent.tokens import estimate_messages
-from hermes.state.db import NewMessage
+from hermes.state.conversations import NewMessage
 from hermes.state.models import ChatSession, Message
 
 

@@ -16,7 +16,8 @@ from hermes.agent.conversation import Conversation, Surface, to_openai
 from hermes.agent.prompt import build_system_prompt, load_persona
 from hermes.memory.service import MemoryService
 from hermes.providers.base import AgentContext, ProviderSession
-from hermes.state.db import SessionDB, new_session_id
+from hermes.state.conversations import new_session_id
+from hermes.state.db import SessionDB
 from hermes.state.models import ChatSession
 
 
@@ -66,7 +67,7 @@ class Sessions:
                 ProviderSession(session_id, user_id, surface.platform)
             )
             prompt = f"{prompt}\n\n{block}" if block else prompt
-        session = self.db.start_session(
+        session = self.db.conversations.start_session(
             user_id,
             surface.platform,
             session_key,
@@ -84,7 +85,7 @@ class Sessions:
         self, user_id: str, surface: Surface, session_key: str, *, shared: bool = False
     ) -> Conversation:
         """The open session of a key, or a new one pointing at the one that ended."""
-        open_, ended = self.db.session_for_key(user_id, session_key)
+        open_, ended = self.db.conversations.session_for_key(user_id, session_key)
         if open_ is not None:
             resumed = self.resume(user_id, open_.id)
             if resumed is not None:
@@ -96,19 +97,19 @@ class Sessions:
 
     def resume(self, user_id: str, session_id: str) -> Conversation | None:
         """Continue a session (of this user only) with the same prompt bytes and history."""
-        session = self.db.get_session(session_id, user_id)
+        session = self.db.conversations.get_session(session_id, user_id)
         if session is None:
             return None
-        prompt = self.db.system_prompt(session.system_prompt_hash or "")
+        prompt = self.db.conversations.system_prompt(session.system_prompt_hash or "")
         if prompt is None:
             surface = Surface(session.platform, session.chat_type)
             prompt = self.fresh_prompt(user_id, surface, shared=session.shared)
-        history = [to_openai(m) for m in self.db.messages(session.id, user_id)]
+        history = [to_openai(m) for m in self.db.conversations.messages(session.id, user_id)]
         return Conversation(session, prompt, history)
 
     def end(self, conv: Conversation, reason: str) -> None:
         """End a session for real (/new, idle): the memory provider hears of it."""
-        self.db.end_session(conv.id, reason)
+        self.db.conversations.end_session(conv.id, reason)
         self.memory.providers.session_ended(provider_session(conv), conv.history)
 
 

@@ -33,7 +33,8 @@ from hermes.memory import entries as fmt
 from hermes.memory.scanner import scan
 from hermes.memory.store import MemoryStore, StoreState, Target
 from hermes.memory.user_memory import UserMemory
-from hermes.state.db import MemoryEventRecord, SessionDB, VersionRecord
+from hermes.state.db import SessionDB
+from hermes.state.memory_log import MemoryEventRecord, VersionRecord
 from hermes.state.models import utcnow
 from hermes.state.search import STOPWORDS
 
@@ -184,7 +185,7 @@ def protected_ids(state: StoreState, db: SessionDB, user_id: str, target: Target
     """1-based ids of entries that are explicit user instructions or corrections."""
     by_user = {
         e.entry_after
-        for e in db.memory_events(user_id)
+        for e in db.memory_log.memory_events(user_id)
         if e.actor in ("user", "admin") and e.target == target.value and e.entry_after
     }
     return {
@@ -333,7 +334,7 @@ def _journal(  # noqa: PLR0917 - one record of one consolidation, every part nee
     version = VersionRecord(user_id, target.value, state.raw, new_text, "consolidator", reason)
     if state.pending:
         version = replace(version, pending_before=state.pending_raw, pending_after="")
-    db.record_memory_change(events, version)
+    db.memory_log.record_memory_change(events, version)
 
 
 def _record(
@@ -350,7 +351,7 @@ def _record(
             notice = (
                 f"(I tidied your {target.noun.lower()}: {summary}. Say /memory undo to revert.)"
             )
-        db.update_consolidation_state(
+        db.memory_log.update_consolidation_state(
             user_id,
             target.value,
             needs_consolidation=False,
@@ -363,10 +364,10 @@ def _record(
             notice_pending=notice,
         )
     elif outcome.status in ("no_model", "rejected", "failed", "raced"):
-        state = db.consolidation_state(user_id, target.value)
+        state = db.memory_log.consolidation_state(user_id, target.value)
         attempts = state.attempts + 1
         wait = BACKOFF_MINUTES[min(attempts, len(BACKOFF_MINUTES)) - 1]
-        db.update_consolidation_state(
+        db.memory_log.update_consolidation_state(
             user_id,
             target.value,
             needs_consolidation=True,
@@ -382,7 +383,7 @@ def _record(
 
 def due(db: SessionDB, user_id: str, target: Target) -> bool:
     """False while a failed store waits out its backoff."""
-    state = db.consolidation_state(user_id, target.value)
+    state = db.memory_log.consolidation_state(user_id, target.value)
     return state.next_attempt_at is None or state.next_attempt_at <= utcnow()
 
 

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from hermes.memory.tool import MemoryTool, ToolOutcome
-from hermes.state.db import MemoryEventRecord, SessionDB, VersionRecord
+from hermes.state.db import SessionDB
+from hermes.state.memory_log import MemoryEventRecord, VersionRecord
 
 Actor = Literal["agent", "user", "admin", "consolidator"]
 
@@ -46,5 +47,5 @@ def run_recorded(
             actor,
             reason=change.action,
         )
-        db.record_memory_change([event], version)
+        db.memory_log.record_memory_change([event], version)
     return outcome

@@ -19,7 +19,8 @@ from hermes.config import MemoryConfig
 from hermes.memory import entries as fmt
 from hermes.memory.store import MemoryStore, Target
 from hermes.memory.user_memory import UserMemory
-from hermes.state.db import MemoryEventRecord, SessionDB, VersionRecord
+from hermes.state.db import SessionDB
+from hermes.state.memory_log import MemoryEventRecord, VersionRecord
 
 MAX_RACE_RETRIES = 5
 ARCHIVE = ".merged"
@@ -61,7 +62,7 @@ def merge_memory(
             added, waiting = _merge_store(kept.file_store(target), incoming, db, keep)
             report.added[target], report.waiting[target] = added, waiting
             if waiting:
-                db.update_consolidation_state(
+                db.memory_log.update_consolidation_state(
                     keep,
                     target.value,
                     needs_consolidation=True,
@@ -120,7 +121,7 @@ def _merge_store(
                 for e in parked
             ]
             if events:
-                db.record_memory_change(
+                db.memory_log.record_memory_change(
                     events,
                     VersionRecord(
                         user_id,

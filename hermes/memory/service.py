@@ -121,7 +121,7 @@ class MemoryService:
         session_id: str | None,
         message_id: int | None,
     ) -> ToolOutcome:
-        self.db.ensure_user(user_id)
+        self.db.people.ensure_user(user_id)
         memory = self.of(user_id)
         outcome = run_recorded(
             MemoryTool(memory),
@@ -170,7 +170,7 @@ class MemoryService:
     async def undo(self, user_id: str, actor: str = "user") -> tuple[bool, str]:
         """Revert the last change of this user's memory (a consolidation too)."""
         memory = self.of(user_id)
-        version = self.db.last_version(user_id)
+        version = self.db.memory_log.last_version(user_id)
         done, message = await asyncio.to_thread(undo_last, memory, self.db, actor)
         if done and version is not None:
             write = MemoryWrite(
@@ -234,7 +234,7 @@ class MemoryService:
                 out.append(StoreStatus(target, enabled=False))
                 continue
             state = memory.file_store(target).read()
-            book = self.db.consolidation_state(user_id, target.value)
+            book = self.db.memory_log.consolidation_state(user_id, target.value)
             out.append(
                 StoreStatus(
                     target,

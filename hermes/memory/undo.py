@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from hermes.memory.store import Target
 from hermes.memory.user_memory import UserMemory
-from hermes.state.db import MemoryEventRecord, SessionDB
+from hermes.state.db import SessionDB
+from hermes.state.memory_log import MemoryEventRecord
 
 
 def undo_last(memory: UserMemory, db: SessionDB, actor: str = "user") -> tuple[bool, str]:
     """(done, message). Refuses when the store changed since the recorded change."""
-    version = db.last_version(memory.user_id)
+    version = db.memory_log.last_version(memory.user_id)
     if version is None or version.id is None:
         return False, "Nothing to undo."
     target = Target(version.target)
@@ -22,7 +23,7 @@ def undo_last(memory: UserMemory, db: SessionDB, actor: str = "user") -> tuple[b
             f"The {target.noun.lower()} changed after the last recorded change "
             "(edited by hand?); nothing was undone."
         )
-    db.mark_undone(
+    db.memory_log.mark_undone(
         version.id,
         MemoryEventRecord(
             memory.user_id, target.value, "undo", version.text_after, version.text_before, actor

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Engine, event
 from sqlalchemy.exc import OperationalError
@@ -31,6 +31,15 @@ T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 2000  # SQLite's own wait, inside each attempt
 DEFAULT_PATIENCE_S = 30.0  # our retries on top, in total
+
+
+class Handle(Protocol):
+    """What a repository needs of state.db: its engine, its file and the write patience.
+    (SessionDB is one; a second backend provides the same to its repositories.)"""
+
+    engine: Engine
+    path: Path
+    patience: float
 
 
 class StateDBError(Exception):

@@ -20,7 +20,6 @@ from sqlmodel import Session, col, select
 
 from hermes.identity import new_user_id, validate_user_id
 from hermes.state import engine as eng
-from hermes.state.db import SessionDB
 from hermes.state.models import (
     AccessFailure,
     AccessRule,
@@ -48,6 +47,7 @@ CHAT_KIND = "chat"  # the owner of a group chat's shared sessions: not a person
 CHAT_IDENTITY_PREFIX = "chat:"  # (platform, "chat:<chat id>") names a chat's owner
 T = TypeVar("T")
 STAMP_FILENAME = "people.stamp"
+IDENTITY_TOUCH_INTERVAL = timedelta(minutes=10)  # how stale identities.last_seen may get
 
 
 def new_code() -> str:
@@ -97,9 +97,8 @@ class PeopleDB:
     (a gateway caching who is who) notice a link, block or approval at their next message
     for the cost of one stat()."""
 
-    def __init__(self, db: SessionDB) -> None:
-        self.db = db
-        self.engine = db.engine
+    def __init__(self, db: eng.Handle) -> None:
+        self.engine, self.patience = db.engine, db.patience
         self.stamp_path = db.path.with_name(STAMP_FILENAME)
 
     def stamp(self) -> int:
@@ -109,7 +108,7 @@ class PeopleDB:
             return 0
 
     def _write(self, work: Callable[[Session], T]) -> T:
-        return eng.with_retry(self.engine, work, self.db.patience)
+        return eng.with_retry(self.engine, work, self.patience)
 
     def _changed(self, work: Callable[[Session], T]) -> T:
         """A write that changes who someone is or what they may do."""
@@ -122,6 +121,67 @@ class PeopleDB:
         return result
 
     # -- users ---------------------------------------------------------------------
+
+    def ensure_user(self, user_id: str, role: str = "user", display_name: str = "") -> User:
+        validate_user_id(user_id)
+
+        def work(session: Session) -> User:
+            user = session.get(User, user_id)
+            if user is None:
+                user = User(id=user_id, role=role, display_name=display_name)
+                session.add(user)
+            return user
+
+        return eng.with_retry(self.engine, work, self.patience)
+
+    def get_user(self, user_id: str) -> User | None:
+        with eng.reading(self.engine) as session:
+            return session.get(User, user_id)
+
+    def user_for_identity(
+        self, platform: str, platform_user_id: str, display_name: str = ""
+    ) -> str:
+        """Our user id for a platform identity; a new identity becomes a user of its own."""
+        with eng.reading(self.engine) as reader:  # the hot path: a known, recently seen identity
+            known = reader.exec(
+                select(Identity).where(
+                    Identity.platform == platform, Identity.platform_user_id == platform_user_id
+                )
+            ).first()
+        if known is not None and utcnow() - known.last_seen < IDENTITY_TOUCH_INTERVAL:
+            return known.user_id
+
+        def work(session: Session) -> str:
+            row = session.exec(
+                select(Identity).where(
+                    Identity.platform == platform, Identity.platform_user_id == platform_user_id
+                )
+            ).first()
+            if row is not None:
+                row.last_seen = utcnow()
+                if display_name:
+                    row.display_name = display_name
+                session.add(row)
+                return row.user_id
+            user = User(id=new_user_id(), display_name=display_name)
+            session.add(user)
+            session.flush()
+            session.add(
+                Identity(
+                    platform=platform,
+                    platform_user_id=platform_user_id,
+                    user_id=user.id,
+                    display_name=display_name,
+                )
+            )
+            return user.id
+
+        return eng.with_retry(self.engine, work, self.patience)
+
+    def identities_of(self, user_id: str) -> list[Identity]:
+        with eng.reading(self.engine) as session:
+            rows = session.exec(select(Identity).where(Identity.user_id == user_id))
+            return list(rows)
 
     def users(self) -> list[UserSummary]:
         with eng.reading(self.engine) as session:
@@ -194,7 +254,7 @@ class PeopleDB:
         """A user id from 'u_…' or 'platform:platform user id'; None if no such user."""
         who = who.strip()
         if who.startswith("u_"):
-            return who if self.db.get_user(who) is not None else None
+            return who if self.get_user(who) is not None else None
         platform, _, ident = who.partition(":")
         return self.user_by_identity(platform.lower(), ident) if ident else None
 

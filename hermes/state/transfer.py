@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from hermes.state.db import NewMessage, SessionDB
+from hermes.state.conversations import NewMessage
+from hermes.state.db import SessionDB
 from hermes.state.models import ChatSession, Message
 
 ROLES = {"system", "user", "assistant", "tool"}
@@ -130,7 +131,7 @@ def import_sessions(db: SessionDB, user_id: str, sessions: dict[str, _PendingSes
     """Store parsed sessions under `user_id` as new sessions; returns messages stored."""
     stored = 0
     for source_id, pending in sessions.items():
-        chat = db.start_session(
+        chat = db.conversations.start_session(
             user_id,
             pending.platform,
             f"import:{source_id}",
@@ -139,5 +140,7 @@ def import_sessions(db: SessionDB, user_id: str, sessions: dict[str, _PendingSes
             thread_id=pending.thread_id,
             started_at=pending.started_at,
         )
-        stored += sum(1 for i in db.add_messages(chat.id, pending.messages) if i is not None)
+        stored += sum(
+            1 for i in db.conversations.add_messages(chat.id, pending.messages) if i is not None
+        )
     return stored

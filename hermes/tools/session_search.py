@@ -117,7 +117,7 @@ class SessionSearchTool:
     def _recent(self, scope: SearchScope, limit: int) -> dict[str, Any]:
         sessions = [
             s
-            for s in self.db.list_sessions(
+            for s in self.db.conversations.list_sessions(
                 scope.user_id, scope.platform, limit + 1, chat_id=scope.chat_id
             )
             if s.id != scope.exclude_session_id
@@ -129,7 +129,7 @@ class SessionSearchTool:
         }
 
     def _recent_entry(self, chat: ChatSession, scope: SearchScope) -> dict[str, Any]:
-        messages = self.db.messages(chat.id, scope.user_id)
+        messages = self.db.conversations.messages(chat.id, scope.user_id)
         preview = next((m.content for m in messages if m.role == "user" and m.content), "")
         return {
             "session_id": chat.id,
@@ -141,7 +141,7 @@ class SessionSearchTool:
         }
 
     async def _search(self, query: str, limit: int, scope: SearchScope) -> dict[str, Any]:
-        hits = self.db.search(scope, query, MESSAGE_HITS)
+        hits = self.db.conversations.search(scope, query, MESSAGE_HITS)
         grouped: dict[str, list[MessageHit]] = {}
         for hit in hits:
             grouped.setdefault(hit.session_id, []).append(hit)
@@ -155,7 +155,7 @@ class SessionSearchTool:
     def _result(
         self, session_id: str, hits: list[MessageHit], scope: SearchScope
     ) -> dict[str, Any]:
-        chat = self.db.get_session(session_id, scope.user_id)
+        chat = self.db.conversations.get_session(session_id, scope.user_id)
         assert chat is not None  # hits are already confined to this user
         best = hits[0]
         return {
@@ -173,7 +173,9 @@ class SessionSearchTool:
 
     def _context(self, chat: ChatSession, best: MessageHit, scope: SearchScope) -> str:
         """The conversation around the best hit, bounded, for the summarizer."""
-        messages = [m for m in self.db.messages(chat.id, scope.user_id) if m.role in ROLES]
+        messages = [
+            m for m in self.db.conversations.messages(chat.id, scope.user_id) if m.role in ROLES
+        ]
         index = next((i for i, m in enumerate(messages) if m.id == best.message_id), 0)
         window = messages[max(0, index - 4) : index + 5]
         return _clip("\n".join(f"{m.role}: {m.content}" for m in window), SUMMARY_INPUT_CHARS)

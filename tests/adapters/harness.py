@@ -65,9 +65,13 @@ def check_burst(home: Path, platform: str, replies: dict[str, list[str]]) -> Non
     try:
         for user, texts in replies.items():
             assert texts == [f"echo: {t}" for t in burst_texts(user)], (user, texts)
-            user_id = db.user_for_identity(platform, user)
-            (session,) = db.list_sessions(user_id)
-            said = [m.content for m in db.messages(session.id, user_id) if m.role == "user"]
+            user_id = db.people.user_for_identity(platform, user)
+            (session,) = db.conversations.list_sessions(user_id)
+            said = [
+                m.content
+                for m in db.conversations.messages(session.id, user_id)
+                if m.role == "user"
+            ]
             assert [s.split("\n\n[context")[0] for s in said] == burst_texts(user)
     finally:
         db.close()

@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 
 from adapters.discord_adapter import DiscordAdapter, to_event
 from gateway.ports import MenuEntry
-from tests.adapters.harness import BURST, burst_texts, check_burst, run_gateway, slow_echo
-from tests.fakes.discord_server import BOT_ID, MESSAGE_CONTENT_INTENT, DiscordFault, FakeDiscord
+from tests.adapters.harness import run_gateway
+from tests.fakes.discord_server import BOT_ID, MESSAGE_CONTENT_INTENT, FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Reply
 
 T = TypeVar("T")
@@ -69,50 +69,6 @@ def test_guild_channel_needs_a_mention(
     assert fake_llm.requests[0]["messages"][-1]["content"].startswith("a question")
 
 
-def test_long_reply_is_split_at_2000(
-    home: Path, fake_llm: FakeOpenAI, discord_fake: FakeDiscord
-) -> None:
-    fake_llm.default = Reply(text="\n\n".join("sentence " * 60 for _ in range(20)))
-
-    async def body() -> list[dict[str, Any]]:
-        await asyncio.to_thread(discord_fake.message, "essay please")
-        await until_posted(discord_fake, 5)
-        await asyncio.sleep(0.5)
-        return discord_fake.posted
-
-    posted = run(home, fake_llm, discord_fake, body)
-    assert all(len(p["content"]) <= 2000 for p in posted) and len(posted) >= 5
-
-
-def test_429_is_waited_out_by_the_sdk_and_answered_once(
-    home: Path, fake_llm: FakeOpenAI, discord_fake: FakeDiscord
-) -> None:
-    discord_fake.faults.append(DiscordFault("/messages", 429, retry_after=1.0))
-
-    async def body() -> float:
-        started = time.monotonic()
-        await asyncio.to_thread(discord_fake.message, "hello")
-        await until_posted(discord_fake, 1)
-        await asyncio.sleep(0.3)
-        return time.monotonic() - started
-
-    assert run(home, fake_llm, discord_fake, body) >= 1.0
-    assert len(discord_fake.posted) == 1
-
-
-def test_resumes_after_the_gateway_drops(
-    home: Path, fake_llm: FakeOpenAI, discord_fake: FakeDiscord
-) -> None:
-    async def body() -> None:
-        await asyncio.to_thread(discord_fake.drop_connections)
-        await asyncio.to_thread(discord_fake.wait_ready, 2, 30)
-        await asyncio.to_thread(discord_fake.message, "back?")
-        await until_posted(discord_fake, 1, timeout=30)
-
-    run(home, fake_llm, discord_fake, body)
-    assert discord_fake.resumes + len(discord_fake.identifies) >= 2
-
-
 def test_to_event_is_pure() -> None:
     data = {
         "id": "5",
@@ -145,25 +101,6 @@ def test_slash_commands_are_registered_and_answered(
     assert discord_fake.interaction_replies and "Commands" in posted[0]["content"]
     assert "User profile" in posted[1]["content"]  # `/memory show user`, argument and all
     assert fake_llm.requests == []
-
-
-def test_two_people_sending_five_messages_each_get_answers_in_order(
-    home: Path, fake_llm: FakeOpenAI, discord_fake: FakeDiscord
-) -> None:
-    fake_llm.responder = slow_echo
-    people = {u: f"6{u[1:]}" for u in ("700000000000000001", "700000000000000002")}
-    first, second = people
-
-    async def body() -> dict[str, list[str]]:
-        for a, b in zip(burst_texts(first), burst_texts(second), strict=True):
-            await asyncio.to_thread(discord_fake.message, a, user=first)
-            await asyncio.to_thread(discord_fake.message, b, user=second)
-        posted = await until_posted(discord_fake, 2 * BURST)
-        return {
-            u: [p["content"] for p in posted if p["channel_id"] == c] for u, c in people.items()
-        }
-
-    check_burst(home, "discord", run(home, fake_llm, discord_fake, body))
 
 
 def test_a_replayed_message_is_answered_once_and_threads_get_their_reply(

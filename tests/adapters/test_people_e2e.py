@@ -91,7 +91,7 @@ def run_live(  # noqa: PLR0917 - the test's fixtures, passed straight through
     async def go() -> T:
         db = SessionDB.open(home)
         owner = owner_user_id(home)
-        db.ensure_user(owner, role="owner")
+        db.people.ensure_user(owner, role="owner")
         PeopleDB(db).ensure_identity("cli", "local", owner)
         gateway = Gateway(home, load_config(home), db, ENV)
         await gateway.start()
@@ -147,7 +147,9 @@ def test_linking_telegram_and_slack_carries_memory_into_the_next_prompt(
     assert "telegram" in out["whoami"] and "slack" in out["whoami"]
     assert "telegram" in out["sessions"]  # the Telegram conversation, found from Slack
     db = SessionDB.open(home)
-    assert db.user_for_identity("slack", "U1") == db.user_for_identity("telegram", "42")
+    assert db.people.user_for_identity("slack", "U1") == db.people.user_for_identity(
+        "telegram", "42"
+    )
     db.close()
 
 
@@ -193,7 +195,7 @@ def test_pairing_roles_and_every_admin_command(
         out["denied"] = [await live.tg(command) for command in admin_commands]
         out["unknown"] = await live.tg("/frobnicate")
         out["calls_before"] = len(fake_llm.requests)
-        PeopleDB(live.db).set_role(live.db.user_for_identity("telegram", "42"), "admin")
+        PeopleDB(live.db).set_role(live.db.people.user_for_identity("telegram", "42"), "admin")
         code = CODE.search(out["pairing"])
         assert code is not None
         told = len(live.telegram.sent())
@@ -248,8 +250,8 @@ def test_no_command_tool_or_search_crosses_users(
 
     async def body(live: Live) -> dict[str, Any]:
         await live.tg("my secret phrase is xylophone quokka")  # Alice, Telegram 42
-        alice = live.db.user_for_identity("telegram", "42")
-        out: dict[str, Any] = {"alice_session": live.db.latest_session(alice).id}  # type: ignore[union-attr]
+        alice = live.db.people.user_for_identity("telegram", "42")
+        out: dict[str, Any] = {"alice_session": live.db.conversations.latest_session(alice).id}  # type: ignore[union-attr]
         out["searched"] = await live.slack_dm("search for it", user="U2", channel="D2")  # Bob
         out["why"] = await live.slack_dm("/memory why xylophone", user="U2", channel="D2")
         out["sessions"] = await live.slack_dm("/sessions xylophone", user="U2", channel="D2")
@@ -265,7 +267,7 @@ def test_no_command_tool_or_search_crosses_users(
         fresh = people.create_link_code(alice).code  # right code, after 5 failures
         out["locked"] = await live.slack_dm(f"/link {fresh}", user="U2", channel="D2")
         out["guesses"] = guesses
-        out["bob"] = live.db.user_for_identity("slack", "U2")
+        out["bob"] = live.db.people.user_for_identity("slack", "U2")
         return out
 
     out = run_live(home, fake_llm, telegram, slack, body)
@@ -277,7 +279,7 @@ def test_no_command_tool_or_search_crosses_users(
     assert out["sessions"] == "No conversations found."
     assert "not valid" in out["expired"] and "not valid" in out["used"]
     assert "locked" in out["locked"]
-    assert out["bob"] != SessionDB.open(home).user_for_identity("telegram", "42")
+    assert out["bob"] != SessionDB.open(home).people.user_for_identity("telegram", "42")
     shown = hermes("sessions", "show", out["alice_session"], home=home)  # the owner guessing an id
     assert shown.returncode != 0 and "xylophone" not in shown.stdout
     resumed = hermes("chat", "--resume", out["alice_session"], "-q", "hi", home=home)
@@ -303,7 +305,7 @@ def test_group_memory_none_keeps_personal_stores_out_of_groups(
     tool = next(m for m in group_request if m["role"] == "tool")
     assert "off in group chats" in tool["content"]
     db = SessionDB.open(home)
-    user = db.user_for_identity("telegram", "42")
+    user = db.people.user_for_identity("telegram", "42")
     db.close()
     profile = (home / "memories" / user / "USER.md").read_text()
     assert profile == "Allergic to peanuts"  # the DM write only

@@ -10,9 +10,9 @@ from typing import Any, TypeVar
 
 from adapters.slack_adapter import SlackAdapter, to_event
 from gateway.ports import MenuEntry
-from tests.adapters.harness import BURST, burst_texts, check_burst, run_gateway, slow_echo
+from tests.adapters.harness import run_gateway
 from tests.fakes.openai_server import FakeOpenAI, Reply
-from tests.fakes.slack_server import BOT_USER, FakeSlack, SlackFault
+from tests.fakes.slack_server import BOT_USER, FakeSlack
 
 T = TypeVar("T")
 
@@ -70,45 +70,6 @@ def test_channel_mention_arrives_twice_and_is_answered_once_in_thread(
     assert fake_llm.requests[0]["messages"][-1]["content"].startswith("can you help?")
 
 
-def test_redelivered_event_is_answered_once(
-    home: Path, fake_llm: FakeOpenAI, slack: FakeSlack
-) -> None:
-    async def body() -> None:
-        original = await asyncio.to_thread(slack.message, "just once")
-        await until_posted(slack, 1)
-        await asyncio.to_thread(slack.push, original, 1)  # Slack's retry of the same event
-        await asyncio.sleep(1.0)
-
-    run(home, fake_llm, slack, body)
-    assert len(slack.posted()) == 1 and len(fake_llm.requests) == 1
-
-
-def test_429_then_success(home: Path, fake_llm: FakeOpenAI, slack: FakeSlack) -> None:
-    slack.faults.append(SlackFault("chat.postMessage", 429, "ratelimited", retry_after=1))
-
-    async def body() -> float:
-        started = time.monotonic()
-        await asyncio.to_thread(slack.message, "hi")
-        await until_posted(slack, 2)
-        return time.monotonic() - started
-
-    assert run(home, fake_llm, slack, body) >= 1.0
-    assert len(slack.posted()) == 2  # the refused attempt and the one that landed
-
-
-def test_reconnects_after_the_socket_drops(
-    home: Path, fake_llm: FakeOpenAI, slack: FakeSlack
-) -> None:
-    async def body() -> None:
-        await asyncio.to_thread(slack.drop_connections)
-        await asyncio.to_thread(slack.wait_connected, 2, 30)
-        await asyncio.to_thread(slack.message, "are you back?")
-        await until_posted(slack, 1, timeout=30)
-
-    run(home, fake_llm, slack, body)
-    assert slack.connections >= 2
-
-
 def test_to_event_is_pure() -> None:
     body = {
         "event_id": "Ev1",
@@ -149,37 +110,3 @@ def test_hermes_slash_command_runs_the_command(
     assert posted[1]["text"].startswith("No recorded change mentions")
     assert "You are" in posted[2]["text"] and "slack" in posted[2]["text"]
     assert len(slack.acks) >= 1
-
-
-def test_two_people_sending_five_messages_each_get_answers_in_order(
-    home: Path, fake_llm: FakeOpenAI, slack: FakeSlack
-) -> None:
-    fake_llm.responder = slow_echo
-    people = {"U1": "D1", "U2": "D2"}
-
-    async def body() -> dict[str, list[str]]:
-        for a, b in zip(burst_texts("U1"), burst_texts("U2"), strict=True):
-            await asyncio.to_thread(slack.message, a, user="U1", channel="D1")
-            await asyncio.to_thread(slack.message, b, user="U2", channel="D2")
-        posted = await until_posted(slack, 2 * BURST)
-        return {u: [p["text"] for p in posted if p["channel"] == c] for u, c in people.items()}
-
-    check_burst(home, "slack", run(home, fake_llm, slack, body))
-
-
-def test_ten_thousand_characters_fit_one_slack_message(
-    home: Path, fake_llm: FakeOpenAI, slack: FakeSlack
-) -> None:
-    long = "\n\n".join(f"Paragraph {n}: " + "words " * 30 for n in range(60))
-    assert len(long) > 10_000
-    fake_llm.default = Reply(text=long)
-
-    async def body() -> list[dict[str, Any]]:
-        await asyncio.to_thread(slack.message, "write a lot")
-        posted = await until_posted(slack, 1)
-        await asyncio.sleep(0.5)
-        return posted
-
-    posted = run(home, fake_llm, slack, body)
-    assert len(posted) == 1  # under Slack's 40,000 characters: one message, nothing lost
-    assert posted[0]["text"].count("Paragraph") == 60

@@ -14,7 +14,7 @@ from adapters.telegram_adapter import TelegramAdapter, to_event
 from gateway.chunking import utf16_length
 from gateway.ports import MenuEntry
 from hermes.state.db import SessionDB
-from tests.adapters.harness import BURST, burst_texts, check_burst, run_gateway, slow_echo
+from tests.adapters.harness import run_gateway, slow_echo
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import BOT, FakeTelegram, Fault
 
@@ -92,35 +92,6 @@ def test_groups_answer_mentions_and_own_commands_only(
     assert "Commands" in text_of(sent[1]) or "Commands" in text_of(sent[0])
 
 
-def test_duplicate_update_is_answered_once(
-    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
-) -> None:
-    async def body() -> None:
-        update = telegram.user_message("only once please")
-        await until_sent(telegram, 1)
-        telegram.redeliver(update)
-        await asyncio.sleep(1.5)
-
-    run(home, fake_llm, telegram, body)
-    assert len(telegram.sent()) == 1 and len(fake_llm.requests) == 1
-
-
-def test_429_waits_then_one_reply(home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram) -> None:
-    telegram.faults.append(
-        Fault("sendMessage", 429, "Too Many Requests: retry after 1", retry_after=1)
-    )
-
-    async def body() -> float:
-        started = time.monotonic()
-        telegram.user_message("hi")
-        await until_sent(telegram, 2)  # the refused attempt and the accepted one
-        await asyncio.sleep(0.3)
-        return time.monotonic() - started
-
-    elapsed = run(home, fake_llm, telegram, body)
-    assert elapsed >= 1.0 and len(telegram.sent()) == 2
-
-
 def test_unparseable_html_falls_back_to_plain_text(
     home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
 ) -> None:
@@ -154,33 +125,6 @@ def test_ten_thousand_characters_are_chunked(
     sent = run(home, fake_llm, telegram, body)
     assert all(utf16_length(text_of(p)) <= 4096 for p in sent)
     assert " ".join(" ".join(text_of(p) for p in sent).split()) == " ".join(long.split())
-
-
-def test_photo_without_caption_gets_a_short_reply(
-    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
-) -> None:
-    photo = [{"file_id": "x", "file_unique_id": "y", "width": 1, "height": 1}]
-
-    async def body() -> list[dict[str, Any]]:
-        telegram.user_message("", extra={"photo": photo})
-        return await until_sent(telegram, 1)
-
-    sent = run(home, fake_llm, telegram, body)
-    assert "photo" in text_of(sent[0]) and fake_llm.requests == []
-
-
-def test_polling_survives_a_dropped_connection(
-    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
-) -> None:
-    async def body() -> None:
-        telegram.faults.append(Fault("getUpdates", drop=True))
-        telegram.faults.append(Fault("getUpdates", 502, "Bad Gateway"))
-        await asyncio.sleep(0.5)
-        telegram.user_message("still there?")
-        await until_sent(telegram, 1, timeout=30)
-
-    run(home, fake_llm, telegram, body)
-    assert len(fake_llm.requests) == 1
 
 
 def test_a_memory_written_in_a_telegram_turn_reaches_the_file(
@@ -229,22 +173,6 @@ def test_to_event_is_pure(message: dict[str, Any], expected: str) -> None:
     assert to_event({"update_id": 8, "edited_message": update["message"]}, 1, "b") is None
 
 
-def test_two_people_sending_five_messages_each_get_answers_in_order(
-    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
-) -> None:
-    fake_llm.responder = slow_echo
-    people = {"42": 42, "43": 43}
-
-    async def body() -> dict[str, list[str]]:
-        for a, b in zip(burst_texts("42"), burst_texts("43"), strict=True):
-            telegram.user_message(a, user_id=42)
-            telegram.user_message(b, user_id=43)
-        sent = await until_sent(telegram, 2 * BURST)
-        return {u: [text_of(p) for p in sent if p["chat_id"] == c] for u, c in people.items()}
-
-    check_burst(home, "telegram", run(home, fake_llm, telegram, body))
-
-
 def test_forum_topic_replies_stay_in_their_topic_and_session(
     home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
 ) -> None:
@@ -260,30 +188,9 @@ def test_forum_topic_replies_stay_in_their_topic_and_session(
     by_topic = {p["message_thread_id"]: text_of(p) for p in sent}
     assert by_topic == {7: "echo: in topic seven", 9: "echo: in topic nine"}
     db = SessionDB.open(home)
-    sessions = db.list_sessions(db.user_for_identity("telegram", "42"))
+    sessions = db.conversations.list_sessions(db.people.user_for_identity("telegram", "42"))
     assert sorted(s.thread_id or "" for s in sessions) == ["7", "9"]  # a session per topic
     db.close()
-
-
-@pytest.mark.parametrize("status", [500, 502, 503])
-def test_an_answered_server_error_is_retried_and_delivered_once(
-    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram, status: int
-) -> None:
-    telegram.faults.append(Fault("sendMessage", status, "Internal Server Error"))
-
-    async def body() -> list[dict[str, Any]]:
-        telegram.user_message("hi")
-        sent = await until_sent(telegram, 2)  # the refused attempt and the accepted one
-        await asyncio.sleep(0.3)
-        return sent
-
-    sent = run(home, fake_llm, telegram, body)
-    assert len(sent) == 2 and sent[0]["text"] == sent[1]["text"]
-    db = SessionDB.open(home)
-    try:
-        assert db.failed_deliveries("telegram") == []
-    finally:
-        db.close()
 
 
 def test_a_dropped_connection_is_recorded_and_not_resent(
@@ -300,7 +207,7 @@ def test_a_dropped_connection_is_recorded_and_not_resent(
     assert len(telegram.sent()) == 1  # posted or not: never a second copy
     db = SessionDB.open(home)
     try:
-        (failure,) = db.failed_deliveries("telegram")
+        (failure,) = db.conversations.failed_deliveries("telegram")
         assert "outcome unknown" in (failure.error or "")
     finally:
         db.close()

@@ -24,7 +24,7 @@ class Harness:
     def __init__(self, home: Path, fake: FakeOpenAI) -> None:
         self.home, self.fake = home, fake
         self.db = SessionDB.open(home)
-        self.user = self.db.ensure_user(owner_user_id(home), role="owner").id
+        self.user = self.db.people.ensure_user(owner_user_id(home), role="owner").id
         self.agent_config = AgentConfig()
         self.memory_config = MemoryConfig(review_interval=0)
         self.timeout, self.max_retries = 5.0, 1

@@ -46,19 +46,21 @@ def test_compression_continues_in_a_child_with_a_fresh_snapshot(harness: Harness
     parent_id, results, _conv = harness.run(scenario)
     compressed = [r for r in results if r.compressed_from]
     assert compressed and compressed[0].compressed_from == parent_id
-    parent = harness.db.get_session(parent_id, harness.user)
+    parent = harness.db.conversations.get_session(parent_id, harness.user)
     assert parent is not None and parent.end_reason == "compression"
-    child = harness.db.get_session(compressed[0].session_id, harness.user)
+    child = harness.db.conversations.get_session(compressed[0].session_id, harness.user)
     assert child is not None and child.parent_session_id == parent_id
-    rows = harness.db.messages(child.id, harness.user)
+    rows = harness.db.conversations.messages(child.id, harness.user)
     assert rows[0].content.startswith(SUMMARY_PREFIX) and "Heron" in rows[0].content
-    child_prompt = harness.db.system_prompt(child.system_prompt_hash or "")
-    parent_prompt = harness.db.system_prompt(parent.system_prompt_hash or "")
+    child_prompt = harness.db.conversations.system_prompt(child.system_prompt_hash or "")
+    parent_prompt = harness.db.conversations.system_prompt(parent.system_prompt_hash or "")
     assert child_prompt and "Project codename: Heron" in child_prompt  # refreshed snapshot
     assert parent_prompt and "Heron" not in parent_prompt
     # nothing lost: every user message of the parent is still there
     parent_users = [
-        m.content for m in harness.db.messages(parent_id, harness.user) if m.role == "user"
+        m.content
+        for m in harness.db.conversations.messages(parent_id, harness.user)
+        if m.role == "user"
     ]
     assert parent_users[:2] == [f"part 0: {LONG}", f"part 1: {LONG}"]
     flush = [r for r in harness.fake.requests if last_user_content(r) == FLUSH_NOTE]

@@ -32,9 +32,9 @@ def test_memory_add_reaches_file_event_log_and_next_prompt_only(harness: Harness
 
     result, session_id = harness.run(scenario)
     assert result.ok and result.text == "Noted, tea it is."
-    memory = harness.db.memory_events(harness.user, "tea")
+    memory = harness.db.memory_log.memory_events(harness.user, "tea")
     assert len(memory) == 1 and memory[0].actor == "agent" and memory[0].session_id == session_id
-    cause = harness.db.message(memory[0].message_id or 0, harness.user)
+    cause = harness.db.conversations.message(memory[0].message_id or 0, harness.user)
     assert cause is not None and cause.content == "I prefer tea over coffee"
     path = harness.home / "memories" / harness.user / Target.USER.filename
     assert path.read_text() == "Prefers tea"
@@ -58,12 +58,12 @@ def test_messages_are_persisted_in_openai_shape(harness: Harness) -> None:
         return conv.id
 
     session_id = harness.run(scenario)
-    rows = harness.db.messages(session_id, harness.user)
+    rows = harness.db.conversations.messages(session_id, harness.user)
     assert [r.role for r in rows] == ["user", "assistant", "tool", "assistant"]
     assert json.loads(rows[1].tool_calls or "")[0]["function"]["name"] == "memory"
     assert rows[2].tool_call_id == "call_1" and rows[2].tool_name == "memory"
     assert json.loads(rows[2].content)["success"] is True
-    session = harness.db.get_session(session_id, harness.user)
+    session = harness.db.conversations.get_session(session_id, harness.user)
     assert session is not None and session.prompt_tokens == 20 and session.completion_tokens == 10
 
 
@@ -145,7 +145,10 @@ def test_429_is_waited_out_and_answered_once(harness: Harness) -> None:
     started = time.monotonic()
     result, session_id = harness.run(scenario)
     assert result.text == "Done." and time.monotonic() - started >= 0.9
-    assert [m.content for m in harness.db.messages(session_id, harness.user)] == ["hello", "Done."]
+    assert [m.content for m in harness.db.conversations.messages(session_id, harness.user)] == [
+        "hello",
+        "Done.",
+    ]
 
 
 def test_unreachable_model_keeps_the_message_and_says_so(harness: Harness) -> None:
@@ -161,7 +164,9 @@ def test_unreachable_model_keeps_the_message_and_says_so(harness: Harness) -> No
         result.text.endswith("Your message was saved; try again.")
         and "sk-secret" not in result.text
     )
-    assert [m.content for m in harness.db.messages(session_id, harness.user)] == ["are you there?"]
+    assert [m.content for m in harness.db.conversations.messages(session_id, harness.user)] == [
+        "are you there?"
+    ]
 
 
 def test_timeout_message_names_the_timeout(harness: Harness) -> None:
@@ -232,7 +237,7 @@ def test_after_an_idle_end_the_next_message_starts_fresh_with_a_pointer(harness:
         await agent.turn(first, "planning the Lisbon trip", telegram)
         same = agent.sessions.for_key(harness.user, telegram, "telegram:dm:42")
         assert same.id == first.id  # still open: the same session continues
-        harness.db.end_session(first.id, "idle")  # what the idle_sessions job does
+        harness.db.conversations.end_session(first.id, "idle")  # what the idle_sessions job does
         second = agent.sessions.for_key(harness.user, telegram, "telegram:dm:42")
         await agent.turn(second, "hello again", telegram)
         await agent.turn(second, "and again", telegram)

@@ -85,6 +85,7 @@ class FakeDiscord(AioFake):
         guild: bool = False,
         mention: bool = False,
         channel: str | None = None,
+        attachments: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         message_id = str(next(self._ids))
         data: dict[str, Any] = {
@@ -103,7 +104,7 @@ class FakeDiscord(AioFake):
             "edited_timestamp": None,
             "tts": False,
             "mention_everyone": False,
-            "attachments": [],
+            "attachments": attachments or [],
             "embeds": [],
             "pinned": False,
             "type": 0,

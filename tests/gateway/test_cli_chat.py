@@ -75,7 +75,7 @@ def test_one_shot_answers_on_stdout_and_resumes(home: Path, fake_llm: FakeOpenAI
     history = [m["content"] for m in fake_llm.requests[1]["messages"][1:]]
     assert history[0] == "Capital of France?" and history[1] == "Paris."
     db = SessionDB.open(home)
-    sessions = db.list_sessions(owner_user_id(home))
+    sessions = db.conversations.list_sessions(owner_user_id(home))
     assert len(sessions) == 1 and sessions[0].message_count == 4
     db.close()
 
@@ -191,8 +191,8 @@ def test_interactive_chat_with_cancel_and_commands(home: Path, fake_llm: FakeOpe
         term.close()
         raise
     db = SessionDB.open(home)
-    sessions = db.list_sessions(owner_user_id(home))
+    sessions = db.conversations.list_sessions(owner_user_id(home))
     assert len(sessions) == 2 and sessions[1].end_reason == "user_reset"
-    contents = [m.content for m in db.messages(sessions[1].id, owner_user_id(home))]
+    contents = [m.content for m in db.conversations.messages(sessions[1].id, owner_user_id(home))]
     assert "slow question" in contents  # the cancelled turn's message was kept
     db.close()

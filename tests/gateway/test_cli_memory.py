@@ -144,7 +144,7 @@ def test_a_cli_write_that_crosses_the_threshold_runs_the_consolidation_check(
     assert len(fmt.parse((folder / "MEMORY.md").read_text())) == 1  # consolidated
     db = SessionDB.open(home)
     try:
-        version = db.last_version(owner_user_id(home))
+        version = db.memory_log.last_version(owner_user_id(home))
         assert version is not None and version.actor == "consolidator"
     finally:
         db.close()

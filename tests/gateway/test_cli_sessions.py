@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 
 from hermes.identity import owner_user_id
-from hermes.state.db import MemoryEventRecord, NewMessage, SessionDB
+from hermes.state.conversations import NewMessage
+from hermes.state.db import SessionDB
+from hermes.state.memory_log import MemoryEventRecord
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.gateway.test_cli_memory import hermes
 
@@ -69,9 +71,9 @@ def test_show_refuses_other_users_sessions(home: Path) -> None:
     db = SessionDB.open(home)
     from hermes.identity import new_user_id
 
-    stranger = db.ensure_user(new_user_id()).id
-    chat = db.start_session(stranger, "telegram", "k")
-    db.add_message(chat.id, NewMessage("user", "private"))
+    stranger = db.people.ensure_user(new_user_id()).id
+    chat = db.conversations.start_session(stranger, "telegram", "k")
+    db.conversations.add_message(chat.id, NewMessage("user", "private"))
     result = hermes("sessions", "show", chat.id)
     assert result.returncode == 1 and "private" not in result.stdout
     db.close()
@@ -103,9 +105,11 @@ def test_memory_writes_are_recorded_and_explained(home: Path) -> None:
     assert "replace in user by user" in why.stdout and "- Lives in Busan" in why.stdout
     db = SessionDB.open(home)
     owner = owner_user_id(home)
-    chat = db.start_session(owner, "telegram", "k")
-    message_id = db.add_message(chat.id, NewMessage("user", "I love hiking in Jirisan"))
-    db.record_memory_event(
+    chat = db.conversations.start_session(owner, "telegram", "k")
+    message_id = db.conversations.add_message(
+        chat.id, NewMessage("user", "I love hiking in Jirisan")
+    )
+    db.memory_log.record_memory_event(
         MemoryEventRecord(owner, "user", "add", None, "Loves hiking", "agent", chat.id, message_id)
     )
     db.close()

@@ -15,8 +15,8 @@ from tests.gateway.test_cli_memory import hermes
 
 def people(home: Path) -> tuple[str, str]:
     db = SessionDB.open(home)
-    ann = db.user_for_identity("telegram", "1", "Ann")
-    bob = db.user_for_identity("slack", "U2", "Bob")
+    ann = db.people.user_for_identity("telegram", "1", "Ann")
+    bob = db.people.user_for_identity("slack", "U2", "Bob")
     db.close()
     for user, size in ((ann, 200), (bob, 2000)):
         memory = UserMemory(home, user, MemoryConfig())
@@ -38,7 +38,7 @@ def test_list_show_role_block_and_unlink(home: Path) -> None:
     assert hermes("users", "block", "telegram:1", home=home).returncode == 0
     assert hermes("users", "block", owner_user_id(home), home=home).returncode == 1
     db = SessionDB.open(home)
-    user = db.get_user(ann)
+    user = db.people.get_user(ann)
     assert user is not None and (user.role, user.status) == ("admin", "blocked")
     db.close()
     assert hermes("users", "block", ann, "--unblock", home=home).returncode == 0

@@ -68,7 +68,7 @@ def test_memory_status_show_forget_undo_and_why(home: Path, fake_llm: FakeOpenAI
     async def body(router: Router, adapter: FakeAdapter) -> dict[str, Any]:
         await adapter.deliver(dm("alice", "hello"))  # alice becomes a user
         await adapter.wait_for(1)
-        user = router.db.user_for_identity("fakechat", "alice")
+        user = router.db.people.user_for_identity("fakechat", "alice")
         seed(home, user, "Owns a green bicycle", "Owns a red kettle")
         out: dict[str, Any] = {"user": user}
         for command in [
@@ -107,7 +107,9 @@ def test_personal_content_is_only_shown_in_a_dm(home: Path, fake_llm: FakeOpenAI
     async def body(router: Router, adapter: FakeAdapter) -> list[str]:
         commands = ["/memory show", "/memory why x", "/sessions", "/memory forget x", "/link"]
         commands.append("/memory")
-        PeopleDB(router.db).set_role(router.db.user_for_identity("fakechat", "alice"), "admin")
+        PeopleDB(router.db).set_role(
+            router.db.people.user_for_identity("fakechat", "alice"), "admin"
+        )
         commands.append("/admin users")
         return [await ask(adapter, group("alice", command)) for command in commands]
 
@@ -125,7 +127,7 @@ def test_memory_consolidate_runs_now_with_the_model(home: Path, fake_llm: FakeOp
 
     async def body(router: Router, adapter: FakeAdapter) -> list[str]:
         whoami = await ask(adapter, dm("alice", "/whoami"))
-        seed(home, router.db.user_for_identity("fakechat", "alice"), *entries)
+        seed(home, router.db.people.user_for_identity("fakechat", "alice"), *entries)
         return [whoami, await ask(adapter, dm("alice", "/memory consolidate"))]
 
     texts = scenario(home, fake_llm, body)
@@ -136,17 +138,57 @@ def test_memory_consolidate_runs_now_with_the_model(home: Path, fake_llm: FakeOp
 def test_unlink_detaches_an_account_and_whoami_shows_it(home: Path, fake_llm: FakeOpenAI) -> None:
     async def body(router: Router, adapter: FakeAdapter) -> list[str]:
         db = router.db
-        alice = db.user_for_identity("fakechat", "alice")
-        PeopleDB(db).merge_users(alice, db.user_for_identity("telegram", "1"))  # linked
+        alice = db.people.user_for_identity("fakechat", "alice")
+        PeopleDB(db).merge_users(alice, db.people.user_for_identity("telegram", "1"))  # linked
         router.people.changed()
         before = await ask(adapter, dm("alice", "/whoami"))
         unlinked = await ask(adapter, dm("alice", "/unlink telegram"))
         again = await ask(adapter, dm("alice", "/unlink telegram"))
         after = await ask(adapter, dm("alice", "/whoami"))
-        assert db.user_for_identity("telegram", "1") != alice
+        assert db.people.user_for_identity("telegram", "1") != alice
         return [before, unlinked, again, after]
 
     before, unlinked, again, after = scenario(home, fake_llm, body)
     assert "telegram" in before and "telegram" not in after
     assert unlinked.startswith("Unlinked your telegram account")
     assert again.startswith("No telegram account is linked")
+
+
+def test_every_guard_in_the_table_is_enforced_by_the_dispatcher(
+    home: Path, fake_llm: FakeOpenAI
+) -> None:
+    """Walk the table itself: each DM-only row refuses in a group (even an admin), each
+    admin row refuses a non-admin, with no handler code involved."""
+
+    async def body(router: Router, adapter: FakeAdapter) -> list[tuple[str, str, str]]:
+        db = router.db
+        db.people.set_role(db.people.user_for_identity("fakechat", "carol"), "admin")
+        out = []
+        for row in router.commands.table:
+            for sub in row.subcommands or (row,):
+                text = row.name if sub is row else f"{row.name} {sub.name}"
+                if sub.admin_only or row.admin_only:
+                    out.append(("admin", text, await ask(adapter, dm("bob", text))))
+                if sub.dm_only or row.dm_only:
+                    out.append(("dm", text, await ask(adapter, group("carol", text))))
+        return out
+
+    results = scenario(home, fake_llm, body)
+    assert results and fake_llm.requests == []
+    for guard, text, reply in results:
+        expected = "needs an admin" if guard == "admin" else "only show that in a direct message"
+        assert expected in reply, (text, reply)
+
+
+def test_help_and_the_platform_menus_come_from_the_table(home: Path, fake_llm: FakeOpenAI) -> None:
+    async def body(router: Router, adapter: FakeAdapter) -> tuple[str, list[str], list[str]]:
+        help_text = await ask(adapter, dm("alice", "/help"))
+        names = [row.name for row in router.commands.table]
+        menu = [entry.name for entry in router.commands.menu()]
+        return help_text, names, menu
+
+    help_text, names, menu = scenario(home, fake_llm, body)
+    assert menu == [name[1:] for name in names]
+    for name in names:
+        if name != "/admin":  # alice is not an admin
+            assert name in help_text

@@ -38,7 +38,7 @@ def test_everyone_in_a_per_chat_group_shares_one_conversation(
     fake_llm.responder = remember_for_bob
 
     async def body(router: Router, adapter: FakeAdapter) -> None:
-        alice = router.db.user_for_identity("fakechat", "alice")
+        alice = router.db.people.user_for_identity("fakechat", "alice")
         UserMemory(home, alice, MemoryConfig()).store(Target.USER).mutate(
             lambda state: (["Alice's private note: allergic to kiwi"], None)
         )
@@ -56,14 +56,17 @@ def test_everyone_in_a_per_chat_group_shares_one_conversation(
     assert "kiwi" not in last[0]["content"]  # no personal store in a shared prompt
     db = SessionDB.open(home)
     try:
-        bob = db.user_for_identity("fakechat", "bob")
-        alice = db.user_for_identity("fakechat", "alice")
-        assert db.list_sessions(bob) == [] and db.list_sessions(alice) == []
-        (shared,) = db.list_sessions(PeopleDB(db).chat_user("fakechat", "grp"))
+        bob = db.people.user_for_identity("fakechat", "bob")
+        alice = db.people.user_for_identity("fakechat", "alice")
+        assert (
+            db.conversations.list_sessions(bob) == []
+            and db.conversations.list_sessions(alice) == []
+        )
+        (shared,) = db.conversations.list_sessions(PeopleDB(db).chat_user("fakechat", "grp"))
         assert shared.shared and shared.session_key.endswith(":*")
         bob_profile = UserMemory(home, bob, MemoryConfig()).store(Target.USER).read()
         assert bob_profile.entries == ("Bob plays the cello",)  # the speaker's own store
-        events = db.memory_events(bob)
+        events = db.memory_log.memory_events(bob)
         assert events and events[0].session_id is not None
     finally:
         db.close()

@@ -39,7 +39,7 @@ def test_a_strangers_photo_gets_a_pairing_code_once_not_the_no_text_note(
 def test_a_blocked_users_photo_gets_silence(home: Path, fake_llm: FakeOpenAI) -> None:
     async def body(router: Router, adapter: FakeAdapter) -> list[str]:
         db = router.db
-        PeopleDB(db).set_status(db.user_for_identity("fakechat", "alice"), "blocked")
+        PeopleDB(db).set_status(db.people.user_for_identity("fakechat", "alice"), "blocked")
         await adapter.deliver(dm("alice", "", attachments=PHOTO))
         await adapter.deliver(group("alice", "", mentioned=True))
         await asyncio.sleep(0.4)
@@ -115,7 +115,9 @@ def test_session_keys_reach_storage_once_per_event(home: Path, fake_llm: FakeOpe
     scenario(home, fake_llm, body)
     db = SessionDB.open(home)
     try:
-        (session,) = db.list_sessions(db.user_for_identity("fakechat", "alice"))
+        (session,) = db.conversations.list_sessions(
+            db.people.user_for_identity("fakechat", "alice")
+        )
         assert session.session_key == "fakechat:dm:alice:-:alice"
     finally:
         db.close()

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from gateway.app import build_app
 from gateway.events import Attachment, ChatRef, ChatType, MessageEvent, SendResult, UserRef
 from gateway.router import NO_TEXT_REPLY, Router, RouterPolicy
+from hermes.providers.base import MemoryProvider
 from hermes.state.db import SessionDB
 from hermes.state.models import AccessRule
 from hermes.state.people import PeopleDB
@@ -56,6 +57,8 @@ def scenario(
     body: Callable[[Router, FakeAdapter], Awaitable[T]],
     policy: RouterPolicy | None = None,
     allowed: set[str] | None = None,
+    *,
+    provider: MemoryProvider | None = None,
     **sections: dict[str, Any],
 ) -> T:
     """The app from the composition root with a FakeAdapter attached; `allowed`: only
@@ -68,7 +71,7 @@ def scenario(
             PeopleDB(db).set_rule(
                 AccessRule(platform="fakechat", kind="user", subject=user, rule="allow")
             )
-        app = build_app(home, config, db, policy=policy)
+        app = build_app(home, config, db, policy=policy, provider=provider)
         adapter = FakeAdapter()
         app.router.attach(adapter)
         await adapter.start(app.router.handle)
@@ -179,7 +182,7 @@ def test_two_users_at_once_keep_separate_sessions(home: Path, fake_llm: FakeOpen
     histories = [[m["content"] for m in r["messages"][1:]] for r in fake_llm.requests]
     assert all(len(h) == 1 for h in histories)  # neither saw the other's message
     db = SessionDB.open(home)
-    users = {s.user_id for s in db.idle_sessions(timedelta(seconds=-60))}
+    users = {s.user_id for s in db.conversations.idle_sessions(timedelta(seconds=-60))}
     assert len(users) == 2
     db.close()
 
@@ -219,7 +222,7 @@ def test_permanent_failure_is_recorded_not_retried(home: Path, fake_llm: FakeOpe
 
     assert scenario(home, fake_llm, body) == 1
     db = SessionDB.open(home)
-    failed = db.failed_deliveries("fakechat")
+    failed = db.conversations.failed_deliveries("fakechat")
     assert len(failed) == 1 and "blocked" in (failed[0].error or "") and failed[0].message_id
     db.close()
 

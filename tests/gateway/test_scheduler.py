@@ -18,7 +18,8 @@ from gateway.scheduler import Scheduler, read_status
 from hermes.identity import owner_user_id
 from hermes.memory import entries as fmt
 from hermes.memory.consolidation import INSTRUCTIONS
-from hermes.state.db import NewMessage, SessionDB
+from hermes.state.conversations import NewMessage
+from hermes.state.db import SessionDB
 from hermes.state.models import utcnow
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.gateway.test_cli_memory import HERMES, hermes
@@ -77,15 +78,19 @@ def test_jobs_do_their_work(home: Path, fake_llm: FakeOpenAI) -> None:
     assert asyncio.run(jobs.consolidation_check(str(home))) == "all stores under the threshold"
     db = SessionDB.open(home)
     user = owner_user_id(home)
-    db.ensure_user(user)
-    old = db.start_session(user, "telegram", "k", started_at=utcnow() - timedelta(hours=9))
-    db.add_message(old.id, NewMessage("user", "hi", created_at=utcnow() - timedelta(hours=9)))
-    fresh = db.start_session(user, "cli", "k2")
+    db.people.ensure_user(user)
+    old = db.conversations.start_session(
+        user, "telegram", "k", started_at=utcnow() - timedelta(hours=9)
+    )
+    db.conversations.add_message(
+        old.id, NewMessage("user", "hi", created_at=utcnow() - timedelta(hours=9))
+    )
+    fresh = db.conversations.start_session(user, "cli", "k2")
     fake_llm.default = Reply(text="nothing")
     assert asyncio.run(jobs.idle_sessions(str(home))) == "finalized 1 idle session(s)"
-    ended = db.get_session(old.id, user)
+    ended = db.conversations.get_session(old.id, user)
     assert ended is not None and ended.end_reason == "idle"
-    still = db.get_session(fresh.id, user)
+    still = db.conversations.get_session(fresh.id, user)
     assert still is not None and still.ended_at is None
     assert asyncio.run(jobs.maintenance(str(home))).startswith("fts optimized")
     db.close()
@@ -146,17 +151,17 @@ def test_the_idle_job_writes_no_personal_memory_from_a_group_when_group_memory_i
         "memory", {"action": "add", "target": "user", "content": "Works at Initech"}
     )
     db = SessionDB.open(home)
-    user = db.user_for_identity("telegram", "42")
+    user = db.people.user_for_identity("telegram", "42")
     long_ago = utcnow() - timedelta(hours=9)
     sessions = {}
     for chat_type, chat_id in (("group", "-100"), ("dm", "42")):
-        chat = db.start_session(
+        chat = db.conversations.start_session(
             user, "telegram", chat_id, chat_type=chat_type, chat_id=chat_id, started_at=long_ago
         )
         said = NewMessage("user", "I work at Initech, by the way", created_at=long_ago)
-        db.add_message(chat.id, said)
+        db.conversations.add_message(chat.id, said)
         sessions[chat_type] = chat.id
     assert asyncio.run(jobs.idle_sessions(str(home))) == "finalized 2 idle session(s)"
-    sources = {e.session_id for e in db.memory_events(user)}
+    sources = {e.session_id for e in db.memory_log.memory_events(user)}
     assert sources == {sessions["dm"]}  # the DM was reviewed and saved; the group was not
     db.close()

@@ -41,7 +41,7 @@ ENTRIES = [
 @pytest.fixture
 def setup(home: Path) -> tuple[UserMemory, SessionDB]:
     db = SessionDB.open(home)
-    user = db.ensure_user(owner_user_id(home), role="owner").id
+    user = db.people.ensure_user(owner_user_id(home), role="owner").id
     memory = UserMemory(home, user, MemoryConfig(memory_char_limit=LIMIT))
     memory.folder.mkdir(parents=True, exist_ok=True)
     (memory.folder / "MEMORY.md").write_text(fmt.serialize(ENTRIES))
@@ -92,10 +92,10 @@ def test_a_good_proposal_is_applied_recorded_and_undone_byte_for_byte(
     assert outcome.status == "applied", outcome.detail
     assert fmt.parse(text_of(memory)) == [t for t, _ in GOOD]
     assert outcome.used_after < CONFIG.threshold * LIMIT
-    events = db.memory_events(memory.user_id)
+    events = db.memory_log.memory_events(memory.user_id)
     assert {e.actor for e in events} == {"consolidator"}
     assert {e.action for e in events} == {"consolidate", "drop"}
-    state = db.consolidation_state(memory.user_id, "memory")
+    state = db.memory_log.consolidation_state(memory.user_id, "memory")
     assert (
         state.last_consolidated_at is not None
         and state.notice_pending
@@ -103,7 +103,10 @@ def test_a_good_proposal_is_applied_recorded_and_undone_byte_for_byte(
     )
     request = fake_llm.requests[0]
     assert "[protected] Don't use sudo" in request["messages"][1]["content"]
-    assert db.take_notices(memory.user_id) and db.take_notices(memory.user_id) == []
+    assert (
+        db.memory_log.take_notices(memory.user_id)
+        and db.memory_log.take_notices(memory.user_id) == []
+    )
     done, message = undo_last(memory, db)
     assert done and "consolidation" in message
     assert text_of(memory) == original
@@ -155,7 +158,7 @@ def test_bad_proposals_are_rejected_and_the_store_untouched(
     outcome = run(fake_llm, memory, db)
     assert outcome.status == "rejected" and reason in outcome.detail
     assert text_of(memory) == original
-    state = db.consolidation_state(memory.user_id, "memory")
+    state = db.memory_log.consolidation_state(memory.user_id, "memory")
     assert (
         state.needs_consolidation
         and state.attempts == 1
@@ -211,7 +214,7 @@ def test_below_threshold_and_no_model(setup: tuple[UserMemory, SessionDB]) -> No
     original = text_of(memory)
     outcome = asyncio.run(go(False))
     assert outcome.status == "no_model" and text_of(memory) == original
-    assert db.consolidation_state(memory.user_id, "memory").needs_consolidation
+    assert db.memory_log.consolidation_state(memory.user_id, "memory").needs_consolidation
     (memory.folder / "MEMORY.md").write_text("short\n§\nnotes")
     assert asyncio.run(go(False)).status == "below_threshold"
 

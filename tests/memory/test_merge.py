@@ -36,7 +36,7 @@ def db(home: Path) -> Iterator[SessionDB]:
 
 
 def person(home: Path, db: SessionDB, platform: str, ident: str, memory: list[str]) -> str:
-    user = db.user_for_identity(platform, ident)
+    user = db.people.user_for_identity(platform, ident)
     mem = UserMemory(home, user, CONFIG)
     mem.folder.mkdir(parents=True, exist_ok=True)
     if memory:
@@ -53,7 +53,7 @@ def test_union_in_order_without_duplicates_traced_and_undoable(home: Path, db: S
     assert report.added[Target.MEMORY] == 1 and not report.waiting.get(Target.MEMORY)
     assert report.archived is not None and (report.archived / "MEMORY.md").exists()
     assert not (home / "memories" / gone).exists()
-    events = db.memory_events(keep, "Acme")
+    events = db.memory_log.memory_events(keep, "Acme")
     assert [(e.action, e.actor) for e in events] == [("merge", "user")]
     done, _ = undo_last(UserMemory(home, keep, CONFIG), db)
     assert done and store.read().entries == ("Lives in Lisbon", "Has a cat named Miso")
@@ -72,11 +72,11 @@ def test_over_the_limit_the_rest_waits_flagged_and_consolidation_folds_it_in(
     assert state.used <= CONFIG.memory_char_limit
     assert set(state.entries) | set(state.pending) == set(mine) | set(theirs)  # nothing lost
     assert report.waiting[Target.MEMORY] == len(state.pending) > 0
-    book = db.consolidation_state(keep, "memory")
+    book = db.memory_log.consolidation_state(keep, "memory")
     assert book.needs_consolidation and "linked account" in (book.last_error or "")
-    assert {e.entry_after for e in db.memory_events(keep) if e.action == "merge_pending"} == set(
-        state.pending
-    )
+    assert {
+        e.entry_after for e in db.memory_log.memory_events(keep) if e.action == "merge_pending"
+    } == set(state.pending)
 
     every = list(state.with_pending().entries)
     merged = [
@@ -100,7 +100,9 @@ def test_over_the_limit_the_rest_waits_flagged_and_consolidation_folds_it_in(
             await model.close()
         return outcome.status
 
-    assert asyncio.run(run()) == "applied", db.consolidation_state(keep, "memory").last_error
+    assert asyncio.run(run()) == "applied", db.memory_log.consolidation_state(
+        keep, "memory"
+    ).last_error
     prompt = fake_llm.requests[-1]["messages"][-1]["content"]
     assert all(entry in prompt for entry in every)  # the waiting entries were offered too
     after = memory.store(Target.MEMORY).read()
@@ -116,7 +118,7 @@ def test_linking_merges_people_and_the_owner_id_survives(home: Path, db: Session
     from hermes.identity import owner_user_id
 
     owner = owner_user_id(home)
-    db.ensure_user(owner, role="owner")
+    db.people.ensure_user(owner, role="owner")
     PeopleDB(db).ensure_identity("cli", "local", owner)
     tg = person(home, db, "telegram", "1", ["Prefers tea over coffee"])
     code = PeopleDB(db).create_link_code(tg).code
@@ -124,7 +126,7 @@ def test_linking_merges_people_and_the_owner_id_survives(home: Path, db: Session
         MemoryService(home, CONFIG, db), db, code, requester="cli:local", current_user=owner
     )
     assert outcome.ok and outcome.user_id == owner and outcome.merged_away == tg
-    assert db.user_for_identity("telegram", "1") == owner
+    assert db.people.user_for_identity("telegram", "1") == owner
     assert UserMemory(home, owner, CONFIG).store(Target.MEMORY).read().entries == (
         "Prefers tea over coffee",
     )

@@ -11,7 +11,6 @@ from typing import Any, TypeVar
 
 import pytest
 
-from gateway.app import build_app
 from gateway.router import Router
 from hermes.providers.base import (
     AgentContext,
@@ -20,11 +19,9 @@ from hermes.providers.base import (
     NoProvider,
     ProviderSession,
 )
-from hermes.state.db import SessionDB
-from tests.apps import app_config
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.platform import FakeAdapter
-from tests.gateway.test_router import dm
+from tests.gateway.test_router import dm, scenario
 
 T = TypeVar("T")
 RECALL = "The user's cat is called Miso."
@@ -81,20 +78,7 @@ def live(
     provider: MemoryProvider,
     body: Callable[[Router, FakeAdapter], Awaitable[T]],
 ) -> T:
-    async def go() -> T:
-        db = SessionDB.open(home)
-        app = build_app(home, app_config(fake), db, provider=provider)
-        adapter = FakeAdapter()
-        app.router.attach(adapter)
-        await adapter.start(app.router.handle)
-        try:
-            return await body(app.router, adapter)
-        finally:
-            await app.router.stop()
-            await app.close()
-            db.close()
-
-    return asyncio.run(go())
+    return scenario(home, fake, body, provider=provider)
 
 
 def remembering(request: dict[str, Any]) -> Reply:
@@ -150,7 +134,7 @@ def test_the_agent_calls_the_provider_at_each_point(home: Path, fake_llm: FakeOp
             await adapter.deliver(dm("alice", text))
             await adapter.wait_for(n)
         await asyncio.sleep(0.2)  # sync and session-end run in the background
-        return router.db.user_for_identity("fakechat", "alice")
+        return router.db.people.user_for_identity("fakechat", "alice")
 
     alice = live(home, fake_llm, recorder, body)
     first_prompt = fake_llm.requests[0]["messages"][0]["content"]

@@ -18,9 +18,9 @@ def db(home: Path) -> Iterator[SessionDB]:
 
 @pytest.fixture
 def alice(db: SessionDB) -> str:
-    return db.ensure_user(new_user_id(), role="owner", display_name="alice").id
+    return db.people.ensure_user(new_user_id(), role="owner", display_name="alice").id
 
 
 @pytest.fixture
 def bob(db: SessionDB) -> str:
-    return db.ensure_user(new_user_id(), display_name="bob").id
+    return db.people.ensure_user(new_user_id(), display_name="bob").id

@@ -6,20 +6,21 @@ import sys
 import time
 from pathlib import Path
 
-from hermes.state.db import NewMessage, SessionDB
+from hermes.state.conversations import NewMessage
+from hermes.state.db import SessionDB
 from hermes.state.search import SearchScope
 
 
 def write(path: Path, user: str, worker: int, seconds: float) -> None:
     db = SessionDB(path)
-    chat = db.start_session(user, "cli", f"writer-{worker}")
+    chat = db.conversations.start_session(user, "cli", f"writer-{worker}")
     deadline = time.monotonic() + seconds
     count = 0
     while time.monotonic() < deadline:
         batch = [
             NewMessage("user", f"writer{worker} message{count + k} about comets") for k in range(3)
         ]
-        db.add_messages(chat.id, batch)
+        db.conversations.add_messages(chat.id, batch)
         count += len(batch)
     print(chat.id, count, flush=True)
 
@@ -29,18 +30,20 @@ def search(path: Path, user: str, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     queries = 0
     while time.monotonic() < deadline:
-        db.search(SearchScope(user), "comets writer1")
-        db.list_sessions(user)
+        db.conversations.search(SearchScope(user), "comets writer1")
+        db.conversations.list_sessions(user)
         queries += 1
     print(queries, flush=True)
 
 
 def write_until_killed(path: Path, user: str) -> None:
     db = SessionDB(path)
-    chat = db.start_session(user, "cli", "crash")
+    chat = db.conversations.start_session(user, "cli", "crash")
     n = 0
     while True:
-        ids = db.add_messages(chat.id, [NewMessage("user", f"durable row {n} " + "x" * 500)])
+        ids = db.conversations.add_messages(
+            chat.id, [NewMessage("user", f"durable row {n} " + "x" * 500)]
+        )
         print(ids[0], flush=True)  # printed only after the commit returned
         n += 1
 

@@ -23,7 +23,7 @@ WORKER = str(Path(__file__).with_name("db_worker.py"))
 def test_four_writers_and_four_searchers(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     db = SessionDB(path)
-    user = db.ensure_user(new_user_id()).id
+    user = db.people.ensure_user(new_user_id()).id
     seconds = "4"
     writers = [
         subprocess.Popen(
@@ -54,14 +54,14 @@ def test_four_writers_and_four_searchers(tmp_path: Path) -> None:
         assert proc.returncode == 0, err
         assert int(out) > 0
     for session_id, count in written.items():
-        messages = db.messages(session_id, user)
+        messages = db.conversations.messages(session_id, user)
         assert len(messages) == count > 0  # nothing lost
-        chat = db.get_session(session_id, user)
+        chat = db.conversations.get_session(session_id, user)
         assert chat is not None and chat.message_count == count
-    assert sum(written.values()) == db.count_messages()
-    hits = db.search(SearchScope(user), "writer1 comets", limit=5)
+    assert sum(written.values()) == db.conversations.count_messages()
+    hits = db.conversations.search(SearchScope(user), "writer1 comets", limit=5)
     assert hits and "writer1" in hits[0].content
-    assert db.integrity_check() == "ok"
+    assert db.upkeep.integrity_check() == "ok"
     print(f"rows written: {written}")
 
 
@@ -69,7 +69,7 @@ def test_four_writers_and_four_searchers(tmp_path: Path) -> None:
 def test_sigkilled_writer_loses_no_committed_row(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     db = SessionDB(path)
-    user = db.ensure_user(new_user_id()).id
+    user = db.people.ensure_user(new_user_id()).id
     committed: list[int] = []
     rng = random.Random(3)
     for _ in range(12):
@@ -83,7 +83,7 @@ def test_sigkilled_writer_loses_no_committed_row(tmp_path: Path) -> None:
             out, _ = proc.communicate()
             committed += [int(line) for line in out.split()]
         fresh = SessionDB(path)
-        assert fresh.integrity_check() == "ok"
+        assert fresh.upkeep.integrity_check() == "ok"
         with fresh.engine.connect() as conn:
             present = {row[0] for row in conn.execute(text("SELECT id FROM messages"))}
             conn.execute(text("INSERT INTO messages_fts(messages_fts) VALUES ('integrity-check')"))
@@ -100,17 +100,17 @@ def test_a_second_engine_in_the_process_keeps_the_first_ones_view_current(
     first engine's SQLite locks: a CLI process closing its last connection would then
     remove the WAL under it, and the first engine would keep reading an old snapshot."""
     first = SessionDB(tmp_path / "state.db")
-    first.ensure_user(new_user_id())  # the engine holds a connection, and its locks
+    first.people.ensure_user(new_user_id())  # the engine holds a connection, and its locks
     SessionDB(tmp_path / "state.db").close()  # a job's engine, opened and closed
     for _ in range(3):  # other processes write and go away, as CLI commands do
         written = new_user_id()
         code = (
             "import sys; from pathlib import Path; from hermes.state.db import SessionDB; "
-            "SessionDB(Path(sys.argv[1])).ensure_user(sys.argv[2])"
+            "SessionDB(Path(sys.argv[1])).people.ensure_user(sys.argv[2])"
         )
         path = str(tmp_path / "state.db")
         subprocess.run([sys.executable, "-c", code, path, written], check=True, timeout=60)
-        assert first.get_user(written) is not None
-        first.ensure_user(new_user_id())  # and writing still works
-    assert first.integrity_check() == "ok"
+        assert first.people.get_user(written) is not None
+        first.people.ensure_user(new_user_id())  # and writing still works
+    assert first.upkeep.integrity_check() == "ok"
     first.close()

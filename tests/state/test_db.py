@@ -5,13 +5,17 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from hermes.state.db import MemoryEventRecord, NewMessage, SessionDB
+from hermes.state.conversations import NewMessage
+from hermes.state.db import SessionDB
+from hermes.state.memory_log import MemoryEventRecord
 from hermes.state.models import utcnow
 
 
 def test_session_lifecycle(db: SessionDB, alice: str) -> None:
-    chat = db.start_session(alice, "telegram", "telegram:dm:1:1", chat_type="dm", chat_id="1")
-    ids = db.add_messages(
+    chat = db.conversations.start_session(
+        alice, "telegram", "telegram:dm:1:1", chat_type="dm", chat_id="1"
+    )
+    ids = db.conversations.add_messages(
         chat.id,
         [
             NewMessage("user", "Plan   my\ntrip to Busan in October please, with trains and food"),
@@ -25,89 +29,110 @@ def test_session_lifecycle(db: SessionDB, alice: str) -> None:
         ],
     )
     assert all(isinstance(i, int) for i in ids)
-    stored = db.get_session(chat.id, alice)
+    stored = db.conversations.get_session(chat.id, alice)
     assert stored is not None and stored.message_count == 4
     assert (
         stored.title == "Plan my trip to Busan in October please, with trains and food"[:59] + "…"
     )
-    messages = db.messages(chat.id, alice)
+    messages = db.conversations.messages(chat.id, alice)
     assert json.loads(messages[1].tool_calls or "")[0]["id"] == "c1"
     assert messages[2].tool_call_id == "c1"
-    db.end_session(chat.id, "user_reset")
-    ended = db.get_session(chat.id, alice)
+    db.conversations.end_session(chat.id, "user_reset")
+    ended = db.conversations.get_session(chat.id, alice)
     assert ended is not None and ended.end_reason == "user_reset" and ended.ended_at is not None
 
 
 def test_redelivered_platform_message_is_stored_once(db: SessionDB, alice: str) -> None:
-    chat = db.start_session(alice, "slack", "slack:dm:D1:U1")
-    first = db.add_message(chat.id, NewMessage("user", "hi", platform_message_id="D1:1700.1"))
-    again = db.add_message(chat.id, NewMessage("user", "hi", platform_message_id="D1:1700.1"))
-    other = db.add_message(chat.id, NewMessage("user", "yo", platform_message_id="D1:1700.2"))
+    chat = db.conversations.start_session(alice, "slack", "slack:dm:D1:U1")
+    first = db.conversations.add_message(
+        chat.id, NewMessage("user", "hi", platform_message_id="D1:1700.1")
+    )
+    again = db.conversations.add_message(
+        chat.id, NewMessage("user", "hi", platform_message_id="D1:1700.1")
+    )
+    other = db.conversations.add_message(
+        chat.id, NewMessage("user", "yo", platform_message_id="D1:1700.2")
+    )
     assert isinstance(first, int) and again is None and isinstance(other, int)
-    stored = db.get_session(chat.id, alice)
+    stored = db.conversations.get_session(chat.id, alice)
     assert stored is not None and stored.message_count == 2
 
 
 def test_same_platform_message_id_on_another_platform_is_distinct(
     db: SessionDB, alice: str
 ) -> None:
-    a = db.start_session(alice, "telegram", "t")
-    b = db.start_session(alice, "discord", "d")
-    assert db.add_message(a.id, NewMessage("user", "x", platform_message_id="42")) is not None
-    assert db.add_message(b.id, NewMessage("user", "x", platform_message_id="42")) is not None
+    a = db.conversations.start_session(alice, "telegram", "t")
+    b = db.conversations.start_session(alice, "discord", "d")
+    assert (
+        db.conversations.add_message(a.id, NewMessage("user", "x", platform_message_id="42"))
+        is not None
+    )
+    assert (
+        db.conversations.add_message(b.id, NewMessage("user", "x", platform_message_id="42"))
+        is not None
+    )
 
 
 def test_sessions_are_scoped_to_their_user(db: SessionDB, alice: str, bob: str) -> None:
-    chat = db.start_session(alice, "cli", "cli:dm")
-    db.add_message(chat.id, NewMessage("user", "secret plans"))
-    assert db.get_session(chat.id, bob) is None
-    assert db.messages(chat.id, bob) == []
-    assert db.list_sessions(bob) == []
-    assert db.latest_session(bob) is None
-    message_id = db.messages(chat.id, alice)[0].id
-    assert message_id is not None and db.message(message_id, bob) is None
+    chat = db.conversations.start_session(alice, "cli", "cli:dm")
+    db.conversations.add_message(chat.id, NewMessage("user", "secret plans"))
+    assert db.conversations.get_session(chat.id, bob) is None
+    assert db.conversations.messages(chat.id, bob) == []
+    assert db.conversations.list_sessions(bob) == []
+    assert db.conversations.latest_session(bob) is None
+    message_id = db.conversations.messages(chat.id, alice)[0].id
+    assert message_id is not None and db.conversations.message(message_id, bob) is None
 
 
 def test_system_prompt_is_stored_once_by_hash(db: SessionDB, alice: str) -> None:
-    a = db.start_session(alice, "cli", "k1", system_prompt="You are Hermes.")
-    b = db.start_session(alice, "telegram", "k2", system_prompt="You are Hermes.")
+    a = db.conversations.start_session(alice, "cli", "k1", system_prompt="You are Hermes.")
+    b = db.conversations.start_session(alice, "telegram", "k2", system_prompt="You are Hermes.")
     assert a.system_prompt_hash == b.system_prompt_hash is not None
-    assert db.system_prompt(a.system_prompt_hash or "") == "You are Hermes."
+    assert db.conversations.system_prompt(a.system_prompt_hash or "") == "You are Hermes."
 
 
 def test_latest_session_spans_platforms(db: SessionDB, alice: str) -> None:
-    old = db.start_session(alice, "cli", "k1", started_at=utcnow() - timedelta(days=1))
-    new = db.start_session(alice, "telegram", "k2")
-    latest = db.latest_session(alice)
+    old = db.conversations.start_session(
+        alice, "cli", "k1", started_at=utcnow() - timedelta(days=1)
+    )
+    new = db.conversations.start_session(alice, "telegram", "k2")
+    latest = db.conversations.latest_session(alice)
     assert latest is not None and latest.id == new.id != old.id
 
 
 def test_memory_events_and_why(db: SessionDB, alice: str, bob: str) -> None:
-    chat = db.start_session(alice, "telegram", "k")
-    message_id = db.add_message(chat.id, NewMessage("user", "I moved to Busan"))
-    db.record_memory_event(
+    chat = db.conversations.start_session(alice, "telegram", "k")
+    message_id = db.conversations.add_message(chat.id, NewMessage("user", "I moved to Busan"))
+    db.memory_log.record_memory_event(
         MemoryEventRecord(
             alice, "user", "add", None, "Lives in Busan", "agent", chat.id, message_id
         )
     )
-    db.record_memory_event(
+    db.memory_log.record_memory_event(
         MemoryEventRecord(alice, "user", "replace", "Lives in Busan", "Lives in Seoul", "user")
     )
-    events = db.memory_events(alice, "Busan")
+    events = db.memory_log.memory_events(alice, "Busan")
     assert [e.action for e in events] == ["replace", "add"]
     assert events[1].session_id == chat.id and events[1].message_id == message_id
-    assert db.memory_events(bob, "Busan") == []
-    assert db.memory_events(alice, "100%_") == []  # LIKE wildcards are literal
+    assert db.memory_log.memory_events(bob, "Busan") == []
+    assert db.memory_log.memory_events(alice, "100%_") == []  # LIKE wildcards are literal
 
 
 def test_prune(db: SessionDB, alice: str) -> None:
-    old = db.start_session(alice, "cli", "k1", started_at=utcnow() - timedelta(days=40))
-    db.add_message(old.id, NewMessage("user", "ancient", created_at=utcnow() - timedelta(days=40)))
-    fresh = db.start_session(alice, "cli", "k2")
-    db.add_message(fresh.id, NewMessage("user", "recent"))
-    assert db.prune(30, dry_run=True) == 1
-    assert db.get_session(old.id, alice) is not None
-    assert db.prune(30, dry_run=False) == 1
-    assert db.get_session(old.id, alice) is None and db.get_session(fresh.id, alice) is not None
-    assert db.count_messages() == 1
-    assert db.integrity_check() == "ok"
+    old = db.conversations.start_session(
+        alice, "cli", "k1", started_at=utcnow() - timedelta(days=40)
+    )
+    db.conversations.add_message(
+        old.id, NewMessage("user", "ancient", created_at=utcnow() - timedelta(days=40))
+    )
+    fresh = db.conversations.start_session(alice, "cli", "k2")
+    db.conversations.add_message(fresh.id, NewMessage("user", "recent"))
+    assert db.upkeep.prune(30, dry_run=True) == 1
+    assert db.conversations.get_session(old.id, alice) is not None
+    assert db.upkeep.prune(30, dry_run=False) == 1
+    assert (
+        db.conversations.get_session(old.id, alice) is None
+        and db.conversations.get_session(fresh.id, alice) is not None
+    )
+    assert db.conversations.count_messages() == 1
+    assert db.upkeep.integrity_check() == "ok"

@@ -8,7 +8,8 @@ from datetime import timedelta
 import pytest
 
 from hermes.identity import new_user_id
-from hermes.state.db import NewMessage, SessionDB
+from hermes.state.conversations import NewMessage
+from hermes.state.db import SessionDB
 from hermes.state.models import AccessRule
 from hermes.state.people import (
     CODE_ALPHABET,
@@ -22,14 +23,14 @@ from hermes.state.search import SearchScope
 
 
 def say(db: SessionDB, user: str, platform: str, text: str) -> str:
-    session = db.start_session(user, platform, f"{platform}:dm:{user}")
-    db.add_message(session.id, NewMessage("user", text))
+    session = db.conversations.start_session(user, platform, f"{platform}:dm:{user}")
+    db.conversations.add_message(session.id, NewMessage("user", text))
     return session.id
 
 
 def test_codes_are_eight_unambiguous_characters(db: SessionDB) -> None:
     people = PeopleDB(db)
-    user = db.user_for_identity("telegram", "1")
+    user = db.people.user_for_identity("telegram", "1")
     codes = {people.create_link_code(user).code for _ in range(50)}
     for code in codes:
         assert len(code) == CODE_LENGTH and set(code) <= set(CODE_ALPHABET)
@@ -39,7 +40,7 @@ def test_codes_are_eight_unambiguous_characters(db: SessionDB) -> None:
 
 def test_a_code_works_once_for_anyone_and_only_the_latest_of_a_user(db: SessionDB) -> None:
     people = PeopleDB(db)
-    user = db.user_for_identity("telegram", "1")
+    user = db.people.user_for_identity("telegram", "1")
     first = people.create_link_code(user).code
     second = people.create_link_code(user).code
     assert people.redeem_link_code(first, "slack:U1").status is Redeem.INVALID  # replaced
@@ -50,14 +51,14 @@ def test_a_code_works_once_for_anyone_and_only_the_latest_of_a_user(db: SessionD
 
 def test_an_expired_code_is_refused(db: SessionDB) -> None:
     people = PeopleDB(db)
-    user = db.user_for_identity("telegram", "1")
+    user = db.people.user_for_identity("telegram", "1")
     code = people.create_link_code(user, ttl=timedelta(seconds=-1)).code
     assert people.redeem_link_code(code, "slack:U1").status is Redeem.INVALID
 
 
 def test_five_wrong_codes_lock_the_requester_out_even_for_a_right_code(db: SessionDB) -> None:
     people = PeopleDB(db)
-    user = db.user_for_identity("telegram", "1")
+    user = db.people.user_for_identity("telegram", "1")
     code = people.create_link_code(user).code
     results = [people.redeem_link_code("AAAAAAAA", "slack:EVE").status for _ in range(MAX_FAILURES)]
     assert results == [Redeem.INVALID] * (MAX_FAILURES - 1) + [Redeem.LOCKED]
@@ -68,16 +69,16 @@ def test_five_wrong_codes_lock_the_requester_out_even_for_a_right_code(db: Sessi
 
 def test_merging_moves_sessions_and_search_follows(db: SessionDB) -> None:
     people = PeopleDB(db)
-    keep = db.user_for_identity("telegram", "1", "Alice")
-    gone = db.user_for_identity("slack", "U1", "alice")
+    keep = db.people.user_for_identity("telegram", "1", "Alice")
+    gone = db.people.user_for_identity("slack", "U1", "alice")
     moved = say(db, gone, "slack", "my cat is called Zanzibar")
     say(db, keep, "telegram", "the rent is due Friday")
     people.merge_users(keep, gone)
-    assert db.get_user(gone) is None
-    assert {i.platform for i in db.identities_of(keep)} == {"telegram", "slack"}
-    assert db.get_session(moved, keep) is not None
-    assert [h.session_id for h in db.search(SearchScope(keep), "Zanzibar")] == [moved]
-    assert db.search(SearchScope(gone), "Zanzibar") == []
+    assert db.people.get_user(gone) is None
+    assert {i.platform for i in db.people.identities_of(keep)} == {"telegram", "slack"}
+    assert db.conversations.get_session(moved, keep) is not None
+    assert [h.session_id for h in db.conversations.search(SearchScope(keep), "Zanzibar")] == [moved]
+    assert db.conversations.search(SearchScope(gone), "Zanzibar") == []
     raw = sqlite3.connect(db.path)  # nothing of the old id is left anywhere
     for table in ("sessions", "messages", "identities", "memory_events"):
         assert raw.execute(f"SELECT count(*) FROM {table} WHERE user_id=?", (gone,)).fetchone() == (
@@ -88,27 +89,29 @@ def test_merging_moves_sessions_and_search_follows(db: SessionDB) -> None:
 
 def test_merge_keeps_the_higher_role_and_a_block(db: SessionDB) -> None:
     people = PeopleDB(db)
-    keep = db.user_for_identity("telegram", "1")
-    gone = db.user_for_identity("slack", "U1")
+    keep = db.people.user_for_identity("telegram", "1")
+    gone = db.people.user_for_identity("slack", "U1")
     people.set_role(gone, "admin")
     people.set_status(gone, "blocked")
     people.merge_users(keep, gone)
-    user = db.get_user(keep)
+    user = db.people.get_user(keep)
     assert user is not None and (user.role, user.status) == ("admin", "blocked")
 
 
 def test_detaching_gives_the_identity_a_fresh_user_and_keeps_the_data(db: SessionDB) -> None:
     people = PeopleDB(db)
-    keep = db.user_for_identity("telegram", "1")
-    gone = db.user_for_identity("slack", "U1")
+    keep = db.people.user_for_identity("telegram", "1")
+    gone = db.people.user_for_identity("slack", "U1")
     session = say(db, gone, "slack", "hello")
     people.merge_users(keep, gone)
     with pytest.raises(ValueError, match="only identity"):
-        people.detach_identity(db.user_for_identity("discord", "D1"), "discord")
+        people.detach_identity(db.people.user_for_identity("discord", "D1"), "discord")
     fresh = people.detach_identity(keep, "slack")
     assert fresh is not None and fresh != keep
-    assert db.user_for_identity("slack", "U1") == fresh
-    assert db.get_session(session, keep) is not None  # the conversation stays with the person
+    assert db.people.user_for_identity("slack", "U1") == fresh
+    assert (
+        db.conversations.get_session(session, keep) is not None
+    )  # the conversation stays with the person
     assert people.detach_identity(keep, "slack") is None
 
 
@@ -152,7 +155,7 @@ def test_rules_overwrite_each_other(db: SessionDB) -> None:
 
 def test_resolve_accepts_ids_and_platform_identities(db: SessionDB) -> None:
     people = PeopleDB(db)
-    user = db.user_for_identity("telegram", "42")
+    user = db.people.user_for_identity("telegram", "42")
     assert people.resolve(user) == user
     assert people.resolve("Telegram:42") == user
     assert people.resolve("telegram:43") is None
@@ -161,7 +164,7 @@ def test_resolve_accepts_ids_and_platform_identities(db: SessionDB) -> None:
 
 
 def test_an_edited_message_is_found_by_its_new_words_only(db: SessionDB) -> None:
-    user = db.user_for_identity("telegram", "1")
+    user = db.people.user_for_identity("telegram", "1")
     session = say(db, user, "telegram", "the password hint is pelican")
     raw = sqlite3.connect(db.path)
     with raw:
@@ -169,9 +172,11 @@ def test_an_edited_message_is_found_by_its_new_words_only(db: SessionDB) -> None
             "UPDATE messages SET content = 'the hint is albatross' WHERE session_id = ?", (session,)
         )
     raw.close()
-    assert db.search(SearchScope(user), "pelican") == []
-    assert [h.session_id for h in db.search(SearchScope(user), "albatross")] == [session]
-    assert [h.session_id for h in db.search(SearchScope(user), "hint")] == [session]
+    assert db.conversations.search(SearchScope(user), "pelican") == []
+    assert [h.session_id for h in db.conversations.search(SearchScope(user), "albatross")] == [
+        session
+    ]
+    assert [h.session_id for h in db.conversations.search(SearchScope(user), "hint")] == [session]
 
 
 def test_an_approval_is_announced_once(db: SessionDB) -> None:

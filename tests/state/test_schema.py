@@ -10,7 +10,8 @@ from sqlmodel import SQLModel
 
 from hermes.identity import new_user_id
 from hermes.state import engine as eng
-from hermes.state.db import NewMessage, SessionDB
+from hermes.state.conversations import NewMessage
+from hermes.state.db import SessionDB
 from hermes.state.schema import SCHEMA_VERSION
 from hermes.state.search import SearchScope
 
@@ -29,7 +30,7 @@ def test_pragmas_and_private_file(db: SessionDB) -> None:
         assert conn.exec_driver_sql("PRAGMA synchronous").scalar_one() == 1  # NORMAL
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar_one() == 1
         assert conn.exec_driver_sql("PRAGMA user_version").scalar_one() == SCHEMA_VERSION
-    db.ensure_user(new_user_id())
+    db.people.ensure_user(new_user_id())
     for suffix in ("", "-wal", "-shm"):
         path = db.path.with_name(db.path.name + suffix)
         assert path.stat().st_mode & 0o777 == 0o600, path
@@ -37,7 +38,7 @@ def test_pragmas_and_private_file(db: SessionDB) -> None:
 
 def test_foreign_keys_are_enforced(db: SessionDB) -> None:
     with pytest.raises(Exception, match="FOREIGN KEY"):
-        db.start_session(new_user_id(), "cli", "cli:dm")  # no such user
+        db.conversations.start_session(new_user_id(), "cli", "cli:dm")  # no such user
 
 
 def test_v1_database_is_upgraded_in_place_keeping_data(tmp_path: Path) -> None:
@@ -67,10 +68,12 @@ def test_v1_database_is_upgraded_in_place_keeping_data(tmp_path: Path) -> None:
 
     db = SessionDB(path)  # opening upgrades
     assert db.upgraded_from == 1
-    assert db.get_session("s_0000000000000001", user) is not None
-    hits = db.search(SearchScope(user), "여행 계획")  # needs the v2 trigram index, backfilled
+    assert db.conversations.get_session("s_0000000000000001", user) is not None
+    hits = db.conversations.search(
+        SearchScope(user), "여행 계획"
+    )  # needs the v2 trigram index, backfilled
     assert [h.content for h in hits] == ["오래된 메시지: 부산 여행 계획"]
-    assert db.integrity_check() == "ok"
+    assert db.upkeep.integrity_check() == "ok"
     db.close()
     assert SessionDB(path).upgraded_from == SCHEMA_VERSION  # idempotent
 
@@ -86,13 +89,13 @@ def test_a_newer_database_is_refused(tmp_path: Path) -> None:
 
 
 def test_tool_output_is_stored_but_not_indexed(db: SessionDB, alice: str) -> None:
-    chat = db.start_session(alice, "cli", "cli:dm")
-    db.add_messages(
+    chat = db.conversations.start_session(alice, "cli", "cli:dm")
+    db.conversations.add_messages(
         chat.id,
         [
             NewMessage("user", "what is in the config"),
             NewMessage("tool", "zanzibar quokka tool output", tool_call_id="c1", tool_name="x"),
         ],
     )
-    assert [m.role for m in db.messages(chat.id, alice)] == ["user", "tool"]
-    assert db.search(SearchScope(alice), "zanzibar quokka") == []
+    assert [m.role for m in db.conversations.messages(chat.id, alice)] == ["user", "tool"]
+    assert db.conversations.search(SearchScope(alice), "zanzibar quokka") == []

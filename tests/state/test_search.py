@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hermes.state.db import NewMessage, SessionDB
+from hermes.state.conversations import NewMessage
+from hermes.state.db import SessionDB
 from hermes.state.search import ParsedQuery, SearchScope, parse_query
 
 
@@ -40,7 +41,7 @@ def test_parse_query(raw: str, words: tuple[str, ...], cjk: tuple[str, ...]) -> 
 @given(st.text(max_size=80))
 def test_any_text_is_a_valid_query(tmp_path_factory: pytest.TempPathFactory, raw: str) -> None:
     search_db, user = _shared_db(tmp_path_factory)
-    search_db.search(SearchScope(user), raw)  # never raises
+    search_db.conversations.search(SearchScope(user), raw)  # never raises
 
 
 _CACHE: dict[str, tuple[SessionDB, str]] = {}
@@ -51,23 +52,25 @@ def _shared_db(factory: pytest.TempPathFactory) -> tuple[SessionDB, str]:
         from hermes.identity import new_user_id
 
         database = SessionDB(factory.mktemp("fuzz") / "state.db")
-        user = database.ensure_user(new_user_id()).id
-        chat = database.start_session(user, "cli", "k")
-        database.add_message(chat.id, NewMessage("user", 'quotes " and (parens) AND or * ^ : -x'))
+        user = database.people.ensure_user(new_user_id()).id
+        chat = database.conversations.start_session(user, "cli", "k")
+        database.conversations.add_message(
+            chat.id, NewMessage("user", 'quotes " and (parens) AND or * ^ : -x')
+        )
         _CACHE["db"] = (database, user)
     return _CACHE["db"]
 
 
 def seed(db: SessionDB, user: str, platform: str, texts: list[str], chat_id: str = "") -> str:
-    chat = db.start_session(user, platform, f"{platform}:{chat_id}", chat_id=chat_id)
-    db.add_messages(
+    chat = db.conversations.start_session(user, platform, f"{platform}:{chat_id}", chat_id=chat_id)
+    db.conversations.add_messages(
         chat.id, [NewMessage("user" if i % 2 == 0 else "assistant", t) for i, t in enumerate(texts)]
     )
     return chat.id
 
 
 def contents(db: SessionDB, scope: SearchScope, query: str) -> list[str]:
-    return [hit.content for hit in db.search(scope, query)]
+    return [hit.content for hit in db.conversations.search(scope, query)]
 
 
 def test_more_and_rarer_terms_rank_first(db: SessionDB, alice: str) -> None:
@@ -104,16 +107,16 @@ def test_idf_comes_from_the_users_own_messages(db: SessionDB, alice: str, bob: s
 
 
 def test_a_turn_next_to_the_topic_gains_from_it(db: SessionDB, alice: str) -> None:
-    chat = db.start_session(alice, "cli", "k")
-    db.add_messages(
+    chat = db.conversations.start_session(alice, "cli", "k")
+    db.conversations.add_messages(
         chat.id,
         [
             NewMessage("assistant", "How was the kayak trip?"),
             NewMessage("user", "The kayak rental was cheap"),
         ],
     )
-    other = db.start_session(alice, "cli", "k2")
-    db.add_messages(other.id, [NewMessage("user", "A kayak poster")])
+    other = db.conversations.start_session(alice, "cli", "k2")
+    db.conversations.add_messages(other.id, [NewMessage("user", "A kayak poster")])
     hits = contents(db, SearchScope(alice), "kayak trip")
     assert hits[0] == "How was the kayak trip?"
     assert hits.index("The kayak rental was cheap") < hits.index("A kayak poster")
@@ -193,8 +196,8 @@ def test_scope_token_of_one_user_does_not_match_another(
 ) -> None:
     seed(db, bob, "cli", ["shared words here"])
     seed(db, alice, "cli", ["shared words here"])
-    hits = db.search(SearchScope(alice), "shared words")
-    assert len(hits) == 1 and db.get_session(hits[0].session_id, alice) is not None
+    hits = db.conversations.search(SearchScope(alice), "shared words")
+    assert len(hits) == 1 and db.conversations.get_session(hits[0].session_id, alice) is not None
 
 
 def test_group_scope_sees_only_that_chat(db: SessionDB, alice: str) -> None:
@@ -217,7 +220,7 @@ def test_filters_platform_role_and_excluded_session(db: SessionDB, alice: str) -
     assert contents(db, SearchScope(alice, role="assistant", platform="cli"), "rocket") == [
         "rocket answer"
     ]
-    excluded = db.search(SearchScope(alice, exclude_session_id=current), "rocket")
+    excluded = db.conversations.search(SearchScope(alice, exclude_session_id=current), "rocket")
     assert {h.session_id for h in excluded} != {current} and all(
         h.session_id != current for h in excluded
     )

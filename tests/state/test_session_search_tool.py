@@ -11,7 +11,8 @@ import pytest
 from hermes.llm.client import LLMClient
 from hermes.llm.endpoint import Endpoint
 from hermes.llm.summarizer import LLMSummarizer
-from hermes.state.db import NewMessage, SessionDB
+from hermes.state.conversations import NewMessage
+from hermes.state.db import SessionDB
 from hermes.state.search import SearchScope
 from hermes.tools.session_search import SESSION_SEARCH_SCHEMA, SessionSearchTool, SummaryPolicy
 from tests.fakes.openai_server import FakeOpenAI, Reply
@@ -47,8 +48,8 @@ def run(tool: SessionSearchTool, **args: Any) -> dict[str, Any]:
 def many_sessions(db: SessionDB, user: str, count: int, word: str = "telescope") -> list[str]:
     ids = []
     for i in range(count):
-        chat = db.start_session(user, "telegram" if i % 2 else "cli", f"k{i}")
-        db.add_messages(
+        chat = db.conversations.start_session(user, "telegram" if i % 2 else "cli", f"k{i}")
+        db.conversations.add_messages(
             chat.id,
             [
                 NewMessage("user", f"session {i}: shall we buy a {word}? " + "filler " * i),

@@ -1,0 +1,312 @@
+"""Conversations in state.db: sessions, their messages (the hot path), search and
+delivery records. Every method that reads conversation data is scoped to one user."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, update
+from sqlmodel import Session, col, select
+
+from hermes.identity import validate_user_id
+from hermes.state import engine as eng
+from hermes.state.models import ChatSession, Delivery, Message, SystemPrompt, utcnow
+from hermes.state.search import MessageHit, SearchScope, search_messages
+
+TITLE_CHARS = 60
+
+
+def new_session_id() -> str:
+    return "s_" + secrets.token_hex(8)
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """One message to store, in OpenAI chat shape."""
+
+    role: str
+    content: str = ""
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    platform_message_id: str | None = None
+    token_count: int = 0
+    created_at: datetime | None = None
+
+
+class ConversationDB:
+    def __init__(self, db: eng.Handle) -> None:
+        self.engine, self.patience = db.engine, db.patience
+
+    def start_session(
+        self,
+        user_id: str,
+        platform: str,
+        session_key: str,
+        *,
+        session_id: str | None = None,
+        chat_type: str = "dm",
+        chat_id: str = "",
+        thread_id: str | None = None,
+        shared: bool = False,
+        parent_session_id: str | None = None,
+        system_prompt: str | None = None,
+        started_at: datetime | None = None,
+    ) -> ChatSession:
+        now = started_at or utcnow()
+        row = ChatSession(
+            id=session_id or new_session_id(),
+            session_key=session_key,
+            user_id=validate_user_id(user_id),
+            platform=platform,
+            chat_type=chat_type,
+            chat_id=chat_id,
+            thread_id=thread_id,
+            shared=shared,
+            parent_session_id=parent_session_id,
+            started_at=now,
+            last_active_at=now,
+        )
+
+        def work(session: Session) -> ChatSession:
+            if system_prompt is not None:
+                row.system_prompt_hash = _store_prompt(session, system_prompt)
+            session.add(row)
+            return row
+
+        return eng.with_retry(self.engine, work, self.patience)
+
+    def get_session(self, session_id: str, user_id: str) -> ChatSession | None:
+        """The session if it belongs to `user_id`; another user's id gives None."""
+        with eng.reading(self.engine) as session:
+            row = session.get(ChatSession, session_id)
+            return row if row is not None and row.user_id == user_id else None
+
+    def latest_session(self, user_id: str) -> ChatSession | None:
+        with eng.reading(self.engine) as session:
+            query = (
+                select(ChatSession)
+                .where(ChatSession.user_id == user_id)
+                .order_by(col(ChatSession.last_active_at).desc(), col(ChatSession.id).desc())
+                .limit(1)
+            )
+            return session.exec(query).first()
+
+    def session_for_key(
+        self, user_id: str, session_key: str
+    ) -> tuple[ChatSession | None, ChatSession | None]:
+        """(the open session of this key, the latest ended one) for one user."""
+        with eng.reading(self.engine) as session:
+            query = (
+                select(ChatSession)
+                .where(ChatSession.user_id == user_id, ChatSession.session_key == session_key)
+                .order_by(col(ChatSession.last_active_at).desc())
+                .limit(20)
+            )
+            rows = list(session.exec(query))
+        open_ = next((r for r in rows if r.ended_at is None), None)
+        ended = next((r for r in rows if r.ended_at is not None), None)
+        return open_, ended
+
+    def list_sessions(
+        self,
+        user_id: str,
+        platform: str | None = None,
+        limit: int = 20,
+        chat_id: str | None = None,
+    ) -> list[ChatSession]:
+        with eng.reading(self.engine) as session:
+            query = select(ChatSession).where(ChatSession.user_id == user_id)
+            if platform:
+                query = query.where(ChatSession.platform == platform)
+            if chat_id is not None:
+                query = query.where(ChatSession.chat_id == chat_id)
+            query = query.order_by(col(ChatSession.last_active_at).desc()).limit(limit)
+            return list(session.exec(query))
+
+    def end_session(self, session_id: str, reason: str) -> None:
+        def work(session: Session) -> None:
+            session.execute(
+                update(ChatSession)
+                .where(col(ChatSession.id) == session_id, col(ChatSession.ended_at).is_(None))
+                .values(ended_at=utcnow(), end_reason=reason)
+            )
+
+        eng.with_retry(self.engine, work, self.patience)
+
+    def system_prompt(self, prompt_hash: str) -> str | None:
+        with eng.reading(self.engine) as session:
+            row = session.get(SystemPrompt, prompt_hash)
+            return row.text if row else None
+
+    def add_messages(
+        self,
+        session_id: str,
+        messages: Sequence[NewMessage],
+        usage: tuple[int, int] | None = None,
+    ) -> list[int | None]:
+        """Store messages in order; a redelivered platform message id gives None.
+
+        `usage` adds (prompt, completion) tokens of the model call that produced them.
+        """
+
+        def work(raw: sqlite3.Connection) -> list[int | None]:
+            # the hot path of every turn: plain SQL on the pooled sqlite3 connection
+            # (building SQLAlchemy statements cost more than SQLite's work here)
+            chat = raw.execute(_SESSION_ROW, (session_id,)).fetchone()
+            if chat is None:
+                raise eng.StateDBError(f"no session {session_id!r}")
+            ids = [_insert_message(raw, session_id, chat, message) for message in messages]
+            stored = sum(1 for i in ids if i is not None)
+            last = max((m.created_at for m in messages if m.created_at), default=None)
+            first_user = next((m.content for m in messages if m.role == "user" and m.content), "")
+            prompt, completion = usage or (0, 0)
+            if stored or usage:
+                raw.execute(
+                    _TOUCH,
+                    (
+                        stored,
+                        _sql_time(last or utcnow()) if stored else None,
+                        _title(first_user) if stored and first_user else "",
+                        prompt,
+                        completion,
+                        session_id,
+                    ),
+                )
+            return ids
+
+        return eng.with_raw_retry(self.engine, work, self.patience)
+
+    def add_message(self, session_id: str, message: NewMessage) -> int | None:
+        return self.add_messages(session_id, [message])[0]
+
+    def messages(self, session_id: str, user_id: str) -> list[Message]:
+        if self.get_session(session_id, user_id) is None:
+            return []
+        with eng.reading(self.engine) as session:
+            query = (
+                select(Message).where(Message.session_id == session_id).order_by(col(Message.id))
+            )
+            return list(session.exec(query))
+
+    def message(self, message_id: int, user_id: str) -> Message | None:
+        with eng.reading(self.engine) as session:
+            row = session.get(Message, message_id)
+            return row if row is not None and row.user_id == user_id else None
+
+    def count_messages(self) -> int:
+        with eng.reading(self.engine) as session:
+            return int(session.exec(select(func.count()).select_from(Message)).one())
+
+    def search(self, scope: SearchScope, query: str, limit: int = 50) -> list[MessageHit]:
+        with eng.reading(self.engine) as session:
+            return search_messages(session.connection(), scope, query, limit)
+
+    def idle_sessions(self, idle_for: timedelta) -> list[ChatSession]:
+        """Open sessions without a message for longer than `idle_for` (all users)."""
+        cutoff = utcnow() - idle_for
+        with eng.reading(self.engine) as session:
+            query = select(ChatSession).where(
+                col(ChatSession.ended_at).is_(None), col(ChatSession.last_active_at) < cutoff
+            )
+            return list(session.exec(query))
+
+    def record_delivery(
+        self,
+        message_id: int | None,
+        platform: str,
+        chat_id: str,
+        *,
+        ok: bool,
+        attempts: int,
+        error: str | None = None,
+    ) -> None:
+        def work(session: Session) -> None:
+            session.add(
+                Delivery(
+                    message_id=message_id,
+                    platform=platform,
+                    chat_id=chat_id,
+                    status="sent" if ok else "failed",
+                    attempts=attempts,
+                    error=error,
+                )
+            )
+
+        eng.with_retry(self.engine, work, self.patience)
+
+    def failed_deliveries(self, platform: str | None = None) -> list[Delivery]:
+        with eng.reading(self.engine) as session:
+            query = select(Delivery).where(Delivery.status == "failed")
+            if platform:
+                query = query.where(Delivery.platform == platform)
+            return list(session.exec(query.order_by(col(Delivery.id))))
+
+
+def _store_prompt(session: Session, text: str) -> str:
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    if session.get(SystemPrompt, digest) is None:
+        session.add(SystemPrompt(hash=digest, text=text))
+        session.flush()
+    return digest
+
+
+_SESSION_ROW = "SELECT user_id, platform FROM sessions WHERE id = ?"
+
+
+_INSERT_MESSAGE = (
+    "INSERT INTO messages (session_id, user_id, platform, role, content, tool_calls, "
+    "tool_call_id, tool_name, platform_message_id, token_count, created_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+)
+
+
+_TOUCH = (
+    "UPDATE sessions SET message_count = message_count + ?1, "
+    "last_active_at = CASE WHEN ?2 IS NULL THEN last_active_at "
+    "ELSE max(last_active_at, ?2) END, "
+    "title = CASE WHEN title = '' AND ?3 <> '' THEN ?3 ELSE title END, "
+    "prompt_tokens = prompt_tokens + ?4, completion_tokens = completion_tokens + ?5 "
+    "WHERE id = ?6"
+)
+
+
+def _sql_time(moment: datetime) -> str:
+    """The text SQLAlchemy stores for a UTC datetime (so both sort and read alike)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def _insert_message(
+    raw: sqlite3.Connection, session_id: str, chat: tuple[str, str], message: NewMessage
+) -> int | None:
+    """The new row's id, or None when the platform message id was stored already."""
+    tool_calls = json.dumps(message.tool_calls, ensure_ascii=False) if message.tool_calls else None
+    cursor = raw.execute(
+        _INSERT_MESSAGE,
+        (
+            session_id,
+            chat[0],
+            chat[1],
+            message.role,
+            message.content,
+            tool_calls,
+            message.tool_call_id,
+            message.tool_name,
+            message.platform_message_id,
+            message.token_count,
+            _sql_time(message.created_at or utcnow()),
+        ),
+    )
+    return cursor.lastrowid if cursor.rowcount == 1 else None
+
+
+def _title(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1] + "…"

@@ -1,0 +1,75 @@
+"""Upkeep of state.db: scheduler job results, retention pruning, WAL checkpoint and
+FTS optimize, integrity checks, DDL of libraries sharing the file, bulk imports."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Connection, delete, insert
+from sqlmodel import Session, col, select
+
+from hermes.state import engine as eng
+from hermes.state.models import ChatSession, JobRun, Message, utcnow
+
+
+class UpkeepDB:
+    def __init__(self, db: eng.Handle) -> None:
+        self.engine, self.patience = db.engine, db.patience
+
+    def record_job_run(self, job_id: str, ok: bool, summary: str) -> None:
+        def work(session: Session) -> None:
+            session.merge(JobRun(job_id=job_id, last_run_at=utcnow(), ok=ok, summary=summary[:500]))
+
+        eng.with_retry(self.engine, work, self.patience)
+
+    def job_runs(self) -> dict[str, JobRun]:
+        with eng.reading(self.engine) as session:
+            return {row.job_id: row for row in session.exec(select(JobRun))}
+
+    def prune(self, older_than_days: int, dry_run: bool, user_id: str | None = None) -> int:
+        """Delete ended sessions last active more than `older_than_days` ago."""
+        cutoff = utcnow() - timedelta(days=older_than_days)
+        condition = [col(ChatSession.last_active_at) < cutoff]
+        if user_id:
+            condition.append(col(ChatSession.user_id) == user_id)
+
+        def work(session: Session) -> int:
+            ids = list(session.exec(select(ChatSession.id).where(*condition)))
+            if not dry_run and ids:
+                session.execute(delete(Message).where(col(Message.session_id).in_(ids)))
+                session.execute(delete(ChatSession).where(col(ChatSession.id).in_(ids)))
+            return len(ids)
+
+        return eng.with_retry(self.engine, work, self.patience)
+
+    def maintenance(self) -> str:
+        """Checkpoint the WAL and merge the FTS indexes' segments."""
+
+        def work(session: Session) -> None:
+            conn = session.connection()
+            for table in ("messages_fts", "messages_tri"):
+                conn.exec_driver_sql(f"INSERT INTO {table}({table}) VALUES ('optimize')")
+
+        eng.with_retry(self.engine, work, self.patience)
+        with self.engine.connect() as conn:
+            busy, log, done = conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()
+        return f"fts optimized; wal checkpoint busy={busy} frames={log}/{done}"
+
+    def run_ddl(self, create: Callable[[Connection], None]) -> None:
+        """Run schema statements of a library sharing this file, under the write lock."""
+        eng.with_retry(self.engine, lambda session: create(session.connection()), self.patience)
+
+    def integrity_check(self) -> str:
+        with eng.reading(self.engine) as session:
+            return str(session.connection().exec_driver_sql("PRAGMA integrity_check").scalar_one())
+
+    def bulk_insert_messages(self, rows: Iterable[dict[str, Any]]) -> None:
+        """Fast path for imports and benchmarks: rows already carry session/user/platform."""
+        batch = list(rows)
+
+        def work(session: Session) -> None:
+            session.execute(insert(Message), batch)
+
+        eng.with_retry(self.engine, work, self.patience)
