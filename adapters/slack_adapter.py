@@ -207,7 +207,10 @@ class SlackAdapter:
             thread = message.reply_to_id.rsplit(":", 1)[-1]  # answer in the message's thread
         try:
             response = await self.client.chat_postMessage(
-                channel=chat.id, text=to_slack_mrkdwn(message.text), thread_ts=thread, mrkdwn=True
+                channel=chat.id,
+                text=message.as_sent(to_slack_mrkdwn),
+                thread_ts=thread,
+                mrkdwn=True,
             )
         except SlackApiError as exc:
             status = exc.response.status_code

@@ -223,7 +223,7 @@ class TelegramAdapter:
 
     async def send(self, message: OutboundMessage) -> SendResult:
         try:
-            return await self._send(message, to_telegram_html(message.text), ParseMode.HTML)
+            return await self._send(message, message.as_sent(to_telegram_html), ParseMode.HTML)
         except BadRequest as exc:
             if "parse" not in str(exc).lower():  # descriptions are rewritten: compare loosely
                 return SendResult(False, error=f"rejected: {exc}")

@@ -21,11 +21,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hermes.config import MemoryConfig
+from gateway.app import build_memory
+from gateway.config import HermesConfig
 from hermes.identity import new_user_id
 from hermes.llm.types import ModelReply
 from hermes.memory import entries as fmt
-from hermes.memory import sweep
 from hermes.state.db import SessionDB
 
 LINE = re.compile(r"^(\d+)\. (?:\[protected\] )?(.*)$")
@@ -70,7 +70,8 @@ def fill(home: Path, users: int) -> None:
 async def sweep_once(home: Path) -> tuple[float, dict[str, int]]:
     db = SessionDB.open(home)
     started = time.perf_counter()
-    runs = await sweep.check(home, db, InstantConsolidator(), MemoryConfig())
+    memory = build_memory(home, HermesConfig(), db, InstantConsolidator())
+    runs = await memory.check()
     seconds = time.perf_counter() - started
     db.close()
     counts: dict[str, int] = {}

@@ -25,15 +25,17 @@ MAX_SEND_ATTEMPTS = 4
 FIRST_BACKOFF_S, MAX_BACKOFF_S = 1.0, 30.0
 
 
-def parts(text: str, caps: Capabilities) -> list[str]:
-    """`text` (Markdown) in parts whose rendered form fits the platform's limit."""
-    out: list[str] = []
+def parts(text: str, caps: Capabilities) -> list[tuple[str, str]]:
+    """`text` (Markdown) in parts whose rendered form fits the platform's limit, each as
+    (markdown, rendered)."""
+    out: list[tuple[str, str]] = []
     pending = chunk(text, caps.max_length, caps.length)
     limit = caps.max_length
     while pending:
         part = pending.pop(0)
-        if caps.length(caps.render(part)) <= caps.max_length:
-            out.append(part)
+        rendered = caps.render(part)
+        if caps.length(rendered) <= caps.max_length:
+            out.append((part, rendered))
             continue
         # rendering grew it past the limit: split this part finer and measure again
         limit = max(1, min(limit, caps.length(part)) * 3 // 4)
@@ -56,8 +58,9 @@ class Delivery:
         failed: bool = False,
     ) -> bool:
         """Send `text`; `stored_id` is the assistant message it is (for the failure record)."""
-        for index, part in enumerate(parts(text, adapter.capabilities)):
-            outbound = OutboundMessage(chat, part, reply_to if index == 0 else None, failed)
+        for index, (part, rendered) in enumerate(parts(text, adapter.capabilities)):
+            reply = reply_to if index == 0 else None
+            outbound = OutboundMessage(chat, part, reply, failed, rendered=rendered)
             result, attempts = await self._send_one(adapter, outbound)
             if not result.ok:
                 logger.warning(

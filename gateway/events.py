@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -60,9 +61,15 @@ class MessageEvent:
 @dataclass(frozen=True, slots=True)
 class OutboundMessage:
     chat: ChatRef
-    text: str  # the model's Markdown; adapters convert it to their dialect
+    text: str  # the model's Markdown
     reply_to_id: str | None = None
     failed: bool = False  # the text explains a failure (the model could not answer)
+    # `text` in the platform's dialect (Capabilities.render), as delivery measured it
+    # against the limit: adapters send this instead of rendering again
+    rendered: str | None = None
+
+    def as_sent(self, render: Callable[[str], str]) -> str:
+        return self.rendered if self.rendered is not None else render(self.text)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,10 @@ from hermes.state.people import PairingRefused
 
 logger = logging.getLogger(__name__)
 
-CACHE_S = 10.0  # a busy chat costs no queries; changes clear the cache at once anyway
+# a busy chat costs no queries; a change made anywhere clears the caches at once anyway
+# (the stamp file), so these only bound how long a missed notice could last
+IDENTITY_CACHE_S = 10.0
+CACHE_S = 30.0
 PAIRING_REPLY_EVERY_S = 60.0  # a stranger repeating themselves is answered this often
 MAX_TRACKED_STRANGERS = 10_000
 ADMIN_ROLES = ("owner", "admin")
@@ -193,7 +196,7 @@ class People:
 
     def _known_user(self, platform: str, ident: str) -> str | None:
         cached = self._identities.get((platform, ident))
-        if cached is not None and time.monotonic() - cached[1] < CACHE_S:
+        if cached is not None and time.monotonic() - cached[1] < IDENTITY_CACHE_S:
             return cached[0]
         user_id = self.repo.user_by_identity(platform, ident)
         self._identities[(platform, ident)] = (user_id, time.monotonic())
@@ -201,7 +204,7 @@ class People:
 
     def _register(self, platform: str, ident: str, name: str) -> str:
         cached = self._identities.get((platform, ident))
-        if cached is not None and cached[0] and time.monotonic() - cached[1] < CACHE_S:
+        if cached is not None and cached[0] and time.monotonic() - cached[1] < IDENTITY_CACHE_S:
             return cached[0]
         user_id = self.repo.user_for_identity(platform, ident, name)
         self._identities[(platform, ident)] = (user_id, time.monotonic())

@@ -163,7 +163,7 @@ class Router(SessionControl):
         if item is None:
             return
         if self.commands.immediate(event.text):  # /stop must not wait behind its turn
-            self._spawn(self._command(item, [item]))
+            self._spawn(self._command(item))
             return
         lane = self._lanes.setdefault(item.key, _Lane())
         lane.put(item)
@@ -228,7 +228,7 @@ class Router(SessionControl):
             await self.delivery.deliver(adapter, event.chat, note, event.message_id)
             return
         if event.text.startswith("/"):
-            await self._command(first, batch)
+            await self._command(first)
             return
         text = "\n\n".join(item.event.text.strip() for item in batch)
         surface = _surface(event)
@@ -288,7 +288,7 @@ class Router(SessionControl):
             self._conversations.popitem(last=False)
         return conv
 
-    async def _command(self, item: Admitted, batch: list[Admitted]) -> None:
+    async def _command(self, item: Admitted) -> None:
         event = item.event
         adapter = self.adapters[event.platform]
         live = self._pinned.get(item.key) or (self._conversations.get(item.key) or (None,))[0]

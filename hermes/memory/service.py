@@ -182,7 +182,7 @@ class MemoryService:
     def merge(self, keep: str, gone: str) -> MergeReport:
         """Fold `gone`'s stores into `keep`'s (linking); raises MergeError untouched."""
         report = merge_memory(self.home, self.config, self.db, keep, gone)
-        for target in Target:
+        for target in Target if self.providers.active else ():
             if report.added.get(target) or report.waiting.get(target):
                 text = self.of(keep).file_store(target).read().raw
                 write = MemoryWrite("merge", target.value, text, None, keep, "user")
@@ -196,7 +196,7 @@ class MemoryService:
     ) -> list[sweep.StoreRun]:
         """Consolidate each store over the threshold (all stores with `force`)."""
         runs = await sweep.check(self.home, self.db, self.model, self.config, user_ids, force=force)
-        for run in runs:
+        for run in runs if self.providers.active else ():
             if run.outcome.status == "applied":
                 text = self.of(run.user_id).file_store(run.target).read().raw
                 write = MemoryWrite(
