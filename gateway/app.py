@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway.commands import Commands, RuntimeInfo
+from gateway.command_context import RuntimeInfo
+from gateway.commands import Commands
 from gateway.config import ConfigError, HermesConfig, auxiliary_endpoint, main_endpoint
 from gateway.intake import IntakePolicy
 from gateway.people import People

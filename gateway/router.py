@@ -24,7 +24,8 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gateway.commands import CommandContext, Commands, SessionControl
+from gateway.command_context import CommandContext, SessionControl
+from gateway.commands import Commands
 from gateway.delivery import Delivery
 from gateway.events import ChatRef, ChatType, MessageEvent
 from gateway.intake import Admitted, Intake, IntakePolicy

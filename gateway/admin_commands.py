@@ -1,0 +1,129 @@
+"""The `/admin` commands (the table makes them admin-only and DM-only): the running
+process, everyone known, another person's memory usage, pairing and access rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gateway.command_context import CommandContext, RuntimeInfo
+from gateway.config import HermesConfig
+from gateway.memory_commands import MemoryCommands
+from gateway.people import People
+from gateway.scheduler import read_status
+from hermes.state.db import SessionDB
+from hermes.state.models import AccessRule
+
+
+class AdminCommands:
+    def __init__(
+        self,
+        home: Path,
+        config: HermesConfig,
+        db: SessionDB,
+        people: People,
+        memory_commands: MemoryCommands,
+    ) -> None:
+        self.home, self.config, self.db, self.people = home, config, db, people
+        self.memory_commands = memory_commands
+        self.runtime: RuntimeInfo | None = None  # what the running process knows of itself
+
+    async def status(self, _ctx: CommandContext, _: str) -> str:
+        users, today = self.people.repo.counts()
+        size = sum(
+            p.stat().st_size
+            for p in self.db.path.parent.glob(self.db.path.name + "*")
+            if p.is_file()
+        )
+        runtime = self.runtime
+        uptime = runtime.uptime_s() if runtime else None
+        states = runtime.adapter_states() if runtime else {}
+        lines = [
+            f"Uptime: {_duration(uptime) if uptime is not None else 'no gateway running'}",
+            "Platforms: "
+            + (", ".join(f"{name} {state}" for name, state in states.items()) or "none"),
+            f"Users: {users} · sessions today: {today} · state.db: {size / 1e6:.1f} MB",
+        ]
+        jobs = read_status(self.home, self.config, self.db)
+        for job in jobs:
+            when = f"{job.next_run:%Y-%m-%d %H:%M} UTC" if job.next_run else "not scheduled"
+            last = {None: "", True: " (last ok)", False: " (last FAILED)"}[job.last_ok]
+            lines.append(f"Job {job.id}: next {when}{last}")
+        health = await runtime.llm_health() if runtime else "not checked"
+        lines.append(f"LLM endpoint: {health}")
+        return "\n".join(lines)
+
+    async def users(self, _ctx: CommandContext, _: str) -> str:
+        lines = []
+        for summary in self.people.repo.users():
+            user = summary.user
+            accounts = ", ".join(f"{i.platform}:{i.platform_user_id}" for i in summary.identities)
+            last = f"{summary.last_active:%Y-%m-%d}" if summary.last_active else "never"
+            flag = " BLOCKED" if user.status == "blocked" else ""
+            lines.append(
+                f"• `{user.id}` {user.display_name or '-'} ({user.role}{flag}) — "
+                f"{accounts or 'no accounts'} · {summary.sessions} sessions · last {last}"
+            )
+        return "\n".join(["Users:", *lines]) if lines else "No users yet."
+
+    async def memory(self, _ctx: CommandContext, who: str) -> str:
+        user_id = self.people.repo.resolve(who)
+        if user_id is None:
+            return f"No user {who!r}: give a user id (u_…) or PLATFORM:ID."
+        return f"Memory of `{user_id}`:\n" + self.memory_commands.status_text(user_id)
+
+    async def approve(self, ctx: CommandContext, code: str) -> str:
+        return self._decide(ctx, code, approve=True)
+
+    async def deny(self, ctx: CommandContext, code: str) -> str:
+        return self._decide(ctx, code, approve=False)
+
+    def _decide(self, ctx: CommandContext, code: str, *, approve: bool) -> str:
+        if not code:
+            return "Give the pairing code: `/admin approve CODE`."
+        row = self.people.repo.decide_pairing(code, approve, by=ctx.person.user_id)
+        if row is None:
+            return "No pending request has that code (it may have expired after 1 hour)."
+        self.people.changed()
+        verb = "Approved" if approve else "Denied"
+        return f"{verb}: {row.platform} user {row.display_name or row.platform_user_id}."
+
+    async def allow(self, ctx: CommandContext, subject: str) -> str:
+        return self._rule(ctx, subject, "allow")
+
+    async def block(self, ctx: CommandContext, subject: str) -> str:
+        return self._rule(ctx, subject, "block")
+
+    def _rule(self, ctx: CommandContext, subject: str, rule: str) -> str:
+        parsed = parse_subject(subject)
+        if parsed is None:
+            return f"Say `/admin {rule} PLATFORM:ID` (or PLATFORM:chat:ID for a group chat)."
+        platform, kind, ident = parsed
+        self.people.repo.set_rule(
+            AccessRule(
+                platform=platform,
+                kind=kind,
+                subject=ident,
+                rule=rule,
+                created_by=ctx.person.user_id,
+            )
+        )
+        self.people.changed()
+        what = "group chat" if kind == "chat" else "user"
+        return f"{'Allowed' if rule == 'allow' else 'Blocked'} {platform} {what} {ident}."
+
+
+def parse_subject(text: str) -> tuple[str, str, str] | None:
+    """'telegram:123' -> (telegram, user, 123); 'slack:chat:C1' -> (slack, chat, C1)."""
+    parts = text.strip().split(":")
+    if len(parts) == 2 and all(parts):
+        return parts[0].lower(), "user", parts[1]
+    if len(parts) == 3 and parts[1].lower() in ("chat", "user") and parts[0] and parts[2]:
+        return parts[0].lower(), parts[1].lower(), parts[2]
+    return None
+
+
+def _duration(seconds: float) -> str:
+    minutes, _ = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    return f"{days}d {hours}h {minutes}m" if days else f"{hours}h {minutes}m"

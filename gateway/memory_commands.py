@@ -1,0 +1,131 @@
+"""The `/memory` commands: a person's memory as the chat shows it. Every change goes
+through the memory service (the one write path); status text is built from its
+`status`, the same figures `hermes memory status` shows."""
+
+from __future__ import annotations
+
+from gateway.command_context import CommandContext
+from hermes.memory.render import display_entry
+from hermes.memory.service import MemoryService
+from hermes.memory.store import Target
+from hermes.providers.base import NoProvider
+from hermes.state.db import SessionDB
+
+PROVIDER_NOTE = "built-in only (no external memory provider)"
+_ACTORS = {"agent": "the assistant", "user": "you", "admin": "an admin", "consolidator": "tidying"}
+
+
+class MemoryCommands:
+    def __init__(self, memory: MemoryService, db: SessionDB) -> None:
+        self.memory, self.db = memory, db
+
+    async def status(self, ctx: CommandContext, _: str) -> str:
+        return self.status_text(ctx.person.user_id)
+
+    def status_text(self, user_id: str) -> str:
+        lines = []
+        for store in self.memory.status(user_id):
+            noun = store.target.noun
+            if not store.enabled:
+                lines.append(f"**{noun}**: disabled")
+                continue
+            line = (
+                f"**{noun}**: {store.used:,}/{store.limit:,} chars ({store.percent}%), "
+                f"{store.entries} entries"
+            )
+            if store.waiting:
+                line += f", {store.waiting} merged entries waiting"
+            if store.last_consolidated_at:
+                line += f" · last consolidated {store.last_consolidated_at:%Y-%m-%d %H:%M} UTC"
+            if store.damage:
+                line += f" · needs fixing by hand: {store.damage}"
+            elif store.needs_consolidation:
+                line += f" · needs consolidation ({store.last_error or 'pending'})"
+            lines.append(line)
+        provider = self.memory.providers.name
+        note = PROVIDER_NOTE if provider == NoProvider.name else f"{provider} (beside built-in)"
+        lines.append(f"Provider: {note}")
+        return "\n".join(lines)
+
+    async def show(self, ctx: CommandContext, which: str) -> str:
+        memory = self.memory.of(ctx.person.user_id)
+        try:
+            targets = [Target(which.lower())] if which else memory.enabled_targets()
+        except ValueError:
+            return "Say `/memory show memory` or `/memory show user`."
+        blocks = []
+        for target in targets:
+            if not memory.enabled(target):
+                blocks.append(f"**{target.noun}**: disabled")
+                continue
+            state = memory.store(target).read()
+            lines = [f"**{target.noun}** ({state.usage_line()})"]
+            lines += [f"{n}. {display_entry(e)}" for n, e in enumerate(state.entries, 1)]
+            lines += [f"(waiting) {display_entry(e)}" for e in state.pending]
+            if not state.entries and not state.pending:
+                lines.append("(empty)")
+            blocks.append("\n".join(lines))
+        return "\n\n".join(blocks)
+
+    async def forget(self, ctx: CommandContext, text: str) -> str:
+        if not text:
+            return "Say what to forget: `/memory forget TEXT` (part of the entry)."
+        return await self.memory.forget(ctx.person.user_id, text, session_id=ctx.session_id)
+
+    async def why(self, ctx: CommandContext, text: str) -> str:
+        if not text:
+            return "Say which entry: `/memory why TEXT` (part of the entry)."
+        user_id = ctx.person.user_id
+        events = self.db.memory_log.memory_events(user_id, text)[:5]
+        if not events:
+            return f"No recorded change mentions “{text}”."
+        lines = []
+        for event in events:
+            entry = event.entry_after or event.entry_before or ""
+            lines.append(
+                f"• {event.created_at:%Y-%m-%d %H:%M} UTC — {event.action} in {event.target} "
+                f"by {_ACTORS.get(event.actor, event.actor)}: “{entry[:160]}”"
+            )
+            chat = (
+                self.db.conversations.get_session(event.session_id, user_id)
+                if event.session_id
+                else None
+            )
+            if chat is None:
+                lines.append("  source: not from a conversation")
+                continue
+            lines.append(
+                f"  source: {chat.platform} conversation `{chat.id}` of "
+                f"{chat.started_at:%Y-%m-%d} — {chat.title or '(untitled)'}"
+            )
+            message = (
+                self.db.conversations.message(event.message_id, user_id)
+                if event.message_id
+                else None
+            )
+            if message is not None and message.content:
+                speaker = "you" if message.role == "user" else "I"
+                lines.append(f"  {speaker} said: “{message.content[:200]}”")
+        return "\n".join(lines)
+
+    async def undo(self, ctx: CommandContext, _arg: str) -> str:
+        _, message = await self.memory.undo(ctx.person.user_id)
+        return message
+
+    async def consolidate(self, ctx: CommandContext, _: str) -> str:
+        runs = await self.memory.check([ctx.person.user_id], force=True)
+        if not runs:
+            return "Nothing to consolidate: each store has fewer than two entries."
+        lines = []
+        for run in runs:
+            outcome = run.outcome
+            if outcome.status == "applied":
+                lines.append(
+                    f"{run.target.noun}: {outcome.entries_before} → {outcome.entries_after} "
+                    f"entries, {outcome.used_before:,} → {outcome.used_after:,} chars."
+                )
+            else:
+                lines.append(f"{run.target.noun}: {outcome.status} ({outcome.detail}).")
+        if any(run.outcome.status == "applied" for run in runs):
+            lines.append("/memory undo reverts it.")
+        return "\n".join(lines)
