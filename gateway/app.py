@@ -6,9 +6,10 @@ order, and why:
 
 1. models: the main one, and the auxiliary one for side tasks (search summaries,
    compression, review, consolidation) when it is a different endpoint;
-2. people: identity, access and roles, one cache (intake and commands share it);
-3. memory: the memory service (the one write path: scan, provenance, provider mirror,
+2. memory: the memory service (the one write path: scan, provenance, provider mirror,
    threshold check) with the memory provider host beside it;
+3. people: identity, access, roles, linking (merges go through memory), one cache
+   (intake and commands share it);
 4. the agent: sessions and turns over state.db, the tools, with the privacy setting
    for group chats;
 5. the command table (it acts on people, memory and the agent);
@@ -90,8 +91,8 @@ def build_app(
             aux = LLMClient(aux_endpoint)
             clients.append(aux)
         model = main
-    people = People(config, db)  # 2
-    memory = build_memory(home, config, db, aux or model, provider=provider)  # 3
+    memory = build_memory(home, config, db, aux or model, provider=provider)  # 2
+    people = People(config, db, memory)  # 3
     task = config.auxiliary.session_search
     agent = Agent(  # 4
         db,

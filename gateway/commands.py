@@ -23,7 +23,6 @@ from gateway.memory_commands import MemoryCommands
 from gateway.people import People, Person
 from gateway.ports import MenuEntry
 from hermes.agent.agent import Agent
-from hermes.linking import link_with_code, unlink_platform
 from hermes.state.db import SessionDB
 from hermes.state.people import LINK_CODE_TTL
 from hermes.state.search import SearchScope
@@ -326,24 +325,13 @@ class Commands:
                 f"On another platform, send me `/link {minted.code}`; on the server, run "
                 f"`hermes users link {minted.code}`. Both accounts then share one memory."
             )
-        outcome = link_with_code(
-            self.memory,
-            self.db,
-            code,
-            requester=f"{person.platform}:{person.platform_user_id}",
-            current_user=person.user_id,
-        )
-        if outcome.merged_away:
-            logger.info("linked %s into %s", outcome.merged_away, outcome.user_id)
-            self.people.changed()
-        return outcome.message
+        requester = f"{person.platform}:{person.platform_user_id}"
+        return self.people.link(code, requester=requester, current_user=person.user_id).message
 
     async def _unlink(self, ctx: CommandContext, platform: str) -> str:
         if not platform:
             return "Say which account to unlink, e.g. `/unlink slack`."
-        ok, message = unlink_platform(self.db, ctx.person.user_id, platform.lower())
-        if ok:
-            self.people.changed()
+        _, message = self.people.unlink(ctx.person.user_id, platform.lower())
         return message
 
     # -- memory ----------------------------------------------------------------------

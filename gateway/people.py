@@ -1,6 +1,7 @@
 """A person: who is behind an event, and whether they may talk to the assistant.
 
-The one home of identity lookup, access verdicts, roles and their cache. Intake resolves
+The one home of identity lookup, access verdicts, roles, linking, pairing replies and
+their cache. Intake resolves
 every event once into a `Person` value, and everything downstream (commands, the turn)
 receives that value instead of looking the person up again.
 
@@ -27,9 +28,12 @@ from enum import StrEnum
 
 from gateway.config import HermesConfig
 from gateway.events import ChatType, MessageEvent
+from hermes.identity import owner_user_id
+from hermes.memory.merge import MergeError, MergeReport
+from hermes.memory.service import MemoryService
 from hermes.state.db import SessionDB
 from hermes.state.models import Identity
-from hermes.state.people import PairingRefused
+from hermes.state.people import ROLE_RANK, PairingRefused, Redeem
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +73,15 @@ class Person:
 
 
 @dataclass(frozen=True, slots=True)
+class LinkOutcome:
+    ok: bool
+    message: str
+    user_id: str | None = None  # the user the identity belongs to now
+    merged_away: str | None = None  # the id that no longer exists
+    report: MergeReport | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class _UserFacts:
     role: str
     status: str
@@ -77,8 +90,8 @@ class _UserFacts:
 
 
 class People:
-    def __init__(self, config: HermesConfig, db: SessionDB) -> None:
-        self.config, self.db, self.repo = config, db, db.people
+    def __init__(self, config: HermesConfig, db: SessionDB, memory: MemoryService) -> None:
+        self.config, self.db, self.repo, self.memory = config, db, db.people, memory
         self._stamp = self.repo.stamp()
         self._identities: dict[tuple[str, str], tuple[str | None, float]] = {}
         self._users: dict[str, _UserFacts] = {}
@@ -172,6 +185,65 @@ class People:
             "elsewhere, send `/link` there and `/link CODE` here instead."
         )
 
+    # -- linking ---------------------------------------------------------------------------
+
+    def link(self, code: str, *, requester: str, current_user: str) -> LinkOutcome:
+        """Join `current_user` (whose identity is `requester`, e.g. 'slack:U1') to the
+        user that minted `code`: their memories merge (the memory service), then their
+        identities, sessions and messages (state.db). The survivor is the CLI owner if
+        either is, else the higher role, else the code's creator."""
+        redeemed = self.repo.redeem_link_code(code, requester)
+        if redeemed.status is Redeem.LOCKED:
+            until = f"{redeemed.locked_until:%H:%M} UTC" if redeemed.locked_until else "later"
+            return LinkOutcome(False, f"Too many wrong codes. Linking is locked until {until}.")
+        if redeemed.status is Redeem.INVALID or redeemed.user_id is None:
+            return LinkOutcome(
+                False,
+                "That code is not valid: it is wrong, used or expired (codes last 10 minutes). "
+                "Send /link where you are already known to get a new one.",
+            )
+        creator = redeemed.user_id
+        if creator == current_user:
+            return LinkOutcome(True, "This account is already linked to you.", creator)
+        keep, gone = self._survivor(creator, current_user)
+        try:
+            report = self.memory.merge(keep, gone)
+        except MergeError as exc:
+            return LinkOutcome(False, f"Could not merge the memories: {exc}")
+        self.repo.merge_users(keep, gone)
+        logger.info("linked %s into %s", gone, keep)
+        self.changed()
+        return LinkOutcome(
+            True,
+            f"Linked. These accounts are now one person ({keep}); {report.describe()}.",
+            keep,
+            gone,
+            report,
+        )
+
+    def unlink(self, user_id: str, platform: str) -> tuple[bool, str]:
+        """Detach the user's account on `platform`: it becomes a person of its own."""
+        try:
+            fresh = self.repo.detach_identity(user_id, platform)
+        except ValueError as exc:
+            return False, str(exc).capitalize() + "."
+        if fresh is None:
+            return False, f"No {platform} account is linked to you."
+        self.changed()
+        return True, (
+            f"Unlinked your {platform} account: it is a separate person again ({fresh}), "
+            "starting with an empty memory. Your memory and conversations stay with you."
+        )
+
+    def _survivor(self, creator: str, other: str) -> tuple[str, str]:
+        owner = owner_user_id(self.memory.home)
+        if owner in (creator, other):
+            return (owner, other if owner == creator else creator)
+        a, b = self.repo.get_user(creator), self.repo.get_user(other)
+        rank_a = ROLE_RANK.get(a.role, 0) if a else 0
+        rank_b = ROLE_RANK.get(b.role, 0) if b else 0
+        return (other, creator) if rank_b > rank_a else (creator, other)
+
     # -- changes ---------------------------------------------------------------------------
 
     def on_change(self, listener: Callable[[], None]) -> None:
@@ -239,4 +311,4 @@ class People:
         return self._rules[0]
 
 
-__all__ = ["People", "Person", "Verdict"]
+__all__ = ["LinkOutcome", "People", "Person", "Verdict"]

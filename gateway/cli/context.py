@@ -17,6 +17,7 @@ from gateway.config import (
     load_config,
     resolve_home,
 )
+from gateway.people import People
 from hermes.config import AuxiliaryTaskConfig
 from hermes.identity import InvalidUserIdError, owner_user_id, validate_user_id
 from hermes.llm.client import LLMClient
@@ -62,6 +63,10 @@ class CliContext:
     def memory(self, db: SessionDB, model: LLMClient | None = None) -> MemoryService:
         """The memory service (the one write path); `model` consolidates."""
         return build_memory(self.home, self.config, db, model)
+
+    def people(self, db: SessionDB) -> People:
+        """Who is who, linking included (merges go through the memory service)."""
+        return People(self.config, db, self.memory(db))
 
     def summarizer(self) -> Summarizer | None:
         """The auxiliary model for search summaries, if one is configured."""

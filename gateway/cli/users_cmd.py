@@ -11,7 +11,6 @@ from rich.table import Table
 from gateway.cli.context import CLI_PLATFORM, CLI_USER, EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import console, note
 from hermes.identity import owner_user_id
-from hermes.linking import link_with_code, unlink_platform
 from hermes.state.db import SessionDB
 from hermes.state.people import ROLES
 
@@ -71,12 +70,8 @@ def link(code: Annotated[str, typer.Argument(help="The code /link gave in a chat
     """Link the chat account that asked for CODE with you (the owner on this machine)."""
     ctx = CliContext.load()
     db = ctx.open_db()
-    outcome = link_with_code(
-        ctx.memory(db),
-        db,
-        code,
-        requester=f"{CLI_PLATFORM}:{CLI_USER}",
-        current_user=owner_user_id(ctx.home),
+    outcome = ctx.people(db).link(
+        code, requester=f"{CLI_PLATFORM}:{CLI_USER}", current_user=owner_user_id(ctx.home)
     )
     if not outcome.ok:
         fail(outcome.message, EXIT_REFUSED)
@@ -91,7 +86,7 @@ def unlink(
     """Detach a user's account on PLATFORM: it becomes a separate person again."""
     ctx = CliContext.load()
     db = ctx.open_db()
-    ok, message = unlink_platform(db, _resolve(db, who), platform.lower())
+    ok, message = ctx.people(db).unlink(_resolve(db, who), platform.lower())
     if not ok:
         fail(message, EXIT_REFUSED)
     note(f"[green]✓[/green] {escape(message)}")

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from gateway.app import build_memory
 from gateway.config import HermesConfig
 from gateway.events import ChatRef, ChatType, MessageEvent, UserRef
 from gateway.people import People, Verdict
@@ -30,7 +31,8 @@ def db(home: Path) -> Iterator[SessionDB]:
 
 
 def people(db: SessionDB, **config: Any) -> People:
-    return People(HermesConfig.model_validate(config), db)
+    settings = HermesConfig.model_validate(config)
+    return People(settings, db, build_memory(db.path.parent, settings, db, None))
 
 
 def rule(db: SessionDB, subject: str, verdict: str, kind: str = "user") -> None:

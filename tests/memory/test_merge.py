@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from gateway.config import HermesConfig
+from gateway.people import People
 from hermes.config import MemoryConfig
-from hermes.linking import link_with_code
 from hermes.llm.client import LLMClient
 from hermes.llm.endpoint import Endpoint
 from hermes.memory import entries as fmt
@@ -122,17 +123,14 @@ def test_linking_merges_people_and_the_owner_id_survives(home: Path, db: Session
     PeopleDB(db).ensure_identity("cli", "local", owner)
     tg = person(home, db, "telegram", "1", ["Prefers tea over coffee"])
     code = PeopleDB(db).create_link_code(tg).code
-    outcome = link_with_code(
-        MemoryService(home, CONFIG, db), db, code, requester="cli:local", current_user=owner
-    )
+    people = People(HermesConfig(), db, MemoryService(home, CONFIG, db))
+    outcome = people.link(code, requester="cli:local", current_user=owner)
     assert outcome.ok and outcome.user_id == owner and outcome.merged_away == tg
     assert db.people.user_for_identity("telegram", "1") == owner
     assert UserMemory(home, owner, CONFIG).store(Target.MEMORY).read().entries == (
         "Prefers tea over coffee",
     )
-    again = link_with_code(
-        MemoryService(home, CONFIG, db), db, code, requester="cli:local", current_user=owner
-    )
+    again = people.link(code, requester="cli:local", current_user=owner)
     assert not again.ok  # single use
 
 
