@@ -23,6 +23,7 @@ from gateway.ports import PlatformAdapter
 from gateway.scheduler import Scheduler
 from gateway.status_file import remove_status_file, write_status_file
 from hermes.state.db import SessionDB
+from hermes.state.engine import StateDBError, explain
 
 logger = logging.getLogger(__name__)
 TURN_GRACE_S = 20.0
@@ -33,6 +34,9 @@ class Gateway:
         self, home: Path, config: HermesConfig, db: SessionDB, env: Mapping[str, str] | None = None
     ) -> None:
         self.home, self.config, self.db, self.env = home, config, db, env
+        damage = db.upkeep.quick_check()  # pages overwritten go unnoticed otherwise
+        if damage != "ok":
+            raise StateDBError(explain(db.path, Exception(damage)))
         self.scheduler = Scheduler(home, config, db)
         self.http = HttpServer(config.gateway.http.host, config.gateway.http.port, self.status)
         self.adapters: dict[str, PlatformAdapter] = {}

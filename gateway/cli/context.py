@@ -56,8 +56,8 @@ class CliContext:
             owner = owner_user_id(self.home)
             db.people.ensure_user(owner, role="owner", display_name="owner")
             db.people.ensure_identity(CLI_PLATFORM, CLI_USER, owner)
-        except StateDBError as exc:
-            fail(str(exc), EXIT_REFUSED)
+        except StateDBError as exc:  # damaged, unreadable or full: nothing was changed
+            fail(str(exc), EXIT_USAGE)
         return db
 
     def memory(self, db: SessionDB, model: LLMClient | None = None) -> MemoryService:

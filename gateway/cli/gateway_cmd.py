@@ -17,6 +17,7 @@ from gateway.http_server import HttpServerError
 from gateway.runtime import Gateway
 from gateway.scheduler import read_status
 from gateway.status_file import read_status_file
+from hermes.state.engine import StateDBError
 
 gateway_app = typer.Typer(help="Run the gateway process.", no_args_is_help=True)
 scheduler_app = typer.Typer(help="Background jobs.", no_args_is_help=True)
@@ -35,7 +36,7 @@ def run() -> None:
         platforms = ", ".join(gateway.platforms) or "no platforms enabled"
         note(f"[bold]Hermes gateway[/bold] starting ({platforms}). Ctrl-C or SIGTERM stops it.")
         asyncio.run(gateway.serve())
-    except ConfigError as exc:
+    except (ConfigError, StateDBError) as exc:
         fail(str(exc), EXIT_USAGE)
     except HttpServerError as exc:
         fail(str(exc), EXIT_REFUSED)

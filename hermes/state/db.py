@@ -26,8 +26,7 @@ class SessionDB:
     def __init__(self, path: Path, patience: float = eng.DEFAULT_PATIENCE_S) -> None:
         self.path = path
         self.patience = patience
-        self.engine = eng.open_engine(path)
-        self.upgraded_from = eng.migrate(self.engine, patience)
+        self.engine, self.upgraded_from = eng.open_database(path, patience)
         self.conversations = ConversationDB(self)
         self.people = PeopleDB(self)
         self.memory_log = MemoryLogDB(self)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Engine, event
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DatabaseError, OperationalError
 from sqlalchemy.pool import ConnectionPoolEntry
 from sqlmodel import Session, create_engine
 
@@ -48,6 +48,43 @@ class StateDBError(Exception):
 
 class DatabaseBusyError(StateDBError):
     pass
+
+
+def open_database(path: Path, patience: float) -> tuple[Engine, int]:
+    """The engine of state.db at `path`, migrated; (engine, the version it had before).
+    A file that cannot be used raises StateDBError saying why and what to do; nothing
+    is written to it then."""
+    try:
+        engine = open_engine(path)
+        return engine, migrate(engine, patience)
+    except StateDBError:
+        raise
+    except (DatabaseError, sqlite3.DatabaseError) as exc:
+        raise StateDBError(explain(path, exc)) from None
+    except OSError as exc:
+        raise StateDBError(
+            f"cannot use {path}: {exc.strerror or exc}. Check that its folder exists and "
+            "is writable by this user (HERMES_HOME selects it)."
+        ) from None
+
+
+def explain(path: Path, exc: BaseException) -> str:
+    """One clear sentence for an SQLite failure on state.db, with what to do."""
+    detail = str(getattr(exc, "orig", None) or exc).strip()
+    lowered = detail.lower()
+    if "disk is full" in lowered or "disk i/o" in lowered:
+        return f"{path}: the disk is full or failing ({detail}). Free space and try again."
+    if "readonly" in lowered or "unable to open" in lowered or "read-only" in lowered:
+        return (
+            f"cannot write {path} ({detail}). Check that it and its folder are writable by "
+            "this user (HERMES_HOME selects the folder)."
+        )
+    return (
+        f"{path} is damaged or is not a Hermes database ({detail}). Nothing was changed. "
+        f"Restore it from a backup, or recover what SQLite can still read: "
+        f"`sqlite3 {path} .recover | sqlite3 recovered.db` and put recovered.db in its "
+        "place; or move the file aside to start with an empty history."
+    )
 
 
 def open_engine(path: Path) -> Engine:

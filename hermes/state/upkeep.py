@@ -61,6 +61,12 @@ class UpkeepDB:
         """Run schema statements of a library sharing this file, under the write lock."""
         eng.with_retry(self.engine, lambda session: create(session.connection()), self.patience)
 
+    def quick_check(self) -> str:
+        """'ok', or what SQLite found damaged (pages overwritten, broken indexes)."""
+        with eng.reading(self.engine) as session:
+            rows = session.connection().exec_driver_sql("PRAGMA quick_check(5)").all()
+        return "; ".join(str(row[0]) for row in rows)
+
     def integrity_check(self) -> str:
         with eng.reading(self.engine) as session:
             return str(session.connection().exec_driver_sql("PRAGMA integrity_check").scalar_one())

@@ -1,0 +1,86 @@
+"""A state.db that cannot be used gives one clear message, exit 2, and changes nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from hermes.state.conversations import NewMessage
+from hermes.state.db import SessionDB
+from tests.gateway.test_cli_memory import hermes
+
+
+def _healthy(home: Path) -> Path:
+    db = SessionDB.open(home)
+    user = db.people.ensure_user("u_00000000000000aa").id
+    chat = db.conversations.start_session(user, "cli", "k")
+    for n in range(400):
+        db.conversations.add_message(chat.id, NewMessage("user", f"message number {n} " * 20))
+    db.upkeep.maintenance()  # everything in the main file, no WAL
+    db.close()
+    return home / "state.db"
+
+
+def _not_a_database(path: Path) -> None:
+    path.write_bytes(b"this is a text file, not a database\n" * 10)
+
+
+def _truncated(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 3])
+
+
+def _bad_header(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[0:16] = b"Not SQLite fmt\x00\x00"
+    path.write_bytes(bytes(data))
+
+
+DAMAGE: dict[str, Callable[[Path], None]] = {
+    "not a database": _not_a_database,
+    "truncated": _truncated,
+    "bad header": _bad_header,
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE, ids=list(DAMAGE))
+@pytest.mark.parametrize("command", [["sessions", "list"], ["memory", "status"], ["users", "list"]])
+def test_a_damaged_state_db_is_a_clear_error_and_is_left_alone(
+    home: Path, damage: str, command: list[str]
+) -> None:
+    path = _healthy(home)
+    DAMAGE[damage](path)
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    result = hermes(*command)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert str(path) in result.stderr and "backup" in result.stderr
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+
+
+def _overwrite_pages(path: Path) -> None:
+    """Damage inside a valid file: an index page overwritten with noise."""
+    raw = sqlite3.connect(path)
+    page_size = raw.execute("PRAGMA page_size").fetchone()[0]
+    root = raw.execute(
+        "SELECT rootpage FROM sqlite_master WHERE type = 'index' AND tbl_name = 'messages'"
+    ).fetchone()[0]
+    raw.close()
+    data = bytearray(path.read_bytes())
+    start = (root - 1) * page_size
+    data[start + 8 : start + page_size] = bytes((i * 37) % 251 for i in range(page_size - 8))
+    path.write_bytes(bytes(data))
+
+
+def test_the_gateway_refuses_to_start_on_damage_inside_the_file(home: Path) -> None:
+    path = _healthy(home)
+    _overwrite_pages(path)
+    result = hermes("gateway", "run")
+    assert result.returncode == 2, result.stderr
+    assert "damaged" in result.stderr and ".recover" in result.stderr
+    assert "Traceback" not in result.stderr
+
