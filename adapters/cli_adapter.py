@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import sys
 import time
 
 from gateway.events import (
@@ -29,7 +30,7 @@ CLI_USER = UserRef("local", "owner")
 class CliAdapter:
     name = "cli"
     # the terminal renders the Markdown itself and has no length limit worth chunking at
-    capabilities = Capabilities(max_length=1_000_000)
+    capabilities = Capabilities(max_length=sys.maxsize)  # a terminal shows it all, unsplit
 
     def __init__(self) -> None:
         self._sink: EventSink | None = None

@@ -19,6 +19,12 @@ from hermes.llm.types import ModelReply, ToolCall
 NO_KEY = "no-key-needed"  # local servers (Ollama, vLLM) accept any key
 
 
+NOT_A_COMPLETION = (
+    "The model endpoint answered with something that is not a chat completion (not JSON, "
+    "or JSON of another shape): check llm.base_url points at an OpenAI-compatible /v1."
+)
+
+
 class LLMError(Exception):
     """The model endpoint failed after retries; the message is safe to show a user."""
 
@@ -68,6 +74,8 @@ class LLMClient:
             raise LLMError(
                 f"The model endpoint answered with an error (HTTP {exc.status_code})."
             ) from None
+        except (ValueError, openai.APIResponseValidationError):  # a body that is not JSON
+            raise LLMError(NOT_A_COMPLETION) from None
 
     async def chat(
         self,
@@ -76,29 +84,17 @@ class LLMClient:
         temperature: float | None = None,
     ) -> ModelReply:
         completion = await self.complete(messages, tools=tools, temperature=temperature)
-        if not completion.choices:
-            raise LLMError("The model returned no answer.")
-        choice = completion.choices[0]
-        calls = tuple(
-            ToolCall(
-                id=call.id or f"call_{index}",
-                name=getattr(call.function, "name", "") or "",
-                arguments=getattr(call.function, "arguments", "") or "",
-            )
-            for index, call in enumerate(choice.message.tool_calls or [])
-        )
-        usage = completion.usage
-        return ModelReply(
-            content=choice.message.content,
-            tool_calls=calls,
-            prompt_tokens=usage.prompt_tokens if usage else None,
-            completion_tokens=usage.completion_tokens if usage else None,
-            finish_reason=choice.finish_reason,
-        )
+        try:
+            return _reply(completion)
+        except (AttributeError, TypeError, IndexError, KeyError):  # JSON of the wrong shape
+            raise LLMError(NOT_A_COMPLETION) from None
 
     async def text(self, messages: Sequence[dict[str, Any]], **kwargs: Any) -> str:
         completion = await self.complete(messages, **kwargs)
-        content = completion.choices[0].message.content if completion.choices else None
+        try:
+            content = completion.choices[0].message.content if completion.choices else None
+        except (AttributeError, TypeError, IndexError, KeyError):
+            raise LLMError(NOT_A_COMPLETION) from None
         if not content:
             raise LLMError("The model returned an empty answer.")
         return str(content)
@@ -121,3 +117,25 @@ class LLMClient:
 
     async def close(self) -> None:
         await self._client.close()
+
+
+def _reply(completion: Any) -> ModelReply:
+    if not completion.choices:
+        raise LLMError("The model returned no answer.")
+    choice = completion.choices[0]
+    calls = tuple(
+        ToolCall(
+            id=call.id or f"call_{index}",
+            name=getattr(call.function, "name", "") or "",
+            arguments=getattr(call.function, "arguments", "") or "",
+        )
+        for index, call in enumerate(choice.message.tool_calls or [])
+    )
+    usage = completion.usage
+    return ModelReply(
+        content=choice.message.content,
+        tool_calls=calls,
+        prompt_tokens=usage.prompt_tokens if usage else None,
+        completion_tokens=usage.completion_tokens if usage else None,
+        finish_reason=choice.finish_reason,
+    )

@@ -26,7 +26,10 @@ class JsonHandler(BaseHTTPRequestHandler):
         return self.rfile.read(int(self.headers.get("Content-Length", 0)))
 
     def send_json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(payload).encode()
+        self.send_raw(status, json.dumps(payload).encode(), headers)
+
+    def send_raw(self, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
+        """`data` as the body, labelled JSON whatever it is (a broken server)."""
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))

@@ -29,6 +29,7 @@ class Reply:
     prompt_tokens: int = 10
     completion_tokens: int = 5
     headers: dict[str, str] = field(default_factory=dict)
+    raw_body: bytes | None = None  # sent as is with status 200 (not JSON, garbage)
 
     @staticmethod
     def tool_call(name: str, arguments: str | dict[str, Any], call_id: str = "call_1") -> Reply:
@@ -85,6 +86,9 @@ class FakeOpenAI:
                     time.sleep(reply.delay)
                 if reply.drop_connection:
                     self.drop()
+                    return
+                if reply.raw_body is not None:
+                    self.send_raw(200, reply.raw_body, reply.headers)
                     return
                 if reply.status != 200:
                     payload = {"error": {"message": f"fake error {reply.status}", "type": "fake"}}

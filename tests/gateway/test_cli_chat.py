@@ -196,3 +196,13 @@ def test_interactive_chat_with_cancel_and_commands(home: Path, fake_llm: FakeOpe
     contents = [m.content for m in db.conversations.messages(sessions[1].id, owner_user_id(home))]
     assert "slow question" in contents  # the cancelled turn's message was kept
     db.close()
+
+
+def test_a_reply_over_a_million_characters_is_shown_whole(home: Path, fake_llm: FakeOpenAI) -> None:
+    configure(home, fake_llm)
+    long = "\n".join(f"line {n}: " + "x" * 90 for n in range(12_000))  # ~1.2 M characters
+    assert len(long) > 1_000_000
+    fake_llm.default = Reply(text=long)
+    result = hermes("chat", "-q", "write a lot")
+    assert result.returncode == 0
+    assert result.stdout == long + "\n"

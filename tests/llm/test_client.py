@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 
@@ -82,3 +83,58 @@ def test_summarizer_sends_query_and_excerpt(fake_llm: FakeOpenAI) -> None:
     assert asyncio.run(go()) == "  They chose Postgres.  "
     prompt = fake_llm.requests[0]["messages"][1]["content"]
     assert "database choice" in prompt and "let's use postgres" in prompt
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"<html>502 Bad Gateway</html>", b"\x00\xff\xfe garbage", b'{"choices": "nope"}', b"[1, 2]"],
+    ids=["html", "garbage", "wrong-shape", "a-list"],
+)
+def test_a_body_that_is_not_a_completion_is_a_clear_model_error(
+    fake_llm: FakeOpenAI, body: bytes
+) -> None:
+    fake_llm.default = Reply(raw_body=body)
+
+    async def go() -> tuple[str, str]:
+        llm = client(fake_llm, max_retries=0)
+        errors = []
+        try:
+            for call in (llm.chat([{"role": "user", "content": "hi"}]), llm.text([])):
+                try:
+                    await call
+                except LLMError as exc:
+                    errors.append(str(exc))
+        finally:
+            await llm.close()
+        return errors[0], errors[1]
+
+    for message in asyncio.run(go()):
+        assert "not a chat completion" in message and "llm.base_url" in message
+
+
+def test_a_garbage_answer_keeps_the_users_message_in_the_turn(
+    fake_llm: FakeOpenAI, home: Path
+) -> None:
+    from gateway.app import build_app
+    from hermes.agent.conversation import Surface
+    from hermes.state.db import SessionDB
+    from tests.apps import app_config
+
+    fake_llm.default = Reply(raw_body=b"<html>oops</html>")
+
+    async def go() -> tuple[bool, str, list[str]]:
+        db = SessionDB.open(home)
+        app = build_app(home, app_config(fake_llm), db)
+        try:
+            user = db.people.ensure_user("u_00000000000000ab").id
+            conv = app.agent.sessions.open(user, Surface("cli"), "k")
+            result = await app.agent.turn(conv, "are you there?", Surface("cli"))
+            stored = [m.content for m in db.conversations.messages(conv.id, user)]
+            return result.ok, result.text, stored
+        finally:
+            await app.close()
+            db.close()
+
+    ok, text, stored = asyncio.run(go())
+    assert not ok and "not a chat completion" in text and "saved" in text
+    assert stored == ["are you there?"]

@@ -83,4 +83,3 @@ def test_the_gateway_refuses_to_start_on_damage_inside_the_file(home: Path) -> N
     assert result.returncode == 2, result.stderr
     assert "damaged" in result.stderr and ".recover" in result.stderr
     assert "Traceback" not in result.stderr
-
