@@ -13,6 +13,7 @@ from hermes.state.db import SessionDB
 
 PROVIDER_NOTE = "built-in only (no external memory provider)"
 _ACTORS = {"agent": "the assistant", "user": "you", "admin": "an admin", "consolidator": "tidying"}
+_ACTIONS = {"outside": "edited outside Hermes"}
 
 
 class MemoryCommands:
@@ -76,14 +77,16 @@ class MemoryCommands:
         if not text:
             return "Say which entry: `/memory why TEXT` (part of the entry)."
         user_id = ctx.person.user_id
+        self.memory.reconcile(user_id)
         events = self.db.memory_log.memory_events(user_id, text)[:5]
         if not events:
             return f"No recorded change mentions “{text}”."
         lines = []
         for event in events:
             entry = event.entry_after or event.entry_before or ""
+            action = _ACTIONS.get(event.action, event.action)
             lines.append(
-                f"• {event.created_at:%Y-%m-%d %H:%M} UTC — {event.action} in {event.target} "
+                f"• {event.created_at:%Y-%m-%d %H:%M} UTC — {action} in {event.target} "
                 f"by {_ACTORS.get(event.actor, event.actor)}: “{entry[:160]}”"
             )
             chat = (

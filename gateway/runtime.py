@@ -22,6 +22,7 @@ from gateway.platform_config import PlatformConfig
 from gateway.ports import PlatformAdapter
 from gateway.scheduler import Scheduler
 from gateway.status_file import remove_status_file, write_status_file
+from hermes.memory.sweep import users_with_memory
 from hermes.state.db import SessionDB
 from hermes.state.engine import StateDBError, explain
 
@@ -75,6 +76,9 @@ class Gateway:
         return await self.app.health()
 
     async def start(self) -> None:
+        if self.app is not None:  # settle what a crash left between stores and state.db
+            for user_id in users_with_memory(self.home):
+                await asyncio.to_thread(self.app.agent.memories.reconcile, user_id)
         built: dict[str, PlatformAdapter] = {}
         menu = self.app.commands.menu() if self.app is not None else []
         for name, section in self.platforms.items():

@@ -256,6 +256,7 @@ def why(
     ctx = CliContext.load()
     db = ctx.open_db()
     user_id = ctx.user_id(user)
+    ctx.memory(db).reconcile(user_id)
     events = db.memory_log.memory_events(user_id, text)
     if not events:
         note(f"[dim]No recorded change mentions {escape(repr(text))}.[/dim]")

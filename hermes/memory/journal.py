@@ -1,7 +1,23 @@
-"""Memory writes with provenance: every applied change is recorded in state.db.
+"""Memory writes with provenance that survives a crash.
 
-The tool, the CLI and (later) admin commands and consolidation all write through
-`run_recorded`, so `hermes memory why TEXT` can say which conversation produced an entry.
+Every change made through the memory service is recorded in state.db (the events with
+their cause, the store's whole text before and after), so `memory why` can say where an
+entry came from and `memory undo` can restore exact bytes. The file and its record are
+kept whole across a crash, in this order:
+
+1. under the store's lock, after the change is decided and before the file is replaced,
+   an *intent* is recorded: the text the file will hold and the events and version to
+   log (one transaction);
+2. the file is replaced (temp file, fsync, rename);
+3. the intent is completed into its events and version (one transaction).
+
+A process killed between 1 and 3 leaves an intent. `reconcile`, run under the same
+lock before the store is next used, settles it: the file holds the intent's text ->
+completed; it does not -> dropped (the write never happened). Then, if the file differs
+from what its last recorded version says it should hold (a hand edit, or a change by a
+path that crashed between its write and its record: consolidation, merge, undo), the
+difference is recorded as a change made outside Hermes, entry by entry, with a version,
+so `why` explains every entry and `undo` can go back past it.
 """
 
 from __future__ import annotations
@@ -9,11 +25,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from hermes.memory import entries as fmt
+from hermes.memory.store import MemoryStore, StoreError, StoreState, Target
 from hermes.memory.tool import MemoryTool, ToolOutcome
 from hermes.state.db import SessionDB
 from hermes.state.memory_log import MemoryEventRecord, VersionRecord
 
 Actor = Literal["agent", "user", "admin", "consolidator"]
+OUTSIDE = "outside"  # the action of a change found on disk, made outside Hermes
 
 
 def run_recorded(
@@ -25,10 +44,16 @@ def run_recorded(
     session_id: str | None = None,
     message_id: int | None = None,
 ) -> ToolOutcome:
-    outcome = tool.run(args)
-    change = outcome.change
-    if change is not None:
-        user_id = tool.memory.user_id
+    user_id = tool.memory.user_id
+    target = next((t for t in Target if t.value == args.get("target")), None)
+    if target is not None and tool.memory.enabled(target):
+        reconcile(tool.memory.file_store(target), db, user_id)
+    intents: list[int] = []
+
+    def record_intent(outcome: ToolOutcome) -> None:
+        change = outcome.change
+        if change is None:
+            return
         event = MemoryEventRecord(
             user_id=user_id,
             target=change.target.value,
@@ -47,5 +72,47 @@ def run_recorded(
             actor,
             reason=change.action,
         )
-        db.memory_log.record_memory_change([event], version)
+        intents.append(db.memory_log.begin_change([event], version))
+
+    outcome = tool.run(args, before_write=record_intent)
+    for intent in intents:
+        db.memory_log.complete_change(intent)
     return outcome
+
+
+def reconcile(store: MemoryStore, db: SessionDB, user_id: str) -> None:
+    """Settle what a crash left between a store and its record (see the module doc)."""
+
+    def settle(state: StoreState) -> tuple[None, None]:
+        _settle(state, store, db, user_id)
+        return None, None
+
+    try:
+        store.mutate(settle)  # only for its lock: settle never writes the file
+    except StoreError:
+        return  # a damaged or busy store is reported by the operation that needs it
+
+
+def _settle(state: StoreState, store: MemoryStore, db: SessionDB, user_id: str) -> None:
+    log, target = db.memory_log, store.target.value
+    for intent in log.open_changes(user_id, target):
+        if state.raw == intent.text_after:
+            log.complete_change(intent.id or 0)
+        else:
+            log.drop_change(intent.id or 0)
+    expected = log.expected_text(user_id, target)
+    if expected is None or expected == state.raw:
+        return
+    before, after = fmt.parse(expected), list(state.entries)
+    events = [
+        MemoryEventRecord(user_id, target, OUTSIDE, entry, None, "user")
+        for entry in before
+        if entry not in after
+    ]
+    events += [
+        MemoryEventRecord(user_id, target, OUTSIDE, None, entry, "user")
+        for entry in after
+        if entry not in before
+    ]
+    version = VersionRecord(user_id, target, expected, state.raw, "user", reason=OUTSIDE)
+    db.memory_log.record_memory_change(events, version)

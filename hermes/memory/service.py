@@ -29,7 +29,7 @@ from typing import Any
 from hermes.config import MemoryConfig
 from hermes.llm.types import ChatModel
 from hermes.memory import sweep
-from hermes.memory.journal import Actor, run_recorded
+from hermes.memory.journal import Actor, reconcile, run_recorded
 from hermes.memory.merge import MergeReport, merge_memory
 from hermes.memory.render import display_entry
 from hermes.memory.store import Target
@@ -167,8 +167,16 @@ class MemoryService:
             return str(outcome.result.get("error"))
         return f"Forgotten: “{display_entry(entry)}”. (/memory undo brings it back.)"
 
+    def reconcile(self, user_id: str) -> None:
+        """Settle what a crash left between this user's stores and their record (and
+        record changes made outside Hermes), so `why` and `undo` see the whole story."""
+        memory = self.of(user_id)
+        for target in memory.enabled_targets():
+            reconcile(memory.file_store(target), self.db, user_id)
+
     async def undo(self, user_id: str, actor: str = "user") -> tuple[bool, str]:
         """Revert the last change of this user's memory (a consolidation too)."""
+        await asyncio.to_thread(self.reconcile, user_id)
         memory = self.of(user_id)
         version = self.db.memory_log.last_version(user_id)
         done, message = await asyncio.to_thread(undo_last, memory, self.db, actor)

@@ -116,11 +116,17 @@ class MemoryStore:
             state = replace(state, pending=tuple(fmt.parse(pending_raw)), pending_raw=pending_raw)
         return state
 
-    def mutate(self, decide: Callable[[StoreState], tuple[list[str] | None, T]]) -> T:
+    def mutate(
+        self,
+        decide: Callable[[StoreState], tuple[list[str] | None, T]],
+        before_write: Callable[[T], None] | None = None,
+    ) -> T:
         """Run `decide` on the current state under the lock; write what it returns.
 
-        `decide` returns (new entries or None for no write, result). A damaged file
-        is backed up and StoreDamagedError raised before `decide` is called.
+        `decide` returns (new entries or None for no write, result). `before_write`
+        gets the result, still under the lock, just before the file is replaced (the
+        journal records its intent there). A damaged file is backed up and
+        StoreDamagedError raised before `decide` is called.
         """
         self._ensure_dir()
         with self._locked():
@@ -130,6 +136,8 @@ class MemoryStore:
                 raise StoreDamagedError(_damage_message(self, state.damage, backup))
             new_entries, result = decide(state)
             if new_entries is not None:
+                if before_write is not None:
+                    before_write(result)
                 self._atomic_write(fmt.serialize(new_entries))
             return result
 

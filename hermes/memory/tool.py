@@ -7,7 +7,7 @@ live state on disk, never the session's frozen snapshot. The CLI goes through th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,12 +90,17 @@ class MemoryTool:
     def __init__(self, memory: UserMemory) -> None:
         self.memory = memory
 
-    def run(self, args: Mapping[str, Any]) -> ToolOutcome:
+    def run(
+        self,
+        args: Mapping[str, Any],
+        before_write: Callable[[ToolOutcome], None] | None = None,
+    ) -> ToolOutcome:
+        """Apply one operation; `before_write` sees a change before the file is replaced."""
         try:
             action, target, content, old_text = _parse_args(args)
             store = self.memory.store(target)
             op = _Operation(action, target, content, old_text)
-            return store.mutate(op.decide)
+            return store.mutate(op.decide, before_write)
         except (StoreError, _UsageError) as exc:
             return ToolOutcome(_error(str(exc)))
 

@@ -4,17 +4,19 @@ notices owed to a user. The files stay the source of truth; this is their histor
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import or_, update
+from sqlalchemy import delete, or_, update
 from sqlmodel import Session, col, select
 
 from hermes.state import engine as eng
 from hermes.state.models import (
     ConsolidationState,
     MemoryEvent,
+    MemoryIntent,
     MemoryVersion,
     User,
     utcnow,
@@ -68,6 +70,82 @@ class MemoryLogDB:
                 session.add(MemoryVersion(**_fields(version)))
 
         eng.with_retry(self.engine, work, self.patience)
+
+    # -- crash-safe changes: intent first, completed once the file holds the new text ----
+
+    def begin_change(self, events: Sequence[MemoryEventRecord], version: VersionRecord) -> int:
+        """Record what is about to be written; returns the intent's id."""
+        planned = json.dumps(
+            {"events": [_fields(e) for e in events], "version": _fields(version)},
+            ensure_ascii=False,
+        )
+        intent = MemoryIntent(
+            user_id=version.user_id,
+            target=version.target,
+            text_before=version.text_before,
+            text_after=version.text_after,
+            planned=planned,
+        )
+
+        def work(session: Session) -> int:
+            session.add(intent)
+            session.flush()
+            assert intent.id is not None
+            return intent.id
+
+        return eng.with_retry(self.engine, work, self.patience)
+
+    def complete_change(self, intent_id: int) -> bool:
+        """The file holds the intent's text: log its events and version (one transaction).
+        False when there was no such intent (settled already)."""
+
+        def work(session: Session) -> bool:
+            intent = session.get(MemoryIntent, intent_id)
+            if intent is None:
+                return False
+            planned = json.loads(intent.planned)
+            if session.get(User, intent.user_id) is None:
+                session.add(User(id=intent.user_id))
+                session.flush()
+            session.add_all(MemoryEvent(**fields) for fields in planned["events"])
+            session.add(MemoryVersion(**planned["version"]))
+            session.delete(intent)
+            return True
+
+        return eng.with_retry(self.engine, work, self.patience)
+
+    def drop_change(self, intent_id: int) -> None:
+        """The file never got the intent's text: forget it."""
+        eng.with_retry(
+            self.engine,
+            lambda session: session.execute(
+                delete(MemoryIntent).where(col(MemoryIntent.id) == intent_id)
+            ),
+            self.patience,
+        )
+
+    def open_changes(self, user_id: str, target: str) -> list[MemoryIntent]:
+        with eng.reading(self.engine) as session:
+            query = (
+                select(MemoryIntent)
+                .where(MemoryIntent.user_id == user_id, MemoryIntent.target == target)
+                .order_by(col(MemoryIntent.id))
+            )
+            return list(session.exec(query))
+
+    def expected_text(self, user_id: str, target: str) -> str | None:
+        """What the store should hold after its last recorded change (None: no history)."""
+        with eng.reading(self.engine) as session:
+            query = (
+                select(MemoryVersion)
+                .where(MemoryVersion.user_id == user_id, MemoryVersion.target == target)
+                .order_by(col(MemoryVersion.id).desc())
+                .limit(1)
+            )
+            last = session.exec(query).first()
+        if last is None:
+            return None
+        return last.text_before if last.undone_at is not None else last.text_after
 
     def last_version(self, user_id: str) -> MemoryVersion | None:
         with eng.reading(self.engine) as session:

@@ -90,6 +90,21 @@ class MemoryEvent(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
 
 
+class MemoryIntent(SQLModel, table=True):
+    """A store change about to be written: completed into events and a version once the
+    file holds `text_after`, dropped if it never got there (a crash in between)."""
+
+    __tablename__ = "memory_intents"
+
+    id: int | None = Field(default=None, primary_key=True)
+    user_id: str
+    target: str
+    text_before: str
+    text_after: str
+    planned: str  # JSON: {"events": [...], "version": {...}}
+    created_at: datetime = Field(default_factory=utcnow)
+
+
 class MemoryVersion(SQLModel, table=True):
     """A store's whole text before and after one change, so undo restores it exactly."""
 

@@ -255,5 +255,21 @@ _V6 = [
     "CHECK (kind IN ('person', 'chat'))",
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6]
+# v7: a memory change is recorded as an intent (what the file will hold, and the events
+# and version to log) before the file is replaced, and completed after; a crash between
+# the two is settled at the store's next use (see hermes/memory/journal.py).
+_V7 = [
+    """CREATE TABLE memory_intents (
+        id INTEGER PRIMARY KEY,
+        user_id TEXT NOT NULL,
+        target TEXT NOT NULL,
+        text_before TEXT NOT NULL,
+        text_after TEXT NOT NULL,
+        planned TEXT NOT NULL,
+        created_at TIMESTAMP NOT NULL
+    )""",
+    "CREATE INDEX ix_memory_intents_store ON memory_intents(user_id, target, id)",
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -148,3 +148,13 @@ def test_a_cli_write_that_crosses_the_threshold_runs_the_consolidation_check(
         assert version is not None and version.actor == "consolidator"
     finally:
         db.close()
+
+
+def test_a_hand_edit_is_recorded_as_a_change_made_outside_hermes(home: Path) -> None:
+    assert hermes("memory", "add", "Runs Fedora 41").returncode == 0
+    path = home / "memories" / owner_user_id(home) / "MEMORY.md"
+    path.write_text("Runs Fedora 41\n§\nPrefers podman over docker")  # edited by hand
+    why = hermes("memory", "why", "podman")
+    assert why.returncode == 0 and "outside" in why.stdout
+    assert hermes("memory", "undo").returncode == 0  # undo goes back past the hand edit
+    assert path.read_text() == "Runs Fedora 41"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from hermes.config import MemoryConfig
@@ -45,9 +46,32 @@ def rewrite_forever(path: Path, size: int) -> None:
         print(i, flush=True)
 
 
+def journal_forever(home: Path, user_id: str) -> None:
+    """Recorded memory writes (add, and remove the oldest past 60 %) until killed."""
+    from hermes.memory.journal import run_recorded
+    from hermes.state.db import SessionDB
+
+    db = SessionDB.open(home)
+    tool = MemoryTool(UserMemory(home, user_id, MemoryConfig()))
+    n = int(time.time() * 1000) % 10_000_000  # unique across restarts
+    while True:
+        n += 1
+        state = tool.memory.store(Target.MEMORY).read()
+        if state.percent > 60:
+            args = {"action": "remove", "old_text": state.entries[0]}
+        else:
+            args = {"action": "add", "content": f"fact number {n}"}
+        outcome = run_recorded(tool, db, {"target": "memory", **args}, actor="agent")
+        if not outcome.ok:
+            raise SystemExit(f"op failed: {outcome.result}")
+        print(n, flush=True)
+
+
 if __name__ == "__main__":
     command, *rest = sys.argv[1:]
     if command == "churn":
         churn(Path(rest[0]), rest[1], int(rest[2]), int(rest[3]))
     elif command == "rewrite":
         rewrite_forever(Path(rest[0]), int(rest[1]))
+    elif command == "journal":
+        journal_forever(Path(rest[0]), rest[1])

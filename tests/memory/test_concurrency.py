@@ -70,3 +70,42 @@ def test_sigkill_mid_write_leaves_old_or_new_never_torn(tmp_path: Path) -> None:
     # a later writer cleans up what dead writers left behind
     MemoryStore(path, Target.MEMORY, 100_000).mutate(lambda state: (["done"], None))
     assert sorted(p.name for p in path.parent.iterdir()) == ["MEMORY.md", "MEMORY.md.lock"]
+
+
+@pytest.mark.slow
+def test_sigkill_between_file_and_record_leaves_no_unexplained_change(home: Path) -> None:
+    """A writer killed at random moments, again and again: after each restart every
+    entry on disk is explained by a recorded event and the record matches the file."""
+    from hermes.config import MemoryConfig
+    from hermes.memory.service import MemoryService
+    from hermes.state.db import SessionDB
+
+    user_id = owner_user_id(home)
+    rng = random.Random(7)
+    for _ in range(30):
+        with subprocess.Popen(
+            [sys.executable, WORKER, "journal", str(home), user_id],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        ) as proc:
+            assert proc.stdout is not None
+            assert proc.stdout.readline(), "the writer did not start"
+            time.sleep(rng.uniform(0.0, 0.05))
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+    db = SessionDB.open(home)
+    try:
+        service = MemoryService(home, MemoryConfig(), db)
+        service.reconcile(user_id)  # what the next process does before using the store
+        store = service.of(user_id).store(Target.MEMORY)
+        state = store.read()
+        assert state.entries, "the writer never wrote"
+        events = db.memory_log.memory_events(user_id)
+        explained = {e.entry_after for e in events if e.action == "add"}
+        assert set(state.entries) <= explained  # every entry has the event that wrote it
+        assert not [e for e in events if e.action == "outside"]  # nothing was lost in between
+        assert db.memory_log.expected_text(user_id, "memory") == state.raw
+        assert db.memory_log.open_changes(user_id, "memory") == []
+    finally:
+        db.close()
