@@ -45,10 +45,10 @@ def run_recorded(
     message_id: int | None = None,
 ) -> ToolOutcome:
     user_id = tool.memory.user_id
-    target = next((t for t in Target if t.value == args.get("target")), None)
-    if target is not None and tool.memory.enabled(target):
-        reconcile(tool.memory.file_store(target), db, user_id)
     intents: list[int] = []
+
+    def settle(target: Target, state: StoreState) -> None:  # the same lock, the same read
+        _settle(state, target, db, user_id)
 
     def record_intent(outcome: ToolOutcome) -> None:
         change = outcome.change
@@ -74,7 +74,7 @@ def run_recorded(
         )
         intents.append(db.memory_log.begin_change([event], version))
 
-    outcome = tool.run(args, before_write=record_intent)
+    outcome = tool.run(args, before_write=record_intent, before_decide=settle)
     for intent in intents:
         db.memory_log.complete_change(intent)
     return outcome
@@ -84,7 +84,7 @@ def reconcile(store: MemoryStore, db: SessionDB, user_id: str) -> None:
     """Settle what a crash left between a store and its record (see the module doc)."""
 
     def settle(state: StoreState) -> tuple[None, None]:
-        _settle(state, store, db, user_id)
+        _settle(state, store.target, db, user_id)
         return None, None
 
     try:
@@ -93,14 +93,16 @@ def reconcile(store: MemoryStore, db: SessionDB, user_id: str) -> None:
         return  # a damaged or busy store is reported by the operation that needs it
 
 
-def _settle(state: StoreState, store: MemoryStore, db: SessionDB, user_id: str) -> None:
-    log, target = db.memory_log, store.target.value
-    for intent in log.open_changes(user_id, target):
-        if state.raw == intent.text_after:
-            log.complete_change(intent.id or 0)
+def _settle(state: StoreState, store_target: Target, db: SessionDB, user_id: str) -> None:
+    log, target = db.memory_log, store_target.value
+    intents, expected = log.unsettled(user_id, target)  # one read, nothing to do mostly
+    for intent_id, text_after in intents:
+        if state.raw == text_after:
+            log.complete_change(intent_id)
         else:
-            log.drop_change(intent.id or 0)
-    expected = log.expected_text(user_id, target)
+            log.drop_change(intent_id)
+    if intents:
+        expected = log.expected_text(user_id, target)
     if expected is None or expected == state.raw:
         return
     before, after = fmt.parse(expected), list(state.entries)

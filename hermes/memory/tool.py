@@ -94,13 +94,22 @@ class MemoryTool:
         self,
         args: Mapping[str, Any],
         before_write: Callable[[ToolOutcome], None] | None = None,
+        before_decide: Callable[[Target, StoreState], None] | None = None,
     ) -> ToolOutcome:
-        """Apply one operation; `before_write` sees a change before the file is replaced."""
+        """Apply one operation. Under the store's lock, `before_decide` sees the fresh
+        state first and `before_write` a change before the file is replaced (the
+        journal settles and records there)."""
         try:
             action, target, content, old_text = _parse_args(args)
             store = self.memory.store(target)
             op = _Operation(action, target, content, old_text)
-            return store.mutate(op.decide, before_write)
+
+            def decide(state: StoreState) -> Decision:
+                if before_decide is not None:
+                    before_decide(target, state)
+                return op.decide(state)
+
+            return store.mutate(decide, before_write)
         except (StoreError, _UsageError) as exc:
             return ToolOutcome(_error(str(exc)))
 

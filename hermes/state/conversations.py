@@ -9,7 +9,7 @@ import secrets
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, update
@@ -173,7 +173,7 @@ class ConversationDB:
                     _TOUCH,
                     (
                         stored,
-                        _sql_time(last or utcnow()) if stored else None,
+                        eng.sql_time(last or utcnow()) if stored else None,
                         _title(first_user) if stored and first_user else "",
                         prompt,
                         completion,
@@ -278,11 +278,6 @@ _TOUCH = (
 )
 
 
-def _sql_time(moment: datetime) -> str:
-    """The text SQLAlchemy stores for a UTC datetime (so both sort and read alike)."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
-
-
 def _insert_message(
     raw: sqlite3.Connection, session_id: str, chat: tuple[str, str], message: NewMessage
 ) -> int | None:
@@ -301,7 +296,7 @@ def _insert_message(
             message.tool_name,
             message.platform_message_id,
             message.token_count,
-            _sql_time(message.created_at or utcnow()),
+            eng.sql_time(message.created_at or utcnow()),
         ),
     )
     return cursor.lastrowid if cursor.rowcount == 1 else None

@@ -16,6 +16,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -175,6 +176,11 @@ def with_retry(engine: Engine, work: Callable[[Session], T], patience: float) ->
                 return result
         except OperationalError as exc:
             backoff.wait(exc)
+
+
+def sql_time(moment: datetime) -> str:
+    """The text SQLAlchemy stores for a UTC datetime (so raw SQL rows sort and read alike)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
 def with_raw_retry(engine: Engine, work: Callable[[sqlite3.Connection], T], patience: float) -> T:

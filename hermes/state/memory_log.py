@@ -5,18 +5,18 @@ notices owed to a user. The files stay the source of truth; this is their histor
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, or_, update
+from sqlalchemy import or_, update
 from sqlmodel import Session, col, select
 
 from hermes.state import engine as eng
 from hermes.state.models import (
     ConsolidationState,
     MemoryEvent,
-    MemoryIntent,
     MemoryVersion,
     User,
     utcnow,
@@ -74,78 +74,68 @@ class MemoryLogDB:
     # -- crash-safe changes: intent first, completed once the file holds the new text ----
 
     def begin_change(self, events: Sequence[MemoryEventRecord], version: VersionRecord) -> int:
-        """Record what is about to be written; returns the intent's id."""
+        """Record what is about to be written; returns the intent's id. (Plain SQL on
+        the pooled connection: every memory write pays for this and complete_change.)"""
         planned = json.dumps(
             {"events": [_fields(e) for e in events], "version": _fields(version)},
             ensure_ascii=False,
         )
-        intent = MemoryIntent(
-            user_id=version.user_id,
-            target=version.target,
-            text_before=version.text_before,
-            text_after=version.text_after,
-            planned=planned,
+        row = (
+            version.user_id,
+            version.target,
+            version.text_before,
+            version.text_after,
+            planned,
+            eng.sql_time(utcnow()),
         )
 
-        def work(session: Session) -> int:
-            session.add(intent)
-            session.flush()
-            assert intent.id is not None
-            return intent.id
+        def work(raw: sqlite3.Connection) -> int:
+            cursor = raw.execute(_INSERT_INTENT, row)
+            assert cursor.lastrowid is not None
+            return cursor.lastrowid
 
-        return eng.with_retry(self.engine, work, self.patience)
+        return eng.with_raw_retry(self.engine, work, self.patience)
 
     def complete_change(self, intent_id: int) -> bool:
         """The file holds the intent's text: log its events and version (one transaction).
         False when there was no such intent (settled already)."""
 
-        def work(session: Session) -> bool:
-            intent = session.get(MemoryIntent, intent_id)
-            if intent is None:
+        def work(raw: sqlite3.Connection) -> bool:
+            found = raw.execute(_PLANNED, (intent_id,)).fetchone()
+            if found is None:
                 return False
-            planned = json.loads(intent.planned)
-            if session.get(User, intent.user_id) is None:
-                session.add(User(id=intent.user_id))
-                session.flush()
-            session.add_all(MemoryEvent(**fields) for fields in planned["events"])
-            session.add(MemoryVersion(**planned["version"]))
-            session.delete(intent)
+            planned = json.loads(found[0])
+            version = planned["version"]
+            now = eng.sql_time(utcnow())
+            raw.execute(_ENSURE_USER, (version["user_id"], now))
+            raw.executemany(_INSERT_EVENT, [(*_event_row(e), now) for e in planned["events"]])
+            raw.execute(_INSERT_VERSION, (*_version_row(version), now))
+            raw.execute(_DELETE_INTENT, (intent_id,))
             return True
 
-        return eng.with_retry(self.engine, work, self.patience)
+        return eng.with_raw_retry(self.engine, work, self.patience)
 
     def drop_change(self, intent_id: int) -> None:
         """The file never got the intent's text: forget it."""
-        eng.with_retry(
-            self.engine,
-            lambda session: session.execute(
-                delete(MemoryIntent).where(col(MemoryIntent.id) == intent_id)
-            ),
-            self.patience,
+        eng.with_raw_retry(
+            self.engine, lambda raw: raw.execute(_DELETE_INTENT, (intent_id,)), self.patience
         )
 
-    def open_changes(self, user_id: str, target: str) -> list[MemoryIntent]:
-        with eng.reading(self.engine) as session:
-            query = (
-                select(MemoryIntent)
-                .where(MemoryIntent.user_id == user_id, MemoryIntent.target == target)
-                .order_by(col(MemoryIntent.id))
-            )
-            return list(session.exec(query))
+    def open_changes(self, user_id: str, target: str) -> list[tuple[int, str]]:
+        """(id, text the file was to hold) of the store's open intents, oldest first."""
+        return self.unsettled(user_id, target)[0]
 
     def expected_text(self, user_id: str, target: str) -> str | None:
         """What the store should hold after its last recorded change (None: no history)."""
-        with eng.reading(self.engine) as session:
-            query = (
-                select(MemoryVersion)
-                .where(MemoryVersion.user_id == user_id, MemoryVersion.target == target)
-                .order_by(col(MemoryVersion.id).desc())
-                .limit(1)
-            )
-            last = session.exec(query).first()
-        if last is None:
-            return None
-        return last.text_before if last.undone_at is not None else last.text_after
+        return self.unsettled(user_id, target)[1]
+
+    def unsettled(self, user_id: str, target: str) -> tuple[list[tuple[int, str]], str | None]:
+        """(open intents, expected text) of one store, in one read."""
+        with self.engine.connect() as conn:
+            intents = conn.exec_driver_sql(_OPEN_INTENTS, (user_id, target)).all()
+            last = conn.exec_driver_sql(_LAST_VERSION, (user_id, target)).first()
+        expected = None if last is None else (last[0] if last[2] else last[1])
+        return [(int(i), str(text)) for i, text in intents], expected
 
     def last_version(self, user_id: str) -> MemoryVersion | None:
         with eng.reading(self.engine) as session:
@@ -231,3 +221,43 @@ def _fields(record: Any) -> dict[str, Any]:
 _ANY_NOTICE = (
     "SELECT 1 FROM consolidation_state WHERE user_id = ? AND notice_pending IS NOT NULL LIMIT 1"
 )
+
+
+_EVENT_COLUMNS = (
+    "user_id", "target", "action", "entry_before", "entry_after", "actor", "session_id",
+    "message_id",
+)  # fmt: skip
+_VERSION_COLUMNS = (
+    "user_id", "target", "text_before", "text_after", "actor", "reason", "pending_before",
+    "pending_after",
+)  # fmt: skip
+_INSERT_INTENT = (
+    "INSERT INTO memory_intents (user_id, target, text_before, text_after, planned, "
+    "created_at) VALUES (?, ?, ?, ?, ?, ?)"
+)
+_PLANNED = "SELECT planned FROM memory_intents WHERE id = ?"
+_DELETE_INTENT = "DELETE FROM memory_intents WHERE id = ?"
+_ENSURE_USER = "INSERT OR IGNORE INTO users (id, created_at) VALUES (?, ?)"
+_INSERT_EVENT = (
+    f"INSERT INTO memory_events ({', '.join(_EVENT_COLUMNS)}, created_at) "
+    f"VALUES ({', '.join('?' * (len(_EVENT_COLUMNS) + 1))})"
+)
+_INSERT_VERSION = (
+    f"INSERT INTO memory_versions ({', '.join(_VERSION_COLUMNS)}, created_at) "
+    f"VALUES ({', '.join('?' * (len(_VERSION_COLUMNS) + 1))})"
+)
+_OPEN_INTENTS = (
+    "SELECT id, text_after FROM memory_intents WHERE user_id = ? AND target = ? ORDER BY id"
+)
+_LAST_VERSION = (
+    "SELECT text_before, text_after, undone_at IS NOT NULL FROM memory_versions "
+    "WHERE user_id = ? AND target = ? ORDER BY id DESC LIMIT 1"
+)
+
+
+def _event_row(fields: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(fields.get(name) for name in _EVENT_COLUMNS)
+
+
+def _version_row(fields: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(fields.get(name) for name in _VERSION_COLUMNS)
