@@ -98,13 +98,12 @@ def build_app(
         db,
         model,
         home,
-        config.memory,
+        memory,
         config.agent,
         aux_model=aux,
         search_summarizer=LLMSummarizer(aux) if aux is not None else None,
         search_policy=SummaryPolicy(concurrency=task.max_concurrency, timeout_s=task.timeout),
         group_memory=config.privacy.group_memory == "full",
-        memory=memory,
     )
     commands = Commands(home, config, db, agent, people, runtime=runtime)  # 5
     router = Router(agent, db, people, commands, policy or router_policy(config))  # 6

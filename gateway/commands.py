@@ -79,7 +79,7 @@ class Commands:
         runtime: RuntimeInfo | None = None,
     ) -> None:
         self.home, self.config, self.db, self.agent = home, config, db, agent
-        self.people, self.memory = people, agent.memories
+        self.people, self.memory = people, agent.memory
         self.memory_commands = MemoryCommands(self.memory, db)
         self.admin = AdminCommands(home, config, db, people, self.memory_commands)
         self.admin.runtime = runtime

@@ -78,7 +78,7 @@ class Gateway:
     async def start(self) -> None:
         if self.app is not None:  # settle what a crash left between stores and state.db
             for user_id in users_with_memory(self.home):
-                await asyncio.to_thread(self.app.agent.memories.reconcile, user_id)
+                await asyncio.to_thread(self.app.agent.memory.reconcile, user_id)
         built: dict[str, PlatformAdapter] = {}
         menu = self.app.commands.menu() if self.app is not None else []
         for name, section in self.platforms.items():

@@ -20,7 +20,7 @@ from hermes.agent.conversation import Conversation, Surface, to_new_message
 from hermes.agent.prompt import fence_recall, turn_context
 from hermes.agent.sessions import Sessions, provider_session
 from hermes.agent.toolbox import Tool, ToolBox
-from hermes.config import AgentConfig, MemoryConfig
+from hermes.config import AgentConfig
 from hermes.llm.client import LLMError
 from hermes.llm.types import ChatModel, ModelReply
 from hermes.memory.service import MemoryService
@@ -68,34 +68,25 @@ class Agent:
     db: SessionDB
     model: ChatModel
     home: Path
-    memory_config: MemoryConfig = field(default_factory=MemoryConfig)
+    memory: MemoryService  # the one memory write path (the composition root builds it)
     config: AgentConfig = field(default_factory=AgentConfig)
     aux_model: ChatModel | None = None  # compression summaries and memory review
     search_summarizer: Summarizer | None = None
     search_policy: SummaryPolicy = field(default_factory=SummaryPolicy)
     group_memory: bool = True  # privacy.group_memory: personal stores in group chats
-    memory: MemoryService | None = None  # the one memory write path (default: built here)
     _reviews: dict[str, asyncio.Task[None]] = field(default_factory=dict, repr=False)
 
     sessions: Sessions = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.memory is None:
-            model = self.aux_model or self.model
-            self.memory = MemoryService(self.home, self.memory_config, self.db, model=model)
         self.sessions = Sessions(self.db, self.home, self.memory, group_memory=self.group_memory)
 
     @property
-    def memories(self) -> MemoryService:
-        assert self.memory is not None  # set in __post_init__
-        return self.memory
-
-    @property
     def providers(self) -> ProviderHost:
-        return self.memories.providers
+        return self.memory.providers
 
     def memory_of(self, user_id: str) -> UserMemory:
-        return self.memories.of(user_id)
+        return self.memory.of(user_id)
 
     # -- the turn ----------------------------------------------------------------------
 
@@ -160,7 +151,7 @@ class Agent:
         async def remember(args: dict[str, Any]) -> dict[str, Any]:
             if not self.sessions.personal(surface) or owner is None:
                 return {"success": False, "error": GROUP_MEMORY_OFF}
-            outcome = await self.memories.apply(
+            outcome = await self.memory.apply(
                 owner, args, actor="agent", session_id=conv.id, message_id=cause
             )
             return outcome.result
@@ -239,7 +230,7 @@ class Agent:
     # -- background memory review ---------------------------------------------------------
 
     def _schedule_review(self, conv: Conversation) -> None:
-        interval = self.memory_config.review_interval
+        interval = self.memory.config.review_interval
         user_turns = sum(1 for m in conv.history if m["role"] == "user")
         if not interval or user_turns % interval or conv.user_id in self._reviews:
             return
@@ -273,13 +264,13 @@ class Agent:
 
     def check_memory(self, user_id: str) -> None:
         """Consolidate this user's stores over the threshold, in the background."""
-        self.memories.request_check(user_id)
+        self.memory.request_check(user_id)
 
     async def drain(self, timeout: float = 30.0) -> None:
         """Wait for background work (e.g. before a one-shot CLI exits)."""
         if self._reviews:
             await asyncio.wait(list(self._reviews.values()), timeout=timeout)
-        await self.memories.drain(timeout)
+        await self.memory.drain(timeout)
 
 
 __all__ = ["Agent", "Speaker", "Surface", "TurnResult"]

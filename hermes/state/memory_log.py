@@ -121,10 +121,6 @@ class MemoryLogDB:
             self.engine, lambda raw: raw.execute(_DELETE_INTENT, (intent_id,)), self.patience
         )
 
-    def open_changes(self, user_id: str, target: str) -> list[tuple[int, str]]:
-        """(id, text the file was to hold) of the store's open intents, oldest first."""
-        return self.unsettled(user_id, target)[0]
-
     def expected_text(self, user_id: str, target: str) -> str | None:
         """What the store should hold after its last recorded change (None: no history)."""
         return self.unsettled(user_id, target)[1]

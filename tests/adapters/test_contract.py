@@ -21,10 +21,10 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from gateway.config import HermesConfig
 from gateway.runtime import Gateway
 from hermes.state.db import SessionDB
 from tests.adapters.harness import BURST, burst_texts, check_burst, slow_echo
+from tests.apps import app_config
 from tests.fakes.discord_server import DiscordFault, FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.slack_server import FakeSlack, SlackFault
@@ -208,14 +208,11 @@ def run(
     section = {"enabled": True, **driver.section}
     if not allow_all:
         section["allowed_users"] = [driver.users[0]]
-    config = HermesConfig.model_validate(
-        {
-            "llm": {"base_url": llm.base_url, "model": "m", "max_retries": 0, "timeout": 10},
-            "memory": {"review_interval": 0},
-            "access": {"allow_all": allow_all},
-            "platforms": {driver.name: section},
-            "gateway": {"http": {"port": 0}},
-        }
+    config = app_config(
+        llm,
+        access={"allow_all": allow_all},
+        platforms={driver.name: section},
+        gateway={"http": {"port": 0}},
     )
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json")))

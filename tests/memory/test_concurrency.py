@@ -105,7 +105,6 @@ def test_sigkill_between_file_and_record_leaves_no_unexplained_change(home: Path
         explained = {e.entry_after for e in events if e.action == "add"}
         assert set(state.entries) <= explained  # every entry has the event that wrote it
         assert not [e for e in events if e.action == "outside"]  # nothing was lost in between
-        assert db.memory_log.expected_text(user_id, "memory") == state.raw
-        assert db.memory_log.open_changes(user_id, "memory") == []
+        assert db.memory_log.unsettled(user_id, "memory") == ([], state.raw)
     finally:
         db.close()
