@@ -5,8 +5,9 @@
 Every user's MEMORY.md is filled to ~85 % of 2,200 chars; the consolidation check then
 runs exactly as the scheduler job does (scan every store, lock, ask the model, validate
 the proposal, compare-and-swap write, record versions and events in state.db). The model
-is in-process and answers at once with a valid proposal (each entry shortened from its
-own words), so the time measured is ours alone.
+is in-process and answers at once with a faithful proposal (each project's two entries
+merged into one that keeps every word and number), so the time measured is ours alone,
+the validator's meaning checks included.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import re
 import tempfile
 import time
@@ -39,17 +41,17 @@ class InstantConsolidator:
         tools: Sequence[dict[str, Any]] | None = None,
         temperature: float | None = None,
     ) -> ModelReply:
-        entries = []
+        lines = []
         for line in str(messages[-1]["content"]).splitlines():
             match = LINE.match(line)
             if match:
-                words = match.group(2).split()
-                entries.append(
-                    {
-                        "text": " ".join(words[: len(words) // 2 + 1]),
-                        "sources": [int(match.group(1))],
-                    }
-                )
+                lines.append((int(match.group(1)), match.group(2)))
+        entries = []
+        for (i, service), (j, database) in zip(lines[::2], lines[1::2], strict=False):
+            rest = database.split(" uses ", 1)[1]  # "database ... on cluster ..."
+            entries.append({"text": f"{service} with {rest}", "sources": [i, j]})
+        if len(lines) % 2:
+            entries.append({"text": lines[-1][1], "sources": [lines[-1][0]]})
         return ModelReply(json.dumps({"entries": entries, "dropped": []}))
 
 
@@ -60,9 +62,8 @@ def fill(home: Path, users: int) -> None:
         entries, k = [], 0
         while fmt.usage(entries) < 0.85 * 2200 - 90:
             w = WORDS[k % len(WORDS)]
-            entries.append(
-                f"Project {k} of team {u} runs service {w} with database {w}store on cluster {w}{k}"
-            )
+            entries.append(f"Project {k} of team {u} runs service {w}")
+            entries.append(f"Project {k} of team {u} uses database {w}store on cluster {w}{k}")
             k += 1
         (folder / "MEMORY.md").write_text(fmt.serialize(entries))
 
@@ -87,6 +88,7 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=1000)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    logging.disable(logging.WARNING)  # a rejection is reported in the outcomes, not logged
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
         fill(home, args.users)

@@ -25,7 +25,13 @@ from pathlib import Path
 
 from gateway.command_context import RuntimeInfo
 from gateway.commands import Commands
-from gateway.config import ConfigError, HermesConfig, auxiliary_endpoint, main_endpoint
+from gateway.config import (
+    ConfigError,
+    HermesConfig,
+    auxiliary_endpoint,
+    judge_wanted,
+    main_endpoint,
+)
 from gateway.intake import IntakePolicy
 from gateway.people import People
 from gateway.router import Router, RouterPolicy
@@ -34,6 +40,7 @@ from hermes.agent.agent import Agent
 from hermes.llm.client import LLMClient
 from hermes.llm.summarizer import LLMSummarizer
 from hermes.llm.types import ChatModel
+from hermes.memory.scan_judge import Judge
 from hermes.memory.service import MemoryService
 from hermes.providers.base import MemoryProvider
 from hermes.providers.host import ProviderHost
@@ -119,8 +126,14 @@ def build_memory(
     provider: MemoryProvider | None = None,
 ) -> MemoryService:
     """The memory service: the one write path (also on its own, for the CLI's memory
-    commands and the consolidation job). `model` consolidates (the auxiliary one)."""
-    return MemoryService(home, config.memory, db, model=model, providers=ProviderHost(provider))
+    commands and the consolidation job). `model` consolidates (the auxiliary one) and,
+    when `memory.scan.judge` asks for it, judges entries for the scan's second stage."""
+    judge = None
+    if model is not None and judge_wanted(config):
+        judge = Judge(model, config.memory.scan.judge_timeout_seconds)
+    return MemoryService(
+        home, config.memory, db, model=model, providers=ProviderHost(provider), judge=judge
+    )
 
 
 def router_policy(config: HermesConfig) -> RouterPolicy:

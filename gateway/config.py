@@ -133,6 +133,14 @@ def auxiliary_endpoint(
     )
 
 
+def judge_wanted(config: HermesConfig) -> bool:
+    """Whether the memory scan's second stage runs: `memory.scan.judge` on, or auto with
+    an auxiliary model configured (the main model judges only when asked to)."""
+    mode = config.memory.scan.judge
+    aux = config.auxiliary
+    return mode == "on" or (mode == "auto" and bool(aux.model or aux.base_url))
+
+
 def _key(name: str | None, env: Mapping[str, str] | None) -> str | None:
     return secret(name, env) if name else None
 

@@ -29,8 +29,10 @@ from enum import StrEnum
 from gateway.config import HermesConfig
 from gateway.events import ChatType, MessageEvent
 from hermes.identity import owner_user_id
+from hermes.memory.gate import memory_gate
 from hermes.memory.merge import MergeError, MergeReport
 from hermes.memory.service import MemoryService
+from hermes.memory.store import StoreError
 from hermes.state.db import SessionDB
 from hermes.state.models import Identity
 from hermes.state.people import ROLE_RANK, PairingRefused, Redeem
@@ -191,7 +193,21 @@ class People:
         """Join `current_user` (whose identity is `requester`, e.g. 'slack:U1') to the
         user that minted `code`: their memories merge (the memory service), then their
         identities, sessions and messages (state.db). The survivor is the CLI owner if
-        either is, else the higher role, else the code's creator."""
+        either is, else the higher role, else the code's creator.
+
+        The whole link holds the memory gate exclusively (hermes/memory/gate.py): two
+        links of a chain run one after the other, each on the ids as they are then.
+        """
+        try:
+            with memory_gate(self.memory.home, exclusive=True):
+                outcome = self._link(code, requester=requester, current_user=current_user)
+        except StoreError as exc:
+            return LinkOutcome(False, f"Could not merge the memories: {exc}")
+        if outcome.merged_away is not None:
+            self.changed()
+        return outcome
+
+    def _link(self, code: str, *, requester: str, current_user: str) -> LinkOutcome:
         redeemed = self.repo.redeem_link_code(code, requester)
         if redeemed.status is Redeem.LOCKED:
             until = f"{redeemed.locked_until:%H:%M} UTC" if redeemed.locked_until else "later"
@@ -202,17 +218,18 @@ class People:
                 "That code is not valid: it is wrong, used or expired (codes last 10 minutes). "
                 "Send /link where you are already known to get a new one.",
             )
-        creator = redeemed.user_id
-        if creator == current_user:
+        # either side may have been merged into someone else since it was looked up
+        creator = self.repo.current_id(redeemed.user_id)
+        current = self.repo.current_id(current_user)
+        if creator == current:
             return LinkOutcome(True, "This account is already linked to you.", creator)
-        keep, gone = self._survivor(creator, current_user)
+        keep, gone = self._survivor(creator, current)
         try:
             report = self.memory.merge(keep, gone)
         except MergeError as exc:
             return LinkOutcome(False, f"Could not merge the memories: {exc}")
         self.repo.merge_users(keep, gone)
         logger.info("linked %s into %s", gone, keep)
-        self.changed()
         return LinkOutcome(
             True,
             f"Linked. These accounts are now one person ({keep}); {report.describe()}.",

@@ -21,6 +21,15 @@ class ConsolidationConfig(Section):
     check_interval_minutes: float = Field(default=10.0, gt=0, le=24 * 60)
 
 
+class ScanConfig(Section):
+    """The security scan's second stage: a model judges entries that pass the patterns
+    but address the assistant. auto = when an auxiliary model is configured; on = with
+    the auxiliary model, else the main one; off = the patterns alone decide."""
+
+    judge: Literal["auto", "on", "off"] = "auto"
+    judge_timeout_seconds: float = Field(default=15.0, gt=0, le=300)
+
+
 class MemoryConfig(Section):
     """The built-in MEMORY.md / USER.md stores."""
 
@@ -30,6 +39,7 @@ class MemoryConfig(Section):
     user_char_limit: int = Field(default=1375, ge=100, le=100_000)
     review_interval: int = Field(default=10, ge=0, le=1000)  # user turns; 0 disables
     consolidation: ConsolidationConfig = ConsolidationConfig()
+    scan: ScanConfig = ScanConfig()
 
 
 class SessionsConfig(Section):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import typer
 
 from gateway.cli import chat_cmd, gateway_cmd, memory_cmd, sessions_cmd, users_cmd
@@ -27,4 +29,8 @@ app.command("init")(chat_cmd.init)
 
 
 def main() -> None:
+    # Commands report their own outcomes; a library warning about the same event (a
+    # rejected consolidation, say) would say it twice. `hermes gateway run` sets up
+    # logging for its journal itself.
+    logging.getLogger().setLevel(logging.ERROR)
     app()

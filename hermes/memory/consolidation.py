@@ -4,7 +4,11 @@
    run finds it busy and skips). Ask the auxiliary model for a consolidated list that fits
    the target fill: every new entry lists the old entries it came from; every dropped
    entry carries a reason.
-2. Validate the whole proposal, rejecting it on any failed check (see `validate`).
+2. Validate the whole proposal, rejecting it on any failed check (see `validate`): the
+   ids add up, nothing is dropped without a reason or beyond the cap, protected entries
+   are carried over verbatim (or left out of the proposal, and so kept as they are), and
+   every new entry says what its sources said: nothing new, nothing lost, numbers beside
+   what they measure, negations and modal words kept with their scope (fidelity.py).
 3. Write only if the file still has the text read in step 1 (else retry, bounded);
    record the previous text for undo and a memory_event per change (actor consolidator).
 4. Leave a one-line notice for the user's next reply, and record the run for status.
@@ -30,13 +34,13 @@ from hermes.config import ConsolidationConfig
 from hermes.llm.client import LLMError
 from hermes.llm.types import ChatModel
 from hermes.memory import entries as fmt
+from hermes.memory.fidelity import is_instruction, meaning_changes
 from hermes.memory.scanner import scan
 from hermes.memory.store import MemoryStore, StoreState, Target
 from hermes.memory.user_memory import UserMemory
 from hermes.state.db import SessionDB
 from hermes.state.memory_log import MemoryEventRecord, VersionRecord
 from hermes.state.models import utcnow
-from hermes.state.search import STOPWORDS
 
 logger = logging.getLogger(__name__)
 
@@ -48,25 +52,27 @@ Return a shorter list that keeps every durable fact:
 - merge overlapping entries and compress wording; keep names, numbers, paths exactly;
 - never add a fact, word or number that is not in the entries you merge;
 - drop an entry only when it is stale or superseded by another entry, and say why;
-- entries marked [protected] are the user's explicit instructions or corrections:
-  merge them if you like, but never drop them and keep their meaning exactly.
+- a merged entry keeps every content word and number of each entry it merges, each
+  number beside what it measures, and every negation or modal word (not, never, always,
+  must, only...) with what it applies to; write in the entries' own language;
+- entries marked [protected] are the user's own words, instructions or corrections:
+  copy them verbatim as their own entry, or leave them out (they are kept as they are);
+  never merge, reword or drop them.
 Answer with JSON only:
 {"entries": [{"text": "...", "sources": [1, 4]}], "dropped": [{"id": 3, "reason": "..."}]}
-Every old id must appear in exactly one new entry's sources or in dropped."""
+Every other old id must appear in exactly one new entry's sources or in dropped."""
 
-_PROTECTED = re.compile(
-    r"\b(?:don'?t|do not|never|always|must|mustn'?t|should|shouldn'?t|instead|rather than|"
-    r"prefer|prefers|preferred|correction|actually|not|no longer|stop|avoid|remember)\b",
+# corrections and stated preferences, beside the negations and modal words of fidelity.py
+_CORRECTION = re.compile(
+    r"\b(?:instead|rather than|prefers?|preferred|correction|actually|no longer|stop|avoid|"
+    r"remember|en lugar de|en vez de|prefiere|recuerda|evita|lieber|bevorzugt|statt|anstatt|"
+    r"eigentlich|merk dir|préfère|plutôt|au lieu de|souviens|évite|предпочитает|вместо|"
+    r"запомни|избегай|на самом деле|invece|ricorda|em vez|lembre)\b"
+    r"|대신|선호|기억해|차라리|사실은|更喜欢|更喜歡|而不是|记住|記住|其实|其實|避免|改成|"
+    r"代わりに|覚えて|実は|避け",
     re.IGNORECASE,
 )
-_NUMBER = re.compile(r"\d+(?:[.,:/-]\d+)*")
-_WORD = re.compile(r"[^\W\d_]+")
-_NEGATIONS = ("not", "never", "don't", "dont", "no")
-# rewording a merge may need without adding facts
-_CONNECTIVES = frozenset(
-    "also uses use used prefers prefer likes like has have with and plus via both each "
-    "user user's their they them its including incl etc e.g. runs run works".split()
-)
+_WRITTEN = ("add", "replace")  # what a person writes (a merge or consolidation is not)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,12 +155,11 @@ async def _consolidate_locked(
         protected = protected_ids(state, db, memory.user_id, store.target)
         try:
             proposal = await ask(model, state, protected, config)
-            validate(proposal, state, protected, config)
+            new_entries = validate(proposal, state, protected, config)
         except LLMError as exc:
             return Outcome("failed", f"model failed: {exc}", **base)
         except ProposalError as exc:
             return Outcome("rejected", str(exc), **base)
-        new_entries = [text for text, _ in proposal.entries]
         new_text = fmt.serialize(new_entries)
         pending = (read.pending_raw, "") if read.pending else None
         if store.compare_and_swap(state.raw, new_text, pending):
@@ -182,17 +187,24 @@ def _precheck(
 
 
 def protected_ids(state: StoreState, db: SessionDB, user_id: str, target: Target) -> set[int]:
-    """1-based ids of entries that are explicit user instructions or corrections."""
+    """1-based ids of entries that are the user's own words (written with `hermes memory
+    add` or `/memory`), instructions (must, always, never...) or corrections."""
     by_user = {
         e.entry_after
         for e in db.memory_log.memory_events(user_id)
-        if e.actor in ("user", "admin") and e.target == target.value and e.entry_after
+        if e.actor in ("user", "admin")
+        and e.action in _WRITTEN
+        and e.target == target.value
+        and e.entry_after
     }
     return {
-        i
-        for i, entry in enumerate(state.entries, 1)
-        if entry in by_user or _PROTECTED.search(entry)
+        i for i, entry in enumerate(state.entries, 1) if entry in by_user or is_protected(entry)
     }
+
+
+def is_protected(entry: str) -> bool:
+    """An instruction (must, always, never...) or a correction, whoever wrote it."""
+    return bool(_CORRECTION.search(entry)) or is_instruction(entry)
 
 
 async def ask(
@@ -235,66 +247,72 @@ def parse(text: str) -> Proposal:
 
 def validate(
     proposal: Proposal, state: StoreState, protected: set[int], config: ConsolidationConfig
-) -> None:
-    """Raise ProposalError naming the first failed check."""
+) -> list[str]:
+    """The store's new entries, or ProposalError naming the first failed check.
+
+    Protected entries the proposal leaves out are kept verbatim, in their place."""
     old = {i: entry for i, entry in enumerate(state.entries, 1)}
-    merged = {s for _, sources in proposal.entries for s in sources}
+    listed = [s for _, sources in proposal.entries for s in sources]
+    merged = set(listed)
     _check(all(text for text, _ in proposal.entries), "a new entry is empty")
     _check(all(sources for _, sources in proposal.entries), "a new entry lists no sources")
     unknown = (merged | set(proposal.dropped)) - set(old)
     _check(not unknown, f"unknown entry ids {sorted(unknown)}")
+    twice = sorted({s for s in listed if listed.count(s) > 1})
+    _check(not twice, f"entries {twice} are merged into more than one new entry")
     _check(not merged & set(proposal.dropped), "an entry is both merged and dropped")
-    missing = set(old) - merged - set(proposal.dropped)
-    _check(not missing, f"entries {sorted(missing)} are neither merged nor dropped")
-    _check(all(proposal.dropped.values()), "a dropped entry has no reason")
     hit = protected & set(proposal.dropped)
     _check(not hit, f"it drops user instructions or corrections: entries {sorted(hit)}")
+    for text, sources in proposal.entries:
+        touched = sorted(protected & set(sources))
+        _check(
+            not touched or (sources == touched[:1] and text == old[touched[0]]),
+            f"it rewrites a protected entry (the user's own words, an instruction or a "
+            f"correction): {old[touched[0]][:60]!r}"
+            if touched
+            else "",
+        )
+    missing = set(old) - merged - set(proposal.dropped) - protected
+    _check(not missing, f"entries {sorted(missing)} are neither merged nor dropped")
+    _check(all(proposal.dropped.values()), "a dropped entry has no reason")
     fraction = len(proposal.dropped) / len(old)
     _check(
         fraction <= config.max_drop_fraction,
         f"it drops {fraction:.0%} of entries (max {config.max_drop_fraction:.0%})",
     )
-    texts = [text for text, _ in proposal.entries]
+    texts = _with_kept(proposal, old, protected - merged)
     _check(len(set(texts)) == len(texts), "new entries repeat each other")
     used = fmt.usage(texts)
     fits = used <= config.target * state.limit or used < config.threshold * state.limit
     _check(fits, f"the result ({used:,} chars) does not fit under {config.threshold:.0%}")
     for text, sources in proposal.entries:
-        _check_entry(text, [old[s] for s in sources], [old[s] for s in sources if s in protected])
+        _check_entry(text, [old[s] for s in sources])
+    return texts
 
 
-def _check_entry(text: str, sources: list[str], protected: list[str]) -> None:
+def _with_kept(proposal: Proposal, old: dict[int, str], kept: set[int]) -> list[str]:
+    """The proposal's entries with the protected ones it left out, each before the first
+    new entry made from a later entry (so they stay about where they were)."""
+    waiting = sorted(kept)
+    out: list[str] = []
+    for text, sources in proposal.entries:
+        while waiting and waiting[0] < min(sources):
+            out.append(old[waiting.pop(0)])
+        out.append(text)
+    out += [old[i] for i in waiting]
+    return out
+
+
+def _check_entry(text: str, sources: list[str]) -> None:
     finding = scan(text)
     _check(
         finding is None, f"a new entry fails the security scan ({finding and finding.describe()})"
     )
     _check(not fmt.has_separator_line(text), "a new entry contains a separator line")
-    source_text = "\n".join(sources)
-    novel_numbers = set(_NUMBER.findall(text)) - set(_NUMBER.findall(source_text))
-    _check(not novel_numbers, f"a new entry introduces numbers {sorted(novel_numbers)}")
-    known = {w for w in _WORD.findall(source_text.casefold()) if len(w) > 2}
-    novel = [
-        w
-        for w in _WORD.findall(text.casefold())
-        if len(w) > 2 and w not in STOPWORDS and w not in _CONNECTIVES and not _known(w, known)
-    ]
-    _check(not novel, f"a new entry introduces words not in its sources: {novel[:5]}")
-    for original in protected:
-        kept_numbers = set(_NUMBER.findall(original)) <= set(_NUMBER.findall(text))
-        negated = any(re.search(rf"\b{n}\b", original.casefold()) for n in _NEGATIONS)
-        kept_negation = not negated or any(
-            re.search(rf"\b{n}\b", text.casefold()) for n in _NEGATIONS
-        )
-        _check(
-            kept_numbers and kept_negation, f"a protected entry lost its meaning: {original[:60]!r}"
-        )
-
-
-def _known(word: str, known: set[str]) -> bool:
-    """The word, or a form of it (bed/beds, prefer/preferences), is in the sources."""
-    return word in known or any(
-        k.startswith(word) or word.startswith(k) or k[:5] == word[:5] for k in known
-    )
+    if sources == [text]:
+        return  # carried over as it was
+    changes = meaning_changes(text, sources)
+    _check(not changes, f"a new entry {changes[0]}" if changes else "")
 
 
 def _check(ok: bool, problem: str) -> None:
@@ -387,4 +405,13 @@ def due(db: SessionDB, user_id: str, target: Target) -> bool:
     return state.next_attempt_at is None or state.next_attempt_at <= utcnow()
 
 
-__all__ = ["Outcome", "consolidate", "due", "over_threshold", "validate"]
+__all__ = [
+    "Outcome",
+    "ProposalError",
+    "consolidate",
+    "due",
+    "is_protected",
+    "over_threshold",
+    "parse",
+    "validate",
+]

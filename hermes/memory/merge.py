@@ -5,12 +5,16 @@ in their order, as many as fit under the limit. Entries that do not fit wait in 
 store's `.pending` file and the store is flagged for consolidation, which folds them in
 (see consolidation.py): nothing is dropped. Each merged entry is a memory_event (action
 `merge`, or `merge_pending` while it waits) and the whole change one undoable version.
-The other user's folder is then kept, untouched, under `memories/.merged/`.
+The other user's folder is then kept, untouched, under `memories/.merged/`. Its stores
+stay locked from the first read to the move, so nothing written to them is left behind;
+callers hold the memory gate exclusively around the merge and the user merge in
+state.db (see gate.py and gateway/people.py).
 """
 
 from __future__ import annotations
 
 import shutil
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,6 +57,15 @@ def merge_memory(
 ) -> MergeReport:
     """Fold `gone`'s stores into `keep`'s; then archive `gone`'s folder."""
     kept, old = UserMemory(home, keep, config), UserMemory(home, gone, config)
+    with ExitStack() as held:
+        if old.folder.exists():
+            for target in Target:  # a fixed order: memory, then user
+                held.enter_context(old.file_store(target).held())
+        return _merge_held(home, db, kept, old)
+
+
+def _merge_held(home: Path, db: SessionDB, kept: UserMemory, old: UserMemory) -> MergeReport:
+    keep, gone = kept.user_id, old.user_id
     report = MergeReport()
     _refuse_damaged(old, kept)  # before writing anything: a merge is all or nothing
     for target in Target:

@@ -1,30 +1,43 @@
 """Security scan for text that will be injected into a system prompt.
 
-Blocks prompt injection, exfiltration, persistence/backdoors, hard-coded secrets and
-invisible or bidirectional unicode. Text is normalized (NFKC, case-folded, whitespace
-collapsed) before phrase matching so full-width or mixed-case variants don't slip
-through; secrets are matched on the NFKC text with case kept, since key formats are
-case-sensitive. Every pattern uses bounded gaps (`{0,N}`) and no nested quantifiers,
-and input is capped at MAX_SCAN_CHARS, so the cost is linear in a bounded length.
+Blocks prompt injection, exfiltration, persistence/backdoors, hard-coded secrets, hidden
+text and invisible or bidirectional unicode, in the languages of scan_rules.py. In order:
+
+1. characters: invisible and bidirectional controls, Unicode tag characters (except in
+   an emoji flag), control characters, lone surrogates;
+2. hidden text: HTML comments, hidden HTML elements, markdown comments, chat-template
+   and role markers ([SYSTEM], <|im_start|>);
+3. the rules of scan_rules.py over several views of the text: normalized (NFKC,
+   case-folded, blanks collapsed; lines joined too, so a phrase split over lines is
+   seen), with words joined by `_`, `-` or `.` split apart, with leetspeak undone and
+   spaced-out letters joined; a quoted title ("a talk titled '...'") is not read as
+   an instruction;
+4. encoded payloads (base64, hex, percent-encoding, HTML entities, rot13) decoded and
+   scanned again;
+5. secrets in common shapes, on the NFKC text with case kept.
+
+Every pattern uses bounded gaps and no nested quantifiers, and input is capped at
+MAX_SCAN_CHARS, so the cost is linear in a bounded length (bench/scan_corpus.py
+reports the worst case). `scan_together` scans a whole store as it would be after a
+write, so an attack split over two entries is seen.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import codecs
+import html
 import re
 import unicodedata
+import urllib.parse
+from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
+
+from hermes.memory.scan_rules import RULES, TITLE, Category
 
 MAX_SCAN_CHARS = 8000
-
-
-class Category(StrEnum):
-    PROMPT_INJECTION = "prompt injection"
-    EXFILTRATION = "exfiltration"
-    PERSISTENCE = "persistence/backdoor"
-    SECRET = "hard-coded secret"
-    INVISIBLE_UNICODE = "invisible or bidirectional unicode"
-    INVALID_TEXT = "invalid text"
+MAX_DECODE_DEPTH = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,141 +62,6 @@ INVISIBLE = frozenset(
     ]
 )
 
-_GAP = r"[^\n]{0,80}?"  # a bounded stretch of one line
-_WORDS = r"(?:[\w'’-]+ ){0,4}"  # up to four words in between
-
-_INJECTION = [
-    (
-        rf"\b(?:ignore|disregard|forget|override|bypass|skip|drop|abandon)\b {_WORDS}"
-        r"(?:previous|prior|above|earlier|preceding|former|existing|original|system|"
-        r"all|any|every|your|the|these|those|its)\b "
-        rf"{_WORDS}(?:instructions?|prompts?|rules|directives?|guidelines|guardrails|"
-        r"policies|constraints|programming|context)\b",
-        "asks to ignore prior instructions",
-    ),
-    (
-        r"\b(?:new|updated|revised|override|overriding|replacement|real|true|hidden)"
-        r" (?:system|developer) (?:prompt|instructions?|message)",
-        "claims to replace the system prompt",
-    ),
-    (r"\bsystem (?:prompt|instructions?) (?:override|overridden|update)", "system prompt override"),
-    (r"\byou are now\b", "tries to redefine the assistant ('you are now')"),
-    (
-        r"\bfrom now on,? you (?:are|will|must|shall|should|have to)\b",
-        "tries to redefine the assistant",
-    ),
-    (r"\bpretend (?:that )?(?:you are|you're|to be)\b", "asks the assistant to pretend"),
-    (
-        r"\b(?:do not|don't|dont|never|must not|mustn't) "
-        r"(?:tell|inform|alert|notify|warn|reveal (?:this |it )?to|mention (?:this |it )?to|"
-        r"let|show) (?:the |this )?(?:user|owner|human|operator)",
-        "asks to hide things from the user",
-    ),
-    (
-        r"\b(?:without|secretly|silently|covertly) "
-        r"(?:telling|informing|asking|notifying|alerting|the user (?:knowing|noticing))",
-        "asks to act behind the user's back",
-    ),
-    (r"\bhide (?:this|it|that|these) from (?:the )?(?:user|owner)", "asks to hide from the user"),
-    (
-        r"\b(?:reveal|print|output|repeat|show|dump|leak|disclose) "
-        r"(?:me )?(?:your|the) (?:full |entire |whole |hidden |original )?"
-        r"(?:system prompt|initial prompt|instructions|hidden instructions)",
-        "asks to reveal the system prompt",
-    ),
-    (
-        r"\b(?:jailbreak|jailbroken|dan mode|developer mode enabled|do anything now)\b",
-        "jailbreak phrasing",
-    ),
-    (
-        r"(?:<\|im_start\|>|<\|im_end\|>|<\|system\|>|\[/?inst\]|<</?sys>>|</?system>|"
-        r"^#{1,6} ?(?:system|instructions?)\b)",
-        "chat-template or role markers",
-    ),
-    (
-        r"\b(?:always|must|you will) (?:obey|comply with|follow) "
-        r"(?:any|all|every)?(?: )?(?:instructions?|commands?|requests?) "
-        rf"{_GAP}\b(?:from|in|at|on)\b",
-        "asks to obey instructions from elsewhere",
-    ),
-]
-
-_SECRET_VAR = r"\$\{?[a-z_]*(?:key|token|secret|passw|pwd|cred|auth|api)[a-z_]*\}?"
-_CRED_FILE = (
-    r"(?:\.env\b|\.aws/credentials|\.netrc|\.pgpass|id_rsa|id_ed25519|id_ecdsa|/etc/shadow|"
-    r"credentials\.json|\.git-credentials|\.docker/config\.json|\.kube/config|"
-    r"\.npmrc|\.pypirc|secrets?\.(?:json|ya?ml|toml))"
-)
-_NET_TOOL = r"\b(?:curl|wget|nc|ncat|netcat|invoke-webrequest|iwr|httpie|requests\.post|fetch)\b"
-_SENSITIVE = (
-    r"(?:conversations?|chat(?: history| logs?)?|history|messages|transcripts?|memory|memories|"
-    r"secrets?|api keys?|keys|credentials|tokens?|passwords?|env(?:ironment)? (?:vars?|variables)|"
-    r"system prompt|user data|personal data)"
-)
-
-_EXFILTRATION = [
-    (rf"{_NET_TOOL}{_GAP}{_SECRET_VAR}", "network command carrying a secret variable"),
-    (rf"{_NET_TOOL}{_GAP}{_CRED_FILE}", "network command carrying a credential file"),
-    (
-        r"\b(?:cat|type|less|more|head|tail|read|print|dump|open|upload|send|copy|cp|scp|"
-        rf"base64|xxd|exfiltrate|grep){_GAP}{_CRED_FILE}",
-        "reads a credential file",
-    ),
-    (
-        r"\b(?:send|post|upload|forward|exfiltrate|leak|transmit|share|email|mail|copy|sync|"
-        rf"report|pipe|stream|log)\b{_GAP}\b{_SENSITIVE}\b{_GAP}\bto\b{_GAP}"
-        r"(?:https?://|www\.|ftp://|[\w.+-]+@[\w-]+\.[\w.]+|webhook|pastebin|discord\.com/api|"
-        r"\burl\b|\bserver\b|\bendpoint\b|\bipfs\b|\b\d{1,3}(?:\.\d{1,3}){3}\b)",
-        "sends private data to an outside address",
-    ),
-    (r"\bexfiltrat", "exfiltration"),
-    (
-        rf"\b(?:printenv|os\.environ|process\.env|\benv\b \|){_GAP}(?:{_NET_TOOL}|https?://)",
-        "ships environment variables over the network",
-    ),
-    (
-        rf"{_NET_TOOL}{_GAP}(?:printenv|os\.environ|process\.env)",
-        "ships environment variables over the network",
-    ),
-    (
-        rf"\b(?:silently|secretly|covertly|quietly) {_WORDS}"
-        r"(?:forward|send|copy|share|upload|post|cc|bcc|relay|mirror)\b",
-        "copies data somewhere behind the user's back",
-    ),
-]
-
-_PERSISTENCE = [
-    (r"\bauthorized_keys\b", "touches ssh authorized_keys"),
-    (
-        r"\b(?:echo|append|add|write|copy|cp|scp|tee|put|place|insert|install|upload|drop|"
-        r"overwrite|replace|modify|edit|chmod|chown|>>?)\b"
-        rf"{_GAP}(?:~/\.ssh\b|\$home/\.ssh\b|/root/\.ssh\b|/home/[\w.-]+/\.ssh\b)",
-        "writes into an ssh folder",
-    ),
-    (
-        r"\b(?:edit|modify|overwrite|append|write|change|update|replace|delete|rewrite|patch|"
-        r"truncate|erase|wipe)\b"
-        rf"{_GAP}(?:soul\.md|memory\.md|user\.md|\.hermes\b|hermes_home|hermes config|"
-        r"your (?:own )?(?:config|configuration|persona|system prompt|instructions))",
-        "edits the assistant's own config or persona",
-    ),
-    (
-        r"(?:curl|wget)\b[^\n|]{0,200}\| ?(?:sudo )?(?:ba|z|da)?sh\b",
-        "pipes a download into a shell",
-    ),
-    (r"\bcrontab\b{_GAP}(?:curl|wget|nc|bash|sh|python)".replace("{_GAP}", _GAP), "crontab job"),
-    (
-        r"(?:/dev/tcp/|\bnc(?:at)? (?:-[a-z]+ )*-e\b|\bbash -i\b|\bmkfifo\b{_GAP}\bnc\b)".replace(
-            "{_GAP}", _GAP
-        ),
-        "reverse shell",
-    ),
-    (
-        r"\b(?:backdoor|rootkit|keylogger|reverse shell)\b",
-        "backdoor vocabulary",
-    ),
-]
-
 _SECRETS = [
     (
         r"\bsk-(?:proj-|ant-(?:api\d\d-)?|or-v1-|svcacct-)?[A-Za-z0-9_-]{20,}",
@@ -194,8 +72,12 @@ _SECRETS = [
     (r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b", "AWS access key id"),
     (r"\bxox[abposr]-[A-Za-z0-9-]{10,}|\bxapp-\d-[A-Za-z0-9-]{10,}", "Slack token"),
     (r"\bAIza[0-9A-Za-z_-]{35}\b", "Google API key"),
-    (r"\b(?:sk|rk)_live_[0-9A-Za-z]{20,}", "Stripe live key"),
-    (r"\b\d{8,10}:AA[A-Za-z0-9_-]{33}\b", "Telegram bot token"),
+    (r"\b(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{16,}", "Stripe secret key"),
+    (r"\b\d{8,10}:[A-Za-z0-9_-]{35}\b", "Telegram bot token"),
+    (
+        r"(?i:\baws_secret_access_key\b)\s{0,3}[=:]\s{0,3}[\"']?[A-Za-z0-9/+]{30,}",
+        "AWS secret access key",
+    ),
     (r"\b[MNO][A-Za-z\d_-]{23,27}\.[A-Za-z\d_-]{6}\.[A-Za-z\d_-]{27,40}\b", "Discord bot token"),
     (r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}", "JSON web token"),
     (r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----", "private key"),
@@ -216,16 +98,53 @@ _SECRETS = [
 ]
 
 
-def _compile(rules: list[tuple[str, str]], flags: int) -> list[tuple[re.Pattern[str], str]]:
-    return [(re.compile(pattern, flags), reason) for pattern, reason in rules]
-
-
-_NORMALIZED_RULES = [
-    (Category.PROMPT_INJECTION, _compile(_INJECTION, re.MULTILINE)),
-    (Category.EXFILTRATION, _compile(_EXFILTRATION, re.MULTILINE)),
-    (Category.PERSISTENCE, _compile(_PERSISTENCE, re.MULTILINE)),
+_SECRET_RULES = [(re.compile(pattern, re.MULTILINE), reason) for pattern, reason in _SECRETS]
+_HIDDEN = [
+    (re.compile(r"<!--(?:(?!-->)[\s\S]){0,4000}?[^\W\d_]"), "text hidden in an HTML comment"),
+    (
+        re.compile(
+            r"<[a-z][a-z0-9]{0,10}\b[^>]{0,300}?(?:display\s*:\s*none|visibility\s*:\s*hidden|"
+            r"font-size\s*:\s*0|opacity\s*:\s*0(?![.\d]*[1-9])|\bhidden\b)",
+            re.IGNORECASE,
+        ),
+        "text hidden in an invisible HTML element",
+    ),
+    (re.compile(r"^\s*\[//\]:\s*#", re.MULTILINE), "text hidden in a markdown comment"),
+    (
+        re.compile(
+            r"<\|[a-z_]{2,20}\|>|\[/?inst\]|<</?sys>>|</?(?:system|assistant|developer)>|"
+            r"^\W{0,3}\[(?:system|assistant|developer|admin|sys)(?: (?:message|prompt|note|notice|"
+            r"override))?\]|^#{1,6} ?(?:system|instructions?)\b",
+            re.IGNORECASE | re.MULTILINE,
+        ),
+        "chat-template or role markers",
+    ),
 ]
-_SECRET_RULES = _compile(_SECRETS, re.MULTILINE)
+# words joined by _, - or . ("ignore_previous_instructions"); not inside numbers
+_JOINER = re.compile(r"(?<=[^\W\d_])[_.-]+(?=[^\W\d_])")
+_LEET = str.maketrans(
+    {
+        "0": "o",
+        "1": "i",
+        "3": "e",
+        "4": "a",
+        "5": "s",
+        "7": "t",
+        "@": "a",
+        "$": "s",
+        "!": "i",
+        "|": "l",
+    }
+)
+_LEET_WORD = re.compile(r"[\w@$!|]*[^\W\d_][\w@$!|]*")
+_SPACED = re.compile(r"(?:\b[^\W\d_] {1,3}){3,}[^\W\d_]\b")
+_BASE64 = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/_-]{16,}={0,2}(?![A-Za-z0-9+/=_-])")
+_HEX = re.compile(r"\b(?:[0-9a-fA-F]{2}[ :]?){8,}\b")
+_PERCENT = re.compile(r"(?:%[0-9a-fA-F]{2}){3,}")
+_ENTITY = re.compile(r"&(?:#\d{2,6}|#x[0-9a-fA-F]{2,6}|[a-z]{2,8});")
+_ROT13 = re.compile(r"\brot-?13\b", re.IGNORECASE)
+# an emoji subdivision flag: U+1F3F4, tag letters, U+E007F
+_TAG_FLAG = re.compile("\U0001f3f4[\U000e0030-\U000e007a]{2,8}\U000e007f")
 
 
 def normalize(text: str) -> str:
@@ -241,17 +160,45 @@ def scan(text: str) -> Finding | None:
             Category.INVALID_TEXT,
             f"content is {len(text):,} chars; at most {MAX_SCAN_CHARS:,} can be checked",
         )
-    return _scan_characters(text) or _scan_patterns(text)
+    return _scan(text, MAX_DECODE_DEPTH)
+
+
+def scan_together(entries: Sequence[str], before: Sequence[str]) -> Finding | None:
+    """A finding in the store as it would be (`entries`) that it does not already have
+    (`before`): an attack split over two entries, each harmless alone."""
+    after = scan("\n".join(entries)[:MAX_SCAN_CHARS])
+    if after is None:
+        return None
+    if scan("\n".join(before)[:MAX_SCAN_CHARS]) == after:
+        return None  # the store already reads that way; this entry adds nothing to it
+    return Finding(after.category, f"{after.reason} (together with other entries)")
+
+
+def _scan(text: str, depth: int) -> Finding | None:
+    return (
+        _scan_characters(text)
+        or _scan_hidden(text)
+        or _scan_patterns(text)
+        or _scan_encoded(text, depth)
+        or _scan_secrets(text)
+    )
 
 
 def _scan_characters(text: str) -> Finding | None:
-    for char in text:
+    flags = {m.start() + i for m in _TAG_FLAG.finditer(text) for i in range(len(m.group()))}
+    for at, char in enumerate(text):
         code = ord(char)
         if code in INVISIBLE:
             return Finding(
                 Category.INVISIBLE_UNICODE,
                 f"contains U+{code:04X} ({unicodedata.name(char, 'unnamed')})",
             )
+        if 0xE0000 <= code <= 0xE007F and at not in flags:
+            return Finding(
+                Category.INVISIBLE_UNICODE, f"contains Unicode tag character U+{code:05X}"
+            )
+        if 0xE0100 <= code <= 0xE01EF:
+            return Finding(Category.INVISIBLE_UNICODE, f"contains variation selector U+{code:05X}")
         if 0xD800 <= code <= 0xDFFF:
             return Finding(Category.INVALID_TEXT, f"contains a lone surrogate U+{code:04X}")
         if (code < 0x20 and char not in "\n\t") or 0x7F <= code < 0xA0:
@@ -259,13 +206,104 @@ def _scan_characters(text: str) -> Finding | None:
     return None
 
 
+def _scan_hidden(text: str) -> Finding | None:
+    for pattern, reason in _HIDDEN:
+        if pattern.search(text):
+            return Finding(Category.HIDDEN_TEXT, reason)
+    return None
+
+
+def _views(text: str) -> list[str]:
+    """The normalized text, and the same with the usual disguises undone."""
+    base = normalize(text)
+    joined = _JOINER.sub(" ", base)
+    unleet = _LEET_WORD.sub(lambda m: m.group().translate(_LEET), joined)
+    views = [base, base.replace("\n", " "), joined, unleet, _despace(text)]
+    return list(dict.fromkeys(views))
+
+
+def _despace(text: str) -> str:
+    """'i g n o r e  a l l' -> 'ignore all' (two or more blanks separate words)."""
+    spaced = unicodedata.normalize("NFKC", text)
+
+    def join(match: re.Match[str]) -> str:
+        return " ".join(word.replace(" ", "") for word in re.split(r" {2,}", match.group()))
+
+    return normalize(_SPACED.sub(join, spaced.casefold()))
+
+
 def _scan_patterns(text: str) -> Finding | None:
-    by_line = normalize(text)
-    flat = by_line.replace("\n", " ")  # phrases split across lines match here
-    for category, rules in _NORMALIZED_RULES:
-        for pattern, reason in rules:
-            if pattern.search(by_line) or (flat != by_line and pattern.search(flat)):
-                return Finding(category, reason)
+    views = _views(text)
+    masked = [TITLE.sub(" «title» ", view) for view in views]
+    present: dict[tuple[int, int], bool] = {}  # (part, view) -> found
+
+    def has(part: re.Pattern[str], at: int, view: str) -> bool:
+        key = (id(part), at)
+        if key not in present:
+            present[key] = part.search(view) is not None
+        return present[key]
+
+    for rule in RULES:
+        offset = len(views) if rule.title_safe else 0
+        for at, view in enumerate(masked if rule.title_safe else views, offset):
+            if all(has(part, at, view) for part in rule.needs) and rule.pattern.search(view):
+                return Finding(rule.category, rule.reason)
+    return None
+
+
+def _scan_encoded(text: str, depth: int) -> Finding | None:
+    if depth <= 0:
+        return None
+    for kind, decoded in _decodings(text):
+        finding = _scan(decoded, depth - 1)
+        if finding is not None and finding.category is not Category.INVALID_TEXT:
+            return Finding(finding.category, f"{finding.reason} (in {kind}-encoded text)")
+    return None
+
+
+def _decodings(text: str) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for match in _BASE64.finditer(text):
+        token = match.group()
+        if not (re.search(r"[A-Z]", token) and re.search(r"[a-z0-9]", token)):
+            continue  # one case only: a word or a hex string, not base64
+        for decoder in (base64.b64decode, base64.urlsafe_b64decode):
+            try:
+                raw = decoder(token + "=" * (-len(token) % 4))
+            except (binascii.Error, ValueError):
+                continue
+            decoded = _printable(raw)
+            if decoded:
+                out.append(("base64", decoded))
+                break
+    for match in _HEX.finditer(text):
+        digits = re.sub(r"[ :]", "", match.group())
+        if len(digits) % 2 == 0:
+            decoded = _printable(bytes.fromhex(digits))
+            if decoded:
+                out.append(("hex", decoded))
+    if _PERCENT.search(text):
+        out.append(("percent", urllib.parse.unquote(text)))
+    if _ENTITY.search(text):
+        out.append(("HTML-entity", html.unescape(text)))
+    if _ROT13.search(text):
+        out.append(("rot13", codecs.decode(text, "rot13")))
+    return out
+
+
+def _printable(raw: bytes) -> str | None:
+    """The bytes as text if they are mostly readable UTF-8 with letters in it."""
+    try:
+        decoded = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    readable = sum(1 for c in decoded if c.isprintable() or c in "\n\t")
+    if len(decoded) < 6 or readable < 0.9 * len(decoded) or not re.search(r"[^\W\d_]{3}", decoded):
+        return None
+    return decoded
+
+
+def _scan_secrets(text: str) -> Finding | None:
     nfkc = unicodedata.normalize("NFKC", text)
     for pattern, reason in _SECRET_RULES:
         if pattern.search(nfkc):

@@ -6,6 +6,8 @@ check all call it, so every change gets the same treatment, in this order:
 
 1. the tool's semantics and the security scan, decided under the store's lock on the
    fresh file (hermes/memory/tool.py), off the event loop;
+   An auxiliary model, when configured for it, first judges an entry that passes the
+   patterns but speaks to the assistant (scan_judge.py);
 2. provenance: the event and the store's before/after version in state.db, for
    `/memory why` and exact undo (journal.py);
 3. the provider mirror: the external provider, if any, hears of the change;
@@ -29,16 +31,21 @@ from typing import Any
 from hermes.config import MemoryConfig
 from hermes.llm.types import ChatModel
 from hermes.memory import sweep
+from hermes.memory.gate import memory_gate
 from hermes.memory.journal import Actor, reconcile, run_recorded
 from hermes.memory.merge import MergeReport, merge_memory
 from hermes.memory.render import display_entry
-from hermes.memory.store import Target
+from hermes.memory.scan_judge import Judge
+from hermes.memory.scan_rules import Category
+from hermes.memory.scanner import scan
+from hermes.memory.store import StoreBusyError, Target
 from hermes.memory.tool import MemoryTool, ToolOutcome
 from hermes.memory.undo import undo_last
 from hermes.memory.user_memory import UserMemory
 from hermes.providers.base import MemoryWrite
 from hermes.providers.host import ProviderHost
 from hermes.state.db import SessionDB
+from hermes.state.models import MemoryVersion
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +84,10 @@ class MemoryService:
         model: ChatModel | None = None,  # for consolidation (the auxiliary model)
         providers: ProviderHost | None = None,
         auto_consolidate: bool = True,
+        judge: Judge | None = None,  # the scan's second stage, if a model is set for it
     ) -> None:
         self.home, self.config, self.db, self.model = home, config, db, model
+        self.judge = judge
         self.providers = providers or ProviderHost()
         self.auto_consolidate = auto_consolidate
         self._checks: dict[str, asyncio.Task[Any]] = {}
@@ -98,10 +107,13 @@ class MemoryService:
         message_id: int | None = None,
     ) -> ToolOutcome:
         """A memory-tool operation (add / replace / remove) for `user_id`."""
+        refused = await self._judged(args)
+        if refused is not None:
+            return refused
         write = functools.partial(
             self._apply, user_id, args, actor, session_id=session_id, message_id=message_id
         )
-        outcome = await asyncio.to_thread(write)
+        user_id, outcome = await asyncio.to_thread(write)
         change = outcome.change
         if change is not None and sweep.crosses_threshold(
             change.used_before,
@@ -112,6 +124,27 @@ class MemoryService:
             self.request_check(user_id)
         return outcome
 
+    async def _judged(self, args: Mapping[str, Any]) -> ToolOutcome | None:
+        """The second stage of the scan, off the store's lock (it calls a model): a
+        refusal, or None to go on (the pattern stage runs again under the lock)."""
+        content = args.get("content")
+        if self.judge is None or args.get("action") not in ("add", "replace"):
+            return None
+        if not isinstance(content, str) or not content or scan(content) is not None:
+            return None  # nothing to judge, or the pattern stage refuses it anyway
+        finding = await self.judge.check(content)
+        if finding is None:
+            return None
+        if finding.category is Category.UNVERIFIED:
+            error = (
+                f"Could not verify this entry ({finding.reason}); nothing was written. Try "
+                "again later, or save it as a plain fact about the user with no instruction "
+                "to the assistant."
+            )
+        else:
+            error = f"Blocked by the security scan ({finding.describe()}). Nothing was written."
+        return ToolOutcome({"success": False, "error": error})
+
     def _apply(
         self,
         user_id: str,
@@ -120,17 +153,23 @@ class MemoryService:
         *,
         session_id: str | None,
         message_id: int | None,
-    ) -> ToolOutcome:
-        self.db.people.ensure_user(user_id)
-        memory = self.of(user_id)
-        outcome = run_recorded(
-            MemoryTool(memory),
-            self.db,
-            args,
-            actor=actor,
-            session_id=session_id,
-            message_id=message_id,
-        )
+    ) -> tuple[str, ToolOutcome]:
+        """The write, under the memory gate, for the person `user_id` is now (a turn that
+        began before a link still writes to the merged person); returns that id too."""
+        try:
+            with memory_gate(self.home):
+                user_id = self.db.people.current_id(user_id)
+                self.db.people.ensure_user(user_id)
+                outcome = run_recorded(
+                    MemoryTool(self.of(user_id)),
+                    self.db,
+                    args,
+                    actor=actor,
+                    session_id=session_id,
+                    message_id=message_id,
+                )
+        except StoreBusyError as exc:
+            return user_id, ToolOutcome({"success": False, "error": str(exc)})
         change = outcome.change
         if change is not None:
             self.providers.memory_written(
@@ -144,7 +183,7 @@ class MemoryService:
                     session_id,
                 )
             )
-        return outcome
+        return user_id, outcome
 
     async def forget(self, user_id: str, text: str, *, session_id: str | None = None) -> str:
         """Remove the one entry (in either store) containing `text`, as the user."""
@@ -176,10 +215,10 @@ class MemoryService:
 
     async def undo(self, user_id: str, actor: str = "user") -> tuple[bool, str]:
         """Revert the last change of this user's memory (a consolidation too)."""
-        await asyncio.to_thread(self.reconcile, user_id)
-        memory = self.of(user_id)
-        version = self.db.memory_log.last_version(user_id)
-        done, message = await asyncio.to_thread(undo_last, memory, self.db, actor)
+        try:
+            user_id, version, done, message = await asyncio.to_thread(self._undo, user_id, actor)
+        except StoreBusyError as exc:
+            return False, str(exc)
         if done and version is not None:
             write = MemoryWrite(
                 "undo", version.target, version.text_before, version.text_after, user_id, actor
@@ -187,8 +226,17 @@ class MemoryService:
             self.providers.memory_written(write)
         return done, message
 
+    def _undo(self, user_id: str, actor: str) -> tuple[str, MemoryVersion | None, bool, str]:
+        with memory_gate(self.home):
+            user_id = self.db.people.current_id(user_id)
+            self.reconcile(user_id)
+            version = self.db.memory_log.last_version(user_id)
+            done, message = undo_last(self.of(user_id), self.db, actor)
+        return user_id, version, done, message
+
     def merge(self, keep: str, gone: str) -> MergeReport:
-        """Fold `gone`'s stores into `keep`'s (linking); raises MergeError untouched."""
+        """Fold `gone`'s stores into `keep`'s (linking); raises MergeError untouched.
+        The caller holds the memory gate exclusively (gateway/people.py `link`)."""
         report = merge_memory(self.home, self.config, self.db, keep, gone)
         for target in Target if self.providers.active else ():
             if report.added.get(target) or report.waiting.get(target):

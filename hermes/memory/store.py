@@ -191,6 +191,15 @@ class MemoryStore:
             folder.chmod(0o700)
 
     @contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold the store's lock (no other writer can change it) for a whole operation,
+        such as a merge reading it and moving it away. Not reentrant: inside, use only
+        `read`, never `mutate` or `compare_and_swap` of this store."""
+        self._ensure_dir()
+        with self._locked():
+            yield
+
+    @contextmanager
     def _locked(self) -> Iterator[None]:
         fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -252,16 +261,18 @@ def _damage_message(store: MemoryStore, damage: str, backup: Path) -> str:
     )
 
 
-def wait_for_flock(fd: int, timeout: float) -> bool:
-    """Take an exclusive flock on `fd`, waiting in the kernel for at most `timeout` s.
+def wait_for_flock(fd: int, timeout: float, *, shared: bool = False) -> bool:
+    """Take a flock on `fd` (exclusive, or `shared`), waiting in the kernel for at most
+    `timeout` s.
 
     The wait is a blocking flock in a helper thread, so waiters sleep in the kernel and
     are woken when the holder releases (polling with sleeps serves them unfairly). On a
     timeout the helper keeps waiting on a duplicate descriptor and lets go of the lock
     at once if it gets it, so a late grant never leaves the file locked.
     """
+    mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
         return True  # uncontended: no thread needed
     except OSError as exc:
         if exc.errno not in (errno.EAGAIN, errno.EACCES):
@@ -273,7 +284,7 @@ def wait_for_flock(fd: int, timeout: float) -> bool:
 
     def wait() -> None:
         try:
-            fcntl.flock(waiter, fcntl.LOCK_EX)
+            fcntl.flock(waiter, mode)
         except OSError:
             os.close(waiter)
             return

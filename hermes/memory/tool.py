@@ -13,7 +13,7 @@ from typing import Any
 
 from hermes.memory import entries as fmt
 from hermes.memory.render import BLOCKED_HANDLE_PREFIX, blocked_handle, display_entry
-from hermes.memory.scanner import scan
+from hermes.memory.scanner import scan, scan_together
 from hermes.memory.store import StoreError, StoreState, Target
 from hermes.memory.user_memory import UserMemory
 
@@ -179,6 +179,7 @@ class _Operation:
                 current_entries=_shown(state),
                 usage=f"{state.used:,}/{state.limit:,}",
             )
+        _check_together(new, state.entries)
         return new, self._applied(state, new, None, self.content, "Entry added.")
 
     def _find(self, state: StoreState) -> int:
@@ -218,6 +219,7 @@ class _Operation:
                 f"Shorten the new content or remove other entries first.",
                 usage=f"{state.used:,}/{state.limit:,}",
             )
+        _check_together(new, state.entries)
         old = state.entries[index]
         return new, self._applied(state, new, old, self.content, "Entry replaced.")
 
@@ -236,6 +238,16 @@ class _Operation:
             file_after=fmt.serialize(new),
         )
         return ToolOutcome(_success(self.target, after_state, msg), change)
+
+
+def _check_together(new: list[str], before: tuple[str, ...]) -> None:
+    """The store as it would be after the write, scanned as a whole: an attack split
+    over two entries is as blocked as one written in one."""
+    finding = scan_together(new, before)
+    if finding:
+        raise _RefusedError(
+            f"Blocked by the security scan ({finding.describe()}). Nothing was written."
+        )
 
 
 def _matching(entries: tuple[str, ...], old_text: str) -> list[int]:

@@ -23,6 +23,16 @@ class User(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
 
 
+class UserAlias(SQLModel, table=True):
+    """A user id merged into another (linking): `old_id` now means `user_id`."""
+
+    __tablename__ = "user_aliases"
+
+    old_id: str = Field(primary_key=True)
+    user_id: str
+    merged_at: datetime = Field(default_factory=utcnow)
+
+
 class Identity(SQLModel, table=True):
     __tablename__ = "identities"
 

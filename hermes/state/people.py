@@ -32,6 +32,7 @@ from hermes.state.models import (
     Message,
     PairingRequest,
     User,
+    UserAlias,
     utcnow,
 )
 
@@ -133,6 +134,12 @@ class PeopleDB:
             return user
 
         return eng.with_retry(self.engine, work, self.patience)
+
+    def current_id(self, user_id: str) -> str:
+        """The id `user_id` has now: the survivor's if it was merged away, else itself."""
+        with eng.reading(self.engine) as session:
+            alias = session.get(UserAlias, user_id)
+        return alias.user_id if alias is not None else user_id
 
     def get_user(self, user_id: str) -> User | None:
         with eng.reading(self.engine) as session:
@@ -350,7 +357,8 @@ class PeopleDB:
 
         Identities, sessions, messages (their search scope follows through the index
         triggers), memory provenance and undo history (marked done: it describes files
-        that no longer exist) all move; the higher role and a block are kept.
+        that no longer exist) and live link codes all move; the higher role and a block
+        are kept; `gone` becomes an alias of `keep` (and so do its own aliases).
         """
         validate_user_id(keep)
         validate_user_id(gone)
@@ -376,8 +384,14 @@ class PeopleDB:
                 .where(col(MemoryVersion.user_id) == gone)
                 .values(user_id=keep, undone_at=func.coalesce(MemoryVersion.undone_at, utcnow()))
             )
-            for owned in (ConsolidationState, LinkCode):
-                session.execute(delete(owned).where(col(owned.user_id) == gone))
+            for moved in (LinkCode, UserAlias):  # a live code of `gone` now joins `keep`
+                session.execute(
+                    update(moved).where(col(moved.user_id) == gone).values(user_id=keep)
+                )
+            session.execute(
+                delete(ConsolidationState).where(col(ConsolidationState.user_id) == gone)
+            )
+            session.add(UserAlias(old_id=gone, user_id=keep))
             session.flush()
             session.delete(old)
 

@@ -271,5 +271,16 @@ _V7 = [
     "CREATE INDEX ix_memory_intents_store ON memory_intents(user_id, target, id)",
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7]
+# v8: a merged-away user id stays an alias of the survivor, so a write or a link code
+# that still names it (a turn that started before the merge) reaches the right person.
+_V8 = [
+    """CREATE TABLE user_aliases (
+        old_id TEXT PRIMARY KEY,
+        user_id TEXT NOT NULL,
+        merged_at TIMESTAMP NOT NULL
+    )""",
+    "CREATE INDEX ix_user_aliases_user ON user_aliases(user_id)",
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8]
 SCHEMA_VERSION = len(MIGRATIONS)

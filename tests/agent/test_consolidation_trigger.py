@@ -19,7 +19,7 @@ def responder(request: dict[str, Any]) -> Reply:
     system = request["messages"][0]["content"]
     if system == INSTRUCTIONS:
         merged = {
-            "text": "Garden beds 1 2 3 4 5 6 7 grow heirloom tomatoes and basil",
+            "text": "Garden beds 1, 2, 3, 4, 5, 6, 7, 8 grow heirloom tomatoes and basil",
             "sources": list(range(1, 9)),
         }
         return Reply(text=json.dumps({"entries": [merged], "dropped": []}))
@@ -59,7 +59,7 @@ def test_crossing_80_percent_consolidates_and_notifies(harness: Harness) -> None
     # one line, once, in the next reply after the consolidation finished
     assert (first + second).count("I tidied your memory: 8 → 1 entries") == 1
     assert fmt.parse((folder / "MEMORY.md").read_text()) == [
-        "Garden beds 1 2 3 4 5 6 7 grow heirloom tomatoes and basil"
+        "Garden beds 1, 2, 3, 4, 5, 6, 7, 8 grow heirloom tomatoes and basil"
     ]
 
 

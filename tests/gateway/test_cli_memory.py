@@ -132,7 +132,7 @@ def test_a_cli_write_that_crosses_the_threshold_runs_the_consolidation_check(
 ) -> None:
     from hermes.memory import entries as fmt
     from hermes.state.db import SessionDB
-    from tests.gateway.test_scheduler import FULL, configure, good_proposal
+    from tests.gateway.test_scheduler import CONSOLIDATED, FULL, configure, good_proposal
 
     configure(home, fake_llm)
     folder = home / "memories" / owner_user_id(home)
@@ -141,7 +141,8 @@ def test_a_cli_write_that_crosses_the_threshold_runs_the_consolidation_check(
     fake_llm.default = good_proposal()
     added = hermes("memory", "add", FULL[7])  # now 85 %: crosses the threshold
     assert added.returncode == 0, added.stderr
-    assert len(fmt.parse((folder / "MEMORY.md").read_text())) == 1  # consolidated
+    entries = fmt.parse((folder / "MEMORY.md").read_text())
+    assert len(entries) == CONSOLIDATED and entries[-1] == FULL[7]  # the user's words kept
     db = SessionDB.open(home)
     try:
         version = db.memory_log.last_version(owner_user_id(home))
@@ -158,3 +159,36 @@ def test_a_hand_edit_is_recorded_as_a_change_made_outside_hermes(home: Path) -> 
     assert why.returncode == 0 and "outside" in why.stdout
     assert hermes("memory", "undo").returncode == 0  # undo goes back past the hand edit
     assert path.read_text() == "Runs Fedora 41"
+
+
+def test_a_rejected_consolidation_changes_nothing_and_status_says_why_once(
+    home: Path, fake_llm: FakeOpenAI
+) -> None:
+    from hermes.memory import entries as fmt
+    from tests.fakes.openai_server import Reply
+    from tests.gateway.test_scheduler import FULL, configure
+
+    configure(home, fake_llm)
+    folder = home / "memories" / owner_user_id(home)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "MEMORY.md").write_text(fmt.serialize(FULL))
+    before = (folder / "MEMORY.md").read_bytes()
+    numbers = ", ".join(str(i) for i in range(1, 8))
+    lossy = {  # note 7's replica number is lost in the merge
+        "entries": [
+            {
+                "text": f"Notes {numbers}: the staging cluster runs Postgres replica number "
+                + numbers.removesuffix(", 7"),
+                "sources": list(range(1, 8)),
+            },
+            {"text": FULL[7], "sources": [8]},
+        ],
+        "dropped": [],
+    }
+    fake_llm.default = Reply(text=json.dumps(lossy))
+    result = hermes("memory", "consolidate", "--force")
+    assert result.returncode != 0 and result.stdout.count("rejected") == 1, result.stdout
+    assert "rejected" not in result.stderr  # said once
+    assert (folder / "MEMORY.md").read_bytes() == before
+    status = hermes("memory", "status").stdout
+    assert status.count("loses what") == 1 and status.count("rejected") == 1, status

@@ -44,9 +44,16 @@ def fill_store(home: Path) -> Path:
     return folder / "MEMORY.md"
 
 
+CONSOLIDATED = 2  # entries after good_proposal
+
+
 def good_proposal(delay: float = 0.0) -> Reply:
-    text = "Notes 1 2 3 4 5 6 7 8: the staging cluster runs Postgres replicas number 1 to 8"
-    body = {"entries": [{"text": text, "sources": list(range(1, 9))}], "dropped": []}
+    """Notes 1-7 merged; note 8 carried over verbatim (a user who wrote it with `hermes
+    memory add` protects it: it is never reworded)."""
+    numbers = ", ".join(str(i) for i in range(1, 8))
+    text = f"Notes {numbers}: the staging cluster runs Postgres replica number {numbers}"
+    merged = {"text": text, "sources": list(range(1, 8))}
+    body = {"entries": [merged, {"text": FULL[7], "sources": [8]}], "dropped": []}
     return Reply(text=json.dumps(body), delay=delay)
 
 
@@ -74,7 +81,7 @@ def test_jobs_do_their_work(home: Path, fake_llm: FakeOpenAI) -> None:
     path = fill_store(home)
     fake_llm.default = good_proposal()
     assert asyncio.run(jobs.consolidation_check(str(home))) == "applied: 1"
-    assert len(fmt.parse(path.read_text())) == 1
+    assert len(fmt.parse(path.read_text())) == CONSOLIDATED
     assert asyncio.run(jobs.consolidation_check(str(home))) == "all stores under the threshold"
     db = SessionDB.open(home)
     user = owner_user_id(home)
@@ -122,7 +129,7 @@ def test_two_gateways_consolidate_a_store_once(home: Path, fake_llm: FakeOpenAI)
     ]
     try:
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and len(fmt.parse(path.read_text())) != 1:
+        while time.monotonic() < deadline and len(fmt.parse(path.read_text())) != CONSOLIDATED:
             time.sleep(0.2)
         time.sleep(3)  # more checks run in both processes meanwhile
     finally:
@@ -130,7 +137,7 @@ def test_two_gateways_consolidate_a_store_once(home: Path, fake_llm: FakeOpenAI)
             proc.send_signal(signal.SIGTERM)
         errors = [proc.communicate(timeout=30)[1] for proc in procs]
     assert [proc.returncode for proc in procs] == [0, 0], errors
-    assert len(fmt.parse(path.read_text())) == 1
+    assert len(fmt.parse(path.read_text())) == CONSOLIDATED
     consolidations = [r for r in fake_llm.requests if r["messages"][0]["content"] == INSTRUCTIONS]
     assert len(consolidations) == 1
     db = SessionDB.open(home)

@@ -67,6 +67,48 @@ def journal_forever(home: Path, user_id: str) -> None:
         print(n, flush=True)
 
 
+def _wait_until(start_at: float) -> None:
+    time.sleep(max(0.0, start_at - time.time()))
+
+
+def link(home: Path, code: str, requester: str, current_user: str, start_at: float) -> None:
+    """Redeem a link code at `start_at`, as `requester` (known as `current_user`)."""
+    from gateway.config import HermesConfig
+    from gateway.people import People
+    from hermes.memory.service import MemoryService
+    from hermes.state.db import SessionDB
+
+    db = SessionDB.open(home)
+    people = People(HermesConfig(), db, MemoryService(home, MemoryConfig(), db))
+    _wait_until(start_at)
+    outcome = people.link(code, requester=requester, current_user=current_user)
+    print(outcome.ok, outcome.message, flush=True)
+
+
+def remember(home: Path, user_id: str, count: int, start_at: float) -> None:
+    """Add `count` entries for `user_id` through the memory service from `start_at`,
+    printing each one that was stored."""
+    import asyncio
+
+    from hermes.memory.service import MemoryService
+    from hermes.state.db import SessionDB
+
+    db = SessionDB.open(home)
+    service = MemoryService(home, MemoryConfig(), db, auto_consolidate=False)
+
+    async def run() -> None:
+        for i in range(count):
+            content = f"late fact {user_id[-4:]} {i}"
+            args = {"action": "add", "target": "memory", "content": content}
+            outcome = await service.apply(user_id, args, actor="agent")
+            if outcome.ok:
+                print(content, flush=True)
+            await asyncio.sleep(0.01)
+
+    _wait_until(start_at)
+    asyncio.run(run())
+
+
 if __name__ == "__main__":
     command, *rest = sys.argv[1:]
     if command == "churn":
@@ -75,3 +117,7 @@ if __name__ == "__main__":
         rewrite_forever(Path(rest[0]), int(rest[1]))
     elif command == "journal":
         journal_forever(Path(rest[0]), rest[1])
+    elif command == "link":
+        link(Path(rest[0]), rest[1], rest[2], rest[3], float(rest[4]))
+    elif command == "remember":
+        remember(Path(rest[0]), rest[1], int(rest[2]), float(rest[3]))

@@ -108,3 +108,75 @@ def test_sigkill_between_file_and_record_leaves_no_unexplained_change(home: Path
         assert db.memory_log.unsettled(user_id, "memory") == ([], state.raw)
     finally:
         db.close()
+
+
+@pytest.mark.slow
+def test_concurrent_link_chains_leave_every_entry_with_the_survivor(tmp_path: Path) -> None:
+    """X<-Y and Y<-Z linked at the same moment in two processes while a third writes to
+    Z (under the id it knew before): every entry of the three, and every late write that
+    was stored, ends in the survivor's store, and state.db holds one person."""
+    from hermes.config import MemoryConfig
+    from hermes.memory.user_memory import UserMemory
+    from hermes.state.db import SessionDB
+
+    rng = random.Random(11)
+    for trial in range(8):
+        home = tmp_path / f"trial{trial}"
+        db = SessionDB.open(home)
+        try:
+            ids = {}
+            for name, (platform, ident) in {
+                "x": ("telegram", "1"),
+                "y": ("slack", "U1"),
+                "z": ("discord", "9"),
+            }.items():
+                ids[name] = user = db.people.user_for_identity(platform, ident)
+                memory = UserMemory(home, user, MemoryConfig())
+                memory.folder.mkdir(parents=True)
+                (memory.folder / "MEMORY.md").write_text(
+                    fmt.serialize([f"{name} note {k}" for k in range(3)])
+                )
+                (memory.folder / "USER.md").write_text(fmt.serialize([f"{name} profile"]))
+            code_x = db.people.create_link_code(ids["x"]).code
+            code_y = db.people.create_link_code(ids["y"]).code
+        finally:
+            db.close()
+        start = f"{time.time() + 2.5 + rng.uniform(0, 0.01):.6f}"
+        runs = [
+            [WORKER, "link", str(home), code_x, "slack:U1", ids["y"], start],
+            [WORKER, "link", str(home), code_y, "discord:9", ids["z"], start],
+            [WORKER, "remember", str(home), ids["z"], "12", start],
+        ]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, *args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for args in runs
+        ]
+        outputs = [proc.communicate(timeout=120) for proc in procs]
+        for proc, (_, err) in zip(procs, outputs, strict=True):
+            assert proc.returncode == 0, err
+        assert all(out.startswith("True") for out, _ in outputs[:2]), outputs
+        late = outputs[2][0].split("\n")[:-1]
+        assert late, "the writer stored nothing"
+
+        db = SessionDB.open(home)
+        try:
+            survivor = db.people.user_for_identity("telegram", "1")
+            assert survivor == ids["x"]
+            for platform, ident in (("telegram", "1"), ("slack", "U1"), ("discord", "9")):
+                assert db.people.user_for_identity(platform, ident) == survivor
+            kept = UserMemory(home, survivor, MemoryConfig())
+            notes = set(kept.store(Target.MEMORY).read().entries)
+            profile = set(kept.store(Target.USER).read().entries)
+        finally:
+            db.close()
+        for name in "xyz":
+            assert {f"{name} note {k}" for k in range(3)} <= notes, (trial, name, notes)
+            assert f"{name} profile" in profile, (trial, name, profile)
+        assert set(late) <= notes, (trial, set(late) - notes)
+        assert not (home / "memories" / ids["y"]).exists()
+        assert not (home / "memories" / ids["z"]).exists()

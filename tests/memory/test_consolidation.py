@@ -59,9 +59,13 @@ def proposal(entries: list[tuple[str, list[int]]], dropped: dict[int, str] | Non
 
 
 GOOD = [
-    ("Runs Fedora 41 on a ThinkPad X1 with 32 GB RAM", [1, 2]),
-    ("Editor: Neovim with LazyVim", [3]),
-    ("Works at Acme on the billing service (Go 1.22), deployed to Kubernetes via Argo CD", [4, 5]),
+    ("Runs Fedora 41 on a ThinkPad X1 laptop with 32 GB RAM", [1, 2]),
+    ("Editor: Neovim with the LazyVim distribution", [3]),
+    (
+        "Works at Acme on the billing service written in Go 1.22, deployed to Kubernetes via "
+        "Argo CD",
+        [4, 5],
+    ),
     ("Don't use sudo for docker: the user is in the docker group", [6]),
     ("Timezone Europe/Berlin, works 9 to 5", [8]),
 ]
@@ -144,7 +148,7 @@ def test_a_good_proposal_is_applied_recorded_and_undone_byte_for_byte(
                 [*GOOD[:3], ("Use sudo for docker: the user is in the docker group", [6]), GOOD[4]],
                 {7: "old"},
             ),
-            "lost its meaning",
+            "rewrites a protected entry",
         ),
         (Reply(text="Sure! Here is a tidier memory."), "not the expected JSON"),
     ],

@@ -146,3 +146,30 @@ def test_a_damaged_store_stops_the_merge_before_anything_is_written(
         "Lives in Lisbon",
     )
     assert (home / "memories" / gone / "MEMORY.md").exists()  # not archived, not merged
+
+
+def test_after_a_link_the_old_id_and_its_live_code_reach_the_survivor(
+    home: Path, db: SessionDB
+) -> None:
+    """A turn that began before the link writes under the id it knew; a code the merged
+    person had minted still works: both reach the person who survived."""
+    keep = person(home, db, "telegram", "1", ["Lives in Lisbon"])
+    gone = person(home, db, "slack", "U1", ["Works at Acme"])
+    third = person(home, db, "discord", "9", [])
+    gone_code = db.people.create_link_code(gone).code
+    service = MemoryService(home, CONFIG, db, auto_consolidate=False)
+    people = People(HermesConfig(), db, service)
+    code = db.people.create_link_code(keep).code
+    assert people.link(code, requester="slack:U1", current_user=gone).user_id == keep
+    assert db.people.current_id(gone) == keep and db.people.get_user(gone) is None
+
+    args = {"action": "add", "target": "memory", "content": "Plays the cello"}
+    assert asyncio.run(service.apply(gone, args, actor="agent")).ok
+    entries = UserMemory(home, keep, CONFIG).store(Target.MEMORY).read().entries
+    assert entries == ("Lives in Lisbon", "Works at Acme", "Plays the cello")
+    assert db.people.get_user(gone) is None  # the write did not bring the old id back
+    assert not (home / "memories" / gone).exists()
+
+    linked = people.link(gone_code, requester="discord:9", current_user=third)
+    assert linked.ok and linked.user_id == keep and linked.merged_away == third
+    assert db.people.current_id(third) == keep

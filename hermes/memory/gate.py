@@ -1,0 +1,42 @@
+"""The gate between memory writes and merges of people.
+
+Every change of a person's memory through the memory service (the tool, forget, undo)
+passes the gate shared; linking two people passes it exclusively, from redeeming the
+code to the user merge in state.db. So a merge never reads a store that a write is
+changing, two merges never interleave (a chain X<-Y while Y<-Z runs one after the
+other), and a write that waited for a merge finds its person's surviving id (state.db
+keeps an alias for every merged-away id) and writes there.
+
+The gate is a flock on `memories/.gate.lock`, so it holds across processes (the CLI and
+the gateway) and across threads (each holder opens its own descriptor). Never pass it
+twice in one thread: a shared hold inside an exclusive one waits for itself.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from hermes.identity import ensure_private_dir
+from hermes.memory.store import LOCK_TIMEOUT_S, StoreBusyError, wait_for_flock
+
+GATE_FILE = ".gate.lock"
+
+
+@contextmanager
+def memory_gate(
+    home: Path, *, exclusive: bool = False, timeout: float = LOCK_TIMEOUT_S
+) -> Iterator[None]:
+    folder = home / "memories"
+    ensure_private_dir(home)
+    ensure_private_dir(folder)
+    fd = os.open(folder / GATE_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        if not wait_for_flock(fd, timeout, shared=not exclusive):
+            what = "another change of memory" if exclusive else "a merge of linked accounts"
+            raise StoreBusyError(f"memory is busy with {what} for over {timeout:g} s; try again")
+        yield
+    finally:
+        os.close(fd)
