@@ -153,8 +153,8 @@ def _run(user: str | None, as_json: bool, **args: str) -> None:
         note(f"[red]✗[/red] {escape(outcome.result['error'])}")
         for entry in outcome.result.get("current_entries", []) or outcome.result.get("matches", []):
             note(f"  • {escape(entry)}")
-    if not outcome.ok:
-        raise typer.Exit(EXIT_REFUSED)
+    if not outcome.ok:  # the disk refusing is an environment problem, not a refusal
+        raise typer.Exit(EXIT_USAGE if outcome.result.get("storage_failure") else EXIT_REFUSED)
 
 
 async def _apply(ctx: CliContext, user_id: str, args: dict[str, str]) -> ToolOutcome:

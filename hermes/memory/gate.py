@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from hermes.identity import ensure_private_dir
-from hermes.memory.store import LOCK_TIMEOUT_S, StoreBusyError, wait_for_flock
+from hermes.memory.store import LOCK_TIMEOUT_S, StoreBusyError, io_error, wait_for_flock
 
 GATE_FILE = ".gate.lock"
 
@@ -30,9 +30,12 @@ def memory_gate(
     home: Path, *, exclusive: bool = False, timeout: float = LOCK_TIMEOUT_S
 ) -> Iterator[None]:
     folder = home / "memories"
-    ensure_private_dir(home)
-    ensure_private_dir(folder)
-    fd = os.open(folder / GATE_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        ensure_private_dir(home)
+        ensure_private_dir(folder)
+        fd = os.open(folder / GATE_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise io_error(folder / GATE_FILE, exc) from None
     try:
         if not wait_for_flock(fd, timeout, shared=not exclusive):
             what = "another change of memory" if exclusive else "a merge of linked accounts"

@@ -666,6 +666,12 @@ def _title_safe(category: Category, reason: str) -> bool:
 
 
 _PARTS: dict[str, re.Pattern[str]] = {}
+# parts that occur in many ordinary notes (a pronoun, an address): checked last
+_COMMON = (YOU, ME, ASSISTANT, USER, CONTACT, OUTSIDE, PRIVATE_DATA)
+
+
+def _cost(pattern: str) -> tuple[bool, int]:
+    return any(common in pattern for common in _COMMON), len(pattern)
 
 
 def _part(pattern: str) -> re.Pattern[str]:
@@ -680,7 +686,7 @@ RULES: list[Rule] = [
         re.compile(pattern, re.MULTILINE),
         reason,
         _title_safe(category, reason),
-        tuple(_part(p) for p in sorted(_NEEDS.get(pattern, frozenset()), key=len)),
+        tuple(_part(p) for p in sorted(_NEEDS.get(pattern, frozenset()), key=_cost)),
     )
     for category, pattern, reason in _rules()
 ]

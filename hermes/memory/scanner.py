@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import binascii
 import codecs
+import functools
 import html
 import re
 import unicodedata
@@ -38,6 +39,7 @@ from hermes.memory.scan_rules import RULES, TITLE, Category
 
 MAX_SCAN_CHARS = 8000
 MAX_DECODE_DEPTH = 2
+_BORDER = 400  # chars of a neighbouring entry scanned with a new one (rule gaps are < 200)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,18 +162,32 @@ def scan(text: str) -> Finding | None:
             Category.INVALID_TEXT,
             f"content is {len(text):,} chars; at most {MAX_SCAN_CHARS:,} can be checked",
         )
+    return _scan_cached(text)
+
+
+@functools.lru_cache(maxsize=2048)  # a store's entries are scanned again on every write
+def _scan_cached(text: str) -> Finding | None:
     return _scan(text, MAX_DECODE_DEPTH)
 
 
 def scan_together(entries: Sequence[str], before: Sequence[str]) -> Finding | None:
     """A finding in the store as it would be (`entries`) that it does not already have
-    (`before`): an attack split over two entries, each harmless alone."""
-    after = scan("\n".join(entries)[:MAX_SCAN_CHARS])
-    if after is None:
-        return None
-    if scan("\n".join(before)[:MAX_SCAN_CHARS]) == after:
-        return None  # the store already reads that way; this entry adds nothing to it
-    return Finding(after.category, f"{after.reason} (together with other entries)")
+    (`before`): an attack split over two entries, each harmless alone.
+
+    Every rule's parts lie within a bounded gap of each other, so a match across entries
+    lies across the border of neighbours: each new entry is scanned with the end of the
+    entry before it and the start of the one after, and that finding counts only if the
+    neighbours alone do not have it."""
+    old = set(before)
+    for i, entry in enumerate(entries):
+        if entry in old:
+            continue
+        prev = entries[i - 1][-_BORDER:] if i > 0 else ""
+        after = entries[i + 1][:_BORDER] if i + 1 < len(entries) else ""
+        finding = scan("\n".join(part for part in (prev, entry, after) if part))
+        if finding is not None and finding not in (scan(prev), scan(after)):
+            return Finding(finding.category, f"{finding.reason} (together with other entries)")
+    return None
 
 
 def _scan(text: str, depth: int) -> Finding | None:
@@ -235,18 +251,19 @@ def _despace(text: str) -> str:
 def _scan_patterns(text: str) -> Finding | None:
     views = _views(text)
     masked = [TITLE.sub(" «title» ", view) for view in views]
-    present: dict[tuple[int, int], bool] = {}  # (part, view) -> found
+    every = "\n".join(views)  # a rule whose parts are nowhere in any view cannot match
+    present: dict[int, bool] = {}
 
-    def has(part: re.Pattern[str], at: int, view: str) -> bool:
-        key = (id(part), at)
-        if key not in present:
-            present[key] = part.search(view) is not None
-        return present[key]
+    def has(part: re.Pattern[str]) -> bool:
+        if id(part) not in present:
+            present[id(part)] = part.search(every) is not None
+        return present[id(part)]
 
     for rule in RULES:
-        offset = len(views) if rule.title_safe else 0
-        for at, view in enumerate(masked if rule.title_safe else views, offset):
-            if all(has(part, at, view) for part in rule.needs) and rule.pattern.search(view):
+        if not all(has(part) for part in rule.needs):
+            continue
+        for view in masked if rule.title_safe else views:
+            if rule.pattern.search(view):
                 return Finding(rule.category, rule.reason)
     return None
 

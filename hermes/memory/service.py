@@ -38,7 +38,7 @@ from hermes.memory.render import display_entry
 from hermes.memory.scan_judge import Judge
 from hermes.memory.scan_rules import Category
 from hermes.memory.scanner import scan
-from hermes.memory.store import StoreBusyError, Target
+from hermes.memory.store import StoreBusyError, StoreError, StoreIOError, Target
 from hermes.memory.tool import MemoryTool, ToolOutcome
 from hermes.memory.undo import undo_last
 from hermes.memory.user_memory import UserMemory
@@ -168,6 +168,10 @@ class MemoryService:
                     session_id=session_id,
                     message_id=message_id,
                 )
+        except StoreIOError as exc:  # the memory folder itself cannot be written
+            return user_id, ToolOutcome(
+                {"success": False, "error": str(exc), "storage_failure": True}
+            )
         except StoreBusyError as exc:
             return user_id, ToolOutcome({"success": False, "error": str(exc)})
         change = outcome.change
@@ -217,7 +221,7 @@ class MemoryService:
         """Revert the last change of this user's memory (a consolidation too)."""
         try:
             user_id, version, done, message = await asyncio.to_thread(self._undo, user_id, actor)
-        except StoreBusyError as exc:
+        except StoreError as exc:  # busy, or the disk refused
             return False, str(exc)
         if done and version is not None:
             write = MemoryWrite(

@@ -59,6 +59,25 @@ class StoreBusyError(StoreError):
     pass
 
 
+class StoreIOError(StoreError):
+    """The disk refused a write (full, read-only, no permission); nothing was changed."""
+
+
+def io_error(path: Path, exc: OSError) -> StoreIOError:
+    """One clear sentence for an OS error on a memory file, naming it and what to do."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        what, todo = "the disk is full", "Free space and try again."
+    elif exc.errno == errno.EROFS:
+        what = "the file system is read-only"
+        todo = "Remount it read-write, or point HERMES_HOME at a writable folder."
+    elif exc.errno in (errno.EACCES, errno.EPERM):
+        what = "permission denied"
+        todo = "Make the folder writable by the user Hermes runs as (the service user)."
+    else:
+        what, todo = exc.strerror or str(exc), "Check the disk and try again."
+    return StoreIOError(f"cannot write {path}: {what}. Nothing was changed. {todo}")
+
+
 class StoreDamagedError(StoreError):
     """The file on disk no longer round-trips; it was backed up and left untouched."""
 
@@ -128,8 +147,7 @@ class MemoryStore:
         journal records its intent there). A damaged file is backed up and
         StoreDamagedError raised before `decide` is called.
         """
-        self._ensure_dir()
-        with self._locked():
+        with self._io(), self._locked():
             state = self.read()
             if state.damage is not None:
                 backup = self._backup()
@@ -149,8 +167,7 @@ class MemoryStore:
         With `pending` = (expected, new), the waiting-entries file must match too and is
         replaced in the same critical section ('' means no file).
         """
-        self._ensure_dir()
-        with self._locked():
+        with self._io(), self._locked():
             try:
                 current = _read_text(self.path)
                 waiting = _read_text(self.pending_path)
@@ -195,9 +212,17 @@ class MemoryStore:
         """Hold the store's lock (no other writer can change it) for a whole operation,
         such as a merge reading it and moving it away. Not reentrant: inside, use only
         `read`, never `mutate` or `compare_and_swap` of this store."""
-        self._ensure_dir()
-        with self._locked():
+        with self._io(), self._locked():
             yield
+
+    @contextmanager
+    def _io(self) -> Iterator[None]:
+        """The folder exists; an OS error in what follows is a clear StoreIOError."""
+        try:
+            self._ensure_dir()
+            yield
+        except OSError as exc:
+            raise io_error(Path(exc.filename) if exc.filename else self.path, exc) from None
 
     @contextmanager
     def _locked(self) -> Iterator[None]:

@@ -14,7 +14,7 @@ from typing import Any
 from hermes.memory import entries as fmt
 from hermes.memory.render import BLOCKED_HANDLE_PREFIX, blocked_handle, display_entry
 from hermes.memory.scanner import scan, scan_together
-from hermes.memory.store import StoreError, StoreState, Target
+from hermes.memory.store import StoreError, StoreIOError, StoreState, Target
 from hermes.memory.user_memory import UserMemory
 
 ACTIONS = ("add", "replace", "remove")
@@ -110,6 +110,8 @@ class MemoryTool:
                 return op.decide(state)
 
             return store.mutate(decide, before_write)
+        except StoreIOError as exc:  # the disk refused: say so, and that it may pass
+            return ToolOutcome(_error(str(exc), storage_failure=True))
         except (StoreError, _UsageError) as exc:
             return ToolOutcome(_error(str(exc)))
 
