@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import ValidationError
@@ -38,6 +38,14 @@ class ConfigError(Exception):
     """A config file that cannot be used; the message names the file and the key."""
 
 
+class LoggingConfig(Section):
+    """The gateway process's log (stderr; journald or the container runtime keeps it)."""
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["text", "json"] = "text"
+    third_party: Literal["debug", "info", "warning", "error"] = "warning"  # httpx, SDKs
+
+
 class HermesConfig(Section):
     """The whole config.yaml."""
 
@@ -50,6 +58,7 @@ class HermesConfig(Section):
     privacy: PrivacyConfig = PrivacyConfig()
     gateway: GatewaySection = GatewaySection()
     auxiliary: AuxiliaryConfig = AuxiliaryConfig()
+    logging: LoggingConfig = LoggingConfig()
 
 
 def resolve_home(env: Mapping[str, str] | None = None) -> Path:

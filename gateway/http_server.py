@@ -36,12 +36,20 @@ class WebhookAdapter(Protocol):
 
 
 class HttpServer:
-    def __init__(self, host: str, port: int, status: Callable[[], dict[str, str]]) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        status: Callable[[], dict[str, str]],
+        ready: Callable[[], dict[str, bool]] | None = None,
+    ) -> None:
         self.host, self.port = host, port
         self.status = status
+        self.ready = ready
         self.started = time.monotonic()
         self.app = web.Application(client_max_size=1 << 20)  # 1 MiB bodies at most
         self.app.router.add_get("/healthz", self._health)
+        self.app.router.add_get("/readyz", self._ready)
         self._runner: web.AppRunner | None = None
         self.intake_open = True
 
@@ -85,3 +93,10 @@ class HttpServer:
             "uptime_s": round(time.monotonic() - self.started, 1),
         }
         return web.json_response(body, status=200 if healthy else 503)
+
+    async def _ready(self, _request: web.Request) -> web.Response:
+        """200 only when every enabled platform is connected, state.db is writable and
+        the scheduler runs (a load balancer or orchestrator sends traffic then)."""
+        checks = self.ready() if self.ready is not None else {}
+        ok = bool(checks) and all(checks.values()) and self.intake_open
+        return web.json_response({"ready": ok, "checks": checks}, status=200 if ok else 503)

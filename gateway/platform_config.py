@@ -66,3 +66,8 @@ class HttpConfig(Section):
 class GatewaySection(Section):
     http: HttpConfig = HttpConfig()
     queue_mode: Literal["queue", "merge"] = "queue"
+    # a platform that fails to start is retried with backoff (capped, jittered); if no
+    # enabled platform has connected after this long, the process exits non-zero so its
+    # supervisor restarts it (0: never)
+    connect_timeout_seconds: float = Field(default=300.0, ge=0, le=86_400)
+    retry_max_seconds: float = Field(default=60.0, ge=1, le=3600)

@@ -7,6 +7,7 @@ Adapters are imported lazily, so a missing SDK only matters when the platform is
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -93,12 +94,77 @@ REGISTRY: dict[str, PlatformEntry] = {
 }
 
 
+def credential_problems(
+    name: str, config: PlatformConfig, env: Mapping[str, str] | None = None
+) -> list[str]:
+    """Every missing or malformed credential of an enabled platform, at once, before
+    anything connects: a swapped Slack token or a Telegram token with a `bot` prefix is
+    named precisely instead of surfacing as a 401 or a DNS error later."""
+    needed: list[tuple[str, str, Callable[[str], str | None]]] = []
+    if isinstance(config, TelegramConfig):
+        needed.append(("token_env", config.token_env, _telegram_shape))
+        if config.mode == "webhook":
+            needed.append(("webhook_secret_env", config.webhook_secret_env, _any_shape))
+    elif isinstance(config, SlackConfig):
+        needed.append(("bot_token_env", config.bot_token_env, _slack_shape("xoxb-", "bot")))
+        if config.mode == "http":
+            needed.append(("signing_secret_env", config.signing_secret_env, _any_shape))
+        else:
+            needed.append(("app_token_env", config.app_token_env, _slack_shape("xapp-", "app")))
+    elif isinstance(config, DiscordConfig):
+        needed.append(("token_env", config.token_env, _discord_shape))
+    problems = []
+    for key, env_name, shape in needed:
+        value = secret(env_name, env)
+        if not value:
+            problems.append(f"platforms.{name}.{key}: set the environment variable {env_name}")
+        elif (wrong := shape(value)) is not None:
+            problems.append(f"platforms.{name}.{key}: {env_name} {wrong}")
+    return problems
+
+
+def _any_shape(_value: str) -> str | None:
+    return None
+
+
+def _telegram_shape(value: str) -> str | None:
+    if value.lower().startswith("bot"):
+        return "starts with 'bot': give the token alone, as @BotFather shows it"
+    if not re.fullmatch(r"\d+:[\w-]+", value):
+        return "is not a Telegram bot token (digits, a colon, then letters: 123456:ABC-DEF...)"
+    return None
+
+
+def _slack_shape(prefix: str, kind: str) -> Callable[[str], str | None]:
+    def check(value: str) -> str | None:
+        if value.startswith(prefix):
+            return None
+        other = {"xoxb-": "a bot token (xoxb-)", "xapp-": "an app-level token (xapp-)"}
+        for start, what in other.items():
+            if value.startswith(start):
+                return f"holds {what}, not the {kind} token ({prefix}...): are the two swapped?"
+        return f"does not look like a Slack {kind} token (it starts with {prefix})"
+
+    return check
+
+
+def _discord_shape(value: str) -> str | None:
+    if value.lower().startswith("bot "):
+        return "starts with 'Bot ': give the token alone, as the Developer Portal shows it"
+    if re.search(r"\s", value):
+        return "contains spaces: copy the token again"
+    return None
+
+
 def build(
     name: str, config: PlatformConfig, env: Mapping[str, str] | None = None, menu: Menu = ()
 ) -> PlatformAdapter:
     entry = REGISTRY.get(name)
     if entry is None:
         raise ConfigError(f"platforms.{name}: this platform is not available yet")
+    problems = credential_problems(name, config, env)
+    if problems:
+        raise ConfigError("; ".join(problems))
     try:
         module = importlib.import_module(entry.module)
     except ImportError as exc:

@@ -1,14 +1,20 @@
 """The gateway process: platform adapters, the router and the scheduler in one loop.
 
-Start order: adapters (each on its own: one failing to start is logged and shown in
-status, the others run), then the scheduler. Stop order: the scheduler (waiting for
-running jobs), stop intake and let running turns finish within a bound, then adapters.
+Start order: the http server, adapters (each on its own: one that fails to start is
+retried with capped, jittered backoff while the others run; its state shows in
+/healthz and `hermes gateway status`), then the scheduler. If no enabled platform has
+connected within `gateway.connect_timeout_seconds`, the process stops with exit code 3
+so its supervisor restarts it. Stop order: the scheduler (waiting for running jobs),
+stop intake and let running turns finish within a bound, then adapters.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ipaddress
 import logging
+import random
 import signal
 import time
 from collections.abc import Mapping
@@ -19,7 +25,7 @@ from gateway.app import App, build_app
 from gateway.config import ConfigError, HermesConfig, main_endpoint
 from gateway.http_server import HttpServer, WebhookAdapter
 from gateway.platform_config import PlatformConfig
-from gateway.ports import PlatformAdapter
+from gateway.ports import MenuEntry, PlatformAdapter
 from gateway.scheduler import Scheduler
 from gateway.status_file import remove_status_file, write_status_file
 from hermes.memory.sweep import users_with_memory
@@ -28,6 +34,8 @@ from hermes.state.engine import StateDBError, explain
 
 logger = logging.getLogger(__name__)
 TURN_GRACE_S = 20.0
+RETRY_FIRST_S = 1.0
+EXIT_NOT_CONNECTED = 3
 
 
 class Gateway:
@@ -39,9 +47,13 @@ class Gateway:
         if damage != "ok":
             raise StateDBError(explain(db.path, Exception(damage)))
         self.scheduler = Scheduler(home, config, db)
-        self.http = HttpServer(config.gateway.http.host, config.gateway.http.port, self.status)
+        http = config.gateway.http
+        self.http = HttpServer(http.host, http.port, self.status, self.readiness)
         self.adapters: dict[str, PlatformAdapter] = {}
         self.failed: dict[str, str] = {}
+        self.retrying: dict[str, str] = {}
+        self.exit_code = 0
+        self._tasks: list[asyncio.Task[None]] = []
         self.platforms = self._enabled()
         self.app: App | None = None
         if main_endpoint(config, env) is not None:
@@ -79,41 +91,108 @@ class Gateway:
         if self.app is not None:  # settle what a crash left between stores and state.db
             for user_id in users_with_memory(self.home):
                 await asyncio.to_thread(self.app.agent.memory.reconcile, user_id)
-        built: dict[str, PlatformAdapter] = {}
-        menu = self.app.commands.menu() if self.app is not None else []
-        for name, section in self.platforms.items():
-            try:
-                built[name] = registry.build(name, section, self.env, menu)
-            except Exception as exc:
-                self._failed(name, exc)
+        built = self._build_platforms()
         for adapter in built.values():
             if isinstance(adapter, WebhookAdapter):
                 for route in adapter.routes():
                     self.http.add(route)
+        if not _loopback(self.http.host):
+            logger.warning(
+                "gateway.http.host is %s: /healthz and /readyz answer anyone who can reach "
+                "it (webhooks still check their secret); put it behind a reverse proxy with "
+                "TLS, or use 127.0.0.1",
+                self.http.host,
+            )
         await self.http.start()  # before the adapters: webhooks must find it listening
         for name, adapter in built.items():
-            await self._start_platform(name, adapter)
+            if not await self._start_platform(name, adapter):
+                self.retrying[name] = "retrying"
+                self._tasks.append(asyncio.create_task(self._retry(name, adapter)))
         await self.scheduler.start()
+        deadline = self.config.gateway.connect_timeout_seconds
+        if self.platforms and deadline > 0:
+            self._tasks.append(asyncio.create_task(self._connect_deadline(deadline)))
         if self.app is not None:
             self._watcher = asyncio.create_task(self.app.router.watch_people())
         self.started_at = time.monotonic()
         write_status_file(self.home, self.status(), f"{self.http.host}:{self.http.port}")
         logger.info("gateway started: %s", ", ".join(self.adapters) or "no platforms")
 
-    async def _start_platform(self, name: str, adapter: PlatformAdapter) -> None:
+    def _build_platforms(self) -> dict[str, PlatformAdapter]:
+        """Every enabled platform's adapter; what cannot be built (a missing or malformed
+        credential, a missing SDK) is reported, all problems in one line, and stays off."""
+        problems = [
+            problem
+            for name, section in self.platforms.items()
+            for problem in registry.credential_problems(name, section, self.env)
+        ]
+        if problems:
+            logger.error("platform credentials: %s", "; ".join(problems))
+        built: dict[str, PlatformAdapter] = {}
+        for name, section in self.platforms.items():
+            try:
+                built[name] = registry.build(name, section, self.env, self._menu())
+            except Exception as exc:
+                self._failed(name, exc)
+        return built
+
+    async def _start_platform(self, name: str, adapter: PlatformAdapter) -> bool:
         """Attach, then start: events may arrive before start() returns (Discord syncs
         its commands after connecting), and the router must know the adapter by then."""
         assert self.app is not None  # platforms need a model (checked in __init__)
         router = self.app.router
+        logger.debug("starting platform %s", name)
         router.attach(adapter)
         try:
             await adapter.start(router.handle)
         except Exception as exc:  # one platform failing must not take the others down
             router.detach(name)
             self._failed(name, exc)
-            return
+            with contextlib.suppress(Exception):  # free what a half start opened
+                await adapter.stop()
+            return False
+        self.failed.pop(name, None)
+        self.retrying.pop(name, None)
         self.adapters[name] = adapter
         logger.info("platform %s connected", name)
+        write_status_file(self.home, self.status(), f"{self.http.host}:{self.http.port}")
+        return True
+
+    async def _retry(self, name: str, adapter: PlatformAdapter) -> None:
+        """Start `name` again and again, 1 s, 2 s, 4 s... apart (at most
+        `gateway.retry_max_seconds`, with jitter so restarts do not march in step)."""
+        cap = self.config.gateway.retry_max_seconds
+        delay = RETRY_FIRST_S
+        while not self._stopping.is_set():
+            wait = min(cap, delay) * random.uniform(0.8, 1.2)
+            self.retrying[name] = f"retrying in {wait:.0f} s"
+            logger.warning("platform %s: retrying in %.1f s", name, wait)
+            if self.started_at is not None:  # keep `hermes gateway status` current
+                write_status_file(self.home, self.status(), f"{self.http.host}:{self.http.port}")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), wait)
+                return  # stopping
+            if not isinstance(adapter, WebhookAdapter):  # its routes are bound to it
+                adapter = registry.build(name, self.platforms[name], self.env, self._menu())
+            if await self._start_platform(name, adapter):
+                return
+            delay *= 2
+
+    def _menu(self) -> list[MenuEntry]:
+        return self.app.commands.menu() if self.app is not None else []
+
+    async def _connect_deadline(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+            return
+        if not self.adapters:
+            logger.error(
+                "no platform connected within %g s (gateway.connect_timeout_seconds): "
+                "exiting so the supervisor restarts the gateway",
+                seconds,
+            )
+            self.exit_code = EXIT_NOT_CONNECTED
+            self.request_stop()
 
     def _failed(self, name: str, exc: Exception) -> None:
         logger.error("platform %s failed to start: %s: %s", name, type(exc).__name__, exc)
@@ -121,13 +200,26 @@ class Gateway:
 
     def status(self) -> dict[str, str]:
         states = {name: "connected" for name in self.adapters}
-        states.update({name: f"failed: {why}" for name, why in self.failed.items()})
+        for name, why in self.failed.items():
+            retry = self.retrying.get(name)
+            states[name] = f"failed: {why}" + (f" ({retry})" if retry else "")
         return states
+
+    def readiness(self) -> dict[str, bool]:
+        """What /readyz requires: every enabled platform connected, state.db writable,
+        the scheduler running."""
+        checks = {f"platform {name}": name in self.adapters for name in self.platforms}
+        checks["state.db writable"] = self.db.upkeep.writable()
+        checks["scheduler running"] = self.scheduler.running
+        return checks
 
     async def stop(self) -> None:
         """Stop intake (what is not received stays with the platforms), the scheduler,
         then let running and queued turns finish within TURN_GRACE_S, then disconnect."""
         self.http.close_intake()
+        self._stopping.set()
+        for task in self._tasks:
+            task.cancel()
         if self._watcher is not None:
             self._watcher.cancel()
         for name, adapter in list(self.adapters.items()):
@@ -152,8 +244,9 @@ class Gateway:
     def request_stop(self) -> None:
         self._stopping.set()
 
-    async def serve(self) -> None:
-        """Run until SIGTERM or SIGINT, then shut down cleanly."""
+    async def serve(self) -> int:
+        """Run until SIGTERM or SIGINT (or the connect deadline), then shut down cleanly;
+        the process's exit code."""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
@@ -162,3 +255,11 @@ class Gateway:
             await self._stopping.wait()
         finally:
             await self.stop()
+        return self.exit_code
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"

@@ -95,6 +95,10 @@ class Scheduler:
         if self._scheduler.running:
             self._scheduler.shutdown(wait=True)
 
+    @property
+    def running(self) -> bool:
+        return bool(self._scheduler.running)
+
     def status(self) -> list[JobStatus]:
         return describe(self._scheduler.get_jobs(), self.db, self.specs)
 

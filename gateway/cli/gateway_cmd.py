@@ -3,46 +3,63 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 from datetime import UTC, datetime
+from typing import Annotated
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
+from gateway import logs
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import console, note
 from gateway.config import ConfigError
 from gateway.http_server import HttpServerError
+from gateway.instance import AlreadyRunningError, InstanceLock
 from gateway.runtime import Gateway
 from gateway.scheduler import read_status
 from gateway.status_file import read_status_file
 from hermes.state.engine import StateDBError
 
+LEVELS = ("debug", "info", "warning", "error")
 gateway_app = typer.Typer(help="Run the gateway process.", no_args_is_help=True)
 scheduler_app = typer.Typer(help="Background jobs.", no_args_is_help=True)
 
 
 @gateway_app.command("run")
-def run() -> None:
+def run(
+    log_level: Annotated[
+        str | None,
+        typer.Option("--log-level", help="debug, info, warning or error (default: config)."),
+    ] = None,
+) -> None:
     """Run the gateway in the foreground until SIGTERM/SIGINT (systemd runs this)."""
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     ctx = CliContext.load()
+    if log_level is not None and log_level.lower() not in LEVELS:
+        fail(f"--log-level: {log_level!r} is not one of {', '.join(LEVELS)}", EXIT_USAGE)
+    logs.configure(ctx.config, log_level)
+    instance = InstanceLock(ctx.home)
+    try:
+        instance.acquire()
+    except AlreadyRunningError as exc:
+        fail(str(exc), EXIT_REFUSED)
     db = ctx.open_db()
+    code = 0
     try:
         gateway = Gateway(ctx.home, ctx.config, db)
         platforms = ", ".join(gateway.platforms) or "no platforms enabled"
         note(f"[bold]Hermes gateway[/bold] starting ({platforms}). Ctrl-C or SIGTERM stops it.")
-        asyncio.run(gateway.serve())
+        code = asyncio.run(gateway.serve())
     except (ConfigError, StateDBError) as exc:
         fail(str(exc), EXIT_USAGE)
     except HttpServerError as exc:
         fail(str(exc), EXIT_REFUSED)
     finally:
         db.close()
+        instance.release()
     note("gateway stopped")
+    if code:
+        raise typer.Exit(code)
 
 
 @gateway_app.command("status")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from importlib import metadata
+from typing import Annotated
 
 import typer
 
@@ -18,6 +20,28 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+def _version(value: bool) -> None:
+    if value:
+        try:
+            version = metadata.version("hermes-gateway")
+        except metadata.PackageNotFoundError:  # run from a checkout without installing
+            version = "unknown (not installed)"
+        typer.echo(f"hermes {version}")
+        raise typer.Exit
+
+
+@app.callback()
+def _root(
+    _show: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Hermes: a self-hosted assistant that remembers you."""
+
+
 app.add_typer(memory_cmd.app, name="memory")
 app.add_typer(sessions_cmd.app, name="sessions")
 app.add_typer(gateway_cmd.gateway_app, name="gateway")

@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Connection, delete, insert
+from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, col, select
 
 from hermes.state import engine as eng
@@ -66,6 +67,16 @@ class UpkeepDB:
         with eng.reading(self.engine) as session:
             rows = session.connection().exec_driver_sql("PRAGMA quick_check(5)").all()
         return "; ".join(str(row[0]) for row in rows)
+
+    def writable(self) -> bool:
+        """Whether a write transaction can begin now (the disk is not read-only or full
+        and no writer holds the lock for long); nothing is written."""
+        try:
+            with self.engine.connect().execution_options(sqlite_begin="IMMEDIATE") as conn:
+                conn.begin().rollback()
+        except SQLAlchemyError:
+            return False
+        return True
 
     def integrity_check(self) -> str:
         with eng.reading(self.engine) as session:

@@ -9,6 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import FakeTelegram
 from tests.gateway.test_cli_memory import HERMES, hermes
@@ -116,3 +118,97 @@ def test_sigterm_during_a_turn_lets_it_finish(
     assert len(fake_llm.requests) == 1
     # not fetched, not confirmed: Telegram keeps it for the next run
     assert late["update_id"] in [u["update_id"] for u in telegram.updates]
+
+
+def test_a_platform_that_fails_to_start_is_retried_until_it_connects_and_readyz_says_so(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
+) -> None:
+    import json
+    import urllib.error
+    import urllib.request
+
+    from tests.fakes.telegram_server import Fault
+
+    write_config(home, fake_llm, telegram)
+    for _ in range(2):  # the Bot API answers 502 twice, as during an outage at boot
+        telegram.faults.append(Fault("getMe", status=502, description="Bad Gateway"))
+    fake_llm.default = Reply(text="back online")
+    proc = start(home, HERMES_TEST_TG_TOKEN="123:ABC")
+    try:
+        deadline = time.monotonic() + 60
+        states: list[str] = []
+        while not telegram.sent("setMyCommands"):
+            assert time.monotonic() < deadline and proc.poll() is None
+            status = home / "gateway.json"  # what `hermes gateway status` shows
+            if status.exists():
+                states.append(str(json.loads(status.read_text())["platforms"]))
+            time.sleep(0.05)
+        port = json.loads((home / "gateway.json").read_text())["http"].rsplit(":", 1)[1]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as ready:
+            body = json.loads(ready.read())
+        telegram.user_message("hello", user_id=42)
+        assert str(telegram.wait_sent(1)[0]["text"]) == "back online"
+        second = hermes("gateway", "run", home=home)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "retrying in" in err and "platform telegram connected" in err
+    assert any("failed" in s and "retrying" in s for s in states), states
+    assert body["ready"] is True and all(body["checks"].values()), body
+    assert second.returncode == 1 and "already running" in second.stderr
+    assert f"pid {proc.pid}" in second.stderr
+
+
+def test_a_gateway_with_no_platform_connected_exits_non_zero_for_its_supervisor(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
+) -> None:
+    from tests.fakes.telegram_server import Fault
+
+    write_config(home, fake_llm, telegram)
+    with (home / "config.yaml").open("a") as config:
+        config.write("  connect_timeout_seconds: 3\n  retry_max_seconds: 1\n")
+    for _ in range(100):
+        telegram.faults.append(Fault("getMe", status=502, description="Bad Gateway"))
+    proc = start(home, HERMES_TEST_TG_TOKEN="123:ABC")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, err
+    assert "no platform connected within 3 s" in err and "Traceback" not in err
+
+
+TOKEN = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw1"
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_the_log_never_holds_a_token_or_a_message_body(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram, log_format: str
+) -> None:
+    import json
+
+    from tests.fakes.telegram_server import Fault
+
+    write_config(home, fake_llm, telegram)
+    with (home / "config.yaml").open("a") as config:
+        config.write(f"logging:\n  format: {log_format}\n")
+    # a failure whose text carries the request URL (and so the token) is logged too
+    telegram.faults.append(Fault("getMe", status=502, description="Bad Gateway"))
+    fake_llm.default = Reply(text="the secret answer is 42")
+    proc = start(home, HERMES_TEST_TG_TOKEN=TOKEN)
+    try:
+        deadline = time.monotonic() + 60
+        while not telegram.sent("setMyCommands"):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        telegram.user_message("my private diary entry", user_id=42)
+        telegram.wait_sent(1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "platform telegram connected" in err
+    assert TOKEN not in err and TOKEN.split(":")[1] not in err
+    assert "my private diary entry" not in err and "the secret answer" not in err
+    assert "HTTP Request" not in err  # httpx is quiet unless logging.third_party asks
+    if log_format == "json":
+        lines = [line for line in err.splitlines() if line.startswith("{")]
+        assert lines and all(json.loads(line)["level"] for line in lines)

@@ -111,7 +111,9 @@ def test_no_model_flags_the_store_and_status_shows_it(home: Path) -> None:
     assert "needs consolidation" in status and "no auxiliary model" in status
 
 
-def test_two_gateways_consolidate_a_store_once(home: Path, fake_llm: FakeOpenAI) -> None:
+def test_a_second_gateway_refuses_and_the_first_consolidates_a_store_once(
+    home: Path, fake_llm: FakeOpenAI
+) -> None:
     configure(home, fake_llm, interval=0.02)  # checks every 1.2 s
     path = fill_store(home)
     SessionDB.open(home).close()  # create the schema before two processes race to
@@ -131,12 +133,16 @@ def test_two_gateways_consolidate_a_store_once(home: Path, fake_llm: FakeOpenAI)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and len(fmt.parse(path.read_text())) != CONSOLIDATED:
             time.sleep(0.2)
-        time.sleep(3)  # more checks run in both processes meanwhile
+        time.sleep(3)  # more checks run meanwhile
     finally:
         for proc in procs:
-            proc.send_signal(signal.SIGTERM)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
         errors = [proc.communicate(timeout=30)[1] for proc in procs]
-    assert [proc.returncode for proc in procs] == [0, 0], errors
+    codes = sorted(proc.returncode for proc in procs)
+    assert codes == [0, 1], errors
+    refused = errors[[proc.returncode for proc in procs].index(1)]
+    assert "already running" in refused and "Traceback" not in refused
     assert len(fmt.parse(path.read_text())) == CONSOLIDATED
     consolidations = [r for r in fake_llm.requests if r["messages"][0]["content"] == INSTRUCTIONS]
     assert len(consolidations) == 1

@@ -1,0 +1,120 @@
+"""Logging for the gateway process: level and format from config (`logging`), third-party
+libraries quiet unless asked, and every secret redacted from every line.
+
+httpx logs each request URL at INFO, and the Telegram Bot API puts the bot token in the
+URL; a library's exception text can carry a header or a key. So the root handler runs
+every record through `Redactor`, which replaces the values of the configured secret
+variables (platform tokens, signing secrets, model API keys) and anything shaped like a
+known token with `***`, in the message and in the formatted traceback alike.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from gateway.config import HermesConfig, secret
+
+OURS = frozenset({"gateway", "hermes", "adapters", "__main__"})
+MASK = "***"
+_SHAPES = re.compile(
+    r"(?<=/bot)\d{5,}:[\w-]{20,}"  # Telegram: https://api.telegram.org/bot<token>/getMe
+    r"|\b\d{8,10}:[\w-]{35}\b"
+    r"|\bxox[abposr]-[\w-]{10,}|\bxapp-\d-[\w-]{10,}"
+    r"|\bsk-[\w-]{16,}"
+    r"|\b[MNO][\w-]{23,27}\.[\w-]{6}\.[\w-]{27,40}\b"
+    r"|(?i:bearer)\s+[\w.~+/-]{16,}=*"
+)
+
+
+def secret_values(config: HermesConfig, env: Mapping[str, str] | None = None) -> list[str]:
+    """The values of every secret variable the config names (`*_env` settings)."""
+    names: list[str] = []
+    sections: list[Any] = [config.llm, config.auxiliary]
+    sections += [getattr(config.platforms, name) for name in type(config.platforms).model_fields]
+    for section in sections:
+        for field in type(section).model_fields:
+            value = getattr(section, field)
+            if field.endswith("_env") and isinstance(value, str) and value:
+                names.append(value)
+    return [value for name in names if (value := secret(name, env))]
+
+
+class Redactor(logging.Filter):
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        super().__init__()
+        known = sorted({s for s in secrets if len(s) >= 6}, key=len, reverse=True)
+        self._known = re.compile("|".join(re.escape(s) for s in known)) if known else None
+
+    def redact(self, text: str) -> str:
+        if self._known is not None:
+            text = self._known.sub(MASK, text)
+        return _SHAPES.sub(MASK, text)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = self.redact(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self.redact(record.exc_text)
+        return True
+
+
+class LevelGate(logging.Filter):
+    """Our records pass at `ours` or above; those of libraries (httpx, the platform SDKs,
+    APScheduler...) only at `theirs` or above."""
+
+    def __init__(self, ours: int, theirs: int) -> None:
+        super().__init__()
+        self.ours, self.theirs = ours, theirs
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        mine = record.name.split(".", 1)[0] in OURS
+        return record.levelno >= (self.ours if mine else self.theirs)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message (and the traceback)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_text:
+            entry["error"] = record.exc_text
+        return json.dumps(entry, ensure_ascii=False)
+
+
+def configure(
+    config: HermesConfig, level: str | None = None, env: Mapping[str, str] | None = None
+) -> None:
+    """Set up the root logger for `hermes gateway run` (`level` overrides the config)."""
+    settings = config.logging
+    ours = logging.getLevelName((level or settings.level).upper())
+    theirs = logging.getLevelName(settings.third_party.upper())
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(LevelGate(ours, theirs))
+    handler.addFilter(Redactor(secret_values(config, env)))
+    if settings.format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(min(ours, theirs))
+
+
+__all__ = ["JsonFormatter", "LevelGate", "Redactor", "configure", "secret_values"]
