@@ -12,7 +12,7 @@ from rich.table import Table
 
 from gateway import logs
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
-from gateway.cli.output import console, note
+from gateway.cli.output import AsJson, console, note, print_json
 from gateway.config import ConfigError
 from gateway.http_server import HttpServerError
 from gateway.instance import AlreadyRunningError, InstanceLock
@@ -63,10 +63,13 @@ def run(
 
 
 @gateway_app.command("status")
-def gateway_status() -> None:
+def gateway_status(as_json: AsJson = False) -> None:
     """Whether a gateway is running for this HERMES_HOME, its platforms and uptime."""
     home = CliContext.home_only()
     found = read_status_file(home)
+    if as_json:
+        print_json({"home": str(home), "running": bool(found and found.running), "last": found})
+        raise typer.Exit(0 if found and found.running else EXIT_REFUSED)
     if found is None:
         note(f"No gateway is running for {home}.")
         raise typer.Exit(EXIT_REFUSED)
@@ -90,10 +93,13 @@ def gateway_status() -> None:
 
 
 @scheduler_app.command("status")
-def status() -> None:
+def status(as_json: AsJson = False) -> None:
     """Jobs with their interval, next run and last result."""
     ctx = CliContext.load()
     db = ctx.open_db()
+    if as_json:
+        print_json(read_status(ctx.home, ctx.config, db))
+        return
     table = Table()
     for column in ("job", "every", "next run (UTC)", "last run (UTC)", "last result"):
         table.add_column(column)

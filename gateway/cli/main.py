@@ -20,6 +20,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
 def _version(value: bool) -> None:
     if value:
         try:

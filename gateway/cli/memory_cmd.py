@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
-from gateway.cli.output import console, note, print_json, say
+from gateway.cli.output import AsJson, console, note, print_json, say
 from hermes.llm.client import LLMClient
 from hermes.memory import sweep
 from hermes.memory.render import render
@@ -41,10 +41,15 @@ def status(
     all_users: Annotated[
         bool, typer.Option("--all", help="A table of every user's usage, fullest first.")
     ] = False,
+    as_json: AsJson = False,
 ) -> None:
     """Usage per store: chars used / limit, percent and entry count."""
     ctx = CliContext.load()
     service = ctx.memory(ctx.open_db())
+    if as_json:
+        users = sweep.users_with_memory(ctx.home) if all_users else [ctx.user_id(user)]
+        print_json({user_id: service.status(user_id) for user_id in users})
+        return
     if all_users:
         _status_all(ctx, service)
         return

@@ -13,7 +13,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
-from gateway.cli.output import console, err_console, note, print_json, say
+from gateway.cli.output import AsJson, console, err_console, note, print_json, say
 from hermes.state.search import SearchScope
 from hermes.state.transfer import (
     TransferError,
@@ -33,14 +33,31 @@ def list_(
     platform: Annotated[str | None, typer.Option(help="Only this platform.")] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
     user: UserOpt = None,
+    as_json: AsJson = False,
 ) -> None:
     """The most recent sessions."""
     ctx = CliContext.load()
     db = ctx.open_db()
+    chats = db.conversations.list_sessions(ctx.user_id(user), platform, limit)
+    if as_json:
+        print_json(
+            [
+                {
+                    "session_id": chat.id,
+                    "platform": chat.platform,
+                    "chat_type": chat.chat_type,
+                    "last_active_at": chat.last_active_at,
+                    "messages": chat.message_count,
+                    "title": chat.title,
+                }
+                for chat in chats
+            ]
+        )
+        return
     table = Table()
     for column in ("session", "platform", "last active", "messages", "title"):
         table.add_column(column)
-    for chat in db.conversations.list_sessions(ctx.user_id(user), platform, limit):
+    for chat in chats:
         table.add_row(
             chat.id,
             f"{chat.platform}/{chat.chat_type}",

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gateway.cli.context import CLI_PLATFORM, CLI_USER, EXIT_REFUSED, EXIT_USAGE, CliContext, fail
-from gateway.cli.output import console, note
+from gateway.cli.output import AsJson, console, note, print_json
 from hermes.identity import owner_user_id
 from hermes.state.db import SessionDB
 from hermes.state.people import ROLES
@@ -27,10 +27,26 @@ def _resolve(db: SessionDB, who: str) -> str:
 
 
 @users_app.command("list")
-def list_() -> None:
+def list_(as_json: AsJson = False) -> None:
     """Everyone known, with their linked accounts and activity."""
     ctx = CliContext.load()
     db = ctx.open_db()
+    if as_json:
+        print_json(
+            [
+                {
+                    "user_id": s.user.id,
+                    "name": s.user.display_name,
+                    "role": s.user.role,
+                    "status": s.user.status,
+                    "accounts": [f"{i.platform}:{i.platform_user_id}" for i in s.identities],
+                    "sessions": s.sessions,
+                    "last_active": s.last_active,
+                }
+                for s in db.people.users()
+            ]
+        )
+        return
     table = Table()
     for column in ("user", "name", "role", "status", "accounts", "sessions", "last active"):
         table.add_column(column)
@@ -123,11 +139,26 @@ def block(
 
 
 @pairing_app.command("list")
-def pairing_list() -> None:
+def pairing_list(as_json: AsJson = False) -> None:
     """Pending requests (codes last 1 hour)."""
     ctx = CliContext.load()
     db = ctx.open_db()
     pending = db.people.pending_pairings()
+    if as_json:
+        print_json(
+            [
+                {
+                    "code": row.code,
+                    "platform": row.platform,
+                    "platform_user_id": row.platform_user_id,
+                    "name": row.display_name,
+                    "created_at": row.created_at,
+                    "expires_at": row.expires_at,
+                }
+                for row in pending
+            ]
+        )
+        return
     if not pending:
         note("[dim]No pending requests.[/dim]")
         return
