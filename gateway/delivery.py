@@ -17,6 +17,7 @@ import random
 from gateway.chunking import chunk
 from gateway.events import ChatRef, OutboundMessage, SendResult
 from gateway.ports import Capabilities, PlatformAdapter
+from hermes import metrics
 from hermes.state.db import SessionDB
 
 logger = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class Delivery:
             outbound = OutboundMessage(chat, part, reply, failed, rendered=rendered)
             result, attempts = await self._send_one(adapter, outbound)
             if not result.ok:
+                metrics.DELIVERIES_FAILED.labels(adapter.name).inc()
                 logger.warning(
                     "could not deliver to %s %s: %s", adapter.name, chat.id, result.error
                 )
@@ -71,6 +73,7 @@ class Delivery:
                     stored_id, adapter.name, chat.id, ok=False, attempts=attempts, error=error
                 )
                 return False
+            metrics.MESSAGES_SENT.labels(adapter.name).inc()
         return True
 
     async def _send_one(

@@ -15,6 +15,8 @@ from typing import Protocol, runtime_checkable
 
 from aiohttp import web
 
+from hermes import metrics
+
 logger = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -50,6 +52,7 @@ class HttpServer:
         self.app = web.Application(client_max_size=1 << 20)  # 1 MiB bodies at most
         self.app.router.add_get("/healthz", self._health)
         self.app.router.add_get("/readyz", self._ready)
+        self.app.router.add_get("/metrics", self._metrics)
         self._runner: web.AppRunner | None = None
         self.intake_open = True
 
@@ -93,6 +96,13 @@ class HttpServer:
             "uptime_s": round(time.monotonic() - self.started, 1),
         }
         return web.json_response(body, status=200 if healthy else 503)
+
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        """Prometheus text format (hermes/metrics.py)."""
+        body, content_type = metrics.render()
+        response = web.Response(body=body)
+        response.headers["Content-Type"] = content_type
+        return response
 
     async def _ready(self, _request: web.Request) -> web.Response:
         """200 only when every enabled platform is connected, state.db is writable and

@@ -32,6 +32,7 @@ from gateway.intake import Admitted, Intake, IntakePolicy
 from gateway.people import People
 from gateway.ports import PlatformAdapter
 from gateway.session_key import SessionKey
+from hermes import metrics
 from hermes.agent.agent import Agent, Speaker, Surface
 from hermes.agent.conversation import Conversation
 from hermes.state.db import SessionDB
@@ -160,6 +161,7 @@ class Router(SessionControl):
 
     async def handle(self, event: MessageEvent) -> None:
         """The adapters' sink: intake, then the lane; never waits for a turn."""
+        metrics.MESSAGES_RECEIVED.labels(event.platform).inc()
         item = self.intake.admit(event)
         if item is None:
             return
@@ -168,6 +170,7 @@ class Router(SessionControl):
             return
         lane = self._lanes.setdefault(item.key, _Lane())
         lane.put(item)
+        self._count_queued(event.platform)
         if lane.worker is None:
             adapter = self.adapters.get(event.platform)
             window = adapter.capabilities.reorder_window_s if adapter else 0.0
@@ -180,6 +183,7 @@ class Router(SessionControl):
                 await asyncio.sleep(window)  # let a message sent just before arrive too
             while lane.queue:
                 batch = self._next_batch(lane)
+                self._count_queued(batch[0].event.platform)
                 lane.current = asyncio.create_task(self._process(batch))
                 try:
                     await lane.current
@@ -194,6 +198,15 @@ class Router(SessionControl):
                     lane.current = None
         finally:
             self._lanes.pop(key, None)
+
+    def _count_queued(self, platform: str) -> None:
+        waiting = sum(
+            1
+            for lane in self._lanes.values()
+            for _, _, item in lane.queue
+            if item.event.platform == platform
+        )
+        metrics.QUEUE_DEPTH.labels(platform).set(waiting)
 
     def _next_batch(self, lane: _Lane) -> list[Admitted]:
         """The next message; in merge mode with the plain messages of the same person

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from hermes import metrics
 from hermes.agent import compression, review
 from hermes.agent.conversation import Conversation, Surface, to_new_message
 from hermes.agent.prompt import fence_recall, turn_context
@@ -102,6 +103,18 @@ class Agent:
         """One turn. `speaker` is the person writing when it is not the session's user
         (a shared group session): their words are marked with their name, and a memory
         they ask for goes to their own store."""
+        with metrics.TURN_SECONDS.labels(surface.platform).time():
+            return await self._turn(conv, text, surface, platform_message_id, speaker=speaker)
+
+    async def _turn(
+        self,
+        conv: Conversation,
+        text: str,
+        surface: Surface,
+        platform_message_id: str | None,
+        *,
+        speaker: Speaker | None,
+    ) -> TurnResult:
         if conv.shared:
             text = f"[{speaker.name if speaker else 'someone'}] {text}"
         user_message = {"role": "user", "content": text}
@@ -204,6 +217,7 @@ class Agent:
         }
         results = []
         for call in reply.tool_calls:  # in order: a later call may depend on an earlier one
+            metrics.TOOL_CALLS.labels(call.name).inc()
             content = await tools.execute(call)
             results.append(
                 {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content}

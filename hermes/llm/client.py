@@ -7,12 +7,14 @@ still fails to LLMError with a short message that never echoes secrets.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import openai
 from openai import AsyncOpenAI
 
+from hermes import metrics
 from hermes.llm.endpoint import Endpoint
 from hermes.llm.types import ModelReply, ToolCall
 
@@ -56,26 +58,17 @@ class LLMClient:
             kwargs["tools"] = list(tools)
         if max_tokens:
             kwargs["max_tokens"] = max_tokens
+        started = time.perf_counter()
         try:
             return await self._client.chat.completions.create(**kwargs)
-        except openai.APITimeoutError:
-            raise LLMError(
-                f"The model endpoint is not answering (timeout after {self.endpoint.timeout:g} s)."
-            ) from None
-        except openai.APIConnectionError:
-            raise LLMError("The model endpoint cannot be reached.") from None
-        except openai.RateLimitError:
-            raise LLMError("The model endpoint is rate-limiting us; try again shortly.") from None
-        except openai.AuthenticationError:
-            raise LLMError(
-                "The model endpoint refused the API key (check llm.api_key_env)."
-            ) from None
-        except openai.APIStatusError as exc:
-            raise LLMError(
-                f"The model endpoint answered with an error (HTTP {exc.status_code})."
-            ) from None
-        except (ValueError, openai.APIResponseValidationError):  # a body that is not JSON
+        except openai.APIError as exc:
+            metrics.MODEL_ERRORS.labels(_kind(exc)).inc()
+            raise _error(exc, self.endpoint.timeout) from None
+        except ValueError:  # a body that is not JSON
+            metrics.MODEL_ERRORS.labels("not_a_completion").inc()
             raise LLMError(NOT_A_COMPLETION) from None
+        finally:
+            metrics.MODEL_CALL_SECONDS.observe(time.perf_counter() - started)
 
     async def chat(
         self,
@@ -139,3 +132,33 @@ def _reply(completion: Any) -> ModelReply:
         completion_tokens=usage.completion_tokens if usage else None,
         finish_reason=choice.finish_reason,
     )
+
+
+def _kind(exc: openai.APIError) -> str:
+    """The failure's kind, for the metrics."""
+    if isinstance(exc, openai.APITimeoutError):
+        return "timeout"
+    if isinstance(exc, openai.APIConnectionError):
+        return "unreachable"
+    if isinstance(exc, openai.RateLimitError):
+        return "rate_limited"
+    if isinstance(exc, openai.AuthenticationError):
+        return "auth"
+    if isinstance(exc, openai.APIStatusError):
+        return "http_status"
+    return "not_a_completion"
+
+
+def _error(exc: openai.APIError, timeout: float) -> LLMError:
+    """The clear message for a failed call (safe to show a user)."""
+    if isinstance(exc, openai.APITimeoutError):
+        return LLMError(f"The model endpoint is not answering (timeout after {timeout:g} s).")
+    if isinstance(exc, openai.APIConnectionError):
+        return LLMError("The model endpoint cannot be reached.")
+    if isinstance(exc, openai.RateLimitError):
+        return LLMError("The model endpoint is rate-limiting us; try again shortly.")
+    if isinstance(exc, openai.AuthenticationError):
+        return LLMError("The model endpoint refused the API key (check llm.api_key_env).")
+    if isinstance(exc, openai.APIStatusError):
+        return LLMError(f"The model endpoint answered with an error (HTTP {exc.status_code}).")
+    return LLMError(NOT_A_COMPLETION)  # APIResponseValidationError: JSON of another shape

@@ -28,6 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from hermes import metrics
 from hermes.config import MemoryConfig
 from hermes.llm.types import ChatModel
 from hermes.memory import sweep
@@ -109,11 +110,13 @@ class MemoryService:
         """A memory-tool operation (add / replace / remove) for `user_id`."""
         refused = await self._judged(args)
         if refused is not None:
+            metrics.MEMORY_REJECTIONS.labels("scan").inc()
             return refused
         write = functools.partial(
             self._apply, user_id, args, actor, session_id=session_id, message_id=message_id
         )
         user_id, outcome = await asyncio.to_thread(write)
+        _count(outcome)
         change = outcome.change
         if change is not None and sweep.crosses_threshold(
             change.used_before,
@@ -256,6 +259,8 @@ class MemoryService:
     ) -> list[sweep.StoreRun]:
         """Consolidate each store over the threshold (all stores with `force`)."""
         runs = await sweep.check(self.home, self.db, self.model, self.config, user_ids, force=force)
+        for run in runs:
+            metrics.CONSOLIDATIONS.labels(run.outcome.status).inc()
         for run in runs if self.providers.active else ():
             if run.outcome.status == "applied":
                 text = self.of(run.user_id).file_store(run.target).read().raw
@@ -312,6 +317,27 @@ class MemoryService:
                 )
             )
         return out
+
+
+def _count(outcome: ToolOutcome) -> None:
+    """A memory write for the metrics: written (by action), or refused (by reason)."""
+    if outcome.change is not None:
+        metrics.MEMORY_WRITES.labels(outcome.change.action).inc()
+        return
+    if outcome.ok:
+        return  # nothing to change (a duplicate)
+    error = str(outcome.result.get("error", ""))
+    if outcome.result.get("storage_failure"):
+        reason = "storage"
+    elif "security scan" in error or error.startswith("Could not verify"):
+        reason = "scan"
+    elif "limit" in error:
+        reason = "full"
+    elif "locked" in error or "busy" in error:
+        reason = "busy"
+    else:
+        reason = "invalid"  # no match, several matches, bad arguments, a damaged file
+    metrics.MEMORY_REJECTIONS.labels(reason).inc()
 
 
 __all__ = ["MemoryService", "StoreStatus"]

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from hermes import metrics
 from hermes.state.db import SessionDB
 from hermes.state.models import ChatSession
 from hermes.state.search import MessageHit, SearchScope
@@ -84,6 +85,10 @@ class SessionSearchTool:
         self.policy = policy
 
     async def run(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        with metrics.SEARCH_SECONDS.time():
+            return await self._run(args)
+
+    async def _run(self, args: Mapping[str, Any]) -> dict[str, Any]:
         try:
             query, limit, scope = self._parse(args)
         except ValueError as exc:

@@ -1,0 +1,98 @@
+"""The process's metrics, in Prometheus form (prometheus-client), on one registry.
+
+Each is counted where its concept lives: messages received in the router, reply parts
+sent and deliveries failed in the delivery module, turns and tool calls in the agent,
+model calls in the LLM client, memory writes and rejections in the memory service (the
+one write path), consolidations in its check, session_search in its tool, queue depth
+per platform in the router's lanes. The gateway serves `render()` at `GET /metrics`.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+_SECONDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+MESSAGES_RECEIVED = Counter(
+    "hermes_messages_received",
+    "Messages received from the platforms",
+    ["platform"],
+    registry=REGISTRY,
+)
+MESSAGES_SENT = Counter(
+    "hermes_messages_sent", "Reply messages (parts) delivered", ["platform"], registry=REGISTRY
+)
+DELIVERIES_FAILED = Counter(
+    "hermes_deliveries_failed",
+    "Replies that could not be delivered",
+    ["platform"],
+    registry=REGISTRY,
+)
+QUEUE_DEPTH = Gauge(
+    "hermes_queue_depth",
+    "Messages waiting for their session's turn",
+    ["platform"],
+    registry=REGISTRY,
+)
+TURN_SECONDS = Histogram(
+    "hermes_turn_seconds",
+    "One agent turn, model calls and tools included",
+    ["platform"],
+    buckets=_SECONDS,
+    registry=REGISTRY,
+)
+MODEL_CALL_SECONDS = Histogram(
+    "hermes_model_call_seconds", "One chat-completion call", buckets=_SECONDS, registry=REGISTRY
+)
+MODEL_ERRORS = Counter(
+    "hermes_model_errors", "Failed model calls by kind", ["kind"], registry=REGISTRY
+)
+TOOL_CALLS = Counter("hermes_tool_calls", "Tool calls by tool", ["tool"], registry=REGISTRY)
+MEMORY_WRITES = Counter(
+    "hermes_memory_writes", "Memory changes written, by action", ["action"], registry=REGISTRY
+)
+MEMORY_REJECTIONS = Counter(
+    "hermes_memory_rejections",
+    "Memory writes refused, by reason",
+    ["reason"],
+    registry=REGISTRY,
+)
+CONSOLIDATIONS = Counter(
+    "hermes_consolidations", "Consolidation runs by outcome", ["status"], registry=REGISTRY
+)
+SEARCH_SECONDS = Histogram(
+    "hermes_session_search_seconds",
+    "One session_search call",
+    buckets=_SECONDS,
+    registry=REGISTRY,
+)
+
+
+def render() -> tuple[bytes, str]:
+    """The exposition text and its content type."""
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+
+
+__all__ = [
+    "CONSOLIDATIONS",
+    "DELIVERIES_FAILED",
+    "MEMORY_REJECTIONS",
+    "MEMORY_WRITES",
+    "MESSAGES_RECEIVED",
+    "MESSAGES_SENT",
+    "MODEL_CALL_SECONDS",
+    "MODEL_ERRORS",
+    "QUEUE_DEPTH",
+    "SEARCH_SECONDS",
+    "TOOL_CALLS",
+    "TURN_SECONDS",
+    "render",
+]
