@@ -28,6 +28,8 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
+from hermes.state.search import KOREAN_PARTICLES
+
 
 class Polarity(StrEnum):
     NEGATION = "negation"
@@ -133,32 +135,6 @@ _CONNECTIVES = frozenset(
 )
 # Of those, the ones a merge may drop ("uses X" -> "with X"); "likes" or "prefers" must stay.
 _LINKING = frozenset("also uses use used has have with and plus via both each runs run".split())
-_KOREAN_PARTICLES = (
-    "에서는",
-    "에게서",
-    "으로는",
-    "한테서",
-    "에서",
-    "에게",
-    "한테",
-    "께서",
-    "까지",
-    "부터",
-    "으로",
-    "이다",
-    "은",
-    "는",
-    "이",
-    "가",
-    "을",
-    "를",
-    "에",
-    "의",
-    "도",
-    "로",
-    "와",
-    "과",
-)
 # Chinese function characters (particles, copula, conjunctions): grammar, not content
 _HAN_FUNCTION = frozenset("的了是在和与與及或也都就很着著过過吧呢吗嗎啊之把被")
 _NUMBER = re.compile(r"\d+(?:[.,:/-]\d+)*")
@@ -291,7 +267,7 @@ def _hangul_pieces(word: str) -> list[tuple[str, str]]:
 
 
 def _strip_particle(word: str) -> str:
-    for particle in _KOREAN_PARTICLES:
+    for particle in KOREAN_PARTICLES:
         if word.endswith(particle) and len(word) > len(particle):
             return word[: -len(particle)]
     return word

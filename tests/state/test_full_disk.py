@@ -52,6 +52,19 @@ def _fill(folder: Path) -> Path:
     return filler
 
 
+def _memories_on_their_own_mount(home: Path, mounts: list[Path], size: str) -> Path:
+    """A home with one memory entry whose memories folder is a tmpfs of `size`."""
+    assert hermes("memory", "add", "Lives in Lisbon").returncode == 0
+    folder = home / "memories"
+    saved = {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    _mount(folder, size)
+    mounts.append(folder)
+    for name, data in saved.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+    return folder
+
+
 def _clean(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
     out = result.stdout + result.stderr
     assert result.returncode == 2, out
@@ -61,14 +74,7 @@ def _clean(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
 def test_a_full_disk_under_the_memory_files_refuses_the_write_and_loses_nothing(
     home: Path, mounts: list[Path]
 ) -> None:
-    assert hermes("memory", "add", "Lives in Lisbon").returncode == 0
-    folder = home / "memories"
-    saved = {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
-    _mount(folder, "64k")
-    mounts.append(folder)
-    for name, data in saved.items():
-        (folder / name).parent.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_bytes(data)
+    folder = _memories_on_their_own_mount(home, mounts, "64k")
     store = folder / owner_user_id(home) / "MEMORY.md"
     before = store.read_bytes()
     filler = _fill(folder)
@@ -87,14 +93,7 @@ def test_a_full_disk_under_the_memory_files_refuses_the_write_and_loses_nothing(
 def test_a_read_only_memory_folder_refuses_the_write_clearly(
     home: Path, mounts: list[Path]
 ) -> None:
-    assert hermes("memory", "add", "Lives in Lisbon").returncode == 0
-    folder = home / "memories"
-    saved = {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
-    _mount(folder, "1m")
-    mounts.append(folder)
-    for name, data in saved.items():
-        (folder / name).parent.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_bytes(data)
+    folder = _memories_on_their_own_mount(home, mounts, "1m")
     _remount(folder, "ro")
     _clean(hermes("memory", "add", "Has a cat"), "read-only", "HERMES_HOME")
     assert "Lives in Lisbon" in hermes("memory", "show").stdout
