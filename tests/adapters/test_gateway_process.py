@@ -38,6 +38,14 @@ def start(home: Path, **env: str) -> subprocess.Popen[str]:
     )
 
 
+def wait_connected(proc: subprocess.Popen[str], tg: FakeTelegram, timeout: float) -> None:
+    """Until the gateway has registered its commands with the Bot API (it is connected)."""
+    deadline = time.monotonic() + timeout
+    while not tg.sent("setMyCommands"):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+
+
 def test_gateway_answers_allowed_users_pairs_strangers_and_stops_on_sigterm(
     home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
 ) -> None:
@@ -99,10 +107,8 @@ def test_sigterm_during_a_turn_lets_it_finish(
     fake_llm.default = Reply(text="worth the wait", delay=2.0)
     proc = start(home, HERMES_TEST_TG_TOKEN="123:ABC")
     try:
+        wait_connected(proc, telegram, 30)
         deadline = time.monotonic() + 30
-        while not telegram.sent("setMyCommands"):
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.1)
         telegram.user_message("a slow question", user_id=42)
         while not fake_llm.requests:  # the turn is running
             assert time.monotonic() < deadline
@@ -195,10 +201,7 @@ def test_the_log_never_holds_a_token_or_a_message_body(
     fake_llm.default = Reply(text="the secret answer is 42")
     proc = start(home, HERMES_TEST_TG_TOKEN=TOKEN)
     try:
-        deadline = time.monotonic() + 60
-        while not telegram.sent("setMyCommands"):
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.1)
+        wait_connected(proc, telegram, 60)
         telegram.user_message("my private diary entry", user_id=42)
         telegram.wait_sent(1)
     finally:
@@ -233,10 +236,7 @@ def test_metrics_are_scraped_from_a_running_gateway(
     )
     proc = start(home, HERMES_TEST_TG_TOKEN="123:ABC")
     try:
-        deadline = time.monotonic() + 30
-        while not telegram.sent("setMyCommands"):
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.1)
+        wait_connected(proc, telegram, 30)
         telegram.user_message("remember where I live", user_id=42)
         telegram.wait_sent(1)
         telegram.user_message("and this", user_id=42)
