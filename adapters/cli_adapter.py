@@ -56,6 +56,9 @@ class CliAdapter:
     async def stop_intake(self) -> None:
         self._sink = None
 
+    async def connection(self) -> str:
+        return "connected"  # in-process
+
     async def stop(self) -> None:
         self._sink = None
         for future in self._waiting.values():

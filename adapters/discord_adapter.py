@@ -111,6 +111,8 @@ class DiscordAdapter:
             intents=intents, enable_debug_events=True, guild_ready_timeout=1.0
         )
         self.client.event(self.on_socket_raw_receive)
+        for listener in (self.on_disconnect, self.on_resumed, self.on_ready):
+            self.client.event(listener)
         self.tree = discord.app_commands.CommandTree(self.client)
         for entry in menu:  # application commands, answered as the text commands
             name = entry.name
@@ -119,6 +121,7 @@ class DiscordAdapter:
         self.token = token
         self._task: asyncio.Task[None] | None = None
         self._sink: EventSink | None = None
+        self._down = ""  # why the gateway connection is down while discord.py reconnects
 
     async def start(self, sink: EventSink) -> None:
         self._sink = sink
@@ -137,6 +140,23 @@ class DiscordAdapter:
     async def stop_intake(self) -> None:
         """Discord does not replay messages sent while a bot was offline, so the gateway
         connection stays open until `stop`: what arrives meanwhile is answered."""
+
+    async def connection(self) -> str:
+        """discord.py reconnects (and resumes) by itself; its task ends only when it
+        gives up (a refused token, a privileged intent not enabled for the app)."""
+        if self._task is not None and self._task.done():
+            failure = None if self._task.cancelled() else self._task.exception()
+            return f"lost: {type(failure).__name__}: {failure}" if failure else "lost: closed"
+        return f"reconnecting: {self._down}" if self._down else "connected"
+
+    async def on_disconnect(self) -> None:
+        self._down = "the gateway connection dropped"
+
+    async def on_resumed(self) -> None:
+        self._down = ""
+
+    async def on_ready(self) -> None:
+        self._down = ""
 
     async def stop(self) -> None:
         await self.client.close()

@@ -168,6 +168,12 @@ class SlackAdapter:
     async def stop(self) -> None:
         await self.stop_intake()
 
+    async def connection(self) -> str:
+        """HTTP mode has no connection to lose; Socket Mode reconnects by itself."""
+        if self.handler is None or await self.handler.client.is_connected():
+            return "connected"
+        return "reconnecting: the Socket Mode connection is down"
+
     def routes(self) -> list[Route]:
         """HTTP mode: Slack POSTs events here; bolt verifies the signature and acks."""
         return [] if self.handler is not None else [Route("POST", self.path, self._on_http)]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -21,6 +21,7 @@ from telegram import BotCommand, ReplyParameters, Update
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError, TimedOut
 from telegram.ext import Application, ApplicationBuilder, ContextTypes, MessageHandler, filters
+from telegram.request import HTTPXRequest
 
 from gateway.chunking import utf16_length
 from gateway.events import (
@@ -127,6 +128,24 @@ class Webhook:
     path: str = "/telegram/webhook"
 
 
+class _WatchedPolling(HTTPXRequest):
+    """The getUpdates connection, reporting each poll's outcome to the adapter: PTB
+    retries failed polls by itself and says nothing when one succeeds again."""
+
+    def __init__(self, report: Callable[[int | None, str], None]) -> None:
+        super().__init__()
+        self._report = report
+
+    async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
+        try:
+            code, body = await super().do_request(*args, **kwargs)
+        except TelegramError as exc:  # no answer (a connection error, a timeout)
+            self._report(None, f"{type(exc).__name__}: {exc}")
+            raise
+        self._report(code, "")
+        return code, body
+
+
 class TelegramAdapter:
     name = "telegram"
     # 4,096 UTF-16 units per message, counted on the HTML that is sent
@@ -148,6 +167,7 @@ class TelegramAdapter:
         # 256 costs more CPU than it saves waiting (bench/gateway_throughput.py)
         builder = ApplicationBuilder().token(token)
         builder = builder.connection_pool_size(SEND_CONNECTIONS).pool_timeout(POOL_TIMEOUT_S)
+        builder = builder.get_updates_request(_WatchedPolling(self._polled))
         if base_url:
             root = base_url.rstrip("/")
             builder = builder.base_url(f"{root}/bot").base_file_url(f"{root}/file/bot")
@@ -156,6 +176,8 @@ class TelegramAdapter:
         self.webhook = webhook
         self.menu = [BotCommand(entry.name, entry.summary[:256]) for entry in menu]
         self._sink: EventSink | None = None
+        self._poll_trouble = ""  # why the last poll failed; empty once one succeeds
+        self._token_refused = False
 
     async def start(self, sink: EventSink) -> None:
         self._sink = sink
@@ -206,7 +228,23 @@ class TelegramAdapter:
             await self.app.stop()
         await self.app.shutdown()
 
+    async def connection(self) -> str:
+        if self._token_refused:  # PTB ends its polling loop for good on 401 and 404
+            return "lost: Telegram refused the bot token (it was revoked or is wrong)"
+        return f"reconnecting: {self._poll_trouble}" if self._poll_trouble else "connected"
+
+    def _polled(self, status: int | None, trouble: str) -> None:
+        if status == 200:
+            self._poll_trouble = ""
+        elif status in (401, 404):
+            self._token_refused = True
+        elif status is not None:
+            self._poll_trouble = f"getUpdates answered HTTP {status}"
+        else:
+            self._poll_trouble = trouble
+
     def _polling_error(self, error: TelegramError) -> None:
+        self._poll_trouble = f"{type(error).__name__}: {error}"
         logger.warning("telegram polling error (retrying): %s", error)
 
     async def _on_update(self, update: Update, _context: ContextTypes.DEFAULT_TYPE) -> None:

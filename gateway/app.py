@@ -22,9 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gateway.command_context import RuntimeInfo
-from gateway.commands import Commands
 from gateway.config import (
     ConfigError,
     HermesConfig,
@@ -32,20 +31,21 @@ from gateway.config import (
     judge_wanted,
     main_endpoint,
 )
-from gateway.intake import IntakePolicy
-from gateway.people import People
-from gateway.router import Router, RouterPolicy
-from gateway.session_key import Scope
-from hermes.agent.agent import Agent
 from hermes.llm.client import LLMClient
-from hermes.llm.summarizer import LLMSummarizer
-from hermes.llm.types import ChatModel
 from hermes.memory.scan_judge import Judge
 from hermes.memory.service import MemoryService
-from hermes.providers.base import MemoryProvider
 from hermes.providers.host import ProviderHost
-from hermes.state.db import SessionDB
-from hermes.tools.session_search import SummaryPolicy
+
+if TYPE_CHECKING:  # steps 3 to 6 are imported by build_app itself: a CLI command that
+    # needs only the memory service (`hermes memory add`) does not load them
+    from gateway.command_context import RuntimeInfo
+    from gateway.commands import Commands
+    from gateway.people import People
+    from gateway.router import Router, RouterPolicy
+    from hermes.agent.agent import Agent
+    from hermes.llm.types import ChatModel
+    from hermes.providers.base import MemoryProvider
+    from hermes.state.db import SessionDB
 
 
 @dataclass
@@ -84,6 +84,13 @@ def build_app(
     """The application for `home`. `model` replaces the configured endpoint (benches
     and tests run an in-process model); without either, ConfigError says what to set.
     `policy` replaces the router settings derived from config (tests of other shapes)."""
+    from gateway.commands import Commands
+    from gateway.people import People
+    from gateway.router import Router
+    from hermes.agent.agent import Agent
+    from hermes.llm.summarizer import LLMSummarizer
+    from hermes.tools.session_search import SummaryPolicy
+
     clients: list[LLMClient] = []
     aux: LLMClient | None = None
     if model is None:  # 1
@@ -138,6 +145,10 @@ def build_memory(
 
 def router_policy(config: HermesConfig) -> RouterPolicy:
     """Intake and lane settings from the enabled platforms' sections."""
+    from gateway.intake import IntakePolicy
+    from gateway.router import RouterPolicy
+    from gateway.session_key import Scope
+
     sections = config.platforms
     enabled = [
         (name, section)

@@ -254,7 +254,7 @@ class Commands:
             row, rest = chosen, tail.strip()
         assert row.handler is not None
         if row.admin_only:
-            logger.info("admin %s by %s: %s", row.name, ctx.person.user_id, rest)
+            logger.info("admin %s by %s", row.name, ctx.person.user_id)  # not its text
         return await row.handler(ctx, rest)
 
     def _refused(self, row: Command, ctx: CommandContext, rest: str) -> str | None:

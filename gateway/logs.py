@@ -6,15 +6,23 @@ URL; a library's exception text can carry a header or a key. So the root handler
 every record through `Redactor`, which replaces the values of the configured secret
 variables (platform tokens, signing secrets, model API keys) and anything shaped like a
 known token with `***`, in the message and in the formatted traceback alike.
+
+Each turn runs under an id (`turn()`, set by the router around the turn's task); every
+record logged while it runs, by our code or a library's, carries it (`[turn t-…]` in text,
+`"turn"` in JSON), so one `grep` gives a turn's whole story. Message bodies are never
+logged at INFO: a turn's line names the platform, the chat and the person, not the text.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import logging
 import re
+import secrets
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,6 +38,29 @@ _SHAPES = re.compile(
     r"|\b[MNO][\w-]{23,27}\.[\w-]{6}\.[\w-]{27,40}\b"
     r"|(?i:bearer)\s+[\w.~+/-]{16,}=*"
 )
+
+
+_TURN: contextvars.ContextVar[str] = contextvars.ContextVar("hermes_turn", default="")
+
+
+@contextlib.contextmanager
+def turn() -> Iterator[str]:
+    """A new turn id for everything logged inside (tasks created inside inherit it)."""
+    token = _TURN.set(f"t-{secrets.token_hex(4)}")
+    try:
+        yield _TURN.get()
+    finally:
+        _TURN.reset(token)
+
+
+class TurnTag(logging.Filter):
+    """Puts the current turn's id on the record (`record.turn`, empty outside a turn)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        current = _TURN.get()
+        record.__dict__["turn"] = current
+        record.__dict__["turn_tag"] = f" [turn {current}]" if current else ""
+        return True
 
 
 def secret_values(config: HermesConfig, env: Mapping[str, str] | None = None) -> list[str]:
@@ -91,6 +122,8 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        if record.__dict__.get("turn"):
+            entry["turn"] = record.__dict__["turn"]
         if record.exc_text:
             entry["error"] = record.exc_text
         return json.dumps(entry, ensure_ascii=False)
@@ -106,10 +139,13 @@ def configure(
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(LevelGate(ours, theirs))
     handler.addFilter(Redactor(secret_values(config, env)))
+    handler.addFilter(TurnTag())
     if settings.format == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(name)s%(turn_tag)s: %(message)s")
+        )
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
@@ -117,4 +153,12 @@ def configure(
     root.setLevel(min(ours, theirs))
 
 
-__all__ = ["JsonFormatter", "LevelGate", "Redactor", "configure", "secret_values"]
+__all__ = [
+    "JsonFormatter",
+    "LevelGate",
+    "Redactor",
+    "TurnTag",
+    "configure",
+    "secret_values",
+    "turn",
+]

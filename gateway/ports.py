@@ -45,6 +45,11 @@ class PlatformAdapter(Protocol):
 
     async def stop(self) -> None: ...
 
+    async def connection(self) -> str:
+        """How the platform connection is, once started: 'connected'; 'reconnecting: why'
+        while the SDK retries by itself (with its own backoff); 'lost: why' when the SDK
+        has given up (the gateway then restarts the platform, with backoff)."""
+
     async def send(self, message: OutboundMessage) -> SendResult: ...
 
     async def typing(self, chat: ChatRef) -> None:

@@ -24,8 +24,9 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gateway import logs
 from gateway.command_context import CommandContext, SessionControl
-from gateway.commands import Commands
+from gateway.commands import Commands, command_name
 from gateway.delivery import Delivery
 from gateway.events import ChatRef, ChatType, MessageEvent
 from gateway.intake import Admitted, Intake, IntakePolicy
@@ -184,18 +185,19 @@ class Router(SessionControl):
             while lane.queue:
                 batch = self._next_batch(lane)
                 self._count_queued(batch[0].event.platform)
-                lane.current = asyncio.create_task(self._process(batch))
-                try:
-                    await lane.current
-                except asyncio.CancelledError:
-                    task = asyncio.current_task()
-                    if task is not None and task.cancelling():
-                        raise  # the router is stopping, not a /stop
-                except Exception:
-                    logger.exception("turn failed for %s", key)
-                    await self._apologize(batch[-1].event)
-                finally:
-                    lane.current = None
+                with logs.turn():  # the turn's task, and its log lines, carry the id
+                    lane.current = asyncio.create_task(self._process(batch))
+                    try:
+                        await lane.current
+                    except asyncio.CancelledError:
+                        task = asyncio.current_task()
+                        if task is not None and task.cancelling():
+                            raise  # the router is stopping, not a /stop
+                    except Exception:
+                        logger.exception("turn failed for %s", key)
+                        await self._apologize(batch[-1].event)
+                    finally:
+                        lane.current = None
         finally:
             self._lanes.pop(key, None)
 
@@ -244,6 +246,7 @@ class Router(SessionControl):
         if event.text.startswith("/"):
             await self._command(first)
             return
+        started = time.monotonic()
         text = "\n\n".join(item.event.text.strip() for item in batch)
         surface = _surface(event)
         conv = self._conversation(first, surface)
@@ -266,6 +269,17 @@ class Router(SessionControl):
             last.message_id,
             stored_id=result.reply_id,
             failed=not result.ok,
+        )
+        logger.info(  # who and where, never what was said
+            "turn %s: %s %s chat %s, user %s, session %s, %d message(s), %.2f s",
+            "answered" if result.ok else "failed",
+            event.platform,
+            event.chat.type.value,
+            event.chat.id,
+            first.person.user_id,
+            conv.id,
+            len(batch),
+            time.monotonic() - started,
         )
 
     def _owner(self, item: Admitted) -> str:
@@ -312,7 +326,7 @@ class Router(SessionControl):
         try:
             reply = await self.commands.run(context, event.text)
         except Exception:
-            logger.exception("command %r failed", event.text[:40])
+            logger.exception("command %s failed", command_name(event.text))
             reply = CRASH_REPLY
         await self.delivery.deliver(adapter, event.chat, reply, event.message_id)
 

@@ -4,7 +4,10 @@ Start order: the http server, adapters (each on its own: one that fails to start
 retried with capped, jittered backoff while the others run; its state shows in
 /healthz and `hermes gateway status`), then the scheduler. If no enabled platform has
 connected within `gateway.connect_timeout_seconds`, the process stops with exit code 3
-so its supervisor restarts it. Stop order: the scheduler (waiting for running jobs),
+so its supervisor restarts it. Once connected, each platform's connection is checked every
+SUPERVISE_S: while its SDK reconnects by itself the state says "reconnecting" (and /readyz
+is 503); when the SDK has given up ("lost") the platform is stopped and restarted with the
+same backoff. Stop order: the scheduler (waiting for running jobs),
 stop intake and let running turns finish within a bound, then adapters.
 """
 
@@ -35,6 +38,7 @@ from hermes.state.engine import StateDBError, explain
 logger = logging.getLogger(__name__)
 TURN_GRACE_S = 20.0
 RETRY_FIRST_S = 1.0
+SUPERVISE_S = 2.0
 EXIT_NOT_CONNECTED = 3
 
 
@@ -52,6 +56,7 @@ class Gateway:
         self.adapters: dict[str, PlatformAdapter] = {}
         self.failed: dict[str, str] = {}
         self.retrying: dict[str, str] = {}
+        self.links: dict[str, str] = {}  # a started platform's connection, when not "connected"
         self.exit_code = 0
         self._tasks: list[asyncio.Task[None]] = []
         self.platforms = self._enabled()
@@ -114,6 +119,8 @@ class Gateway:
             self._tasks.append(asyncio.create_task(self._connect_deadline(deadline)))
         if self.app is not None:
             self._watcher = asyncio.create_task(self.app.router.watch_people())
+        if self.platforms:
+            self._tasks.append(asyncio.create_task(self._supervise()))
         self.started_at = time.monotonic()
         write_status_file(self.home, self.status(), f"{self.http.host}:{self.http.port}")
         logger.info("gateway started: %s", ", ".join(self.adapters) or "no platforms")
@@ -153,6 +160,7 @@ class Gateway:
             return False
         self.failed.pop(name, None)
         self.retrying.pop(name, None)
+        self.links.pop(name, None)
         self.adapters[name] = adapter
         logger.info("platform %s connected", name)
         write_status_file(self.home, self.status(), f"{self.http.host}:{self.http.port}")
@@ -178,6 +186,40 @@ class Gateway:
                 return
             delay *= 2
 
+    async def _supervise(self) -> None:
+        """Every SUPERVISE_S, ask each started platform how its connection is."""
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), SUPERVISE_S)
+                return
+            for name, adapter in list(self.adapters.items()):
+                try:
+                    state = await asyncio.wait_for(adapter.connection(), SUPERVISE_S)
+                except Exception as exc:
+                    state = f"reconnecting: the connection check failed ({exc!r})"
+                if state != self.links.get(name, "connected"):
+                    await self._changed(name, adapter, state)
+
+    async def _changed(self, name: str, adapter: PlatformAdapter, state: str) -> None:
+        if state == "connected":
+            self.links.pop(name, None)
+            logger.info("platform %s connected again", name)
+        elif not state.startswith("lost"):
+            self.links[name] = state
+            logger.warning("platform %s: %s", name, state)
+        else:
+            logger.error("platform %s %s; restarting it", name, state.replace(":", " ", 1))
+            self.links.pop(name, None)
+            self.adapters.pop(name, None)
+            assert self.app is not None
+            self.app.router.detach(name)
+            with contextlib.suppress(Exception):
+                await adapter.stop()
+            self.failed[name] = state.split(": ", 1)[-1]
+            self.retrying[name] = "retrying"
+            self._tasks.append(asyncio.create_task(self._retry(name, adapter)))
+        write_status_file(self.home, self.status(), f"{self.http.host}:{self.http.port}")
+
     def _menu(self) -> list[MenuEntry]:
         return self.app.commands.menu() if self.app is not None else []
 
@@ -199,7 +241,7 @@ class Gateway:
         self.failed[name] = f"{type(exc).__name__}: {exc}"
 
     def status(self) -> dict[str, str]:
-        states = {name: "connected" for name in self.adapters}
+        states = {name: self.links.get(name, "connected") for name in self.adapters}
         for name, why in self.failed.items():
             retry = self.retrying.get(name)
             states[name] = f"failed: {why}" + (f" ({retry})" if retry else "")
@@ -208,7 +250,10 @@ class Gateway:
     def readiness(self) -> dict[str, bool]:
         """What /readyz requires: every enabled platform connected, state.db writable,
         the scheduler running."""
-        checks = {f"platform {name}": name in self.adapters for name in self.platforms}
+        checks = {
+            f"platform {name}": name in self.adapters and name not in self.links
+            for name in self.platforms
+        }
         checks["state.db writable"] = self.db.upkeep.writable()
         checks["scheduler running"] = self.scheduler.running
         return checks

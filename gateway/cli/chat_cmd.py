@@ -2,33 +2,26 @@
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
-import threading
 from collections.abc import Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from rich.markdown import Markdown
 from rich.markup import escape
 
-from gateway import registry
-from gateway.app import App, build_app
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import console, err_console, note, say
-from gateway.commands import command_name
-from gateway.config import CONFIG_FILENAME, main_endpoint
-from gateway.ports import LocalChat
-from gateway.session_key import session_key
 from gateway.status_file import read_status_file
-from hermes.agent.agent import Agent, Surface
-from hermes.agent.conversation import Conversation
-from hermes.identity import ensure_private_dir, owner_user_id
-from hermes.llm.endpoint import Endpoint
-from hermes.state.db import SessionDB
+
+if TYPE_CHECKING:  # imported by `chat` itself: the rest of the CLI starts without them
+    from gateway.app import App
+    from gateway.ports import LocalChat
+    from hermes.agent.agent import Agent, Surface
+    from hermes.agent.conversation import Conversation
+    from hermes.llm.endpoint import Endpoint
+    from hermes.state.db import SessionDB
 
 T = TypeVar("T")
 CLI_NOTE = "/exit  quit (also Ctrl-D)  ·  Ctrl-C cancels the running turn"
@@ -59,11 +52,17 @@ class Runtime:
     going while the terminal waits for input, and Ctrl-C can cancel just the turn."""
 
     def __init__(self) -> None:
+        import asyncio
+        import threading
+
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        import asyncio
+        import concurrent.futures
+
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
             return future.result()
@@ -80,6 +79,8 @@ class Runtime:
 
 
 def _check_endpoint(ctx: CliContext) -> Endpoint:
+    from gateway.config import CONFIG_FILENAME, main_endpoint
+
     endpoint = main_endpoint(ctx.config)
     if endpoint is None:
         err_console.print(SETUP_HELP.format(config=ctx.home / CONFIG_FILENAME), markup=False)
@@ -101,6 +102,12 @@ def chat(
     ] = None,
 ) -> None:
     """Chat with Hermes in the terminal, as the owner."""
+    from gateway import registry
+    from gateway.app import build_app
+    from gateway.session_key import session_key
+    from hermes.agent.agent import Surface
+    from hermes.identity import owner_user_id
+
     ctx = CliContext.load()
     _check_endpoint(ctx)
     db = ctx.open_db()
@@ -163,6 +170,10 @@ def _one_shot(runtime: Runtime, adapter: LocalChat, query: str) -> None:
 
 def _interactive(runtime: Runtime, adapter: LocalChat, session_id: str, resumed: bool) -> None:
     """Read lines; each goes through the router (commands too) and its answer is shown."""
+    from rich.markdown import Markdown
+
+    from gateway.commands import command_name
+
     state = "resumed" if resumed else "new"
     note(f"[bold]Hermes[/bold] · session {session_id} ({state}) · /help for commands")
     while True:
@@ -235,6 +246,9 @@ def init(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
     """Write a starter config.yaml into HERMES_HOME."""
+    from gateway.config import CONFIG_FILENAME
+    from hermes.identity import ensure_private_dir
+
     ctx_home = CliContext.home_only()
     path = ctx_home / CONFIG_FILENAME
     if path.exists() and not force:

@@ -4,28 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 
-from gateway.app import build_memory
 from gateway.cli.output import err_console
-from gateway.config import (
-    ConfigError,
-    HermesConfig,
-    auxiliary_endpoint,
-    load_config,
-    resolve_home,
-)
-from gateway.people import People
-from hermes.config import AuxiliaryTaskConfig
-from hermes.identity import InvalidUserIdError, owner_user_id, validate_user_id
-from hermes.llm.client import LLMClient
-from hermes.llm.summarizer import LLMSummarizer
-from hermes.memory.service import MemoryService
-from hermes.state.db import SessionDB
-from hermes.state.engine import StateDBError
-from hermes.tools.session_search import Summarizer, SummaryPolicy
+
+if TYPE_CHECKING:  # the heavy modules are imported by the commands that use them, so
+    # `hermes --help` and the memory commands start fast (bench/cold_start.py)
+    from gateway.config import HermesConfig
+    from gateway.people import People
+    from hermes.llm.client import LLMClient
+    from hermes.memory.service import MemoryService
+    from hermes.state.db import SessionDB
+    from hermes.tools.session_search import Summarizer, SummaryPolicy
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
 CLI_PLATFORM, CLI_USER = "cli", "local"  # the owner's identity on the terminal
@@ -38,6 +30,8 @@ class CliContext:
 
     @classmethod
     def load(cls) -> CliContext:
+        from gateway.config import ConfigError, load_config, resolve_home
+
         home = resolve_home()
         try:
             return cls(home, load_config(home))
@@ -47,10 +41,16 @@ class CliContext:
     @staticmethod
     def home_only() -> Path:
         """The home folder, for commands that must work before a config exists."""
+        from gateway.config import resolve_home
+
         return resolve_home()
 
     def open_db(self) -> SessionDB:
         """state.db, with the owner registered as a user."""
+        from hermes.identity import owner_user_id
+        from hermes.state.db import SessionDB
+        from hermes.state.engine import StateDBError
+
         try:
             db = SessionDB.open(self.home)
             owner = owner_user_id(self.home)
@@ -62,27 +62,43 @@ class CliContext:
 
     def memory(self, db: SessionDB, model: LLMClient | None = None) -> MemoryService:
         """The memory service (the one write path); `model` consolidates."""
+        from gateway.app import build_memory
+
         return build_memory(self.home, self.config, db, model)
 
     def people(self, db: SessionDB) -> People:
         """Who is who, linking included (merges go through the memory service)."""
+        from gateway.people import People
+
         return People(self.config, db, self.memory(db))
 
     def summarizer(self) -> Summarizer | None:
         """The auxiliary model for search summaries, if one is configured."""
+        from gateway.config import auxiliary_endpoint
+        from hermes.llm.client import LLMClient
+        from hermes.llm.summarizer import LLMSummarizer
+
         endpoint = auxiliary_endpoint(self.config, self.config.auxiliary.session_search)
         return LLMSummarizer(LLMClient(endpoint)) if endpoint else None
 
     def auxiliary_model(self) -> LLMClient | None:
         """The model for side tasks (consolidation, review): auxiliary, else main."""
+        from gateway.config import auxiliary_endpoint
+        from hermes.config import AuxiliaryTaskConfig
+        from hermes.llm.client import LLMClient
+
         endpoint = auxiliary_endpoint(self.config, AuxiliaryTaskConfig())
         return LLMClient(endpoint) if endpoint else None
 
     def summary_policy(self) -> SummaryPolicy:
+        from hermes.tools.session_search import SummaryPolicy
+
         task = self.config.auxiliary.session_search
         return SummaryPolicy(concurrency=task.max_concurrency, timeout_s=task.timeout)
 
     def user_id(self, requested: str | None) -> str:
+        from hermes.identity import InvalidUserIdError, owner_user_id, validate_user_id
+
         try:
             return validate_user_id(requested) if requested else owner_user_id(self.home)
         except InvalidUserIdError as exc:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -10,16 +9,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from gateway import logs
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import AsJson, console, note, print_json
-from gateway.config import ConfigError
-from gateway.http_server import HttpServerError
-from gateway.instance import AlreadyRunningError, InstanceLock
-from gateway.runtime import Gateway
-from gateway.scheduler import read_status
 from gateway.status_file import read_status_file
-from hermes.state.engine import StateDBError
 
 LEVELS = ("debug", "info", "warning", "error")
 gateway_app = typer.Typer(help="Run the gateway process.", no_args_is_help=True)
@@ -34,6 +26,15 @@ def run(
     ] = None,
 ) -> None:
     """Run the gateway in the foreground until SIGTERM/SIGINT (systemd runs this)."""
+    import asyncio
+
+    from gateway import logs
+    from gateway.config import ConfigError
+    from gateway.http_server import HttpServerError
+    from gateway.instance import AlreadyRunningError, InstanceLock
+    from gateway.runtime import Gateway
+    from hermes.state.engine import StateDBError
+
     ctx = CliContext.load()
     if log_level is not None and log_level.lower() not in LEVELS:
         fail(f"--log-level: {log_level!r} is not one of {', '.join(LEVELS)}", EXIT_USAGE)
@@ -95,6 +96,8 @@ def gateway_status(as_json: AsJson = False) -> None:
 @scheduler_app.command("status")
 def status(as_json: AsJson = False) -> None:
     """Jobs with their interval, next run and last result."""
+    from gateway.scheduler import read_status
+
     ctx = CliContext.load()
     db = ctx.open_db()
     if as_json:

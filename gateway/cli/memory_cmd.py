@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -11,15 +10,15 @@ from rich.table import Table
 
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import AsJson, console, note, print_json, say
-from hermes.llm.client import LLMClient
-from hermes.memory import sweep
-from hermes.memory.render import render
-from hermes.memory.scanner import scan
-from hermes.memory.service import MemoryService, StoreStatus
 from hermes.memory.store import Target
-from hermes.memory.tool import ToolOutcome
-from hermes.memory.user_memory import UserMemory
-from hermes.state.db import SessionDB
+
+if TYPE_CHECKING:  # imported where used: `hermes memory add` starts fast
+    from hermes.llm.client import LLMClient
+    from hermes.memory.service import MemoryService, StoreStatus
+    from hermes.memory.sweep import StoreRun
+    from hermes.memory.tool import ToolOutcome
+    from hermes.memory.user_memory import UserMemory
+    from hermes.state.db import SessionDB
 
 app = typer.Typer(
     help="Inspect and edit the bounded MEMORY.md / USER.md stores.", no_args_is_help=True
@@ -31,6 +30,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print exactly the tool's 
 
 
 def _memory(user: str | None, ctx: CliContext | None = None) -> UserMemory:
+    from hermes.memory.user_memory import UserMemory
+
     ctx = ctx or CliContext.load()
     return UserMemory(ctx.home, ctx.user_id(user), ctx.config.memory)
 
@@ -44,6 +45,8 @@ def status(
     as_json: AsJson = False,
 ) -> None:
     """Usage per store: chars used / limit, percent and entry count."""
+    from hermes.memory import sweep
+
     ctx = CliContext.load()
     service = ctx.memory(ctx.open_db())
     if as_json:
@@ -89,6 +92,8 @@ def _remark(store: StoreStatus) -> str:
 
 
 def _status_all(ctx: CliContext, service: MemoryService) -> None:
+    from hermes.memory import sweep
+
     names = {s.user.id: s.user.display_name for s in service.db.people.users()}
     rows = []
     for user_id in sorted(set(names) | set(sweep.users_with_memory(ctx.home))):
@@ -126,6 +131,9 @@ def show(
     user: UserOpt = None,
 ) -> None:
     """List the entries of a store (or both)."""
+    from hermes.memory.render import render
+    from hermes.memory.scanner import scan
+
     memory = _memory(user)
     targets = [target] if target else memory.enabled_targets()
     for one in targets:
@@ -145,6 +153,8 @@ def show(
 
 
 def _run(user: str | None, as_json: bool, **args: str) -> None:
+    import asyncio
+
     """One tool operation through the memory service; a write that crosses the
     consolidation threshold runs the check before the command exits."""
     ctx = CliContext.load()
@@ -217,6 +227,8 @@ def consolidate(
     ] = False,
 ) -> None:
     """Consolidate stores over the threshold now (the scheduler does this by itself)."""
+    import asyncio
+
     ctx = CliContext.load()
     db = ctx.open_db()
     model = ctx.auxiliary_model()
@@ -234,7 +246,7 @@ def consolidate(
 
 async def _consolidate(
     ctx: CliContext, db: SessionDB, model: LLMClient | None, users: list[str] | None, force: bool
-) -> list[sweep.StoreRun]:
+) -> list[StoreRun]:
     try:
         return await ctx.memory(db, model).check(users, force=force)
     finally:
@@ -245,6 +257,8 @@ async def _consolidate(
 @app.command()
 def undo(user: UserOpt = None) -> None:
     """Revert the last change to memory (a consolidation included), exactly."""
+    import asyncio
+
     ctx = CliContext.load()
     done, message = asyncio.run(ctx.memory(ctx.open_db()).undo(ctx.user_id(user)))
     note(f"[green]✓[/green] {escape(message)}" if done else f"[yellow]{escape(message)}[/yellow]")

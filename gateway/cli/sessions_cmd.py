@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -14,15 +13,6 @@ from rich.table import Table
 
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import AsJson, console, err_console, note, print_json, say
-from hermes.state.search import SearchScope
-from hermes.state.transfer import (
-    TransferError,
-    export_lines,
-    export_markdown,
-    import_sessions,
-    parse_jsonl,
-)
-from hermes.tools.session_search import SessionSearchTool
 
 app = typer.Typer(help="Browse and search past conversations in state.db.", no_args_is_help=True)
 UserOpt = Annotated[str | None, typer.Option("--user", help="User id (default: the owner).")]
@@ -78,6 +68,11 @@ def search(
     user: UserOpt = None,
 ) -> None:
     """Search past conversations the way the agent's session_search tool does."""
+    import asyncio
+
+    from hermes.state.search import SearchScope
+    from hermes.tools.session_search import SessionSearchTool
+
     ctx = CliContext.load()
     db = ctx.open_db()
     summarizer = None if no_summary else ctx.summarizer()
@@ -109,6 +104,8 @@ def _print_result(item: dict[str, Any]) -> None:
 @app.command()
 def show(session_id: str, user: UserOpt = None) -> None:
     """Every message of one session."""
+    from hermes.state.transfer import export_markdown
+
     ctx = CliContext.load()
     db = ctx.open_db()
     user_id = ctx.user_id(user)
@@ -129,6 +126,8 @@ def export(
     user: UserOpt = None,
 ) -> None:
     """Export sessions as JSONL (re-importable) or Markdown."""
+    from hermes.state.transfer import export_lines, export_markdown
+
     if fmt not in ("jsonl", "md") or bool(session_id) == all_:
         fail("give one SESSION_ID or --all, and --format jsonl|md", EXIT_USAGE)
     ctx = CliContext.load()
@@ -164,6 +163,8 @@ def import_(
     user: UserOpt = None,
 ) -> None:
     """Load a JSONL export (or any JSONL of OpenAI-shape messages with session ids)."""
+    from hermes.state.transfer import TransferError, import_sessions, parse_jsonl
+
     ctx = CliContext.load()
     db = ctx.open_db()
     user_id = ctx.user_id(user)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -11,8 +11,9 @@ from rich.table import Table
 from gateway.cli.context import CLI_PLATFORM, CLI_USER, EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import AsJson, console, note, print_json
 from hermes.identity import owner_user_id
-from hermes.state.db import SessionDB
-from hermes.state.people import ROLES
+
+if TYPE_CHECKING:
+    from hermes.state.db import SessionDB
 
 users_app = typer.Typer(help="People: list, link, roles and blocks.", no_args_is_help=True)
 pairing_app = typer.Typer(help="Access requests from strangers' DMs.", no_args_is_help=True)
@@ -114,6 +115,8 @@ def role(
     new_role: Annotated[str, typer.Argument(metavar="ROLE", help="owner, admin or user.")],
 ) -> None:
     """Set a user's role (admins may use /admin commands in chat)."""
+    from hermes.state.people import ROLES
+
     if new_role not in ROLES:
         fail(f"unknown role {new_role!r}: expected one of {', '.join(ROLES)}", EXIT_USAGE)
     ctx = CliContext.load()

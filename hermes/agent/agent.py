@@ -139,6 +139,7 @@ class Agent:
         try:
             answer, reply_id = await self._loop(conv, tools, context)
         except LLMError as exc:
+            logger.warning("model call failed in session %s: %s", conv.id, exc)
             return TurnResult(
                 f"{exc} {SAVED_NOTE}", False, conv.id, compressed_from=compressed_from
             )

@@ -17,7 +17,7 @@ import logging
 
 from hermes.llm.client import LLMError
 from hermes.llm.types import ChatModel
-from hermes.memory.scan_rules import ADDRESSED, Category
+from hermes.memory.scan_rules import ADDRESSED, Category, compiled
 from hermes.memory.scanner import Finding, normalize
 
 logger = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ Answer with exactly one word: SAFE or UNSAFE."""
 
 def needs_judgement(text: str) -> bool:
     """Whether the entry speaks to the assistant (the patterns saw nothing wrong)."""
-    return ADDRESSED.search(normalize(text)) is not None
+    return compiled(ADDRESSED).search(normalize(text)) is not None
 
 
 class Judge:

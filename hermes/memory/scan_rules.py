@@ -69,13 +69,24 @@ def either(a: str, b: str, gap: int = 40) -> str:
     return alt(near(a, b, gap), near(b, a, gap))
 
 
+@functools.cache
+def compiled(pattern: str) -> re.Pattern[str]:
+    """A pattern compiled on first use: most are never needed by a short-lived command
+    (compiling every rule up front cost about 0.3 s of CPU at each start)."""
+    return re.compile(pattern, re.MULTILINE)
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     category: Category
-    pattern: re.Pattern[str]
+    source: str
     reason: str
     title_safe: bool  # a quoted title may trip it: it reads the text with titles masked
-    needs: tuple[re.Pattern[str], ...]  # parts that must all occur for it to match
+    needs: tuple[str, ...]  # parts that must all occur for it to match
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        return compiled(self.source)
 
 
 W = r"\b"  # a word boundary, for the languages that have them
@@ -665,7 +676,6 @@ def _title_safe(category: Category, reason: str) -> bool:
     return category is Category.PROMPT_INJECTION and "priority" not in reason
 
 
-_PARTS: dict[str, re.Pattern[str]] = {}
 # parts that occur in many ordinary notes (a pronoun, an address): checked last
 _COMMON = (YOU, ME, ASSISTANT, USER, CONTACT, OUTSIDE, PRIVATE_DATA)
 
@@ -674,23 +684,17 @@ def _cost(pattern: str) -> tuple[bool, int]:
     return any(common in pattern for common in _COMMON), len(pattern)
 
 
-def _part(pattern: str) -> re.Pattern[str]:
-    if pattern not in _PARTS:
-        _PARTS[pattern] = re.compile(pattern, re.MULTILINE)
-    return _PARTS[pattern]
-
-
 RULES: list[Rule] = [
     Rule(
         category,
-        re.compile(pattern, re.MULTILINE),
+        pattern,
         reason,
         _title_safe(category, reason),
-        tuple(_part(p) for p in sorted(_NEEDS.get(pattern, frozenset()), key=_cost)),
+        tuple(sorted(_NEEDS.get(pattern, frozenset()), key=_cost)),
     )
     for category, pattern, reason in _rules()
 ]
-ADDRESSED = re.compile(
+ADDRESSED = (  # compiled on use: `compiled(ADDRESSED)`
     alt(
         YOU,
         near(
@@ -710,10 +714,9 @@ ADDRESSED = re.compile(
         r"(?:해라|하라|해줘|해 줘|하세요|하지 마|하지마|해)[.!。]?$",
         r"^\W*(?:请|請|不要|别|別|务必|務必)",
         r"(?:して|してください|しなさい|すること|せよ|しないで)[.!。]?$",
-    ),
-    re.MULTILINE,
+    )
 )
-TITLE = re.compile(near(TITLE_CUE, QUOTED + r"[^\n'\"“”‘’«»「」『』《》]{1,160}" + QUOTED, 24))
+TITLE = near(TITLE_CUE, QUOTED + r"[^\n'\"“”‘’«»「」『』《》]{1,160}" + QUOTED, 24)
 
 
 __all__ = [
@@ -724,6 +727,7 @@ __all__ = [
     "Category",
     "Rule",
     "alt",
+    "compiled",
     "either",
     "near",
 ]

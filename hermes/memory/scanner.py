@@ -35,7 +35,7 @@ import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hermes.memory.scan_rules import RULES, TITLE, Category
+from hermes.memory.scan_rules import RULES, TITLE, Category, compiled
 
 MAX_SCAN_CHARS = 8000
 MAX_DECODE_DEPTH = 2
@@ -250,14 +250,15 @@ def _despace(text: str) -> str:
 
 def _scan_patterns(text: str) -> Finding | None:
     views = _views(text)
-    masked = [TITLE.sub(" «title» ", view) for view in views]
+    title = compiled(TITLE)
+    masked = [title.sub(" «title» ", view) for view in views]
     every = "\n".join(views)  # a rule whose parts are nowhere in any view cannot match
-    present: dict[int, bool] = {}
+    present: dict[str, bool] = {}
 
-    def has(part: re.Pattern[str]) -> bool:
-        if id(part) not in present:
-            present[id(part)] = part.search(every) is not None
-        return present[id(part)]
+    def has(part: str) -> bool:
+        if part not in present:
+            present[part] = compiled(part).search(every) is not None
+        return present[part]
 
     for rule in RULES:
         if not all(has(part) for part in rule.needs):

@@ -217,6 +217,30 @@ def test_the_log_never_holds_a_token_or_a_message_body(
         assert lines and all(json.loads(line)["level"] for line in lines)
 
 
+def test_every_line_of_a_turn_carries_the_turn_id(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
+) -> None:
+    write_config(home, fake_llm, telegram)
+    fake_llm.push(Reply(text="first answer"), Reply(status=500), Reply(status=500))
+    proc = start(home, HERMES_TEST_TG_TOKEN=TOKEN)
+    try:
+        wait_connected(proc, telegram, 60)
+        telegram.user_message("hello", user_id=42)
+        telegram.wait_sent(1)
+        telegram.user_message("and again", user_id=42)  # the model fails this one
+        telegram.wait_sent(2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    turns = re.findall(r"\[turn (t-[0-9a-f]{8})\]: (.*)", err)
+    answered = [turn for turn, line in turns if line.startswith("turn answered")]
+    failed = [turn for turn, line in turns if line.startswith("turn failed")]
+    warned = [turn for turn, line in turns if line.startswith("model call failed")]
+    assert len(answered) == 1 and len(failed) == 1 and answered != failed, err
+    assert warned == failed  # the model's failure is logged under its own turn's id
+    assert "hello" not in err and "and again" not in err
+
+
 def test_metrics_are_scraped_from_a_running_gateway(
     home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
 ) -> None:

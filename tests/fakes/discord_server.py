@@ -170,10 +170,13 @@ class FakeDiscord(AioFake):
     def dispatch(self, event: str, data: dict[str, Any]) -> None:
         self._server.call(self._dispatch(event, data))
 
-    def drop_connections(self) -> None:
+    def drop_connections(self, code: int = 4000) -> None:
+        """Close every gateway socket: 4000 lets the client resume; 4004 (authentication
+        failed) and 4014 (disallowed intents) make discord.py give up."""
+
         async def close_all() -> None:
             for ws in list(self._sockets):
-                await ws.close(code=4000)
+                await ws.close(code=code)
 
         self._server.call(close_all())
 

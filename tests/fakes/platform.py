@@ -37,6 +37,9 @@ class FakeAdapter:
     async def stop_intake(self) -> None:
         self.sink = None
 
+    async def connection(self) -> str:
+        return "connected"
+
     async def stop(self) -> None:
         self.sink = None
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import ast
+import os
+import subprocess
+import sys
 from importlib import metadata
+from pathlib import Path
 
 from tests.gateway.test_cli_memory import hermes
 
@@ -14,3 +19,40 @@ def test_version_and_bare_help() -> None:
     )
     bare = hermes()
     assert "Usage" in bare.stdout + bare.stderr and "memory" in bare.stdout + bare.stderr
+
+
+# What a command must not import: the model SDK, the platform SDKs, the scheduler (about
+# 2 s of CPU between them). bench/cold_start.py measures the time; this checks the cause.
+HEAVY = ("openai", "telegram", "discord", "slack_bolt", "apscheduler", "aiohttp")
+PROBE = """
+import sys
+from gateway.cli.main import main
+sys.argv = ["hermes", *sys.argv[1:]]
+try:
+    main()
+except SystemExit:
+    pass
+print("LOADED", sorted(name for name in {heavy!r} if name in sys.modules), file=sys.stderr)
+"""
+
+
+def loaded_by(home: Path, *args: str) -> list[str]:
+    probe = PROBE.format(heavy=(*HEAVY, "sqlmodel"))
+    done = subprocess.run(
+        [sys.executable, "-c", probe, *args],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, HERMES_HOME=str(home)),
+        timeout=60,
+        check=False,
+    )
+    line = next(row for row in done.stderr.splitlines() if row.startswith("LOADED"))
+    return list(ast.literal_eval(line.removeprefix("LOADED ")))
+
+
+def test_commands_import_only_what_they_use(home: Path) -> None:
+    assert loaded_by(home, "--help") == []  # not even state.db
+    assert loaded_by(home, "memory", "--help") == []
+    assert loaded_by(home, "memory", "add", "Prefers tea") == ["sqlmodel"]
+    assert loaded_by(home, "memory", "status") == ["sqlmodel"]
+    assert "apscheduler" in loaded_by(home, "scheduler", "status")  # it reads the job store

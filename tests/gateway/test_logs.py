@@ -60,3 +60,21 @@ def test_library_records_need_their_own_level_ours_follow_the_configured_one() -
     warning = _record("library trouble", name="telegram.ext")
     warning.levelno = logging.WARNING
     assert gate.filter(warning)
+
+
+def test_records_inside_a_turn_carry_its_id_in_text_and_json() -> None:
+    import json
+
+    from gateway.logs import JsonFormatter, TurnTag, turn
+
+    tag = TurnTag()
+    outside = _record("before")
+    tag.filter(outside)
+    with turn() as first:
+        inside = _record("during", name="httpx")  # a library's line too
+        tag.filter(inside)
+    with turn() as second:
+        pass
+    assert outside.turn == "" and inside.turn == first != second
+    assert json.loads(JsonFormatter().format(inside))["turn"] == first
+    assert "turn" not in json.loads(JsonFormatter().format(outside))

@@ -1,0 +1,108 @@
+"""A started platform's connection, watched by the gateway: while the SDK reconnects by
+itself the state says so (and /readyz is not ready); when the SDK gives up, the gateway
+restarts the platform with backoff. The whole Gateway, in process, against the fakes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from gateway.config import load_config
+from gateway.runtime import Gateway
+from hermes.state.db import SessionDB
+from tests.fakes.discord_server import FakeDiscord
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.telegram_server import FakeTelegram, Fault
+
+TOKEN = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw1"
+
+
+def configure(home: Path, llm: FakeOpenAI, platform: str) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text(
+        f"llm:\n  base_url: {llm.base_url}\n  model: m\n  max_retries: 0\n"
+        f"access:\n  allow_all: true\nplatforms:\n{platform}gateway:\n  http:\n    port: 0\n"
+    )
+
+
+async def until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"never: {what}"
+        await asyncio.sleep(0.1)
+
+
+def test_telegram_polling_trouble_shows_then_clears_and_a_refused_token_restarts_it(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
+) -> None:
+    configure(
+        home,
+        fake_llm,
+        f"  telegram:\n    enabled: true\n    base_url: {telegram.base_url}\n",
+    )
+
+    async def go() -> None:
+        db = SessionDB.open(home)
+        gateway = Gateway(home, load_config(home), db, {"TELEGRAM_BOT_TOKEN": TOKEN})
+        await gateway.start()
+        try:
+            assert gateway.status() == {"telegram": "connected"}
+            telegram.faults.extend(Fault("getUpdates", 502, "Bad Gateway") for _ in range(3))
+            await until(
+                lambda: gateway.status()["telegram"].startswith("reconnecting"), 20, "trouble"
+            )
+            assert "Bad Gateway" in gateway.status()["telegram"]
+            assert not gateway.readiness()["platform telegram"]
+            await until(lambda: gateway.status()["telegram"] == "connected", 40, "recovered")
+            assert gateway.readiness()["platform telegram"]
+
+            getmes = sum(1 for method, _ in telegram.calls if method == "getMe")
+            telegram.faults.append(Fault("getUpdates", 401, "Unauthorized"))
+            await until(lambda: "failed" in gateway.status()["telegram"], 20, "lost")
+            await until(lambda: gateway.status()["telegram"] == "connected", 30, "restarted")
+            assert sum(1 for method, _ in telegram.calls if method == "getMe") > getmes
+            telegram.user_message("still there?", user_id=42)
+            await asyncio.to_thread(telegram.wait_sent, 1)
+        finally:
+            await gateway.stop()
+            db.close()
+
+    asyncio.run(go())
+
+
+def test_discord_resumes_by_itself_and_is_restarted_when_it_gives_up(
+    home: Path, fake_llm: FakeOpenAI, discord_fake: FakeDiscord
+) -> None:
+    configure(
+        home,
+        fake_llm,
+        f"  discord:\n    enabled: true\n    api_base: {discord_fake.api_base}\n"
+        f"    gateway_url: {discord_fake.gateway_url}\n",
+    )
+
+    async def go() -> None:
+        db = SessionDB.open(home)
+        gateway = Gateway(home, load_config(home), db, {"DISCORD_BOT_TOKEN": "d"})
+        await gateway.start()
+        try:
+            first = gateway.adapters["discord"]
+            await asyncio.to_thread(discord_fake.drop_connections)  # resumable
+            await asyncio.to_thread(discord_fake.wait_ready, 2)
+            await asyncio.sleep(2.5)  # one supervision round
+            assert gateway.adapters["discord"] is first  # the SDK handled it
+            assert gateway.status() == {"discord": "connected"}
+
+            await asyncio.to_thread(discord_fake.drop_connections, 4004)  # it gives up
+            await until(lambda: "failed" in gateway.status()["discord"], 20, "lost")
+            assert "4004" in gateway.status()["discord"]
+            await until(lambda: gateway.status()["discord"] == "connected", 30, "restarted")
+            assert gateway.adapters["discord"] is not first
+            await asyncio.to_thread(discord_fake.message, "are you back?")
+            await until(lambda: bool(discord_fake.posted), 20, "answered")
+        finally:
+            await gateway.stop()
+            db.close()
+
+    asyncio.run(go())
