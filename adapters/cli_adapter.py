@@ -59,6 +59,9 @@ class CliAdapter:
     async def connection(self) -> str:
         return "connected"  # in-process
 
+    async def whoami(self) -> str:
+        return "the terminal"
+
     async def stop(self) -> None:
         self._sink = None
         for future in self._waiting.values():

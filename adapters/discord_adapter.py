@@ -141,6 +141,14 @@ class DiscordAdapter:
         """Discord does not replay messages sent while a bot was offline, so the gateway
         connection stays open until `stop`: what arrives meanwhile is answered."""
 
+    async def whoami(self) -> str:
+        try:
+            await self.client.login(self.token)  # GET /users/@me, no gateway connection
+            user = self.client.user
+            return f"{user} ({user.id})" if user is not None else "unknown"
+        finally:
+            await self.client.close()
+
     async def connection(self) -> str:
         """discord.py reconnects (and resumes) by itself; its task ends only when it
         gives up (a refused token, a privileged intent not enabled for the app)."""

@@ -138,6 +138,7 @@ class SlackAdapter:
             ignoring_self_events_enabled=True,
         )
         self.handler = None
+        self._app_token = app_token
         if app_token:
             self.handler = AsyncSocketModeHandler(
                 self.app, app_token, web_client=AsyncWebClient(base_url=base, retry_handlers=[])
@@ -167,6 +168,17 @@ class SlackAdapter:
 
     async def stop(self) -> None:
         await self.stop_intake()
+
+    async def whoami(self) -> str:
+        try:
+            auth = await self.client.auth_test()
+            who = f"{auth.get('user')} in {auth.get('team')} ({auth.get('user_id')})"
+            if self.handler is not None:  # the app-level token opens Socket Mode connections
+                await self.client.apps_connections_open(app_token=self._app_token or "")
+                who += ", Socket Mode allowed"
+            return who
+        finally:
+            await self.stop()  # the Socket Mode client holds an HTTP session from the start
 
     async def connection(self) -> str:
         """HTTP mode has no connection to lose; Socket Mode reconnects by itself."""

@@ -228,6 +228,10 @@ class TelegramAdapter:
             await self.app.stop()
         await self.app.shutdown()
 
+    async def whoami(self) -> str:
+        async with self.app.bot as bot:  # initialize() is the getMe call
+            return f"@{bot.username} ({bot.id})"
+
     async def connection(self) -> str:
         if self._token_refused:  # PTB ends its polling loop for good on 401 and 404
             return "lost: Telegram refused the bot token (it was revoked or is wrong)"

@@ -3,10 +3,11 @@
     .venv/bin/python bench/cold_start.py [--runs 7] [--json]
 
 Each command runs as a fresh process (the installed `hermes` script, bytecode already
-cached, as on a server after the first run) in a throwaway HERMES_HOME with a config; the
-figure is user + system CPU of the child, the minimum and the median over the runs (the
-minimum is the least disturbed by other load on a shared machine). `python -c pass` and
-`import sqlmodel` are measured beside them: the floor of any command that opens state.db.
+cached, as on a server after the first run; PYTHONDONTWRITEBYTECODE is unset for them)
+in a throwaway HERMES_HOME with a config. The figure is user + system CPU of the child:
+the minimum and the median over the runs (the minimum is the least disturbed by other
+load on a shared machine). `python -c pass` and `import sqlmodel` are measured beside
+them: the floor of any process, and of any command that opens state.db.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
         env = {**os.environ, "HERMES_HOME": str(home)}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # as on a server: bytecode cached once
         subprocess.run(
             [str(BIN / "hermes"), "init", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"],
             env=env,

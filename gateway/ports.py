@@ -45,6 +45,10 @@ class PlatformAdapter(Protocol):
 
     async def stop(self) -> None: ...
 
+    async def whoami(self) -> str:
+        """One identity call with the credentials, without connecting (getMe, auth.test,
+        users/@me): who the bot is. Raises what the SDK raises when they are refused."""
+
     async def connection(self) -> str:
         """How the platform connection is, once started: 'connected'; 'reconnecting: why'
         while the SDK retries by itself (with its own backoff); 'lost: why' when the SDK

@@ -79,16 +79,17 @@ def _cli(
     return adapter
 
 
+def _hint(extra: str) -> str:
+    """How to add a platform's SDK: the package is installed from its checkout."""
+    return f"pip install '/path/to/hermes[{extra}]' into the gateway's venv (deploy/README.md)"
+
+
 REGISTRY: dict[str, PlatformEntry] = {
     "telegram": PlatformEntry(
-        "telegram", "adapters.telegram_adapter", "pip install 'hermes-gateway[telegram]'", _telegram
+        "telegram", "adapters.telegram_adapter", _hint("telegram"), _telegram
     ),
-    "discord": PlatformEntry(
-        "discord", "adapters.discord_adapter", "pip install 'hermes-gateway[discord]'", _discord
-    ),
-    "slack": PlatformEntry(
-        "slack", "adapters.slack_adapter", "pip install 'hermes-gateway[slack]'", _slack
-    ),
+    "discord": PlatformEntry("discord", "adapters.discord_adapter", _hint("discord"), _discord),
+    "slack": PlatformEntry("slack", "adapters.slack_adapter", _hint("slack"), _slack),
     # the terminal: always installed, never enabled in config (`hermes chat` runs it)
     "cli": PlatformEntry("cli", "adapters.cli_adapter", "reinstall hermes-gateway", _cli),
 }

@@ -96,9 +96,25 @@ class CliContext:
         task = self.config.auxiliary.session_search
         return SummaryPolicy(concurrency=task.max_concurrency, timeout_s=task.timeout)
 
+    def resolve_account(self, who: str) -> str:
+        """The user of PLATFORM:ID, which must have been seen (or added by `users role`)."""
+        known_platform(who)
+        db = self.open_db()
+        try:
+            user_id = db.people.resolve(who)
+        finally:
+            db.close()
+        if user_id is None:
+            fail(f"no user {who!r} in {self.home} (see hermes users list)", EXIT_REFUSED)
+        return user_id
+
     def user_id(self, requested: str | None) -> str:
+        """Our user id for `--user`: a user id (u_…), PLATFORM:ID of a known account, or
+        (none given) the owner."""
         from hermes.identity import InvalidUserIdError, owner_user_id, validate_user_id
 
+        if requested and ":" in requested and not requested.startswith("u_"):
+            return self.resolve_account(requested)
         try:
             return validate_user_id(requested) if requested else owner_user_id(self.home)
         except InvalidUserIdError as exc:
@@ -108,3 +124,12 @@ class CliContext:
 def fail(message: str, code: int) -> NoReturn:
     err_console.print(f"[red]error:[/red] {message}", markup=True, highlight=False)
     raise typer.Exit(code)
+
+
+def known_platform(who: str) -> None:
+    """Fail clearly on PLATFORM:ID with a platform that does not exist."""
+    from gateway.registry import REGISTRY
+
+    platform = who.partition(":")[0].strip().lower()
+    if platform not in REGISTRY:
+        fail(f"unknown platform {platform!r} in {who!r}: one of {', '.join(REGISTRY)}", EXIT_USAGE)

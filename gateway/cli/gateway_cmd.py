@@ -7,10 +7,9 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
-from gateway.cli.output import AsJson, console, note, print_json
+from gateway.cli.output import AsJson, new_table, note, print_json, print_table
 from gateway.status_file import read_status_file
 
 LEVELS = ("debug", "info", "warning", "error")
@@ -103,9 +102,7 @@ def status(as_json: AsJson = False) -> None:
     if as_json:
         print_json(read_status(ctx.home, ctx.config, db))
         return
-    table = Table()
-    for column in ("job", "every", "next run (UTC)", "last run (UTC)", "last result"):
-        table.add_column(column)
+    table = new_table("job", "every", "next run (UTC)", "last run (UTC)", "last result")
     for job in read_status(ctx.home, ctx.config, db):
         next_run = (
             f"{job.next_run:%Y-%m-%d %H:%M:%S}"
@@ -119,4 +116,4 @@ def status(as_json: AsJson = False) -> None:
             else ("ok: " if job.last_ok else "failed: ") + job.last_result
         )
         table.add_row(job.id, str(job.every), next_run, last, result)
-    console.print(table)
+    print_table(table)

@@ -8,7 +8,15 @@ from typing import Annotated
 
 import typer
 
-from gateway.cli import chat_cmd, gateway_cmd, memory_cmd, sessions_cmd, users_cmd
+from gateway.cli import (
+    backup_cmd,
+    chat_cmd,
+    doctor_cmd,
+    gateway_cmd,
+    memory_cmd,
+    sessions_cmd,
+    users_cmd,
+)
 
 app = typer.Typer(
     name="hermes",
@@ -18,7 +26,7 @@ app = typer.Typer(
     ),
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion, --show-completion bash|zsh|fish
 )
 
 
@@ -50,8 +58,10 @@ app.add_typer(gateway_cmd.gateway_app, name="gateway")
 app.add_typer(gateway_cmd.scheduler_app, name="scheduler")
 app.add_typer(users_cmd.users_app, name="users")
 app.add_typer(users_cmd.pairing_app, name="pairing")
+app.add_typer(backup_cmd.app, name="backup")
 app.command("chat")(chat_cmd.chat)
 app.command("init")(chat_cmd.init)
+app.command("doctor")(doctor_cmd.doctor)
 
 
 def main() -> None:

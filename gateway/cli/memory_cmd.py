@@ -6,10 +6,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
-from gateway.cli.output import AsJson, console, note, print_json, say
+from gateway.cli.output import AsJson, new_table, note, print_json, print_table, say
 from hermes.memory.store import Target
 
 if TYPE_CHECKING:  # imported where used: `hermes memory add` starts fast
@@ -57,9 +56,15 @@ def status(
         _status_all(ctx, service)
         return
     user_id = ctx.user_id(user)
-    table = Table(title=f"Memory of {user_id}")
-    for column in ("store", "used / limit", "percent", "entries", "last consolidation", "note"):
-        table.add_column(column)
+    table = new_table(
+        "store",
+        "used / limit",
+        "percent",
+        "entries",
+        "last consolidation",
+        "note",
+        title=f"Memory of {user_id}",
+    )
     for store in service.status(user_id):
         if not store.enabled:
             table.add_row(store.target.value, "-", "-", "-", "-", "disabled")
@@ -75,7 +80,7 @@ def status(
             last,
             _remark(store),
         )
-    console.print(table)
+    print_table(table)
 
 
 def _remark(store: StoreStatus) -> str:
@@ -100,9 +105,15 @@ def _status_all(ctx: CliContext, service: MemoryService) -> None:
         stores = {s.target: s for s in service.status(user_id)}
         fill = max(s.percent for s in stores.values())
         rows.append((fill, user_id, stores))
-    table = Table(title="Memory of every user (fullest first)")
-    for column in ("user", "name", "memory", "user profile", "entries", "note"):
-        table.add_column(column)
+    table = new_table(
+        "user",
+        "name",
+        "memory",
+        "user profile",
+        "entries",
+        "note",
+        title="Memory of every user (fullest first)",
+    )
     for _, user_id, stores in sorted(rows, key=lambda row: (-row[0], row[1])):
         notes = []
         for target, store in stores.items():
@@ -119,7 +130,7 @@ def _status_all(ctx: CliContext, service: MemoryService) -> None:
             f"{mem.entries} + {prof.entries}",
             "; ".join(notes),
         )
-    console.print(table)
+    print_table(table)
 
 
 @app.command()

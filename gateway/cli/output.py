@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from enum import Enum
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+from rich.text import Text
 
 # `--json` on list and status commands: the same rows as the table, for scripts
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
@@ -43,3 +48,43 @@ def say(text: str) -> None:
 
 def note(markup: str) -> None:
     console.print(markup)
+
+
+@contextlib.contextmanager
+def progress_bar(what: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar on stderr for long operations (hidden when stderr is not a
+    terminal): yields `advance(done, total)`."""
+    with Progress(console=err_console, transient=True) as progress:
+        task = progress.add_task(what, total=None)
+
+        def advance(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        yield advance
+
+
+def new_table(*columns: str, title: str | None = None) -> Table:
+    """A table whose cells fold instead of being cut: an id is never truncated."""
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
+
+
+def print_table(table: Table) -> None:
+    """The table on a terminal; piped, plain tab-separated rows under a header line, for
+    `cut` and `awk` (what --json gives in full)."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    rows = [[str(column.header) for column in table.columns]]
+    rows += [
+        list(row) for row in zip(*(map(_plain_cell, c.cells) for c in table.columns), strict=True)
+    ]
+    for row in rows:
+        console.print("\t".join(cell.replace("\t", " ") for cell in row), markup=False)
+
+
+def _plain_cell(cell: object) -> str:
+    text = Text.from_markup(cell) if isinstance(cell, str) else cell
+    return text.plain if isinstance(text, Text) else str(text)

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
 from rich.markup import escape
-from rich.progress import Progress
-from rich.table import Table
 
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
-from gateway.cli.output import AsJson, console, err_console, note, print_json, say
+from gateway.cli.output import AsJson, new_table, note, print_json, print_table, progress_bar, say
+
+if TYPE_CHECKING:
+    from hermes.state.db import SessionDB
 
 app = typer.Typer(help="Browse and search past conversations in state.db.", no_args_is_help=True)
 UserOpt = Annotated[str | None, typer.Option("--user", help="User id (default: the owner).")]
@@ -44,9 +46,7 @@ def list_(
             ]
         )
         return
-    table = Table()
-    for column in ("session", "platform", "last active", "messages", "title"):
-        table.add_column(column)
+    table = new_table("session", "platform", "last active", "messages", "title")
     for chat in chats:
         table.add_row(
             chat.id,
@@ -55,7 +55,7 @@ def list_(
             str(chat.message_count),
             escape(chat.title),
         )
-    console.print(table)
+    print_table(table)
 
 
 @app.command()
@@ -121,8 +121,11 @@ def export(
     all_: Annotated[bool, typer.Option("--all", help="Every session of the user.")] = False,
     fmt: Annotated[str, typer.Option("--format", help="jsonl or md.")] = "jsonl",
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="File (default: stdout).")
+        Path | None, typer.Option("--output", "-o", help="File, written 0600 (default: stdout).")
     ] = None,
+    with_memory: Annotated[
+        bool, typer.Option("--with-memory", help="Also the user's MEMORY.md / USER.md entries.")
+    ] = False,
     user: UserOpt = None,
 ) -> None:
     """Export sessions as JSONL (re-importable) or Markdown."""
@@ -139,22 +142,47 @@ def export(
         else [db.conversations.get_session(session_id or "", user_id)]
     )
     if not chats or chats[0] is None:
-        fail(f"no session {session_id!r} for this user", EXIT_REFUSED)
-    sink = output.open("w", encoding="utf-8") if output else sys.stdout
+        what = f"session {session_id!r}" if session_id else "session"
+        fail(f"no {what} for user {user_id} in {ctx.home}", EXIT_REFUSED)
+    sink = _private_output(output) if output else sys.stdout
     try:
-        with Progress(console=err_console, transient=True, disable=len(chats) < 20) as progress:
-            task = progress.add_task("exporting", total=len(chats))
-            for chat in reversed(chats):
+        with progress_bar("exporting") as advance:
+            for done, chat in enumerate(reversed(chats), 1):
                 assert chat is not None
                 messages = db.conversations.messages(chat.id, user_id)
                 if fmt == "jsonl":
                     sink.writelines(line + "\n" for line in export_lines(chat, messages))
                 else:
                     sink.write(export_markdown(chat, messages) + "\n\n")
-                progress.advance(task)
+                advance(done, len(chats))
+            if with_memory:
+                _export_memory(ctx, user_id, fmt, sink)
     finally:
         if output:
             sink.close()
+
+
+def _private_output(path: Path) -> TextIO:
+    """An export holds what people said: the file is created owner-only (0600)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError as exc:
+        fail(f"cannot write {path}: {exc.strerror}", EXIT_USAGE)
+    os.fchmod(fd, 0o600)  # an existing file keeps its mode otherwise
+    return os.fdopen(fd, "w", encoding="utf-8")
+
+
+def _export_memory(ctx: CliContext, user_id: str, fmt: str, sink: TextIO) -> None:
+    from hermes.memory.user_memory import UserMemory
+    from hermes.state.transfer import memory_lines
+
+    memory = UserMemory(ctx.home, user_id, ctx.config.memory)
+    for target in memory.enabled_targets():
+        entries = memory.store(target).read().entries
+        if fmt == "jsonl":
+            sink.writelines(line + "\n" for line in memory_lines(target.value, entries))
+        elif entries:
+            sink.write(f"## {target.heading}\n\n" + "".join(f"- {e}\n" for e in entries) + "\n")
 
 
 @app.command("import")
@@ -162,7 +190,12 @@ def import_(
     file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
     user: UserOpt = None,
 ) -> None:
-    """Load a JSONL export (or any JSONL of OpenAI-shape messages with session ids)."""
+    """Load a JSONL export (or any JSONL of OpenAI-shape messages with session ids).
+
+    Session ids are kept; importing the same file again stores nothing new. Memory lines
+    (`export --with-memory`) go through the memory tool's checks."""
+    import asyncio
+
     from hermes.state.transfer import TransferError, import_sessions, parse_jsonl
 
     ctx = CliContext.load()
@@ -171,11 +204,43 @@ def import_(
     db.people.ensure_user(user_id)
     try:
         with file.open(encoding="utf-8") as handle:
-            sessions = parse_jsonl(handle)
+            parsed = parse_jsonl(handle)
     except (TransferError, UnicodeDecodeError) as exc:
         fail(f"{file}: {exc}; nothing was imported", EXIT_REFUSED)
-    stored = import_sessions(db, user_id, sessions)
-    note(f"[green]✓[/green] imported {len(sessions)} sessions, {stored} messages")
+    with progress_bar("importing") as advance:
+        report = import_sessions(db, user_id, parsed.sessions, advance)
+    note(
+        f"[green]✓[/green] imported {report.sessions} sessions, {report.stored} messages "
+        f"({report.new_sessions} new sessions, {report.skipped} messages already there)"
+    )
+    if parsed.memory:
+        added, present, refused = asyncio.run(_import_memory(ctx, db, user_id, parsed.memory))
+        note(f"memory: {added} entries added, {present} already there, {len(refused)} refused")
+        for entry, why in refused:
+            note(f"  [yellow]✗[/yellow] {escape(entry[:80])}: {escape(why)}")
+
+
+async def _import_memory(
+    ctx: CliContext, db: SessionDB, user_id: str, entries: list[tuple[str, str]]
+) -> tuple[int, int, list[tuple[str, str]]]:
+    from hermes.memory.store import Target
+    from hermes.memory.user_memory import UserMemory
+
+    memory = UserMemory(ctx.home, user_id, ctx.config.memory)
+    service = ctx.memory(db)
+    added, present, refused = 0, 0, []
+    for target, content in entries:
+        if content in memory.store(Target(target)).read().entries:
+            present += 1
+            continue
+        args = {"action": "add", "target": target, "content": content}
+        outcome = await service.apply(user_id, args, actor="user")
+        if outcome.ok:
+            added += 1
+        else:
+            refused.append((content, str(outcome.result.get("error", "refused"))))
+    await service.drain()
+    return added, present, refused
 
 
 @app.command()
@@ -184,11 +249,30 @@ def prune(
         int, typer.Option("--older-than", min=1, help="Days since last activity.")
     ],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only count.")] = False,
+    all_users: Annotated[bool, typer.Option("--all", help="Every user's sessions.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     user: UserOpt = None,
 ) -> None:
-    """Delete sessions (and their messages) inactive for more than DAYS."""
+    """Delete sessions (and their messages) inactive for more than DAYS: the owner's, or
+    --user's, or with --all every user's. Asks first unless --yes."""
+    if all_users and user:
+        fail("give --user or --all, not both", EXIT_USAGE)
     ctx = CliContext.load()
     db = ctx.open_db()
-    count = db.upkeep.prune(older_than, dry_run, ctx.user_id(user) if user else None)
-    verb = "would delete" if dry_run else "deleted"
-    note(f"{verb} {count} session(s) inactive for more than {older_than} days")
+    who = None if all_users else ctx.user_id(user)
+    whose = "every user" if who is None else f"user {who}"
+    count = db.upkeep.prune(older_than, dry_run=True, user_id=who)
+    if dry_run or count == 0:
+        verb = "would delete" if dry_run else "deleted"
+        note(f"{verb} {count} session(s) of {whose} inactive for more than {older_than} days")
+        return
+    if not yes:
+        try:
+            confirmed = typer.confirm(f"Delete {count} session(s) of {whose} in {ctx.home}?")
+        except typer.Abort:  # no answer: stdin closed or not a terminal
+            fail(f"{count} session(s) of {whose} would be deleted: confirm, or --yes", EXIT_REFUSED)
+        if not confirmed:
+            note("nothing deleted")
+            raise typer.Exit(EXIT_REFUSED)
+    deleted = db.upkeep.prune(older_than, dry_run=False, user_id=who)
+    note(f"deleted {deleted} session(s) of {whose} inactive for more than {older_than} days")

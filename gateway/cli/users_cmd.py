@@ -6,10 +6,17 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
-from gateway.cli.context import CLI_PLATFORM, CLI_USER, EXIT_REFUSED, EXIT_USAGE, CliContext, fail
-from gateway.cli.output import AsJson, console, note, print_json
+from gateway.cli.context import (
+    CLI_PLATFORM,
+    CLI_USER,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    CliContext,
+    fail,
+    known_platform,
+)
+from gateway.cli.output import AsJson, new_table, note, print_json, print_table
 from hermes.identity import owner_user_id
 
 if TYPE_CHECKING:
@@ -20,10 +27,22 @@ pairing_app = typer.Typer(help="Access requests from strangers' DMs.", no_args_i
 UserArg = Annotated[str, typer.Argument(help="A user id (u_…) or PLATFORM:ID.")]
 
 
-def _resolve(db: SessionDB, who: str) -> str:
+def _resolve(db: SessionDB, who: str, ctx: CliContext, create: bool = False) -> str:
+    """The user of `who`; with `create`, an account not seen yet (PLATFORM:ID) becomes a
+    user now, so a role can be given before the person first writes."""
+    if ":" in who and not who.startswith("u_"):
+        known_platform(who)
     user_id = db.people.resolve(who)
+    if user_id is None and create and ":" in who and not who.startswith("u_"):
+        platform, _, ident = who.strip().partition(":")
+        if ident.strip():
+            return db.people.user_for_identity(platform.lower(), ident.strip())
     if user_id is None:
-        fail(f"no user {who!r}: give a user id (u_…) or PLATFORM:ID (see hermes users list)", 1)
+        fail(
+            f"no user {who!r} in {ctx.home}: give a user id (u_…) or PLATFORM:ID "
+            "(see hermes users list)",
+            EXIT_REFUSED,
+        )
     return user_id
 
 
@@ -48,9 +67,7 @@ def list_(as_json: AsJson = False) -> None:
             ]
         )
         return
-    table = Table()
-    for column in ("user", "name", "role", "status", "accounts", "sessions", "last active"):
-        table.add_column(column)
+    table = new_table("user", "name", "role", "status", "accounts", "sessions", "last active")
     for summary in db.people.users():
         user = summary.user
         table.add_row(
@@ -62,7 +79,7 @@ def list_(as_json: AsJson = False) -> None:
             str(summary.sessions),
             f"{summary.last_active:%Y-%m-%d %H:%M}" if summary.last_active else "-",
         )
-    console.print(table)
+    print_table(table)
 
 
 @users_app.command()
@@ -70,7 +87,7 @@ def show(who: UserArg) -> None:
     """One user: role, accounts and sessions."""
     ctx = CliContext.load()
     db = ctx.open_db()
-    user_id = _resolve(db, who)
+    user_id = _resolve(db, who, ctx)
     summary = next(s for s in db.people.users() if s.user.id == user_id)
     user = summary.user
     note(f"[bold]{user.id}[/bold] {escape(user.display_name)} · {user.role} · {user.status}")
@@ -103,7 +120,7 @@ def unlink(
     """Detach a user's account on PLATFORM: it becomes a separate person again."""
     ctx = CliContext.load()
     db = ctx.open_db()
-    ok, message = ctx.people(db).unlink(_resolve(db, who), platform.lower())
+    ok, message = ctx.people(db).unlink(_resolve(db, who, ctx), platform.lower())
     if not ok:
         fail(message, EXIT_REFUSED)
     note(f"[green]✓[/green] {escape(message)}")
@@ -121,7 +138,7 @@ def role(
         fail(f"unknown role {new_role!r}: expected one of {', '.join(ROLES)}", EXIT_USAGE)
     ctx = CliContext.load()
     db = ctx.open_db()
-    user_id = _resolve(db, who)
+    user_id = _resolve(db, who, ctx, create=True)
     db.people.set_role(user_id, new_role)
     note(f"[green]✓[/green] {user_id} is now {new_role}")
 
@@ -134,7 +151,7 @@ def block(
     """Block a user on every platform (their messages are ignored), or lift it."""
     ctx = CliContext.load()
     db = ctx.open_db()
-    user_id = _resolve(db, who)
+    user_id = _resolve(db, who, ctx)
     if user_id == owner_user_id(ctx.home):
         fail("the owner cannot be blocked", EXIT_REFUSED)
     db.people.set_status(user_id, "active" if unblock else "blocked")
@@ -165,9 +182,7 @@ def pairing_list(as_json: AsJson = False) -> None:
     if not pending:
         note("[dim]No pending requests.[/dim]")
         return
-    table = Table()
-    for column in ("code", "platform", "user id", "name", "asked (UTC)", "expires (UTC)"):
-        table.add_column(column)
+    table = new_table("code", "platform", "user id", "name", "asked (UTC)", "expires (UTC)")
     for row in pending:
         table.add_row(
             row.code,
@@ -177,7 +192,7 @@ def pairing_list(as_json: AsJson = False) -> None:
             f"{row.created_at:%Y-%m-%d %H:%M}",
             f"{row.expires_at:%H:%M}",
         )
-    console.print(table)
+    print_table(table)
 
 
 def _decide(code: str, approve: bool) -> None:

@@ -89,6 +89,11 @@ class ConversationDB:
             row = session.get(ChatSession, session_id)
             return row if row is not None and row.user_id == user_id else None
 
+    def session_taken(self, session_id: str) -> bool:
+        """Whether any user has a session with this id (imports keep ids when free)."""
+        with eng.reading(self.engine) as session:
+            return session.get(ChatSession, session_id) is not None
+
     def latest_session(self, user_id: str) -> ChatSession | None:
         with eng.reading(self.engine) as session:
             query = (

@@ -8,8 +8,11 @@ required on import, so any JSONL of OpenAI-shape messages with session ids loads
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Iterable, Iterator
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -74,18 +77,41 @@ class _PendingSession:
     messages: list[NewMessage] = field(default_factory=list)
 
 
-def parse_jsonl(lines: Iterable[str]) -> dict[str, _PendingSession]:
+@dataclass
+class Parsed:
+    sessions: dict[str, _PendingSession] = field(default_factory=dict)
+    memory: list[tuple[str, str]] = field(default_factory=list)  # (target, entry)
+
+
+def memory_lines(target: str, entries: Iterable[str]) -> Iterator[str]:
+    """`--with-memory`: one line per memory entry, after the messages."""
+    for entry in entries:
+        yield json.dumps({"type": "memory", "target": target, "content": entry}, ensure_ascii=False)
+
+
+def parse_jsonl(lines: Iterable[str]) -> Parsed:
     """Validate a whole file first, so a bad line stores nothing."""
-    sessions: dict[str, _PendingSession] = {}
+    parsed = Parsed()
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
-            _add_record(sessions, record)
+            if isinstance(record, dict) and record.get("type") == "memory":
+                parsed.memory.append(_memory_record(record))
+            else:
+                _add_record(parsed.sessions, record)
         except (ValueError, TypeError, KeyError) as exc:
             raise TransferError(f"line {number}: {exc}") from None
-    return sessions
+    return parsed
+
+
+def _memory_record(record: dict[str, Any]) -> tuple[str, str]:
+    target, content = record.get("target"), record.get("content")
+    if target not in ("memory", "user") or not isinstance(content, str) or not content.strip():
+        raise ValueError("a memory line needs target 'memory' or 'user' and a text content")
+    content.encode("utf-8")
+    return str(target), content
 
 
 def _add_record(sessions: dict[str, _PendingSession], record: Any) -> None:
@@ -127,20 +153,68 @@ def _time(value: Any) -> datetime | None:
     return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
 
 
-def import_sessions(db: SessionDB, user_id: str, sessions: dict[str, _PendingSession]) -> int:
-    """Store parsed sessions under `user_id` as new sessions; returns messages stored."""
-    stored = 0
-    for source_id, pending in sessions.items():
-        chat = db.conversations.start_session(
-            user_id,
-            pending.platform,
-            f"import:{source_id}",
-            chat_type=pending.chat_type,
-            chat_id=pending.chat_id,
-            thread_id=pending.thread_id,
-            started_at=pending.started_at,
-        )
-        stored += sum(
-            1 for i in db.conversations.add_messages(chat.id, pending.messages) if i is not None
-        )
-    return stored
+SESSION_ID = re.compile(r"[\w.:-]{1,64}")
+
+
+@dataclass(frozen=True, slots=True)
+class ImportReport:
+    sessions: int  # sessions in the file
+    new_sessions: int  # of which were not in state.db yet
+    stored: int  # messages stored
+    skipped: int  # messages already there (an import run twice changes nothing)
+
+
+def import_sessions(
+    db: SessionDB,
+    user_id: str,
+    sessions: dict[str, _PendingSession],
+    progress: Callable[[int, int], None] | None = None,
+) -> ImportReport:
+    """Store parsed sessions under `user_id`, keeping their ids. A session already there
+    (imported before, or exported from this database) gets only the messages it does not
+    have yet, so importing the same file twice stores nothing the second time."""
+    new_sessions = stored = skipped = 0
+    for done, (source_id, pending) in enumerate(sessions.items(), 1):
+        session_id = _target_id(db, user_id, source_id)
+        existing = db.conversations.get_session(session_id, user_id)
+        have: Counter[tuple[str, str]] = Counter()
+        if existing is None:
+            db.conversations.start_session(
+                user_id,
+                pending.platform,
+                f"import:{source_id}",
+                session_id=session_id,
+                chat_type=pending.chat_type,
+                chat_id=pending.chat_id,
+                thread_id=pending.thread_id,
+                started_at=pending.started_at,
+            )
+            new_sessions += 1
+        else:
+            have.update((m.role, m.content) for m in db.conversations.messages(session_id, user_id))
+        missing = []
+        for message in pending.messages:
+            key = (message.role, message.content)
+            if have[key] > 0:
+                have[key] -= 1
+                skipped += 1
+            else:
+                missing.append(message)
+        if missing:
+            ids = db.conversations.add_messages(session_id, missing)
+            stored += sum(1 for i in ids if i is not None)
+        if progress:
+            progress(done, len(sessions))
+    return ImportReport(len(sessions), new_sessions, stored, skipped)
+
+
+def _target_id(db: SessionDB, user_id: str, source_id: str) -> str:
+    """The source id when it is a plain id that is free or this user's own; otherwise an
+    id derived from both (stable, so a second import finds the first one's session)."""
+    if SESSION_ID.fullmatch(source_id):
+        if db.conversations.get_session(source_id, user_id) is not None:
+            return source_id
+        if not db.conversations.session_taken(source_id):
+            return source_id
+    digest = hashlib.sha256(f"{user_id}\0{source_id}".encode()).hexdigest()[:16]
+    return f"s_{digest}"

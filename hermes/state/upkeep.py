@@ -3,8 +3,10 @@ FTS optimize, integrity checks, DDL of libraries sharing the file, bulk imports.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Iterable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, delete, insert
@@ -67,6 +69,26 @@ class UpkeepDB:
         with eng.reading(self.engine) as session:
             rows = session.connection().exec_driver_sql("PRAGMA quick_check(5)").all()
         return "; ".join(str(row[0]) for row in rows)
+
+    def snapshot(self, target: Path) -> None:
+        """A consistent copy of the whole database at `target` (SQLite's online backup
+        API: safe while the gateway writes; the copy is one moment of the database)."""
+        raw = self.engine.raw_connection()
+        try:
+            source = raw.driver_connection
+            assert isinstance(source, sqlite3.Connection)
+            copy = sqlite3.connect(target)
+            try:
+                source.backup(copy, pages=1024)  # in steps: writers wait at most one step
+                copy.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
+            finally:
+                copy.close()
+        finally:
+            raw.close()
+
+    def schema_version(self) -> int:
+        with eng.reading(self.engine) as session:
+            return int(session.connection().exec_driver_sql("PRAGMA user_version").scalar_one())
 
     def writable(self) -> bool:
         """Whether a write transaction can begin now (the disk is not read-only or full

@@ -40,6 +40,9 @@ class FakeAdapter:
     async def connection(self) -> str:
         return "connected"
 
+    async def whoami(self) -> str:
+        return self.name
+
     async def stop(self) -> None:
         self.sink = None
 

@@ -56,3 +56,38 @@ def test_commands_import_only_what_they_use(home: Path) -> None:
     assert loaded_by(home, "memory", "add", "Prefers tea") == ["sqlmodel"]
     assert loaded_by(home, "memory", "status") == ["sqlmodel"]
     assert "apscheduler" in loaded_by(home, "scheduler", "status")  # it reads the job store
+
+
+def test_shell_completion_is_offered_and_completes_commands(home: Path) -> None:
+    script = subprocess.run(
+        [*HERMES_BIN, "--show-completion"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, HERMES_HOME=str(home)),
+        timeout=60,
+        check=False,
+    )
+    assert script.returncode == 0 and "_HERMES_COMPLETE" in script.stdout
+    for shell, words, cword, expected in (
+        ("complete_bash", "hermes mem", "1", "memory"),
+        ("complete_bash", "hermes memory st", "2", "status"),
+        ("complete_zsh", "hermes sess", "1", "sessions"),
+    ):
+        done = subprocess.run(
+            HERMES_BIN,
+            capture_output=True,
+            text=True,
+            env=dict(
+                os.environ,
+                HERMES_HOME=str(home),
+                _HERMES_COMPLETE=shell,
+                COMP_WORDS=words,
+                COMP_CWORD=cword,
+            ),
+            timeout=60,
+            check=False,
+        )
+        assert expected in done.stdout, (shell, words, done.stdout, done.stderr)
+
+
+HERMES_BIN = [str(Path(sys.executable).parent / "hermes")]

@@ -19,12 +19,21 @@ from tests.fakes.openai_server import FakeOpenAI
 HERMES = [sys.executable, "-c", "from gateway.cli.main import main; main()"]
 
 
-def hermes(*args: str, home: Path | None = None) -> subprocess.CompletedProcess[str]:
+def hermes(
+    *args: str, home: Path | None = None, answer: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`hermes ARGS` as a subprocess; `answer` is typed on its stdin (else it has none)."""
     env = dict(os.environ, COLUMNS="200", NO_COLOR="1")
     if home is not None:
         env["HERMES_HOME"] = str(home)
     return subprocess.run(
-        [*HERMES, *args], capture_output=True, text=True, env=env, timeout=60, check=False
+        [*HERMES, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+        input=answer if answer is not None else "",
     )
 
 

@@ -80,21 +80,55 @@ def test_show_refuses_other_users_sessions(home: Path) -> None:
 
 
 def test_prune(home: Path, tmp_path: Path) -> None:
+    source = write_jsonl(tmp_path / "old.jsonl", [OLD])
+    hermes("sessions", "import", str(source))
+    stranger = write_jsonl(tmp_path / "theirs.jsonl", [{**OLD, "session_id": "y"}])
+    assert hermes("sessions", "import", str(stranger), "--user", OTHER).returncode == 0
+    assert "would delete 1" in hermes("sessions", "prune", "--older-than", "30", "--dry-run").stdout
+    unanswered = hermes("sessions", "prune", "--older-than", "30")
+    assert unanswered.returncode == 1 and "--yes" in unanswered.stderr
+    declined = hermes("sessions", "prune", "--older-than", "30", answer="n\n")
+    assert declined.returncode == 1 and "nothing deleted" in declined.stdout
+    confirmed = hermes("sessions", "prune", "--older-than", "30", answer="y\n")
+    assert "deleted 1 session(s) of user" in confirmed.stdout  # the owner's only
+    assert "deleted 0" in hermes("sessions", "prune", "--older-than", "30", "--yes").stdout
+    everyone = hermes("sessions", "prune", "--older-than", "30", "--all", "--yes")
+    assert "deleted 1 session(s) of every user" in everyone.stdout
+
+
+OLD = {"session_id": "x", "role": "user", "content": "old", "created_at": "2020-01-01T00:00:00"}
+OTHER = "u_00000000000000cd"
+
+
+def test_import_keeps_ids_and_twice_changes_nothing(home: Path, tmp_path: Path) -> None:
     source = write_jsonl(
-        tmp_path / "old.jsonl",
+        tmp_path / "in.jsonl",
         [
-            {
-                "session_id": "x",
-                "role": "user",
-                "content": "old",
-                "created_at": "2020-01-01T00:00:00",
-            },
+            {"session_id": "trip", "role": "user", "content": "Book the Busan train"},
+            {"session_id": "trip", "role": "assistant", "content": "Booked: KTX 9:00."},
+            {"session_id": "trip", "role": "user", "content": "Book the Busan train"},
         ],
     )
-    hermes("sessions", "import", str(source))
-    assert "would delete 1" in hermes("sessions", "prune", "--older-than", "30", "--dry-run").stdout
-    assert "deleted 1" in hermes("sessions", "prune", "--older-than", "30").stdout
-    assert "deleted 0" in hermes("sessions", "prune", "--older-than", "30").stdout
+    first = hermes("sessions", "import", str(source))
+    assert "3 messages (1 new sessions, 0 messages already there)" in first.stdout
+    again = hermes("sessions", "import", str(source))
+    assert "0 messages (0 new sessions, 3 messages already there)" in again.stdout
+    assert "trip" in hermes("sessions", "list", "--json").stdout  # the id was kept
+    out = tmp_path / "out.jsonl"
+    hermes("memory", "add", "Takes the KTX, never flies")
+    exported = hermes("sessions", "export", "--all", "--with-memory", "-o", str(out))
+    assert exported.returncode == 0 and out.stat().st_mode & 0o777 == 0o600
+    assert '"type": "memory"' in out.read_text()
+    # exported from this database and imported back: nothing new
+    back = hermes("sessions", "import", str(out))
+    assert "0 messages" in back.stdout and "0 entries added, 1 already there" in back.stdout
+    # into another user: the id is another user's now, so a stable new one is used
+    other = hermes("sessions", "import", str(out), "--user", OTHER)
+    assert "3 messages (1 new sessions" in other.stdout and "1 entries added" in other.stdout
+    twice = hermes("sessions", "import", str(out), "--user", OTHER)
+    assert "0 messages (0 new sessions, 3 messages already there)" in twice.stdout
+    shown = hermes("memory", "show", "--user", OTHER).stdout
+    assert "Takes the KTX, never flies" in shown
 
 
 def test_memory_writes_are_recorded_and_explained(home: Path) -> None:
@@ -139,3 +173,15 @@ def test_search_summaries_use_the_configured_auxiliary_model(
     assert fake_llm.requests[0]["model"] == "cheap-model"
     skipped = json.loads(hermes("sessions", "search", "greyhound", "--json", "--no-summary").stdout)
     assert "summary" not in skipped["results"][0] and len(fake_llm.requests) == 1
+
+
+def test_bad_paths_formats_and_users_get_a_clear_message(home: Path, tmp_path: Path) -> None:
+    hermes("sessions", "import", str(write_jsonl(tmp_path / "a.jsonl", [OLD])))
+    nowhere = hermes("sessions", "export", "--all", "-o", str(tmp_path / "no" / "x.jsonl"))
+    assert nowhere.returncode == 2 and "cannot write" in nowhere.stderr
+    fmt = hermes("sessions", "export", "--all", "--format", "pdf")
+    assert fmt.returncode == 2 and "jsonl|md" in fmt.stderr
+    nobody = hermes("sessions", "export", "--all", "--user", "u_00000000000000ff")
+    assert nobody.returncode == 1 and str(home) in nobody.stderr
+    outputs = nowhere.stderr + fmt.stderr + nobody.stderr
+    assert "Traceback" not in outputs

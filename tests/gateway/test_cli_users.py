@@ -69,3 +69,43 @@ def test_pairing_list_approve_and_deny(home: Path) -> None:
     db = SessionDB.open(home)
     assert PeopleDB(db).rules() == {("telegram", "user", "77"): "allow"}
     db.close()
+
+
+def test_an_account_that_never_wrote_can_be_given_a_role_and_memory_by_platform_id(
+    home: Path,
+) -> None:
+    from gateway.app import build_memory
+    from gateway.config import HermesConfig
+    from gateway.events import ChatRef, ChatType, MessageEvent, UserRef
+    from gateway.people import People, Verdict
+
+    made = hermes("users", "role", "telegram:5550001", "admin", home=home)
+    assert made.returncode == 0, made.stderr
+    user_id = made.stdout.split()[1]
+    shown = hermes("users", "show", "telegram:5550001", home=home)
+    assert user_id in shown.stdout and "admin" in shown.stdout
+    added = hermes("memory", "add", "--user", "telegram:5550001", "Runs the Busan office")
+    assert added.returncode == 0, added.stderr
+    listed = hermes("memory", "show", "--user", user_id, home=home)
+    assert "Runs the Busan office" in listed.stdout
+    # when they first write, they are that user, with that role: let in (no allowlist)
+    db = SessionDB.open(home)
+    event = MessageEvent(
+        platform="telegram",
+        event_id="1",
+        message_id="1",
+        chat=ChatRef("5550001", ChatType.DM),
+        user=UserRef("5550001", "New Admin"),
+        text="hello",
+        sent_at=0.0,
+    )
+    config = HermesConfig()
+    person = People(config, db, build_memory(home, config, db, None)).resolve(event)
+    db.close()
+    assert person.user_id == user_id and person.verdict is Verdict.ALLOW
+
+    unknown = hermes("memory", "show", "--user", "telegram:404", home=home)
+    assert unknown.returncode == 1 and str(home) in unknown.stderr
+    typo = hermes("users", "role", "telegrm:1", "admin", home=home)
+    assert typo.returncode == 2 and "unknown platform 'telegrm'" in typo.stderr
+    assert "Traceback" not in unknown.stderr + typo.stderr

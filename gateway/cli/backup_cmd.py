@@ -1,0 +1,76 @@
+"""`hermes backup create [PATH]` and `hermes backup restore PATH [--force]`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
+from gateway.cli.output import note, progress_bar
+
+app = typer.Typer(
+    help="One verifiable archive of state.db, the memories and the config.", no_args_is_help=True
+)
+
+
+@app.command()
+def create(
+    path: Annotated[
+        Path | None,
+        typer.Argument(help="Archive to write (default: HERMES_HOME/backups/...tar.gz)."),
+    ] = None,
+) -> None:
+    """Back up this HERMES_HOME (safe while the gateway runs; never the secrets)."""
+    from gateway import backup
+
+    home = CliContext.home_only()
+    if not home.exists():
+        fail(f"{home} does not exist: nothing to back up (is HERMES_HOME right?)", EXIT_USAGE)
+    try:
+        with progress_bar("backing up") as advance:
+            summary = backup.create(home, path, advance)
+    except backup.BackupError as exc:
+        fail(str(exc), EXIT_REFUSED)
+    size = f"{summary.bytes / 2**20:.1f} MiB"
+    note(f"[green]✓[/green] {summary.files} files ({size}) from {home} -> {summary.path}")
+
+
+@app.command()
+def restore(
+    path: Annotated[Path, typer.Argument(help="An archive from `hermes backup create`.")],
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace the data this home holds (saved first).")
+    ] = False,
+) -> None:
+    """Verify an archive, then restore it into this HERMES_HOME (the gateway stopped)."""
+    from gateway import backup
+    from gateway.instance import AlreadyRunningError, InstanceLock
+
+    home = CliContext.home_only()
+    if not path.is_file():
+        fail(f"{path}: no such file", EXIT_USAGE)
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    lock = InstanceLock(home)
+    try:
+        lock.acquire()  # no gateway may run on this home while its files are replaced
+    except AlreadyRunningError as exc:
+        fail(str(exc), EXIT_REFUSED)
+    try:
+        with progress_bar("restoring") as advance:
+            summary = backup.restore(path, home, force, advance)
+    except backup.BackupError as exc:
+        fail(str(exc), EXIT_REFUSED)
+    finally:
+        lock.release()
+    if summary.replaced_backup:
+        note(f"the data it replaced is saved in {escape(str(summary.replaced_backup))}")
+    note(
+        f"[green]✓[/green] restored {summary.files} files from {escape(str(path))} "
+        f"(made {summary.created_at}) into {home}"
+    )
+
+
+__all__ = ["app"]

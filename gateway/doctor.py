@@ -1,0 +1,280 @@
+"""`hermes doctor`: everything an operator would check by hand, each with its fix.
+
+Each check gives ok, fail (with the fix) or skip (not applicable here: no platform
+enabled, no model configured). Checks that talk to the network (the model, each
+platform's identity call) are bounded by `timeout` and run concurrently. Nothing is
+changed: the database is opened for reading checks only and no message is sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import stat
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Literal
+
+from gateway import registry
+from gateway.config import CONFIG_FILENAME, ConfigError, HermesConfig, load_config, main_endpoint
+from gateway.platform_config import PlatformConfig, SlackConfig, TelegramConfig
+from gateway.scheduler import read_status
+from gateway.status_file import read_status_file
+from hermes.llm.client import LLMClient, LLMError
+from hermes.state.db import STATE_DB_FILENAME, SessionDB
+from hermes.state.schema import SCHEMA_VERSION
+
+Status = Literal["ok", "fail", "skip"]
+MIN_FREE_BYTES = 500 * 1024 * 1024  # below this, state.db and the stores may fail to grow
+HOME_FIX = "chmod 700 the folders and 600 the files (as the service user): chmod -R go-rwx {home}"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+
+def ok(name: str, detail: str) -> Check:
+    return Check(name, "ok", detail)
+
+
+def fail(name: str, detail: str, fix: str) -> Check:
+    return Check(name, "fail", detail, fix)
+
+
+def skip(name: str, detail: str) -> Check:
+    return Check(name, "skip", detail)
+
+
+async def run_checks(
+    home: Path, env: Mapping[str, str] | None = None, timeout: float = 10.0
+) -> list[Check]:
+    """Every check, in the order an operator reads them."""
+    env = os.environ if env is None else env
+    checks = [check_home(home)]
+    try:
+        config = load_config(home)
+    except ConfigError as exc:
+        checks.append(fail("config", str(exc), f"edit {home / CONFIG_FILENAME}"))
+        return checks
+    where = home / CONFIG_FILENAME
+    checks.append(ok("config", f"{where} is valid" if where.exists() else "defaults (no file)"))
+    checks.append(check_disk(home))
+    checks.extend(check_database(home))
+    probes: list[Awaitable[Check]] = [check_model(config, env, timeout)]
+    enabled = _enabled(config)
+    probes += [check_platform(name, section, env, timeout) for name, section in enabled.items()]
+    checks.extend(await asyncio.gather(*probes))
+    if not enabled:
+        checks.append(skip("platforms", "none enabled (the terminal chat works without any)"))
+    checks.extend(check_webhooks(config, enabled))
+    checks.append(check_scheduler(home, config))
+    return checks
+
+
+def _enabled(config: HermesConfig) -> dict[str, PlatformConfig]:
+    sections = config.platforms
+    return {
+        name: section
+        for name in type(sections).model_fields
+        if (section := getattr(sections, name)).enabled
+    }
+
+
+def check_home(home: Path) -> Check:
+    """0700 folders, 0600 files: the stores hold what people told the assistant."""
+    name = "HERMES_HOME permissions"
+    if not home.exists():
+        return skip(name, f"{home} does not exist yet (the first command creates it)")
+    loose: list[str] = []
+    for path in [home, *sorted(home.rglob("*"))[:10_000]]:
+        try:
+            mode = path.lstat().st_mode
+        except OSError:
+            continue
+        if stat.S_ISLNK(mode):
+            continue
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            kind = "folder" if stat.S_ISDIR(mode) else "file"
+            loose.append(f"{path.relative_to(home.parent)} ({kind} {stat.S_IMODE(mode):o})")
+    if loose:
+        shown = ", ".join(loose[:5]) + (f" and {len(loose) - 5} more" if len(loose) > 5 else "")
+        return fail(name, f"readable by others: {shown}", HOME_FIX.format(home=home))
+    return ok(name, f"{home}: owner only")
+
+
+def check_disk(home: Path) -> Check:
+    name = "free disk"
+    existing = next((p for p in [home, *home.parents] if p.exists()), Path("/"))
+    usage = shutil.disk_usage(existing)
+    free = f"{usage.free / 2**30:.1f} GiB free of {usage.total / 2**30:.1f} GiB"
+    if usage.free < MIN_FREE_BYTES:
+        return fail(name, free, "free some space: state.db and the memory stores need room")
+    return ok(name, free)
+
+
+def check_database(home: Path) -> list[Check]:
+    path = home / STATE_DB_FILENAME
+    if not path.exists():
+        return [skip("state.db", f"{path} does not exist yet (the first message creates it)")]
+    restore = "stop the gateway and restore the last backup: hermes backup restore PATH"
+    try:
+        db = SessionDB(path)
+    except Exception as exc:  # damaged beyond opening, newer schema, unreadable
+        return [fail("state.db", str(exc), restore)]
+    try:
+        found = db.upkeep.quick_check()
+        version = db.upkeep.schema_version()
+        writable = db.upkeep.writable()
+    except Exception as exc:
+        return [fail("state.db", f"{type(exc).__name__}: {exc}", restore)]
+    finally:
+        db.close()
+    checks = []
+    if found != "ok":
+        checks.append(fail("state.db integrity", found, restore))
+    else:
+        checks.append(ok("state.db integrity", "quick_check: ok"))
+    if version != SCHEMA_VERSION:
+        checks.append(
+            fail(
+                "state.db schema",
+                f"version {version}, this Hermes expects {SCHEMA_VERSION}",
+                "run the Hermes version that wrote it, or restore a backup",
+            )
+        )
+    else:
+        checks.append(ok("state.db schema", f"version {version}"))
+    if not writable:
+        checks.append(
+            fail(
+                "state.db writable",
+                "a write transaction cannot begin (read-only, full disk, or a stuck writer)",
+                "check the disk and that no other process holds state.db",
+            )
+        )
+    return checks
+
+
+async def check_model(config: HermesConfig, env: Mapping[str, str], timeout: float) -> Check:
+    """The endpoint answers GET /models, and the model answers a one-word prompt."""
+    name = "model"
+    endpoint = main_endpoint(config, env)
+    if endpoint is None:
+        return fail(
+            name,
+            "no model is configured",
+            "set llm.base_url and llm.model in config.yaml (hermes init writes them)",
+        )
+    fix = f"check llm.base_url ({endpoint.base_url}), llm.model and the key in llm.api_key_env"
+    if config.llm.api_key_env and not endpoint.api_key:
+        return fail(name, f"{config.llm.api_key_env} is not set", f"set {config.llm.api_key_env}")
+    client = LLMClient(replace(endpoint, timeout=timeout, max_retries=0))
+    try:
+        health = await client.health(timeout)
+        if not health.startswith("ok"):
+            return fail(name, f"endpoint {health}", fix)
+        try:
+            await client.text([{"role": "user", "content": "Reply with the word OK."}])
+        except LLMError as exc:
+            return fail(name, f"the endpoint is up but the model did not answer: {exc}", fix)
+    finally:
+        await client.close()
+    return ok(name, f"{endpoint.model} at {endpoint.base_url} answers")
+
+
+async def check_platform(
+    name: str, section: PlatformConfig, env: Mapping[str, str], timeout: float
+) -> Check:
+    """The credentials' shape, then one identity call with them."""
+    label = f"platform {name}"
+    problems = registry.credential_problems(name, section, env)
+    if problems:
+        return fail(label, "; ".join(problems), "set the variables in the service's env file")
+    try:
+        adapter = registry.build(name, section, env)
+        who = await asyncio.wait_for(adapter.whoami(), timeout)
+    except ConfigError as exc:
+        return fail(label, str(exc), "fix the platform's section in config.yaml")
+    except TimeoutError:
+        return fail(label, f"no answer within {timeout:g} s", "check the server's network")
+    except Exception as exc:
+        return fail(
+            label,
+            f"the credentials were refused or the API is unreachable: {type(exc).__name__}: {exc}",
+            f"create a new token for the bot (deploy/README.md, {name}) and update the env file",
+        )
+    return ok(label, f"signed in as {who}")
+
+
+def check_webhooks(config: HermesConfig, enabled: Mapping[str, PlatformConfig]) -> list[Check]:
+    """Webhook modes need a public https URL that reaches gateway.http (a reverse proxy)."""
+    checks = []
+    for name, section in enabled.items():
+        label = f"{name} webhook"
+        if isinstance(section, TelegramConfig) and section.mode == "webhook":
+            url = section.webhook_url or ""
+            if not url.startswith("https://"):
+                checks.append(
+                    fail(
+                        label,
+                        f"webhook_url is {url or 'not set'!r}: Telegram only pushes to https",
+                        "set platforms.telegram.webhook_url to the public https URL of the "
+                        "reverse proxy in front of gateway.http",
+                    )
+                )
+            else:
+                checks.append(ok(label, f"{url} -> gateway.http port {config.gateway.http.port}"))
+        elif isinstance(section, SlackConfig) and section.mode == "http":
+            checks.append(
+                ok(
+                    label,
+                    f"Slack must POST to https://<your host>/slack/events, proxied to "
+                    f"gateway.http port {config.gateway.http.port}",
+                )
+            )
+    return checks
+
+
+def check_scheduler(home: Path, config: HermesConfig) -> Check:
+    """The jobs' last runs: recent and successful while a gateway runs."""
+    name = "scheduler"
+    running = read_status_file(home)
+    if running is None or not running.running:
+        return skip(name, "no gateway is running (the scheduler runs inside it)")
+    try:
+        db = SessionDB.open(home)
+        try:
+            jobs = read_status(home, config, db)
+        finally:
+            db.close()
+    except Exception as exc:
+        return fail(name, f"cannot read the job store: {exc}", "see the gateway's log")
+    now = datetime.now(UTC)
+    failing = [job for job in jobs if job.last_ok is False]
+    if failing:
+        job = failing[0]
+        return fail(name, f"{job.id} failed: {job.last_result}", "see the gateway's log")
+    late = [
+        job
+        for job in jobs
+        if job.last_run is not None and now - job.last_run > 3 * job.every + timedelta(minutes=5)
+    ]
+    if late:
+        return fail(
+            name,
+            f"{late[0].id} last ran {late[0].last_run:%Y-%m-%d %H:%M} UTC, late",
+            "restart the gateway",
+        )
+    ran = [job.last_run for job in jobs if job.last_run is not None]
+    last = f"last run {max(ran):%Y-%m-%d %H:%M} UTC" if ran else "no job has run yet"
+    return ok(name, f"{len(jobs)} jobs, {last}")
+
+
+__all__ = ["Check", "run_checks"]

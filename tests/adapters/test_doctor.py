@@ -1,0 +1,148 @@
+"""`hermes doctor` against the fake model and the three fake platforms: all good, then each
+thing an operator gets wrong, each named with its fix; the table, --json and exit codes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from gateway.config import load_config
+from gateway.doctor import Check, run_checks
+from gateway.runtime import Gateway
+from hermes.state.db import SessionDB
+from tests.fakes.discord_server import DiscordFault, FakeDiscord
+from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.slack_server import FakeSlack, SlackFault
+from tests.fakes.telegram_server import FakeTelegram, Fault
+from tests.gateway.test_cli_memory import hermes
+from tests.state.test_damaged import _healthy, _overwrite_pages
+
+TG_TOKEN = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw1"
+ENV = {
+    "TELEGRAM_BOT_TOKEN": TG_TOKEN,
+    "SLACK_BOT_TOKEN": "xoxb-1-abc",
+    "SLACK_APP_TOKEN": "xapp-1-abc",
+    "DISCORD_BOT_TOKEN": "discord-token",
+}
+
+
+def configure(
+    home: Path, llm: FakeOpenAI, tg: FakeTelegram, slack: FakeSlack, dc: FakeDiscord
+) -> None:
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    config = home / "config.yaml"
+    config.write_text(
+        f"llm:\n  base_url: {llm.base_url}\n  model: m\n  api_key_env: ''\n  max_retries: 0\n"
+        "platforms:\n"
+        f"  telegram:\n    enabled: true\n    base_url: {tg.base_url}\n"
+        f"  slack:\n    enabled: true\n    api_base: {slack.api_base}\n"
+        f"  discord:\n    enabled: true\n    api_base: {dc.api_base}\n"
+        f"    gateway_url: {dc.gateway_url}\n"
+        "gateway:\n  http:\n    port: 0\n"
+    )
+    config.chmod(0o600)
+
+
+def by_name(checks: list[Check]) -> dict[str, Check]:
+    return {check.name: check for check in checks}
+
+
+def test_a_healthy_install_passes_every_check_and_each_fault_is_named_with_its_fix(
+    home: Path,
+    fake_llm: FakeOpenAI,
+    telegram: FakeTelegram,
+    slack: FakeSlack,
+    discord_fake: FakeDiscord,
+) -> None:
+    configure(home, fake_llm, telegram, slack, discord_fake)
+    SessionDB.open(home).close()
+    checks = by_name(asyncio.run(run_checks(home, ENV, timeout=10)))
+    assert [c for c in checks.values() if c.status == "fail"] == []
+    assert "@hermes" in checks["platform telegram"].detail.lower()
+    assert "Socket Mode allowed" in checks["platform slack"].detail
+    assert checks["model"].status == "ok" and fake_llm.probes == 1 and fake_llm.requests
+    assert checks["state.db integrity"].status == "ok"
+    assert checks["scheduler"].status == "skip"
+
+    telegram.faults.append(Fault("getMe", 401, "Unauthorized"))
+    slack.faults.append(SlackFault("auth.test", 200, "invalid_auth", retry_after=None))
+    discord_fake.faults.append(DiscordFault("/users/@me", 401))
+    fake_llm.push(Reply(status=500))
+    (home / "config.yaml").chmod(0o644)
+    checks = by_name(asyncio.run(run_checks(home, ENV, timeout=10)))
+    failing = {name for name, check in checks.items() if check.status == "fail"}
+    assert failing == {
+        "HERMES_HOME permissions",
+        "model",
+        "platform telegram",
+        "platform slack",
+        "platform discord",
+    }
+    assert all(checks[name].fix for name in failing)
+    assert "config.yaml (file 644)" in checks["HERMES_HOME permissions"].detail
+    assert "did not answer" in checks["model"].detail
+
+    swapped = {**ENV, "SLACK_BOT_TOKEN": "xapp-1-abc", "SLACK_APP_TOKEN": "xoxb-1-abc"}
+    checks = by_name(asyncio.run(run_checks(home, swapped, timeout=10)))
+    assert "swapped" in checks["platform slack"].detail
+
+
+def test_damage_inside_state_db_and_a_broken_config_are_reported(home: Path) -> None:
+    path = _healthy(home)
+    _overwrite_pages(path)
+    checks = by_name(asyncio.run(run_checks(home, {}, timeout=2)))
+    assert checks["state.db integrity"].status == "fail"
+    assert "backup restore" in checks["state.db integrity"].fix
+    (home / "config.yaml").write_text("llm: [not, a, mapping\n")
+    checks = by_name(asyncio.run(run_checks(home, {}, timeout=2)))
+    assert checks["config"].status == "fail" and "YAML" in checks["config"].detail
+
+
+def test_while_a_gateway_runs_the_scheduler_is_checked_too(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
+) -> None:
+    home.mkdir(parents=True, mode=0o700)
+    (home / "config.yaml").write_text(
+        f"llm:\n  base_url: {fake_llm.base_url}\n  model: m\n  api_key_env: ''\n"
+        f"platforms:\n  telegram:\n    enabled: true\n    base_url: {telegram.base_url}\n"
+        "gateway:\n  http:\n    port: 0\n"
+    )
+    (home / "config.yaml").chmod(0o600)
+
+    async def go() -> tuple[dict[str, Check], dict[str, Check]]:
+        db = SessionDB.open(home)
+        gateway = Gateway(home, load_config(home), db, ENV)
+        await gateway.start()
+        try:
+            running = by_name(await run_checks(home, ENV, timeout=10))
+            db.upkeep.record_job_run("consolidation_check", False, "RuntimeError: boom")
+            failing = by_name(await run_checks(home, ENV, timeout=10))
+        finally:
+            await gateway.stop()
+            db.close()
+        return running, failing
+
+    running, failing = asyncio.run(go())
+    assert running["scheduler"].status == "ok", running["scheduler"]
+    assert failing["scheduler"].status == "fail" and "boom" in failing["scheduler"].detail
+
+
+def test_the_command_prints_a_table_or_json_and_exits_non_zero_on_a_problem(
+    home: Path, fake_llm: FakeOpenAI
+) -> None:
+    home.mkdir(parents=True, mode=0o700)
+    (home / "config.yaml").write_text(
+        f"llm:\n  base_url: {fake_llm.base_url}\n  model: m\n  api_key_env: ''\n"
+    )
+    (home / "config.yaml").chmod(0o600)
+    table = hermes("doctor", home=home)
+    assert table.returncode == 0, table.stdout + table.stderr
+    assert "✓" in table.stdout and "all good" in table.stdout
+    fake_llm.stop()  # the model endpoint goes away
+    shown = hermes("doctor", "--json", "--timeout", "2", home=home)
+    assert shown.returncode == 1 and "Traceback" not in shown.stderr
+    report = json.loads(shown.stdout)
+    assert report["home"] == str(home) and report["ok"] is False
+    model = next(c for c in report["checks"] if c["name"] == "model")
+    assert model["status"] == "fail" and "unreachable" in model["detail"] and model["fix"]
