@@ -19,6 +19,7 @@ install: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/hadolint deploy/docker/Dockerfile
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -38,3 +39,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/turn_overhead.py
 	$(BIN)/python bench/consolidation.py
 	$(BIN)/python bench/gateway_throughput.py
+	$(BIN)/python bench/cold_start.py

@@ -32,6 +32,11 @@ from gateway.events import (
 from gateway.ports import Capabilities, EventSink, MenuEntry
 
 logger = logging.getLogger(__name__)
+# Hermes never joins voice channels: discord.py's warnings that voice support is missing
+# (PyNaCl, davey) at every start would only send operators installing what is not needed
+logging.getLogger("discord.client").addFilter(
+    lambda record: "voice will NOT be supported" not in record.getMessage()
+)
 READY_TIMEOUT_S = 30.0
 
 

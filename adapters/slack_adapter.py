@@ -33,6 +33,11 @@ from gateway.http_server import Route
 from gateway.ports import Capabilities, EventSink
 
 logger = logging.getLogger(__name__)
+# slack-bolt reads SLACK_BOT_TOKEN from the environment by itself and then warns that the
+# client we pass (which holds that same token) wins: true, and nothing to act on
+logging.getLogger("slack_bolt.AsyncApp").addFilter(
+    lambda record: "`token` will be unused" not in record.getMessage()
+)
 
 _CHANNEL_TYPES = {
     "im": ChatType.DM,

@@ -19,6 +19,10 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
+# The many `hermes` subprocesses compile the same modules: let the first one cache the
+# bytecode (an environment may forbid it, which made each CLI test pay ~1 s of compiling)
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 _CREDENTIAL_HINTS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 _PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 

@@ -1,4 +1,4 @@
-"""`hermes chat` (interactive or `-q`) and `hermes init`."""
+"""`hermes chat` (interactive or `-q`)."""
 
 from __future__ import annotations
 
@@ -223,47 +223,4 @@ class LocalInfo:
         return await self.app.health()
 
 
-STARTER = """\
-# Hermes configuration (all keys: config.example.yaml in the source tree).
-llm:
-  base_url: {base_url}
-  model: {model}
-  api_key_env: {api_key_env}
-memory:
-  memory_char_limit: 2200
-  user_char_limit: 1375
-"""
-
-
-def init(
-    base_url: Annotated[
-        str, typer.Option(help="OpenAI-compatible endpoint.")
-    ] = "https://api.openai.com/v1",
-    model: Annotated[str, typer.Option(help="Model name.")] = "gpt-4o-mini",
-    api_key_env: Annotated[
-        str, typer.Option(help="Env var holding the key ('' for none).")
-    ] = "OPENAI_API_KEY",
-    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
-) -> None:
-    """Write a starter config.yaml into HERMES_HOME."""
-    from gateway.config import CONFIG_FILENAME
-    from hermes.identity import ensure_private_dir
-
-    ctx_home = CliContext.home_only()
-    path = ctx_home / CONFIG_FILENAME
-    if path.exists() and not force:
-        fail(f"{path} already exists (use --force to overwrite)", EXIT_REFUSED)
-    ensure_private_dir(ctx_home)
-    text = STARTER.format(base_url=base_url, model=model, api_key_env=api_key_env or "null")
-    _write_private(path, text)
-    note(f"[green]✓[/green] wrote {path}")
-    if api_key_env:
-        note(f"Set the key ([bold]export {api_key_env}=...[/bold]), then run `hermes chat`.")
-
-
-def _write_private(path: Path, text: str) -> None:
-    path.write_text(text, encoding="utf-8")
-    path.chmod(0o600)
-
-
-__all__ = ["chat", "init"]
+__all__ = ["chat"]

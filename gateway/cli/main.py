@@ -13,6 +13,7 @@ from gateway.cli import (
     chat_cmd,
     doctor_cmd,
     gateway_cmd,
+    init_cmd,
     memory_cmd,
     sessions_cmd,
     users_cmd,
@@ -60,7 +61,7 @@ app.add_typer(users_cmd.users_app, name="users")
 app.add_typer(users_cmd.pairing_app, name="pairing")
 app.add_typer(backup_cmd.app, name="backup")
 app.command("chat")(chat_cmd.chat)
-app.command("init")(chat_cmd.init)
+app.command("init")(init_cmd.init)
 app.command("doctor")(doctor_cmd.doctor)
 
 

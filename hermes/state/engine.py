@@ -227,7 +227,10 @@ def migrate(engine: Engine, patience: float) -> int:
         for version in range(found, SCHEMA_VERSION):
             for statement in MIGRATIONS[version]:
                 conn.exec_driver_sql(statement)
-            logger.info("state.db upgraded to schema version %d", version + 1)
+        if found == 0:
+            logger.info("state.db created (schema version %d)", SCHEMA_VERSION)
+        elif found < SCHEMA_VERSION:
+            logger.info("state.db upgraded from schema version %d to %d", found, SCHEMA_VERSION)
         conn.exec_driver_sql(f"PRAGMA user_version={SCHEMA_VERSION}")
         return found
 

@@ -5,13 +5,17 @@ restarts the platform with backoff. The whole Gateway, in process, against the f
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from gateway.config import load_config
 from gateway.runtime import Gateway
 from hermes.state.db import SessionDB
+from hermes.state.schema import SCHEMA_VERSION
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram, Fault
@@ -106,3 +110,27 @@ def test_discord_resumes_by_itself_and_is_restarted_when_it_gives_up(
             db.close()
 
     asyncio.run(go())
+
+
+def test_starting_says_nothing_an_operator_cannot_act_on(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """discord.py's missing-voice warnings and slack-bolt's token note are dropped;
+    fresh state.db creation is one line, not one per migration."""
+    from adapters.discord_adapter import DiscordAdapter
+    from adapters.slack_adapter import SlackAdapter
+
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-1-abc")  # bolt reads it by itself
+    caplog.set_level(logging.INFO)
+
+    async def build() -> None:
+        for adapter in (DiscordAdapter("token"), SlackAdapter("xoxb-1-abc", "xapp-1-abc")):
+            await adapter.stop()
+
+    asyncio.run(build())
+    SessionDB.open(tmp_path / "home").close()
+    said = [record.getMessage() for record in caplog.records]
+    assert not [line for line in said if "voice will NOT be supported" in line]
+    assert not [line for line in said if "will be unused" in line]
+    created = f"state.db created (schema version {SCHEMA_VERSION})"
+    assert [line for line in said if "state.db" in line] == [created]

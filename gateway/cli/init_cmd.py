@@ -1,0 +1,260 @@
+"""`hermes init`: write a commented config.yaml into HERMES_HOME.
+
+Plain `hermes init` writes the model section for the terminal chat. `hermes init
+--gateway` also sets up the platforms: each value comes from a flag, else (on a
+terminal) from a question, else its default. What can be checked offline is checked
+before anything is written: the endpoint URL, platform names, account ids, webhook URLs,
+that the file parses as a valid config; tokens are never written, only the names of the
+variables that hold them, and a variable missing from this shell is pointed out.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import urlparse
+
+import typer
+
+from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
+from gateway.cli.output import note
+
+PLATFORMS = ("telegram", "discord", "slack")
+TOKEN_VARS = {
+    "telegram": ["TELEGRAM_BOT_TOKEN"],
+    "discord": ["DISCORD_BOT_TOKEN"],
+    "slack-socket": ["SLACK_BOT_TOKEN", "SLACK_APP_TOKEN"],
+    "slack-http": ["SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET"],
+    "telegram-webhook": ["TELEGRAM_BOT_TOKEN", "TELEGRAM_WEBHOOK_SECRET"],
+}
+ACCOUNT = re.compile(r"(telegram|discord|slack):([\w.-]{1,64})")
+
+MODEL_SECTION = """\
+# Hermes configuration, written by `hermes init`. Every key and its default:
+# config.example.yaml in the source tree. Unknown keys are errors, so typos fail at start.
+llm:
+  # any OpenAI-compatible endpoint (OpenAI, OpenRouter, Ollama, vLLM...)
+  base_url: {base_url}
+  model: {model}
+  # the NAME of the environment variable holding the key (never the key itself)
+  api_key_env: {api_key_env}
+memory:
+  memory_char_limit: 2200   # MEMORY.md, the assistant's notes
+  user_char_limit: 1375     # USER.md, the user profile
+"""
+
+GATEWAY_SECTION = """\
+gateway:
+  http:                     # /healthz, /readyz, /metrics and webhooks
+    host: {host}  # keep 127.0.0.1 and put a reverse proxy with TLS in front
+    port: {port}
+  connect_timeout_seconds: 300  # no platform connected by then: exit 3, systemd restarts
+logging:
+  level: info               # debug | info | warning | error
+  format: {log_format}  # text, or json (one object per line)
+access:
+  allow_all: false          # only the accounts below, approved pairings and linked ones
+  pairing: true             # a stranger's DM gets a code: hermes pairing approve CODE
+platforms:
+"""
+
+PLATFORM_SECTION = {
+    "telegram": """\
+  telegram:
+    enabled: true
+    token_env: TELEGRAM_BOT_TOKEN  # from @BotFather
+    mode: {mode}  # polling, or webhook (Telegram pushes to gateway.http)
+    webhook_url: {webhook_url}
+    webhook_secret_env: TELEGRAM_WEBHOOK_SECRET
+    allowed_users: {allowed}    # Telegram user ids
+""",
+    "discord": """\
+  discord:
+    enabled: true
+    token_env: DISCORD_BOT_TOKEN   # enable the Message Content intent for the app
+    allowed_users: {allowed}    # Discord user ids (snowflakes)
+""",
+    "slack": """\
+  slack:
+    enabled: true
+    mode: {mode}  # socket (Socket Mode, no public URL) or http (Events API)
+    bot_token_env: SLACK_BOT_TOKEN       # xoxb-...
+    app_token_env: SLACK_APP_TOKEN       # xapp-... (socket mode)
+    signing_secret_env: SLACK_SIGNING_SECRET  # http mode
+    allowed_users: {allowed}    # Slack member ids (U...)
+""",
+}
+
+
+def init(
+    base_url: Annotated[
+        str | None, typer.Option(help="OpenAI-compatible endpoint [https://api.openai.com/v1].")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model name [gpt-4o-mini].")] = None,
+    api_key_env: Annotated[
+        str | None, typer.Option(help="Env var holding the key ('' for none) [OPENAI_API_KEY].")
+    ] = None,
+    gateway: Annotated[
+        bool, typer.Option("--gateway", help="Also set up the platforms, for `gateway run`.")
+    ] = False,
+    platform: Annotated[
+        list[str] | None,
+        typer.Option("--platform", "-p", help="telegram, discord or slack (repeatable)."),
+    ] = None,
+    allow: Annotated[
+        list[str] | None,
+        typer.Option("--allow", help="An account let in: PLATFORM:ID (repeatable)."),
+    ] = None,
+    telegram_mode: Annotated[str, typer.Option(help="polling or webhook.")] = "polling",
+    slack_mode: Annotated[str, typer.Option(help="socket or http.")] = "socket",
+    webhook_url: Annotated[
+        str | None, typer.Option(help="Telegram webhook mode: public https URL.")
+    ] = None,
+    http_host: Annotated[str, typer.Option(help="gateway.http host.")] = "127.0.0.1",
+    http_port: Annotated[int, typer.Option(min=1, max=65535, help="gateway.http port.")] = 8787,
+    log_format: Annotated[str, typer.Option(help="text or json.")] = "text",
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write a commented config.yaml into HERMES_HOME (--gateway: with platforms)."""
+    from gateway.config import CONFIG_FILENAME, ConfigError, parse_config
+    from hermes.identity import ensure_private_dir
+
+    home = CliContext.home_only()
+    path = home / CONFIG_FILENAME
+    if path.exists() and not force:
+        fail(f"{path} already exists (use --force to overwrite)", EXIT_REFUSED)
+    ask = _asker()
+    base_url = base_url or ask("Model endpoint (OpenAI-compatible)", "https://api.openai.com/v1")
+    model = model or ask("Model name", "gpt-4o-mini")
+    if api_key_env is None:
+        api_key_env = ask("Env var with the API key ('' for none)", "OPENAI_API_KEY")
+    problems = _endpoint_problems(base_url, api_key_env)
+    text = MODEL_SECTION.format(base_url=base_url, model=model, api_key_env=api_key_env or "null")
+    needed: list[str] = [api_key_env] if api_key_env else []
+    if gateway:
+        chosen = _platforms(platform, ask)
+        accounts = _accounts(allow or [], chosen, problems)
+        modes = {"telegram": telegram_mode, "slack": slack_mode}
+        problems += _mode_problems(modes, webhook_url, log_format)
+        if problems:
+            fail("; ".join(problems) + f"; nothing was written to {path}", EXIT_USAGE)
+        if "telegram" in chosen and telegram_mode == "webhook" and not webhook_url:
+            webhook_url = ask("Telegram webhook URL (public https)", "")
+        text += GATEWAY_SECTION.format(host=http_host, port=http_port, log_format=log_format)
+        for name in chosen:
+            text += PLATFORM_SECTION[name].format(
+                mode=modes.get(name, ""),
+                webhook_url=webhook_url or "null",
+                allowed="[" + ", ".join(f'"{a}"' for a in accounts[name]) + "]",
+            )
+            needed += TOKEN_VARS[_variant(name, modes)]
+        telegram_webhook = "telegram" in chosen and telegram_mode == "webhook"
+        if telegram_webhook and not (webhook_url or "").startswith("https://"):
+            problems.append("--webhook-url: Telegram pushes only to an https URL")
+    if problems:
+        fail("; ".join(problems) + f"; nothing was written to {path}", EXIT_USAGE)
+    try:
+        parse_config(text, source=str(path))  # what is written must load
+    except ConfigError as exc:
+        fail(f"{exc}; nothing was written", EXIT_USAGE)
+    ensure_private_dir(home)
+    _write_private(path, text)
+    note(f"[green]✓[/green] wrote {path}")
+    _next_steps(needed, gateway)
+
+
+Ask = Callable[[str, str], str]
+
+
+def _asker() -> Ask:
+    """A question on a terminal; with no terminal, the default."""
+    interactive = os.isatty(0)
+
+    def ask(question: str, default: str) -> str:
+        if not interactive:
+            return default
+        answer: str = typer.prompt(question, default=default, show_default=True)
+        return answer.strip()
+
+    return ask
+
+
+def _endpoint_problems(base_url: str, api_key_env: str) -> list[str]:
+    problems = []
+    parsed = urlparse(base_url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        problems.append(f"--base-url {base_url!r} is not an http(s) URL")
+    if api_key_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", api_key_env):
+        problems.append(
+            f"--api-key-env {api_key_env!r} is not a variable name (give the NAME, not the key)"
+        )
+    return problems
+
+
+def _platforms(given: list[str] | None, ask: Ask) -> list[str]:
+    names = [n.strip().lower() for item in (given or []) for n in item.split(",") if n.strip()]
+    if not names:
+        answer = str(ask("Platforms (comma-separated: telegram, discord, slack)", "telegram"))
+        names = [p.strip().lower() for p in answer.split(",") if p.strip()]
+    unknown = [name for name in names if name not in PLATFORMS]
+    if unknown:
+        fail(f"unknown platform {unknown[0]!r}: one of {', '.join(PLATFORMS)}", EXIT_USAGE)
+    return list(dict.fromkeys(names))
+
+
+def _accounts(given: list[str], chosen: list[str], problems: list[str]) -> dict[str, list[str]]:
+    accounts: dict[str, list[str]] = {name: [] for name in chosen}
+    for account in given:
+        match = ACCOUNT.fullmatch(account.strip())
+        if match is None:
+            problems.append(f"--allow {account!r}: expected PLATFORM:ID, e.g. telegram:123456789")
+        elif match.group(1) not in accounts:
+            problems.append(f"--allow {account!r}: {match.group(1)} is not being set up")
+        else:
+            accounts[match.group(1)].append(match.group(2))
+    return accounts
+
+
+def _mode_problems(modes: dict[str, str], webhook_url: str | None, log_format: str) -> list[str]:
+    problems = []
+    if modes["telegram"] not in ("polling", "webhook"):
+        problems.append(f"--telegram-mode {modes['telegram']!r}: polling or webhook")
+    if modes["slack"] not in ("socket", "http"):
+        problems.append(f"--slack-mode {modes['slack']!r}: socket or http")
+    if log_format not in ("text", "json"):
+        problems.append(f"--log-format {log_format!r}: text or json")
+    if webhook_url and modes["telegram"] != "webhook":
+        problems.append("--webhook-url is for --telegram-mode webhook")
+    return problems
+
+
+def _variant(name: str, modes: dict[str, str]) -> str:
+    if name == "slack":
+        return f"slack-{modes['slack']}"
+    if name == "telegram" and modes["telegram"] == "webhook":
+        return "telegram-webhook"
+    return name
+
+
+def _next_steps(needed: list[str], gateway: bool) -> None:
+    missing = [name for name in dict.fromkeys(needed) if not os.environ.get(name)]
+    if missing:
+        where = "the service's env file (/etc/hermes/env)" if gateway else "your shell"
+        note(f"Set in {where}: " + ", ".join(f"[bold]{name}[/bold]=..." for name in missing))
+    note(
+        "Then: [bold]hermes doctor[/bold] checks it all, "
+        + ("[bold]hermes gateway run[/bold] starts the bots." if gateway else "`hermes chat`.")
+    )
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    path.chmod(0o600)
+
+
+__all__ = ["init"]

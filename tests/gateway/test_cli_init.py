@@ -1,0 +1,82 @@
+"""`hermes init` and `hermes init --gateway`: flags (or defaults without a terminal)
+become a commented config that loads; mistakes are caught before anything is written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.config import load_config
+from tests.gateway.test_cli_memory import hermes
+
+TOKEN = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw1"
+
+
+def test_gateway_setup_from_flags_writes_a_config_that_loads(home: Path) -> None:
+    done = hermes(
+        "init",
+        "--gateway",
+        "--base-url",
+        "http://127.0.0.1:11434/v1",
+        "--model",
+        "llama3.1",
+        "--api-key-env",
+        "",
+        "-p",
+        "telegram",
+        "--platform",
+        "slack,discord",
+        "--allow",
+        "telegram:12345",
+        "--allow",
+        "slack:U0123",
+        "--slack-mode",
+        "http",
+        "--log-format",
+        "json",
+        home=home,
+    )
+    assert done.returncode == 0, done.stderr
+    path = home / "config.yaml"
+    assert path.stat().st_mode & 0o777 == 0o600
+    config = load_config(home)
+    assert config.llm.base_url == "http://127.0.0.1:11434/v1" and config.llm.api_key_env is None
+    assert config.platforms.telegram.enabled and config.platforms.telegram.allowed_users == [
+        "12345"
+    ]
+    assert config.platforms.slack.mode == "http" and config.platforms.slack.allowed_users == [
+        "U0123"
+    ]
+    assert config.platforms.discord.enabled and config.logging.format == "json"
+    assert not config.access.allow_all
+    assert "SLACK_SIGNING_SECRET" in done.stdout and "hermes doctor" in done.stdout
+    assert "# " in path.read_text()  # commented
+
+
+def test_tokens_are_never_written_and_mistakes_write_nothing(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TOKEN)  # set in the shell init runs in
+    done = hermes(
+        "init", "--gateway", "-p", "telegram", "--api-key-env", "OPENAI_API_KEY", home=home
+    )
+    assert done.returncode == 0 and TOKEN not in (home / "config.yaml").read_text()
+    assert "TELEGRAM_BOT_TOKEN" not in done.stdout.split("Set in")[-1]  # it is set
+    for args, said in (
+        (["--base-url", "ftp://example.com"], "not an http(s) URL"),
+        (["--api-key-env", "sk-abc123"], "give the NAME"),
+        (["--gateway", "-p", "telegrm"], "unknown platform 'telegrm'"),
+        (["--gateway", "-p", "telegram", "--allow", "12345"], "expected PLATFORM:ID"),
+        (["--gateway", "-p", "telegram", "--allow", "slack:U1"], "slack is not being set up"),
+        (["--gateway", "-p", "telegram", "--telegram-mode", "webhook"], "https URL"),
+        (["--gateway", "-p", "slack", "--slack-mode", "rtm"], "socket or http"),
+    ):
+        fresh = home.parent / f"fresh-{len(said)}"
+        failed = hermes("init", *args, home=fresh)
+        assert failed.returncode == 2 and said in failed.stderr, (args, failed.stderr)
+        assert not (fresh / "config.yaml").exists() and "Traceback" not in failed.stderr
+    again = hermes("init", home=home)
+    assert again.returncode == 1 and "--force" in again.stderr
+    assert hermes("init", "--force", "--model", "m2", home=home).returncode == 0
+    assert load_config(home).llm.model == "m2"

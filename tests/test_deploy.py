@@ -1,0 +1,126 @@
+"""What of deploy/ can be checked on a machine without systemd running or a container
+builder: the unit passes `systemd-analyze verify` and is hardened; the Dockerfile runs
+the install steps deploy/README.md gives, and compose runs it with a volume, an env file
+and the health check. (hadolint lints the Dockerfile in `make lint`.)"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+UNIT = ROOT / "deploy" / "hermes-gateway.service"
+DOCKERFILE = ROOT / "deploy" / "docker" / "Dockerfile"
+README = ROOT / "deploy" / "README.md"
+
+
+def unit_settings() -> dict[str, list[str]]:
+    settings: dict[str, list[str]] = {}
+    for line in UNIT.read_text().splitlines():
+        if "=" in line and not line.startswith(("#", "[")):
+            key, _, value = line.partition("=")
+            settings.setdefault(key.strip(), []).append(value.strip())
+    return settings
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze here")
+def test_the_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
+    """In a throwaway root holding the unit, the system's own units and the program."""
+    program = tmp_path / "opt" / "hermes" / "venv" / "bin" / "hermes"
+    program.parent.mkdir(parents=True)
+    shutil.copy(Path(sys.executable).parent / "hermes", program)
+    units = tmp_path / "etc" / "systemd" / "system"
+    units.mkdir(parents=True)
+    shutil.copy(UNIT, units / UNIT.name)
+    system = Path("/usr/lib/systemd/system")
+    if system.is_dir():
+        shutil.copytree(system, tmp_path / "usr" / "lib" / "systemd" / "system", symlinks=True)
+    done = subprocess.run(
+        ["systemd-analyze", "verify", f"--root={tmp_path}", UNIT.name],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0 and done.stderr.strip() == "", done.stderr
+    # the check bites: a misspelt key is reported
+    (units / UNIT.name).write_text(UNIT.read_text().replace("NoNewPrivileges", "NoNewPrivilege"))
+    typo = subprocess.run(
+        ["systemd-analyze", "verify", f"--root={tmp_path}", UNIT.name],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "Unknown key 'NoNewPrivilege'" in typo.stderr
+
+
+def test_the_unit_is_unprivileged_hardened_and_restarts() -> None:
+    unit = unit_settings()
+    assert unit["User"] == ["hermes"] and unit["EnvironmentFile"] == ["/etc/hermes/env"]
+    assert unit["Environment"] == ["HERMES_HOME=/var/lib/hermes"]
+    assert unit["ReadWritePaths"] == ["/var/lib/hermes"]
+    for key, value in {
+        "NoNewPrivileges": "true",
+        "ProtectSystem": "strict",
+        "ProtectHome": "true",
+        "PrivateTmp": "true",
+        "PrivateDevices": "true",
+        "UMask": "0077",
+        "CapabilityBoundingSet": "",
+        "Restart": "on-failure",
+    }.items():
+        assert unit[key] == [value], key
+    assert unit["ExecStart"] == ["/opt/hermes/venv/bin/hermes gateway run"]
+
+
+def readme_install() -> list[str]:
+    block = re.search(r"<!-- install:begin -->\s*```sh\n(.*?)```", README.read_text(), re.S)
+    assert block is not None
+    return [_normal(line) for line in block.group(1).splitlines() if line.strip()]
+
+
+def dockerfile_runs() -> list[str]:
+    text = DOCKERFILE.read_text().replace("\\\n", " ")
+    commands: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("RUN "):
+            commands += [_normal(part) for part in line[4:].split("&&")]
+    return commands
+
+
+def _normal(command: str) -> str:
+    words = shlex.split(command)
+    return " ".join(word for word in words if word != "--no-cache-dir")
+
+
+def test_the_dockerfile_runs_the_readme_install_steps() -> None:
+    readme = readme_install()
+    docker = dockerfile_runs()
+    # the README clones the checkout where the image COPYs it; every other step is the same
+    assert [c for c in readme if not c.startswith("git clone")] == docker
+    clone = next(c for c in readme if c.startswith("git clone"))
+    assert clone.endswith(" /opt/hermes/src") and "COPY . /opt/hermes/src" in DOCKERFILE.read_text()
+    text = DOCKERFILE.read_text()
+    assert "USER hermes" in text and "HEALTHCHECK" in text and "/healthz" in text
+    assert 'VOLUME ["/var/lib/hermes"]' in text and "HERMES_HOME=/var/lib/hermes" in text
+    assert re.search(r"^FROM python:3\.\d+-slim$", text, re.M)
+
+
+def test_compose_runs_the_image_with_its_volume_env_file_and_health_check() -> None:
+    compose = yaml.safe_load((ROOT / "deploy" / "docker" / "compose.yaml").read_text())
+    service = compose["services"]["hermes"]
+    assert service["build"]["dockerfile"] == "deploy/docker/Dockerfile"
+    assert service["env_file"] == "hermes.env"
+    assert (
+        "hermes-data:/var/lib/hermes" in service["volumes"] and "hermes-data" in compose["volumes"]
+    )
+    assert "/healthz" in " ".join(service["healthcheck"]["test"])
+    assert all(port.startswith("127.0.0.1:") for port in service["ports"])
