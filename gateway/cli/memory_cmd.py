@@ -8,7 +8,15 @@ import typer
 from rich.markup import escape
 
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
-from gateway.cli.output import AsJson, new_table, note, print_json, print_table, say
+from gateway.cli.output import (
+    AsJson,
+    new_table,
+    note,
+    print_json,
+    print_table,
+    progress_bar,
+    say,
+)
 from hermes.memory.store import Target
 
 if TYPE_CHECKING:  # imported where used: `hermes memory add` starts fast
@@ -259,7 +267,8 @@ async def _consolidate(
     ctx: CliContext, db: SessionDB, model: LLMClient | None, users: list[str] | None, force: bool
 ) -> list[StoreRun]:
     try:
-        return await ctx.memory(db, model).check(users, force=force)
+        with progress_bar("consolidating") as advance:
+            return await ctx.memory(db, model).check(users, force=force, progress=advance)
     finally:
         if model is not None:
             await model.close()

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -255,10 +255,16 @@ class MemoryService:
     # -- consolidation ---------------------------------------------------------------------
 
     async def check(
-        self, user_ids: list[str] | None = None, *, force: bool = False
+        self,
+        user_ids: list[str] | None = None,
+        *,
+        force: bool = False,
+        progress: Callable[[int, int], None] | None = None,
     ) -> list[sweep.StoreRun]:
         """Consolidate each store over the threshold (all stores with `force`)."""
-        runs = await sweep.check(self.home, self.db, self.model, self.config, user_ids, force=force)
+        runs = await sweep.check(
+            self.home, self.db, self.model, self.config, user_ids, force=force, progress=progress
+        )
         for run in runs:
             metrics.CONSOLIDATIONS.labels(run.outcome.status).inc()
         for run in runs if self.providers.active else ():

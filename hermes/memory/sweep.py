@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,10 +42,15 @@ async def check(
     user_ids: list[str] | None = None,
     *,
     force: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[StoreRun]:
-    """Consolidate each store over the threshold (all stores with `force`)."""
+    """Consolidate each store over the threshold (all stores with `force`); `progress`
+    hears (users done, users in all)."""
     runs = []
-    for user_id in user_ids if user_ids is not None else users_with_memory(home):
+    users = user_ids if user_ids is not None else users_with_memory(home)
+    for done, user_id in enumerate(users, 1):
+        if progress:
+            progress(done - 1, len(users))
         memory = UserMemory(home, user_id, config)
         for target in memory.enabled_targets():
             state = memory.store(target).read().with_pending()
@@ -58,6 +64,8 @@ async def check(
                 memory, target, db, model, config.consolidation, force=force
             )
             runs.append(StoreRun(user_id, target, outcome))
+    if progress:
+        progress(len(users), len(users))
     return runs
 
 
