@@ -9,7 +9,6 @@ changed: the database is opened for reading checks only and no message is sent.
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import stat
 from collections.abc import Awaitable, Mapping
@@ -55,8 +54,8 @@ def skip(name: str, detail: str) -> Check:
 async def run_checks(
     home: Path, env: Mapping[str, str] | None = None, timeout: float = 10.0
 ) -> list[Check]:
-    """Every check, in the order an operator reads them."""
-    env = os.environ if env is None else env
+    """Every check, in the order an operator reads them (`env`: the process's own
+    environment when None)."""
     checks = [check_home(home)]
     try:
         config = load_config(home)
@@ -162,7 +161,7 @@ def check_database(home: Path) -> list[Check]:
     return checks
 
 
-async def check_model(config: HermesConfig, env: Mapping[str, str], timeout: float) -> Check:
+async def check_model(config: HermesConfig, env: Mapping[str, str] | None, timeout: float) -> Check:
     """The endpoint answers GET /models, and the model answers a one-word prompt."""
     name = "model"
     endpoint = main_endpoint(config, env)
@@ -190,7 +189,7 @@ async def check_model(config: HermesConfig, env: Mapping[str, str], timeout: flo
 
 
 async def check_platform(
-    name: str, section: PlatformConfig, env: Mapping[str, str], timeout: float
+    name: str, section: PlatformConfig, env: Mapping[str, str] | None, timeout: float
 ) -> Check:
     """The credentials' shape, then one identity call with them."""
     label = f"platform {name}"

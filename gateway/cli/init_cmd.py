@@ -240,7 +240,9 @@ def _variant(name: str, modes: dict[str, str]) -> str:
 
 
 def _next_steps(needed: list[str], gateway: bool) -> None:
-    missing = [name for name in dict.fromkeys(needed) if not os.environ.get(name)]
+    from gateway.config import secret
+
+    missing = [name for name in dict.fromkeys(needed) if not secret(name)]
     if missing:
         where = "the service's env file (/etc/hermes/env)" if gateway else "your shell"
         note(f"Set in {where}: " + ", ".join(f"[bold]{name}[/bold]=..." for name in missing))
