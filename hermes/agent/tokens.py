@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from hermes.state.search import is_cjk
+from hermes.state.cjk import is_cjk
 
 PER_MESSAGE_OVERHEAD = 4
 

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from hermes.state.search import KOREAN_PARTICLES
+from hermes.state.cjk import KOREAN_PARTICLES
 
 
 class Polarity(StrEnum):

@@ -25,6 +25,7 @@ from sqlalchemy.exc import DatabaseError, OperationalError
 from sqlalchemy.pool import ConnectionPoolEntry
 from sqlmodel import Session, create_engine
 
+from hermes.state import cjk
 from hermes.state.schema import MIGRATIONS, SCHEMA_VERSION
 
 logger = logging.getLogger(__name__)
@@ -131,6 +132,9 @@ def _on_connect(dbapi_conn: sqlite3.Connection, _record: ConnectionPoolEntry) ->
             dbapi_conn.execute(pragma)
     finally:
         os.umask(old_umask)
+    # the CJK index's triggers call it (hermes/state/schema.py, v9): every connection that
+    # writes messages must have it, so every connection gets it here
+    dbapi_conn.create_function("hermes_cjk", 2, cjk.index_terms, deterministic=True)
 
 
 def _on_begin(conn: Any) -> None:

@@ -8,8 +8,10 @@ only user and assistant text (tool output is stored, never ranked):
 - `messages_fts`: `porter unicode61 remove_diacritics 2` for space-separated languages,
   with a `scope` column holding the message's user id so a search is confined to one
   person inside the index (`scope:<id> AND (...)`) rather than filtered afterwards;
-- `messages_tri`: `trigram`, so Korean, Chinese and Japanese text is searchable by
-  substring.
+- `messages_cjk` (since v9; it replaced the `trigram` index of v2): the bigrams and
+  characters of each Korean, Chinese and Japanese run (hermes/state/cjk.py, through the
+  `hermes_cjk` SQL function every Hermes connection registers: a program that writes
+  messages with plain sqlite3 must register it too), with the same `scope` column.
 """
 
 from __future__ import annotations
@@ -282,5 +284,50 @@ _V8 = [
     "CREATE INDEX ix_user_aliases_user ON user_aliases(user_id)",
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8]
+# v9: Korean, Chinese and Japanese as bigrams and characters, ranked per user like words
+# (hermes/state/cjk.py), in place of substring search over trigrams (a question had to
+# contain the answer's exact wording). Filled from the rows already there.
+# Only text with a character outside printable ASCII can hold CJK: the GLOB (short-
+# circuited) spares plain text the call into Python. SQLite resolves the function when
+# it compiles a trigger, so a program writing to `messages` must register `hermes_cjk`
+# (every Hermes connection does, hermes/state/engine.py); reading needs nothing.
+_CJK_ROW = (
+    _INDEXED + " AND {row}.content GLOB '*[^\t\n\r -~]*' AND hermes_cjk({row}.content, '') <> ''"
+)
+_CJK_VALUES = "hermes_cjk({r}.content, " + SCOPE + "), " + SCOPE
+_V9 = [
+    "CREATE VIRTUAL TABLE messages_cjk USING fts5(body, scope, content='', "
+    "tokenize='unicode61 remove_diacritics 0')",
+    "CREATE TRIGGER messages_cjk_ai AFTER INSERT ON messages WHEN "
+    + _CJK_ROW.format(row="new")
+    + " BEGIN INSERT INTO messages_cjk(rowid, body, scope) VALUES (new.id, "
+    + _CJK_VALUES.format(r="new")
+    + "); END",
+    "CREATE TRIGGER messages_cjk_ad AFTER DELETE ON messages WHEN "
+    + _CJK_ROW.format(row="old")
+    + " BEGIN INSERT INTO messages_cjk(messages_cjk, rowid, body, scope) VALUES ('delete', "
+    + "old.id, "
+    + _CJK_VALUES.format(r="old")
+    + "); END",
+    "CREATE TRIGGER messages_cjk_u AFTER UPDATE OF content, role, user_id ON messages BEGIN "
+    "INSERT INTO messages_cjk(messages_cjk, rowid, body, scope) SELECT 'delete', old.id, "
+    + _CJK_VALUES.format(r="old")
+    + " WHERE "
+    + _CJK_ROW.format(row="old")
+    + "; INSERT INTO messages_cjk(rowid, body, scope) SELECT new.id, "
+    + _CJK_VALUES.format(r="new")
+    + " WHERE "
+    + _CJK_ROW.format(row="new")
+    + "; END",
+    "INSERT INTO messages_cjk(rowid, body, scope) SELECT id, "
+    + _CJK_VALUES.format(r="messages")
+    + " FROM messages WHERE "
+    + _CJK_ROW.format(row="messages"),
+    "DROP TRIGGER messages_tri_ai",
+    "DROP TRIGGER messages_tri_ad",
+    "DROP TRIGGER messages_tri_u",
+    "DROP TABLE messages_tri",
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9]
 SCHEMA_VERSION = len(MIGRATIONS)

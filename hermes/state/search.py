@@ -2,10 +2,12 @@
 
 Natural-language queries are turned into safe FTS5 expressions (never a syntax error):
 stopwords dropped, every term quoted, balanced quoted phrases kept, FTS syntax and
-dangling operators stripped, dotted/hyphenated terms quoted whole. Terms in Korean,
-Chinese or Japanese go to the trigram index (3+ characters) or a LIKE scan over the
-user's own messages (1-2 characters). The ranked lists are merged by reciprocal rank
-fusion, so scores from different indexes never need to be comparable.
+dangling operators stripped, dotted/hyphenated terms quoted whole. Korean, Chinese and
+Japanese runs become bigrams and single characters (hermes/state/cjk.py) looked up in
+`messages_cjk`. Both indexes are ranked the same way (IDF over the user's own messages,
+length, neighbouring turns, the session's coverage) and the two lists are merged by
+reciprocal rank fusion, so a mixed question ("docker 그 포트") benefits from both and
+scores from different indexes never need to be comparable.
 """
 
 from __future__ import annotations
@@ -20,12 +22,16 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from hermes.state.cjk import KOREAN_PARTICLES, is_cjk, korean_words, query_terms, whole_words
+from hermes.state.cjk import runs as cjk_runs
+
 RRF_K = 60
 CANDIDATES = 200  # per index, before fusion
 BM25_K1, BM25_B = 1.2, 0.3
 NEIGHBOUR_WEIGHT = 0.4
 NEIGHBOUR2_WEIGHT = 0.3
 SESSION_WEIGHT = 0.2
+REPLY_OF = 10  # the best candidates whose next turn joins the candidates
 
 STOPWORDS = frozenset(
     """a about above after again against all am an and any are aren't as at be because been
@@ -43,32 +49,6 @@ STOPWORDS = frozenset(
     would might may much many get got know let us one near""".split()
 )
 OPERATORS = frozenset({"AND", "OR", "NOT", "NEAR"})
-KOREAN_PARTICLES = (
-    "에서는",
-    "에게서",
-    "으로는",
-    "한테서",
-    "에서",
-    "에게",
-    "한테",
-    "께서",
-    "까지",
-    "부터",
-    "으로",
-    "은",
-    "는",
-    "이",
-    "가",
-    "을",
-    "를",
-    "에",
-    "의",
-    "도",
-    "로",
-    "와",
-    "과",
-    "만",
-)
 _PHRASE = re.compile(r'"([^"]+)"')
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SEPARATORS = re.compile(r'["(){}\[\]^*+,;!?<>=|~`]')
@@ -76,24 +56,10 @@ _EDGE = re.compile(r"^[^\w]+|[^\w]+$")
 _WORDCHARS = re.compile(r"\w+")
 
 
-def is_cjk(char: str) -> bool:
-    code = ord(char)
-    return (
-        0x1100 <= code <= 0x11FF  # Hangul jamo
-        or 0x3040 <= code <= 0x30FF  # Hiragana, Katakana
-        or 0x3130 <= code <= 0x318F  # Hangul compatibility jamo
-        or 0x3400 <= code <= 0x4DBF  # CJK extension A
-        or 0x4E00 <= code <= 0x9FFF  # CJK unified ideographs
-        or 0xAC00 <= code <= 0xD7AF  # Hangul syllables
-        or 0xF900 <= code <= 0xFAFF  # CJK compatibility ideographs
-        or 0x20000 <= code <= 0x2FA1F  # CJK extensions B-F and supplement
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class ParsedQuery:
     words: tuple[str, ...] = ()  # terms and phrases for the word index (unquoted)
-    cjk: tuple[str, ...] = ()  # CJK substrings
+    cjk: tuple[str, ...] = ()  # CJK bigrams and characters for the CJK index
 
     @property
     def empty(self) -> bool:
@@ -154,22 +120,12 @@ def _route(item: str, words: list[str], cjk: list[str], whole: bool) -> None:
                 words.append(piece)
             after_latin = bool(piece)
         elif not (after_latin and run in KOREAN_PARTICLES):  # "API를": drop the particle
-            cjk.append(_strip_particle(run))
-
-
-def _strip_particle(word: str) -> str:
-    for particle in KOREAN_PARTICLES:
-        if word.endswith(particle) and len(word) - len(particle) >= 2:
-            return word[: -len(particle)]
-    return word
+            for part in cjk_runs(run):
+                cjk.extend(query_terms(part))
 
 
 def quote(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
-
-
-def fts_expression(words: tuple[str, ...]) -> str:
-    return " OR ".join(quote(w) for w in words)
 
 
 def scope_token(user_id: str) -> str:
@@ -183,13 +139,14 @@ def search_messages(conn: Connection, scope: SearchScope, raw: str, limit: int) 
         return []
     ranked: list[list[MessageHit]] = []
     if parsed.words:
-        ranked.append(_word_hits(conn, scope, parsed))
-    long_cjk = tuple(t for t in parsed.cjk if len(t) >= 3)
-    short_cjk = tuple(t for t in parsed.cjk if len(t) < 3)
-    if long_cjk:
-        ranked.append(_trigram_hits(conn, scope, long_cjk, parsed))
-    if short_cjk:
-        ranked.append(_like_hits(conn, scope, short_cjk, parsed))
+        ranked.append(_index_hits(conn, scope, parsed.words, "messages_fts", parsed.terms))
+    if parsed.cjk:
+        # a mixed question's Latin words too: "redis는" is one token of the word index,
+        # and the CJK index has "redis" for it (hermes/state/cjk.py)
+        glued = tuple(w.casefold() for w in parsed.words if " " not in w)
+        lookups = tuple(dict.fromkeys(parsed.cjk + glued))
+        words = korean_words(raw)
+        ranked.append(_index_hits(conn, scope, lookups, "messages_cjk", parsed.terms, whole=words))
     return fuse(ranked)[:limit]
 
 
@@ -210,13 +167,6 @@ def _rescored(hit: MessageHit, score: float) -> MessageHit:
     return MessageHit(
         hit.message_id, hit.session_id, hit.role, hit.content, hit.created_at, score, hit.terms
     )
-
-
-_SELECT = (
-    "SELECT m.id, m.session_id, m.role, m.content, m.created_at, {score} AS score "
-    "FROM {source} JOIN messages m ON m.id = {rowid} JOIN sessions s ON s.id = m.session_id "
-    "WHERE m.user_id = :uid {filters} ORDER BY score DESC, m.id DESC LIMIT :n"
-)
 
 
 def _filters(scope: SearchScope) -> tuple[str, dict[str, Any]]:
@@ -244,8 +194,16 @@ def _run(
     ]
 
 
-def _word_hits(conn: Connection, scope: SearchScope, parsed: ParsedQuery) -> list[MessageHit]:
-    """BM25 over this user's own messages, then context-aware reranking.
+def _index_hits(
+    conn: Connection,
+    scope: SearchScope,
+    lookups: tuple[str, ...],
+    table: str,
+    terms: tuple[str, ...],
+    *,
+    whole: list[str] | None = None,
+) -> list[MessageHit]:
+    """BM25 over this user's own messages in one index, then context-aware reranking.
 
     FTS5's built-in bm25() takes its statistics from every user's messages, so a word
     that is rare overall but common for this person (their own name, their project)
@@ -256,25 +214,54 @@ def _word_hits(conn: Connection, scope: SearchScope, parsed: ParsedQuery) -> lis
     smoothed with their neighbouring turns and their session's coverage of the query.
     """
     token = scope_token(scope.user_id)
-    total = _count(conn, f"scope : {token}")
+    total = _count(conn, table, f"scope : {token}")
     weights: dict[int, float] = {}
     idf_of: dict[str, float] = {}
     postings: dict[str, list[int]] = {}
-    for word in parsed.words:
-        rows = conn.execute(text(_POSTINGS), {"q": f"scope : {token} AND {quote(word)}"})
+    for word in lookups:
+        if table == "messages_cjk":  # its terms carry the scope (hermes/state/cjk.py)
+            query = {"q": quote(token + word)}
+        else:
+            query = {"q": f"scope : {token} AND {quote(word)}"}
+        rows = conn.execute(text(_POSTINGS.format(table=table)), query)
         postings[word] = [row[0] for row in rows]
         n = len(postings[word])
         idf_of[word] = math.log(1 + (total - n + 0.5) / (n + 0.5))
         for rowid in postings[word]:
             weights[rowid] = weights.get(rowid, 0.0) + idf_of[word]
-    order = sorted(weights, key=lambda rowid: (-weights[rowid], -rowid))
-    candidates = _load(conn, scope, order, parsed.terms)
+    order = _with_replies(conn, sorted(weights, key=lambda rowid: (-weights[rowid], -rowid)))
+    candidates = _load(conn, scope, order, terms)
     if len(candidates) < 2:
         return candidates
+    for hit in candidates if whole else ():  # a Korean word met whole, not inside another
+        for word in whole_words(hit.content, whole or []):
+            bonus = max(idf_of.get(word[i : i + 2], 0.0) for i in range(len(word) - 1))
+            weights[hit.message_id] = weights.get(hit.message_id, 0.0) + bonus
     return _rerank(conn, candidates, weights, postings, idf_of)
 
 
-_POSTINGS = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH :q"
+def _with_replies(conn: Connection, order: list[int]) -> list[int]:
+    """The turn after each of the best REPLY_OF candidates that asks a question joins
+    them, right behind it: an answer often shares no word with the question it answers
+    ("When do you move?" / "The 23rd"), only with the turn before it. It has no weight
+    of its own; its neighbour's carries it in the rerank."""
+    if not REPLY_OF or not order:
+        return order
+    ids = ",".join(str(rowid) for rowid in order[:REPLY_OF])
+    rows = conn.execute(text(_FOLLOWING.format(ids=ids))).all()
+    following: dict[int, int | None] = {int(r[0]): r[1] for r in rows}
+    seen = set(order)
+    expanded: list[int] = []
+    for rowid in order:
+        expanded.append(rowid)
+        reply = following.get(rowid)
+        if reply is not None and reply not in seen:
+            seen.add(reply)
+            expanded.append(reply)
+    return expanded
+
+
+_POSTINGS = "SELECT rowid FROM {table} WHERE {table} MATCH :q"
 
 
 def _load(
@@ -308,7 +295,7 @@ def _rerank(
     lengths = {hit.message_id: max(1, len(hit.content.split())) for hit in candidates}
     average = sum(lengths.values()) / len(lengths)
     base = {
-        mid: weights[mid]
+        mid: weights.get(mid, 0.0)
         * (BM25_K1 + 1)
         / (1 + BM25_K1 * (1 - BM25_B + BM25_B * lengths[mid] / average))
         for mid in lengths
@@ -348,41 +335,17 @@ _NEIGHBOURS = (
 )
 
 
-def _count(conn: Connection, query: str) -> int:
-    sql = "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH :q"
+_FOLLOWING = (
+    "SELECT m.id, "
+    + _NEAR.format(op=">", direction="ASC", skip=0)
+    + " FROM messages m WHERE m.id IN ({ids}) AND m.role IN ('user', 'assistant')"
+    " AND (rtrim(m.content) LIKE '%?' OR rtrim(m.content) LIKE '%？')"
+)
+
+
+def _count(conn: Connection, table: str, query: str) -> int:
+    sql = f"SELECT count(*) FROM {table} WHERE {table} MATCH :q"
     return int(conn.execute(text(sql), {"q": query}).scalar_one())
-
-
-def _trigram_hits(
-    conn: Connection, scope: SearchScope, terms: tuple[str, ...], parsed: ParsedQuery
-) -> list[MessageHit]:
-    filters, params = _filters(scope)
-    params["q"] = fts_expression(terms)
-    source = (
-        "(SELECT rowid AS rid, bm25(messages_tri) AS rank_ FROM messages_tri "
-        "WHERE messages_tri MATCH :q) f"
-    )
-    sql = _SELECT.format(score="-f.rank_", source=source, rowid="f.rid", filters=filters)
-    return _run(conn, sql, params, parsed.terms)
-
-
-def _like_hits(
-    conn: Connection, scope: SearchScope, terms: tuple[str, ...], parsed: ParsedQuery
-) -> list[MessageHit]:
-    filters, params = _filters(scope)
-    matched = []
-    for i, term in enumerate(terms):
-        params[f"t{i}"] = (
-            "%" + term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        )
-        matched.append(f"(m.content LIKE :t{i} ESCAPE '\\')")
-    sql = (
-        f"SELECT m.id, m.session_id, m.role, m.content, m.created_at, ({' + '.join(matched)}) "
-        "AS score FROM messages m JOIN sessions s ON s.id = m.session_id "
-        "WHERE m.user_id = :uid AND m.role IN ('user', 'assistant') "
-        f"AND ({' OR '.join(matched)}) {filters} ORDER BY score DESC, m.id DESC LIMIT :n"
-    )
-    return _run(conn, sql, params, parsed.terms)
 
 
 def _as_datetime(value: Any) -> datetime:

@@ -52,7 +52,7 @@ class UpkeepDB:
 
         def work(session: Session) -> None:
             conn = session.connection()
-            for table in ("messages_fts", "messages_tri"):
+            for table in ("messages_fts", "messages_cjk"):
                 conn.exec_driver_sql(f"INSERT INTO {table}({table}) VALUES ('optimize')")
 
         eng.with_retry(self.engine, work, self.patience)

@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 
 from hermes.identity import new_user_id
+from hermes.state.cjk import index_terms
 from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
 from hermes.state.models import AccessRule
@@ -166,7 +167,8 @@ def test_resolve_accepts_ids_and_platform_identities(db: SessionDB) -> None:
 def test_an_edited_message_is_found_by_its_new_words_only(db: SessionDB) -> None:
     user = db.people.user_for_identity("telegram", "1")
     session = say(db, user, "telegram", "the password hint is pelican")
-    raw = sqlite3.connect(db.path)
+    raw = sqlite3.connect(db.path)  # another program: it registers what the triggers call
+    raw.create_function("hermes_cjk", 2, index_terms, deterministic=True)
     with raw:
         raw.execute(
             "UPDATE messages SET content = 'the hint is albatross' WHERE session_id = ?", (session,)

@@ -28,9 +28,11 @@ from hermes.state.search import ParsedQuery, SearchScope, parse_query
         ("NEAR(a b) col:x ^start* (paren)", ("b", "col:x", "start", "paren"), ()),
         ("tab\x00null\x1fbytes", ("tab", "null", "bytes"), ()),
         ("what is it", ("what", "is", "it"), ()),  # only stopwords: keep them rather than nothing
-        ("서울에서 비빔밥", (), ("서울", "비빔밥")),
-        ("我喜欢饺子 and Rust", ("Rust",), ("我喜欢饺子",)),
+        ("서울에서 비빔밥", (), ("서울", "비빔", "빔밥")),  # particle off, then bigrams
+        ("我喜欢饺子 and Rust", ("Rust",), ("我喜", "喜欢", "欢饺", "饺子", *"喜欢饺子")),
         ("API를 배포", ("API",), ("배포",)),
+        ("猫の名前は何", (), ("猫の", "の名", "名前", "前は", "は何", "猫", "名", "前")),
+        ("docker 그 포트 몇 번이었지", ("docker",), ("포트", "번이", "이었", "었지")),
         ("", (), ()),
     ],
 )
@@ -140,7 +142,7 @@ def test_dotted_and_hyphenated_terms(db: SessionDB, alice: str) -> None:
     assert contents(db, SearchScope(alice), "v2.1") == ["Edit my-app.config.ts then release v2.1"]
 
 
-def test_cjk_substrings(db: SessionDB, alice: str) -> None:
+def test_cjk_words_of_any_length(db: SessionDB, alice: str) -> None:
     seed(
         db,
         alice,
@@ -149,10 +151,12 @@ def test_cjk_substrings(db: SessionDB, alice: str) -> None:
     )
     scope = SearchScope(alice)
     assert contents(db, scope, "돼지국밥") == ["지난주에 부산에서 돼지국밥을 먹었어요"]
-    assert contents(db, scope, "부산") == ["지난주에 부산에서 돼지국밥을 먹었어요"]  # 2 chars: LIKE
+    assert contents(db, scope, "부산") == ["지난주에 부산에서 돼지국밥을 먹었어요"]  # 2 chars
     assert contents(db, scope, "长城") == ["我们下周去北京看长城"]
-    assert contents(db, scope, "京都") == ["週末に京都へ行きました"]
-    assert contents(db, scope, "北京看长城") == ["我们下周去北京看长城"]  # trigram substring
+    # 京 alone is in 北京 too: the one-character match comes after the whole word
+    assert contents(db, scope, "京都") == ["週末に京都へ行きました", "我们下周去北京看长城"]
+    assert contents(db, scope, "北京看长城")[0] == "我们下周去北京看长城"
+    assert contents(db, scope, "城")[0] == "我们下周去北京看长城"  # one character
 
 
 def test_mixed_latin_and_cjk_query_fuses_both(db: SessionDB, alice: str) -> None:

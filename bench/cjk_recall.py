@@ -1,0 +1,112 @@
+"""Recall of session_search's ranked message search on Korean, Chinese, Japanese and
+mixed CJK-English questions.
+
+    .venv/bin/python bench/cjk_recall.py [--data bench/data/cjk_eval.json] [--json] [--misses]
+
+The evaluation set (bench/data/cjk_eval.json, written by hand, never used to fit a
+weight) holds 3 users' sessions, distractors that share vocabulary included, and 62
+questions with the ids of the messages that answer them. Each user's sessions are
+stored under their own user id; each question goes through SessionDB's search (the
+same ranked list session_search groups) confined to its user, and we report
+recall_any@1/5/10 (any answering message among the top k) per language and per kind
+(exact wording, paraphrase, number, product name). No model is involved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from hermes.identity import new_user_id
+from hermes.state.conversations import NewMessage
+from hermes.state.db import SessionDB
+from hermes.state.search import SearchScope
+
+KS = (1, 5, 10)
+DEFAULT = Path(__file__).parent / "data" / "cjk_eval.json"
+
+
+def ingest(db: SessionDB, data: dict[str, Any]) -> tuple[dict[str, str], dict[int, str]]:
+    """Every session under its user; returns user name -> user id, message id -> eval id."""
+    users: dict[str, str] = {}
+    eval_id: dict[int, str] = {}
+    for session in data["sessions"]:
+        name = session["user"]
+        if name not in users:
+            users[name] = db.people.ensure_user(new_user_id()).id
+        chat = db.conversations.start_session(users[name], session["platform"], session["id"])
+        messages = [NewMessage(m["role"], m["content"]) for m in session["messages"]]
+        stored = db.conversations.add_messages(chat.id, messages)
+        for message, message_id in zip(session["messages"], stored, strict=True):
+            assert message_id is not None
+            eval_id[message_id] = message["id"]
+    return users, eval_id
+
+
+def evaluate(data: dict[str, Any]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        db = SessionDB.open(Path(tmp))
+        users, eval_id = ingest(db, data)
+        rows = []
+        for question in data["questions"]:
+            scope = SearchScope(users[question["user"]])
+            hits = db.conversations.search(scope, question["query"], limit=max(KS))
+            found = [eval_id[hit.message_id] for hit in hits]
+            answers = set(question["answers"])
+            first = next((i for i, f in enumerate(found) if f in answers), None)
+            rows.append({**question, "rank": first, "top": found[:3]})
+        db.close()
+    return {"by": summarize(rows), "rows": rows}
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        groups["all"].append(row)
+        groups[row["lang"]].append(row)
+        groups[f"kind:{row['kind']}"].append(row)
+    return {
+        name: {
+            "questions": len(items),
+            **{
+                f"recall_any@{k}": sum(1 for r in items if r["rank"] is not None and r["rank"] < k)
+                / len(items)
+                for k in KS
+            },
+        }
+        for name, items in groups.items()
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--misses", action="store_true", help="List questions missed at 5.")
+    args = parser.parse_args()
+    result = evaluate(json.loads(args.data.read_text(encoding="utf-8")))
+    if args.json:
+        print(json.dumps(result["by"], indent=2))
+        return
+    print(f"{'group':16} {'n':>3}  any@1  any@5  any@10")
+    order = ["ko", "zh", "ja", "mixed", "all"]
+    names = order + sorted(n for n in result["by"] if n not in order)
+    for name in names:
+        if name in result["by"]:
+            g = result["by"][name]
+            print(
+                f"{name:16} {g['questions']:>3}  {g['recall_any@1']:.3f}  "
+                f"{g['recall_any@5']:.3f}  {g['recall_any@10']:.3f}"
+            )
+    if args.misses:
+        for row in result["rows"]:
+            if row["rank"] is None or row["rank"] >= 5:
+                print(f"  miss {row['id']} [{row['lang']}] {row['query']} -> {row['top']}")
+
+
+if __name__ == "__main__":
+    main()
