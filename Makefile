@@ -40,3 +40,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/consolidation.py
 	$(BIN)/python bench/gateway_throughput.py
 	$(BIN)/python bench/cold_start.py
+	$(BIN)/python bench/cjk_recall.py

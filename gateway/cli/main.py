@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from importlib import metadata
 from typing import Annotated
 
 import typer
@@ -33,6 +32,8 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
+        from importlib import metadata  # about 50 ms: only for --version
+
         try:
             version = metadata.version("hermes-gateway")
         except metadata.PackageNotFoundError:  # run from a checkout without installing

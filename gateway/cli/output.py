@@ -12,7 +12,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
@@ -54,6 +53,8 @@ def note(markup: str) -> None:
 def progress_bar(what: str) -> Iterator[Callable[[int, int], None]]:
     """A progress bar on stderr for long operations (hidden when stderr is not a
     terminal): yields `advance(done, total)`."""
+    from rich.progress import Progress  # a few dozen ms: only when something is long
+
     with Progress(console=err_console, transient=True) as progress:
         task = progress.add_task(what, total=None)
 

@@ -229,7 +229,8 @@ def _index_hits(
         idf_of[word] = math.log(1 + (total - n + 0.5) / (n + 0.5))
         for rowid in postings[word]:
             weights[rowid] = weights.get(rowid, 0.0) + idf_of[word]
-    order = _with_replies(conn, sorted(weights, key=lambda rowid: (-weights[rowid], -rowid)))
+    ranked = sorted(weights, key=lambda rowid: (-weights[rowid], -rowid))
+    order = _with_replies(conn, ranked, weights)
     candidates = _load(conn, scope, order, terms)
     if len(candidates) < 2:
         return candidates
@@ -240,25 +241,23 @@ def _index_hits(
     return _rerank(conn, candidates, weights, postings, idf_of)
 
 
-def _with_replies(conn: Connection, order: list[int]) -> list[int]:
+def _with_replies(conn: Connection, order: list[int], weights: dict[int, float]) -> list[int]:
     """The turn after each of the best REPLY_OF candidates that asks a question joins
     them, right behind it: an answer often shares no word with the question it answers
     ("When do you move?" / "The 23rd"), only with the turn before it. It has no weight
     of its own; its neighbour's carries it in the rerank."""
     if not REPLY_OF or not order:
         return order
-    ids = ",".join(str(rowid) for rowid in order[:REPLY_OF])
-    rows = conn.execute(text(_FOLLOWING.format(ids=ids))).all()
-    following: dict[int, int | None] = {int(r[0]): r[1] for r in rows}
-    seen = set(order)
+    head = order[:REPLY_OF]
+    ids = ",".join(str(rowid) for rowid in head)
+    following = {int(r[0]): r[1] for r in conn.execute(text(_FOLLOWING.format(ids=ids))).all()}
     expanded: list[int] = []
-    for rowid in order:
+    for rowid in head:
         expanded.append(rowid)
         reply = following.get(rowid)
-        if reply is not None and reply not in seen:
-            seen.add(reply)
+        if reply is not None and reply not in weights and reply not in expanded:
             expanded.append(reply)
-    return expanded
+    return expanded + order[REPLY_OF:]
 
 
 _POSTINGS = "SELECT rowid FROM {table} WHERE {table} MATCH :q"
