@@ -46,6 +46,9 @@ def list_(
             ]
         )
         return
+    if not chats:
+        note(f"[dim]No sessions for user {ctx.user_id(user)} in {ctx.home}.[/dim]")
+        return
     table = new_table("session", "platform", "last active", "messages", "title")
     for chat in chats:
         table.add_row(
@@ -83,7 +86,7 @@ def search(
     elif not result["success"]:
         fail(result["error"], EXIT_REFUSED)
     elif not result["results"]:
-        note("[dim]No matching sessions.[/dim]")
+        note(f"[dim]No matching sessions in {ctx.home}.[/dim]")
     else:
         for item in result["results"]:
             _print_result(item)
@@ -111,7 +114,7 @@ def show(session_id: str, user: UserOpt = None) -> None:
     user_id = ctx.user_id(user)
     chat = db.conversations.get_session(session_id, user_id)
     if chat is None:
-        fail(f"no session {session_id!r} for this user", EXIT_REFUSED)
+        fail(f"no session {session_id!r} for user {user_id} in {ctx.home}", EXIT_REFUSED)
     say(export_markdown(chat, db.conversations.messages(chat.id, user_id)))
 
 

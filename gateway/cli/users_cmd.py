@@ -180,7 +180,7 @@ def pairing_list(as_json: AsJson = False) -> None:
         )
         return
     if not pending:
-        note("[dim]No pending requests.[/dim]")
+        note(f"[dim]No pending requests in {ctx.home}.[/dim]")
         return
     table = new_table("code", "platform", "user id", "name", "asked (UTC)", "expires (UTC)")
     for row in pending:
