@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.slack_server import FakeSlack
 from tests.fakes.telegram_server import FakeTelegram
 from tests.gateway.test_cli_memory import HERMES, hermes
 
@@ -286,3 +288,51 @@ def test_metrics_are_scraped_from_a_running_gateway(
     assert samples[("hermes_memory_writes_total", (("action", "add"),))] == 1
     assert samples[("hermes_memory_rejections_total", (("reason", "scan"),))] == 1
     assert ("hermes_queue_depth", (("platform", "telegram"),)) in samples
+
+
+def test_no_token_of_any_platform_or_the_model_key_reaches_the_log_even_at_debug(
+    home: Path,
+    fake_llm: FakeOpenAI,
+    telegram: FakeTelegram,
+    slack: FakeSlack,
+    discord_fake: FakeDiscord,
+) -> None:
+    """All three platforms and the model, every logger at DEBUG (the SDKs log request
+    URLs, headers and gateway payloads there): no secret appears, in any form."""
+    secrets = {
+        "TELEGRAM_BOT_TOKEN": TOKEN,
+        "SLACK_BOT_TOKEN": "xoxb-1111111111-2222222222-abcdefghijklmnopqrstuvwx",
+        "SLACK_APP_TOKEN": "xapp-1-A0000000000-3333333333-0123456789abcdef",
+        "DISCORD_BOT_TOKEN": "MTAwMDAwMDAwMDAwMDAwMDAx.GhIjKl.discord-secret-token-value-01234",
+        "HERMES_TEST_LLM_KEY": "sk-test-llm-key-0123456789abcdefghij",
+    }
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text(
+        f"llm:\n  base_url: {fake_llm.base_url}\n  model: m\n  api_key_env: HERMES_TEST_LLM_KEY\n"
+        "access:\n  allow_all: true\n"
+        "logging:\n  level: debug\n  third_party: debug\n"
+        f"platforms:\n  telegram:\n    enabled: true\n    base_url: {telegram.base_url}\n"
+        f"  slack:\n    enabled: true\n    api_base: {slack.api_base}\n"
+        f"  discord:\n    enabled: true\n    api_base: {discord_fake.api_base}\n"
+        f"    gateway_url: {discord_fake.gateway_url}\n"
+        "gateway:\n  http:\n    port: 0\n"
+    )
+    proc = start(home, **secrets)
+    try:
+        wait_connected(proc, telegram, 60)
+        slack.wait_connected(1, 60)
+        discord_fake.wait_ready(1, 60)
+        telegram.user_message("hi from telegram", user_id=42)
+        telegram.wait_sent(1)
+        discord_fake.message("hi from discord")
+        deadline = time.monotonic() + 30
+        while not discord_fake.posted and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-2000:]
+    assert "DEBUG" in err and "platform slack connected" in err  # it did log, verbosely
+    for name, value in secrets.items():
+        for piece in {value, value.split(":")[-1], value.split(".")[-1]}:
+            assert piece not in err, f"{name} leaked"
