@@ -146,3 +146,24 @@ def test_the_command_prints_a_table_or_json_and_exits_non_zero_on_a_problem(
     assert report["home"] == str(home) and report["ok"] is False
     model = next(c for c in report["checks"] if c["name"] == "model")
     assert model["status"] == "fail" and "unreachable" in model["detail"] and model["fix"]
+
+
+def test_webhook_modes_need_a_public_https_url() -> None:
+    from gateway.config import HermesConfig
+    from gateway.doctor import check_webhooks
+
+    def telegram(url: str | None) -> list[Check]:
+        config = HermesConfig.model_validate(
+            {"platforms": {"telegram": {"enabled": True, "mode": "webhook", "webhook_url": url}}}
+        )
+        return check_webhooks(config, {"telegram": config.platforms.telegram})
+
+    assert [c.status for c in telegram("http://bot.example.com")] == ["fail"]
+    assert [c.status for c in telegram(None)] == ["fail"]
+    assert "https" in telegram(None)[0].fix
+    assert [c.status for c in telegram("https://bot.example.com")] == ["ok"]
+    slack = HermesConfig.model_validate({"platforms": {"slack": {"enabled": True, "mode": "http"}}})
+    shown = check_webhooks(slack, {"slack": slack.platforms.slack})
+    assert shown[0].status == "ok" and "/slack/events" in shown[0].detail
+    polling = HermesConfig.model_validate({"platforms": {"telegram": {"enabled": True}}})
+    assert check_webhooks(polling, {"telegram": polling.platforms.telegram}) == []
