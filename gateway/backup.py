@@ -93,7 +93,14 @@ def create(home: Path, target: Path | None = None, progress: Progress | None = N
             finally:
                 db.close()
             entries.append((STATE_DB_FILENAME, snapshot))
-        entries += [(str(relative), path) for relative, path in _home_files(home)]
+        for relative, path in _home_files(home):  # copied first: a store replaced while
+            copy = Path(scratch) / "home" / relative  # the archive is written must still
+            copy.parent.mkdir(parents=True, exist_ok=True)  # match its checksum
+            try:
+                shutil.copyfile(path, copy)
+            except FileNotFoundError:  # removed meanwhile (a consolidation's temp file)
+                continue
+            entries.append((str(relative), copy))
         files = [_described(name, path) for name, path in entries]
         manifest = {
             "format": FORMAT,
@@ -105,13 +112,14 @@ def create(home: Path, target: Path | None = None, progress: Progress | None = N
         partial = target.with_name(target.name + ".tmp")
         try:
             fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
-                _add_bytes(tar, MANIFEST, json.dumps(manifest, indent=2).encode())
-                for done, (name, path) in enumerate(entries, 1):
-                    _add_file(tar, name, path)
-                    if progress:
-                        progress(done, len(entries))
-                raw.flush()
+            with os.fdopen(fd, "wb") as raw:
+                with tarfile.open(fileobj=raw, mode="w:gz") as tar:
+                    _add_bytes(tar, MANIFEST, json.dumps(manifest, indent=2).encode())
+                    for done, (name, path) in enumerate(entries, 1):
+                        _add_file(tar, name, path)
+                        if progress:
+                            progress(done, len(entries))
+                raw.flush()  # after the archive's last blocks, which close() writes
                 os.fsync(raw.fileno())
             os.replace(partial, target)
         except OSError as exc:

@@ -30,16 +30,22 @@ from tests.gateway.test_cli_memory import hermes
 WRITER = """
 import sys, time
 from pathlib import Path
+from hermes.config import MemoryConfig
+from hermes.memory.tool import MemoryTool
+from hermes.memory.user_memory import UserMemory
 from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
-from hermes.state.search import SearchScope
-db = SessionDB.open(Path(sys.argv[1]))
+home = Path(sys.argv[1])
+db = SessionDB.open(home)
 user = db.people.ensure_user("u_00000000000000bb").id
 chat = db.conversations.start_session(user, "telegram", "k")
+tool = MemoryTool(UserMemory(home, user, MemoryConfig()))
 print("ready", flush=True)
 n = 0
-while True:
+while True:  # messages into state.db and a store replaced again and again
     db.conversations.add_message(chat.id, NewMessage("user", f"busy message {n} " * 30))
+    tool.run({"action": "add", "target": "memory", "content": f"Busy note {n}"})
+    tool.run({"action": "remove", "target": "memory", "old_text": f"Busy note {n}"})
     n += 1
 """
 
@@ -123,8 +129,10 @@ def test_a_backup_taken_while_another_process_writes_is_consistent(home: Path) -
     try:
         assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
         time.sleep(0.3)
-        shown = hermes("backup", "create", str(home.parent / "busy.tar.gz"), home=home)
-        assert shown.returncode == 0, shown.stderr
+        for n in range(3):  # each archive must verify, whatever was replaced meanwhile
+            shown = hermes("backup", "create", str(home.parent / f"busy{n}.tar.gz"), home=home)
+            assert shown.returncode == 0, shown.stderr
+            backup.verify(home.parent / f"busy{n}.tar.gz")
         assert writer.poll() is None  # the writer was never stopped or failed
     finally:
         writer.kill()
@@ -132,7 +140,7 @@ def test_a_backup_taken_while_another_process_writes_is_consistent(home: Path) -
         if writer.stdout is not None:
             writer.stdout.close()
     fresh = home.parent / "fresh"
-    backup.restore(home.parent / "busy.tar.gz", fresh)
+    backup.restore(home.parent / "busy2.tar.gz", fresh)
     raw = sqlite3.connect(fresh / "state.db")
     assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     busy = raw.execute("SELECT count(*) FROM messages WHERE content LIKE 'busy%'").fetchone()[0]
