@@ -3,13 +3,15 @@
 Each check gives ok, fail (with the fix) or skip (not applicable here: no platform
 enabled, no model configured). Checks that talk to the network (the model, each
 platform's identity call) are bounded by `timeout` and run concurrently. Nothing is
-changed: the database is opened for reading checks only and no message is sent.
+changed: the database is opened for reading checks only (one older than this Hermes is
+not opened: opening would upgrade it) and no message is sent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import shutil
+import sqlite3
 import stat
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, replace
@@ -123,6 +125,15 @@ def check_database(home: Path) -> list[Check]:
     if not path.exists():
         return [skip("state.db", f"{path} does not exist yet (the first message creates it)")]
     restore = "stop the gateway and restore the last backup: hermes backup restore PATH"
+    stored = _stored_version(path)
+    if stored is not None and stored < SCHEMA_VERSION:  # opening it would upgrade it
+        return [
+            ok(
+                "state.db schema",
+                f"version {stored}: upgraded to {SCHEMA_VERSION} when Hermes next opens it "
+                "(take a backup first); not opened, so not checked further",
+            )
+        ]
     try:
         db = SessionDB(path)
     except Exception as exc:  # damaged beyond opening, newer schema, unreadable
@@ -159,6 +170,18 @@ def check_database(home: Path) -> list[Check]:
             )
         )
     return checks
+
+
+def _stored_version(path: Path) -> int | None:
+    """The schema version in the file, read without opening it for writing."""
+    try:
+        raw = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            return int(raw.execute("PRAGMA user_version").fetchone()[0])
+        finally:
+            raw.close()
+    except sqlite3.Error:
+        return None  # the full check below says what is wrong
 
 
 async def check_model(config: HermesConfig, env: Mapping[str, str] | None, timeout: float) -> Check:

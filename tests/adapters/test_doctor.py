@@ -167,3 +167,20 @@ def test_webhook_modes_need_a_public_https_url() -> None:
     assert shown[0].status == "ok" and "/slack/events" in shown[0].detail
     polling = HermesConfig.model_validate({"platforms": {"telegram": {"enabled": True}}})
     assert check_webhooks(polling, {"telegram": polling.platforms.telegram}) == []
+
+
+def test_an_older_database_is_reported_and_left_as_it_is(home: Path) -> None:
+    import sqlite3
+
+    from hermes.state import engine as eng
+
+    home.mkdir(parents=True, mode=0o700)
+    old = eng.open_engine(home / "state.db")
+    eng.migrate_to(old, 8)
+    old.dispose()
+    checks = by_name(asyncio.run(run_checks(home, {}, timeout=2)))
+    assert checks["state.db schema"].status == "ok"
+    assert "version 8: upgraded" in checks["state.db schema"].detail
+    raw = sqlite3.connect(home / "state.db")
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == 8  # doctor changed nothing
+    raw.close()
