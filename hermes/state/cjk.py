@@ -90,8 +90,11 @@ KOREAN_ASKING = (
 _CJK_CLASS = (
     "\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 )
-# a word made of CJK and Latin/digits together, and the Latin/digit runs inside it
-_GLUED = re.compile(f"(?=[\\w-]*[{_CJK_CLASS}])(?=[\\w-]*[a-zA-Z0-9])[\\w-]+")
+# a word (CJK and Latin glued together are one), and the Latin/digit runs inside it;
+# each word is tested in Python: lookaheads over a long unspaced CJK paragraph would
+# rescan it from every position (quadratic)
+_WORD = re.compile(r"[\w-]+")
+_HAS_CJK = re.compile(f"[{_CJK_CLASS}]")
 _LATIN = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*[a-zA-Z0-9]|[a-zA-Z0-9]")
 _EDGES = re.compile(r"^[\W_]+|[\W_]+$")
 
@@ -147,8 +150,10 @@ def index_terms(text: str | None, scope: str | None = "") -> str:
     for run in runs(text):
         terms.extend(run)
         terms.extend(_grams(run))
-    for word in _GLUED.findall(unicodedata.normalize("NFKC", text)):
-        terms.extend(part.casefold() for part in _LATIN.findall(word))
+    for word in _WORD.findall(unicodedata.normalize("NFKC", text)):
+        latin = _LATIN.findall(word)
+        if latin and _HAS_CJK.search(word):
+            terms.extend(part.casefold() for part in latin)
     prefix = scope or ""
     return " ".join(prefix + term for term in terms)
 
