@@ -32,6 +32,7 @@ NEIGHBOUR_WEIGHT = 0.4
 NEIGHBOUR2_WEIGHT = 0.3
 SESSION_WEIGHT = 0.2
 REPLY_OF = 10  # the best candidates whose next turn joins the candidates
+MAX_CJK_LOOKUPS = 64  # a pasted page of CJK text makes thousands of bigrams: one query each
 
 STOPWORDS = frozenset(
     """a about above after again against all am an and any are aren't as at be because been
@@ -144,7 +145,7 @@ def search_messages(conn: Connection, scope: SearchScope, raw: str, limit: int) 
         # a mixed question's Latin words too: "redis는" is one token of the word index,
         # and the CJK index has "redis" for it (hermes/state/cjk.py)
         glued = tuple(w.casefold() for w in parsed.words if " " not in w)
-        lookups = tuple(dict.fromkeys(parsed.cjk + glued))
+        lookups = tuple(dict.fromkeys(parsed.cjk + glued))[:MAX_CJK_LOOKUPS]
         words = korean_words(raw)
         ranked.append(_index_hits(conn, scope, lookups, "messages_cjk", parsed.terms, whole=words))
     return fuse(ranked)[:limit]

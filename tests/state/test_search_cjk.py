@@ -134,3 +134,12 @@ def test_the_evaluation_set_keeps_its_recall() -> None:
     by = cjk_recall.evaluate(data)["by"]
     for lang in ("ko", "zh", "ja", "mixed"):
         assert by[lang]["recall_any@5"] >= 0.9, (lang, by[lang])
+
+
+def test_a_pasted_page_of_cjk_text_is_a_bounded_search(db: SessionDB, alice: str) -> None:
+    from hermes.state.search import MAX_CJK_LOOKUPS, parse_query
+
+    seed(db, alice, "telegram", ["数据库备份方案是每天凌晨两点"])
+    page = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(3000))  # all different
+    assert len(parse_query(page).cjk) > MAX_CJK_LOOKUPS  # more terms than are looked up
+    assert contents(db, SearchScope(alice), "数据库备份" + page)[0].startswith("数据库")
