@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import sqlite3
 import stat
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, replace
@@ -26,6 +25,7 @@ from gateway.scheduler import read_status
 from gateway.status_file import read_status_file
 from hermes.llm.client import LLMClient, LLMError
 from hermes.state.db import STATE_DB_FILENAME, SessionDB
+from hermes.state.engine import stored_version
 from hermes.state.schema import SCHEMA_VERSION
 
 Status = Literal["ok", "fail", "skip"]
@@ -125,7 +125,7 @@ def check_database(home: Path) -> list[Check]:
     if not path.exists():
         return [skip("state.db", f"{path} does not exist yet (the first message creates it)")]
     restore = "stop the gateway and restore the last backup: hermes backup restore PATH"
-    stored = _stored_version(path)
+    stored = stored_version(path)
     if stored is not None and stored < SCHEMA_VERSION:  # opening it would upgrade it
         return [
             ok(
@@ -170,18 +170,6 @@ def check_database(home: Path) -> list[Check]:
             )
         )
     return checks
-
-
-def _stored_version(path: Path) -> int | None:
-    """The schema version in the file, read without opening it for writing."""
-    try:
-        raw = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
-            return int(raw.execute("PRAGMA user_version").fetchone()[0])
-        finally:
-            raw.close()
-    except sqlite3.Error:
-        return None  # the full check below says what is wrong
 
 
 async def check_model(config: HermesConfig, env: Mapping[str, str] | None, timeout: float) -> Check:

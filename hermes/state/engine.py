@@ -89,6 +89,19 @@ def explain(path: Path, exc: BaseException) -> str:
     )
 
 
+def stored_version(path: Path) -> int | None:
+    """The schema version in the file, read without opening it for writing (None when it
+    cannot be read): what `hermes doctor` reports before deciding to open it."""
+    try:
+        raw = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            return int(raw.execute("PRAGMA user_version").fetchone()[0])
+        finally:
+            raw.close()
+    except sqlite3.Error:
+        return None
+
+
 def open_engine(path: Path) -> Engine:
     _create_private(path)
     engine = create_engine(

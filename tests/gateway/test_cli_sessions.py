@@ -64,7 +64,7 @@ def test_bad_import_stores_nothing(home: Path, tmp_path: Path) -> None:
         and "line 2" in result.stderr
         and "nothing was imported" in result.stderr
     )
-    assert "import" not in hermes("sessions", "list").stdout
+    assert "No sessions" in hermes("sessions", "list").stdout
 
 
 def test_show_refuses_other_users_sessions(home: Path) -> None:
