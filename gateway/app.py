@@ -28,6 +28,7 @@ from gateway.config import (
     ConfigError,
     HermesConfig,
     auxiliary_endpoint,
+    enabled_platforms,
     judge_wanted,
     main_endpoint,
 )
@@ -149,12 +150,7 @@ def router_policy(config: HermesConfig) -> RouterPolicy:
     from gateway.router import RouterPolicy
     from gateway.session_key import Scope
 
-    sections = config.platforms
-    enabled = [
-        (name, section)
-        for name in type(sections).model_fields
-        if (section := getattr(sections, name)).enabled
-    ]
+    enabled = list(enabled_platforms(config).items())
     always = frozenset(c for _, p in enabled for c in p.answer_without_mention)
     scopes = {name: Scope(p.group_scope) for name, p in enabled}
     intake = IntakePolicy(scopes=scopes, always_answer_chats=always)

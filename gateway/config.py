@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from gateway.platform_config import (
     AccessConfig,
     GatewaySection,
+    PlatformConfig,
     PlatformsConfig,
     PrivacyConfig,
 )
@@ -140,6 +141,17 @@ def auxiliary_endpoint(
         max_retries=llm.max_retries,
         temperature=aux.temperature,
     )
+
+
+def enabled_platforms(config: HermesConfig) -> dict[str, PlatformConfig]:
+    """The platforms switched on in config, by name (what the gateway runs and doctor
+    checks)."""
+    sections = config.platforms
+    return {
+        name: section
+        for name in type(sections).model_fields
+        if (section := getattr(sections, name)).enabled
+    }
 
 
 def judge_wanted(config: HermesConfig) -> bool:

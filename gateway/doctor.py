@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import Literal
 
 from gateway import registry
-from gateway.config import CONFIG_FILENAME, ConfigError, HermesConfig, load_config, main_endpoint
+from gateway.config import (
+    CONFIG_FILENAME,
+    ConfigError,
+    HermesConfig,
+    enabled_platforms,
+    load_config,
+    main_endpoint,
+)
 from gateway.platform_config import PlatformConfig, SlackConfig, TelegramConfig
 from gateway.scheduler import read_status
 from gateway.status_file import read_status_file
@@ -69,7 +76,7 @@ async def run_checks(
     checks.append(check_disk(home))
     checks.extend(check_database(home))
     probes: list[Awaitable[Check]] = [check_model(config, env, timeout)]
-    enabled = _enabled(config)
+    enabled = enabled_platforms(config)
     probes += [check_platform(name, section, env, timeout) for name, section in enabled.items()]
     checks.extend(await asyncio.gather(*probes))
     if not enabled:
@@ -77,15 +84,6 @@ async def run_checks(
     checks.extend(check_webhooks(config, enabled))
     checks.append(check_scheduler(home, config))
     return checks
-
-
-def _enabled(config: HermesConfig) -> dict[str, PlatformConfig]:
-    sections = config.platforms
-    return {
-        name: section
-        for name in type(sections).model_fields
-        if (section := getattr(sections, name)).enabled
-    }
 
 
 def check_home(home: Path) -> Check:

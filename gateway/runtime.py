@@ -25,9 +25,8 @@ from pathlib import Path
 
 from gateway import registry
 from gateway.app import App, build_app
-from gateway.config import ConfigError, HermesConfig, main_endpoint
+from gateway.config import ConfigError, HermesConfig, enabled_platforms, main_endpoint
 from gateway.http_server import HttpServer, WebhookAdapter
-from gateway.platform_config import PlatformConfig
 from gateway.ports import MenuEntry, PlatformAdapter
 from gateway.scheduler import Scheduler
 from gateway.status_file import remove_status_file, write_status_file
@@ -59,7 +58,7 @@ class Gateway:
         self.links: dict[str, str] = {}  # a started platform's connection, when not "connected"
         self.exit_code = 0
         self._tasks: list[asyncio.Task[None]] = []
-        self.platforms = self._enabled()
+        self.platforms = enabled_platforms(config)
         self.app: App | None = None
         if main_endpoint(config, env) is not None:
             self.app = build_app(home, config, db, env=env, runtime=self)
@@ -70,14 +69,6 @@ class Gateway:
         self.started_at: float | None = None
         self._stopping = asyncio.Event()
         self._watcher: asyncio.Task[None] | None = None
-
-    def _enabled(self) -> dict[str, PlatformConfig]:
-        sections = self.config.platforms
-        return {
-            name: section
-            for name in type(sections).model_fields
-            if (section := getattr(sections, name)).enabled
-        }
 
     # -- RuntimeInfo, for /admin status ---------------------------------------------------
 

@@ -14,22 +14,19 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 from urllib.parse import urlparse
 
 import typer
+from rich.markup import escape
 
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import note
 
+if TYPE_CHECKING:
+    from gateway.config import HermesConfig
+
 PLATFORMS = ("telegram", "discord", "slack")
-TOKEN_VARS = {
-    "telegram": ["TELEGRAM_BOT_TOKEN"],
-    "discord": ["DISCORD_BOT_TOKEN"],
-    "slack-socket": ["SLACK_BOT_TOKEN", "SLACK_APP_TOKEN"],
-    "slack-http": ["SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET"],
-    "telegram-webhook": ["TELEGRAM_BOT_TOKEN", "TELEGRAM_WEBHOOK_SECRET"],
-}
 ACCOUNT = re.compile(r"(telegram|discord|slack):([\w.-]{1,64})")
 
 MODEL_SECTION = """\
@@ -133,7 +130,6 @@ def init(
         api_key_env = ask("Env var with the API key ('' for none)", "OPENAI_API_KEY")
     problems = _endpoint_problems(base_url, api_key_env)
     text = MODEL_SECTION.format(base_url=base_url, model=model, api_key_env=api_key_env or "null")
-    needed: list[str] = [api_key_env] if api_key_env else []
     if gateway:
         chosen = _platforms(platform, ask)
         accounts = _accounts(allow or [], chosen, problems)
@@ -150,20 +146,19 @@ def init(
                 webhook_url=webhook_url or "null",
                 allowed="[" + ", ".join(f'"{a}"' for a in accounts[name]) + "]",
             )
-            needed += TOKEN_VARS[_variant(name, modes)]
         telegram_webhook = "telegram" in chosen and telegram_mode == "webhook"
         if telegram_webhook and not (webhook_url or "").startswith("https://"):
             problems.append("--webhook-url: Telegram pushes only to an https URL")
     if problems:
         fail("; ".join(problems) + f"; nothing was written to {path}", EXIT_USAGE)
     try:
-        parse_config(text, source=str(path))  # what is written must load
+        config = parse_config(text, source=str(path))  # what is written must load
     except ConfigError as exc:
         fail(f"{exc}; nothing was written", EXIT_USAGE)
     ensure_private_dir(home)
     _write_private(path, text)
     note(f"[green]✓[/green] wrote {path}")
-    _next_steps(needed, gateway)
+    _next_steps(config, gateway)
 
 
 Ask = Callable[[str, str], str]
@@ -231,21 +226,23 @@ def _mode_problems(modes: dict[str, str], webhook_url: str | None, log_format: s
     return problems
 
 
-def _variant(name: str, modes: dict[str, str]) -> str:
-    if name == "slack":
-        return f"slack-{modes['slack']}"
-    if name == "telegram" and modes["telegram"] == "webhook":
-        return "telegram-webhook"
-    return name
+def _next_steps(config: HermesConfig, gateway: bool) -> None:
+    """What the environment still lacks for this config: the registry's own checks, the
+    same the gateway and doctor run (a variable that is set but malformed is named too)."""
+    from gateway import registry
+    from gateway.config import enabled_platforms, secret
 
-
-def _next_steps(needed: list[str], gateway: bool) -> None:
-    from gateway.config import secret
-
-    missing = [name for name in dict.fromkeys(needed) if not secret(name)]
+    key = config.llm.api_key_env
+    missing = (
+        [f"llm.api_key_env: set the environment variable {key}"] if key and not secret(key) else []
+    )
+    for name, section in enabled_platforms(config).items():
+        missing += registry.credential_problems(name, section)
     if missing:
         where = "the service's env file (/etc/hermes/env)" if gateway else "your shell"
-        note(f"Set in {where}: " + ", ".join(f"[bold]{name}[/bold]=..." for name in missing))
+        note(f"Set in {where}:")
+        for problem in missing:
+            note(f"  {escape(problem)}")
     note(
         "Then: [bold]hermes doctor[/bold] checks it all, "
         + ("[bold]hermes gateway run[/bold] starts the bots." if gateway else "`hermes chat`.")
