@@ -10,6 +10,7 @@ from gateway.config import HermesConfig
 from gateway.memory_commands import MemoryCommands
 from gateway.people import People
 from gateway.scheduler import read_status
+from hermes.embedder import Embedder
 from hermes.state.db import SessionDB
 from hermes.state.models import AccessRule
 
@@ -22,9 +23,12 @@ class AdminCommands:
         db: SessionDB,
         people: People,
         memory_commands: MemoryCommands,
+        *,
+        embedder: Embedder | None = None,
     ) -> None:
         self.home, self.config, self.db, self.people = home, config, db, people
         self.memory_commands = memory_commands
+        self.embedder = embedder
         self.runtime: RuntimeInfo | None = None  # what the running process knows of itself
 
     async def status(self, _ctx: CommandContext, _: str) -> str:
@@ -50,6 +54,8 @@ class AdminCommands:
             lines.append(f"Job {job.id}: next {when}{last}")
         health = await runtime.llm_health() if runtime else "not checked"
         lines.append(f"LLM endpoint: {health}")
+        embedder = self.embedder
+        lines.append(f"Search: hybrid {embedder.status_line()}" if embedder else "Search: lexical")
         return "\n".join(lines)
 
     async def users(self, _ctx: CommandContext, _: str) -> str:

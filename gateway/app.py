@@ -11,7 +11,8 @@ order, and why:
 3. people: identity, access, roles, linking (merges go through memory), one cache
    (intake and commands share it);
 4. the agent: sessions and turns over state.db, the tools, with the privacy setting
-   for group chats;
+   for group chats, and the embeddings model when hybrid search is on (whoever runs the
+   app starts its background task: `App.embedder.run`);
 5. the command table (it acts on people, memory and the agent);
 6. the router: intake, lanes and delivery over all of the above. Adapters are attached
    to it by whoever runs them (gateway runtime, CLI chat) before they start.
@@ -19,6 +20,7 @@ order, and why:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +30,7 @@ from gateway.config import (
     ConfigError,
     HermesConfig,
     auxiliary_endpoint,
+    embeddings_endpoint,
     enabled_platforms,
     judge_wanted,
     main_endpoint,
@@ -44,6 +47,7 @@ if TYPE_CHECKING:  # steps 3 to 6 are imported by build_app itself: a CLI comman
     from gateway.people import People
     from gateway.router import Router, RouterPolicy
     from hermes.agent.agent import Agent
+    from hermes.embedder import Embedder
     from hermes.llm.types import ChatModel
     from hermes.providers.base import MemoryProvider
     from hermes.state.db import SessionDB
@@ -59,14 +63,29 @@ class App:
     commands: Commands
     router: Router
     clients: list[LLMClient] = field(default_factory=list)  # ours to close
+    embedder: Embedder | None = None  # hybrid search; None when search.embeddings is off
+    _background: list[asyncio.Task[None]] = field(default_factory=list, repr=False)
+    _stop: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+
+    def start_background(self) -> None:
+        """Start the app's own background work (embedding new messages for hybrid
+        search), in the running loop; `close` stops it."""
+        if self.embedder is not None and not self._background:
+            self._background.append(asyncio.create_task(self.embedder.run(self._stop)))
 
     async def health(self) -> str:
         """The main model endpoint's health, for /admin status."""
         return await self.clients[0].health() if self.clients else "in-process model"
 
     async def close(self) -> None:
-        """Wait for background work (memory review, consolidation), then close clients."""
+        """Wait for background work (memory review, consolidation, the batch being
+        embedded), then close clients."""
+        self._stop.set()
         await self.agent.drain(timeout=30)
+        if self._background:
+            _, late = await asyncio.wait(self._background, timeout=30)
+            for task in late:
+                task.cancel()
         for client in self.clients:
             await client.close()
 
@@ -109,6 +128,9 @@ def build_app(
     memory = build_memory(home, config, db, aux or model, provider=provider)  # 2
     people = People(config, db, memory)  # 3
     task = config.auxiliary.session_search
+    embedder = build_embedder(config, db, env)
+    if embedder is not None:
+        clients.append(embedder.client)
     agent = Agent(  # 4
         db,
         model,
@@ -119,10 +141,23 @@ def build_app(
         search_summarizer=LLMSummarizer(aux) if aux is not None else None,
         search_policy=SummaryPolicy(concurrency=task.max_concurrency, timeout_s=task.timeout),
         group_memory=config.privacy.group_memory == "full",
+        embedder=embedder,
     )
     commands = Commands(home, config, db, agent, people, runtime=runtime)  # 5
     router = Router(agent, db, people, commands, policy or router_policy(config))  # 6
-    return App(home, config, db, people, agent, commands, router, clients)
+    return App(home, config, db, people, agent, commands, router, clients, embedder)
+
+
+def build_embedder(
+    config: HermesConfig, db: SessionDB, env: Mapping[str, str] | None = None
+) -> Embedder | None:
+    """The embeddings model of hybrid search, or None when `search.embeddings` is off."""
+    endpoint = embeddings_endpoint(config, env)
+    if endpoint is None:
+        return None
+    from hermes.embedder import Embedder
+
+    return Embedder(LLMClient(endpoint), db, config.search.embeddings)
 
 
 def build_memory(
@@ -157,4 +192,4 @@ def router_policy(config: HermesConfig) -> RouterPolicy:
     return RouterPolicy(intake=intake, queue_mode=config.gateway.queue_mode)
 
 
-__all__ = ["App", "build_app", "build_memory", "router_policy"]
+__all__ = ["App", "build_app", "build_embedder", "build_memory", "router_policy"]

@@ -81,7 +81,9 @@ class Commands:
         self.home, self.config, self.db, self.agent = home, config, db, agent
         self.people, self.memory = people, agent.memory
         self.memory_commands = MemoryCommands(self.memory, db)
-        self.admin = AdminCommands(home, config, db, people, self.memory_commands)
+        self.admin = AdminCommands(
+            home, config, db, people, self.memory_commands, embedder=agent.embedder
+        )
         self.admin.runtime = runtime
         self.sessions: SessionControl | None = None  # the router running us sets this
         self.table = self._table()
@@ -300,7 +302,8 @@ class Commands:
 
     async def _sessions(self, ctx: CommandContext, query: str) -> str:
         scope = SearchScope(ctx.person.user_id, exclude_session_id=ctx.session_id)
-        result = await SessionSearchTool(self.db, scope).run({"query": query, "limit": 5})
+        tool = SessionSearchTool(self.db, scope, embedder=self.agent.embedder)
+        result = await tool.run({"query": query, "limit": 5})
         items = result.get("results") or []
         if not items:
             return "No conversations found." if query else "No earlier conversations yet."

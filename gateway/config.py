@@ -25,8 +25,10 @@ from hermes.config import (
     AgentConfig,
     AuxiliaryConfig,
     AuxiliaryTaskConfig,
+    EmbeddingsConfig,
     LLMConfig,
     MemoryConfig,
+    SearchConfig,
     Section,
     SessionsConfig,
 )
@@ -59,6 +61,7 @@ class HermesConfig(Section):
     privacy: PrivacyConfig = PrivacyConfig()
     gateway: GatewaySection = GatewaySection()
     auxiliary: AuxiliaryConfig = AuxiliaryConfig()
+    search: SearchConfig = SearchConfig()
     logging: LoggingConfig = LoggingConfig()
 
 
@@ -140,6 +143,23 @@ def auxiliary_endpoint(
         timeout=task.timeout,
         max_retries=llm.max_retries,
         temperature=aux.temperature,
+    )
+
+
+def embeddings_endpoint(
+    config: HermesConfig, env: Mapping[str, str] | None = None
+) -> Endpoint | None:
+    """The embeddings model (`search.embeddings`), or None when hybrid search is off."""
+    emb: EmbeddingsConfig = config.search.embeddings
+    base_url = emb.base_url or config.llm.base_url
+    if not emb.model or not base_url:
+        return None
+    return Endpoint(
+        base_url=base_url,
+        model=emb.model,
+        api_key=_key(emb.api_key_env or config.llm.api_key_env, env),
+        timeout=emb.timeout,
+        max_retries=config.llm.max_retries,
     )
 
 

@@ -23,6 +23,7 @@ from gateway.config import (
     CONFIG_FILENAME,
     ConfigError,
     HermesConfig,
+    embeddings_endpoint,
     enabled_platforms,
     load_config,
     main_endpoint,
@@ -75,7 +76,10 @@ async def run_checks(
     checks.append(ok("config", f"{where} is valid" if where.exists() else "defaults (no file)"))
     checks.append(check_disk(home))
     checks.extend(check_database(home))
-    probes: list[Awaitable[Check]] = [check_model(config, env, timeout)]
+    probes: list[Awaitable[Check]] = [
+        check_model(config, env, timeout),
+        check_search(home, config, env, timeout),
+    ]
     enabled = enabled_platforms(config)
     probes += [check_platform(name, section, env, timeout) for name, section in enabled.items()]
     checks.extend(await asyncio.gather(*probes))
@@ -195,6 +199,49 @@ async def check_model(config: HermesConfig, env: Mapping[str, str] | None, timeo
     finally:
         await client.close()
     return ok(name, f"{endpoint.model} at {endpoint.base_url} answers")
+
+
+async def check_search(
+    home: Path, config: HermesConfig, env: Mapping[str, str] | None, timeout: float
+) -> Check:
+    """Hybrid search: the embeddings endpoint answers, and how far state.db is embedded."""
+    name, emb = "search", config.search.embeddings
+    if not emb.model:
+        return skip(name, "lexical only (search.embeddings.model is not set)")
+    endpoint = embeddings_endpoint(config, env)
+    if endpoint is None:
+        return fail(name, "no endpoint for embeddings", "set search.embeddings.base_url")
+    key_env = emb.api_key_env or config.llm.api_key_env
+    if key_env and not endpoint.api_key:
+        return fail(name, f"{key_env} is not set", f"set {key_env}")
+    fix = (
+        f"check search.embeddings.base_url ({endpoint.base_url}) serves /embeddings for "
+        f"{endpoint.model}; until then search is lexical"
+    )
+    client = LLMClient(replace(endpoint, timeout=timeout, max_retries=0))
+    try:
+        vectors = await client.embed(["hermes doctor"], dimensions=emb.dimensions)
+    except LLMError as exc:
+        return fail(name, f"embeddings endpoint: {exc}", fix)
+    finally:
+        await client.close()
+    where = f"hybrid: {endpoint.model} at {endpoint.base_url} answers ({len(vectors[0])} dim)"
+    return ok(name, where + await asyncio.to_thread(_embedded, home, endpoint.model))
+
+
+def _embedded(home: Path, model: str) -> str:
+    """How far state.db is embedded with `model` (nothing when it cannot be read now)."""
+    path = home / STATE_DB_FILENAME
+    if not path.exists() or stored_version(path) != SCHEMA_VERSION:
+        return ""
+    db = SessionDB(path)
+    try:
+        status = db.vectors.status()
+    finally:
+        db.close()
+    if status.model != model:
+        return "; state.db has no vectors of it yet (they are built in the background)"
+    return f"; {status.embedded:,} messages embedded, {status.queued:,} queued"
 
 
 async def check_platform(

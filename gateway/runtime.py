@@ -110,6 +110,7 @@ class Gateway:
             self._tasks.append(asyncio.create_task(self._connect_deadline(deadline)))
         if self.app is not None:
             self._watcher = asyncio.create_task(self.app.router.watch_people())
+            self.app.start_background()
         if self.platforms:
             self._tasks.append(asyncio.create_task(self._supervise()))
         self.started_at = time.monotonic()

@@ -78,3 +78,22 @@ class AuxiliaryConfig(Section):
     api_key_env: str | None = None
     temperature: float = Field(default=0.2, ge=0, le=2)
     session_search: AuxiliaryTaskConfig = AuxiliaryTaskConfig()
+
+
+class EmbeddingsConfig(Section):
+    """Hybrid retrieval (off while `model` is unset): message vectors from any
+    OpenAI-compatible /v1/embeddings endpoint, fused with the lexical ranking. Every unset
+    endpoint key falls back to the `llm` section."""
+
+    model: str | None = None  # e.g. text-embedding-3-small, nomic-embed-text
+    base_url: str | None = None
+    api_key_env: str | None = None
+    dimensions: int | None = Field(default=None, ge=8, le=8192)  # for models that take it
+    batch_size: int = Field(default=64, ge=1, le=2048)  # texts per request (background)
+    timeout: float = Field(default=30.0, gt=0, le=600)  # one background request
+    query_timeout: float = Field(default=3.0, gt=0, le=60)  # the question, on the reply path
+    cache_mb: int = Field(default=256, ge=1, le=65_536)  # per-user vectors kept in memory
+
+
+class SearchConfig(Section):
+    embeddings: EmbeddingsConfig = EmbeddingsConfig()

@@ -117,6 +117,7 @@ def chat(
     app.commands.runtime = LocalInfo(ctx.home, app)
     agent = app.agent
     runtime.loop.call_soon_threadsafe(agent.check_memory, owner)  # a CLI-only install
+    runtime.loop.call_soon_threadsafe(app.start_background)
     adapter = registry.local_chat()
     app.router.attach(adapter)
     try:

@@ -73,14 +73,25 @@ def search(
     """Search past conversations the way the agent's session_search tool does."""
     import asyncio
 
+    from gateway.app import build_embedder
     from hermes.state.search import SearchScope
     from hermes.tools.session_search import SessionSearchTool
 
     ctx = CliContext.load()
     db = ctx.open_db()
     summarizer = None if no_summary else ctx.summarizer()
-    tool = SessionSearchTool(db, SearchScope(ctx.user_id(user)), summarizer, ctx.summary_policy())
-    result = asyncio.run(tool.run({"query": query, "limit": limit, "platform": platform}))
+    scope = SearchScope(ctx.user_id(user))
+    embedder = build_embedder(ctx.config, db)  # hybrid when search.embeddings is on
+    tool = SessionSearchTool(db, scope, summarizer, ctx.summary_policy(), embedder)
+
+    async def run() -> dict[str, Any]:
+        try:
+            return await tool.run({"query": query, "limit": limit, "platform": platform})
+        finally:
+            if embedder is not None:
+                await embedder.client.close()
+
+    result = asyncio.run(run())
     if as_json:
         print_json(result)
     elif not result["success"]:
@@ -279,3 +290,61 @@ def prune(
             raise typer.Exit(EXIT_REFUSED)
     deleted = db.upkeep.prune(older_than, dry_run=False, user_id=who)
     note(f"deleted {deleted} session(s) of {whose} inactive for more than {older_than} days")
+
+
+@app.command()
+def reindex(
+    embeddings: Annotated[
+        bool, typer.Option("--embeddings", help="Embed every message that has no vector yet.")
+    ] = False,
+) -> None:
+    """Build search indexes now. --embeddings: give every stored message its vector for
+    hybrid search (search.embeddings), with progress; the gateway and the chat otherwise do
+    it in the background. Interrupted, it continues where it stopped when run again."""
+    import asyncio
+
+    from gateway.app import build_embedder
+    from hermes.llm.client import LLMError
+
+    if not embeddings:
+        fail(
+            "nothing to do: the word indexes are kept up to date by state.db itself; "
+            "--embeddings embeds the history for hybrid search",
+            EXIT_USAGE,
+        )
+    ctx = CliContext.load()
+    db = ctx.open_db()
+    embedder = build_embedder(ctx.config, db)
+    if embedder is None:
+        fail(f"search.embeddings.model is not set in {ctx.home}: hybrid search is off", EXIT_USAGE)
+    done = 0
+
+    async def run() -> int:
+        nonlocal done
+        try:
+            previous = await asyncio.to_thread(db.vectors.activate, embedder.model)
+            if previous not in (None, embedder.model):
+                note(f"the vectors of {previous} were dropped: every message is embedded again")
+            total = (await asyncio.to_thread(db.vectors.status)).queued
+            with progress_bar(f"embedding with {embedder.model}") as advance:
+
+                def step(count: int) -> None:
+                    nonlocal done
+                    done += count
+                    advance(done, total)
+
+                return await embedder.drain(progress=step)
+        finally:
+            await embedder.client.close()
+
+    try:
+        stored = asyncio.run(run())
+    except LLMError as exc:
+        fail(f"stopped after {done:,} messages: {exc} Run it again to continue.", EXIT_REFUSED)
+    except KeyboardInterrupt:
+        fail(f"interrupted after {done:,} messages; run it again to continue", EXIT_REFUSED)
+    status = db.vectors.status()
+    note(
+        f"{stored:,} messages embedded with {embedder.model}; {status.embedded:,} in all, "
+        f"{status.queued:,} queued"
+    )

@@ -22,6 +22,7 @@ from hermes.agent.prompt import fence_recall, turn_context
 from hermes.agent.sessions import Sessions, provider_session
 from hermes.agent.toolbox import Tool, ToolBox
 from hermes.config import AgentConfig
+from hermes.embedder import Embedder
 from hermes.llm.client import LLMError
 from hermes.llm.types import ChatModel, ModelReply
 from hermes.memory.service import MemoryService
@@ -74,6 +75,7 @@ class Agent:
     aux_model: ChatModel | None = None  # compression summaries and memory review
     search_summarizer: Summarizer | None = None
     search_policy: SummaryPolicy = field(default_factory=SummaryPolicy)
+    embedder: Embedder | None = None  # hybrid search (search.embeddings)
     group_memory: bool = True  # privacy.group_memory: personal stores in group chats
     _reviews: dict[str, asyncio.Task[None]] = field(default_factory=dict, repr=False)
 
@@ -172,7 +174,9 @@ class Agent:
 
         chat_id = surface.chat_id if surface.chat_type != "dm" else None
         scope = SearchScope(conv.user_id, chat_id=chat_id, exclude_session_id=conv.id)
-        search = SessionSearchTool(self.db, scope, self.search_summarizer, self.search_policy)
+        search = SessionSearchTool(
+            self.db, scope, self.search_summarizer, self.search_policy, self.embedder
+        )
         return ToolBox(
             [
                 Tool("memory", MEMORY_TOOL_SCHEMA, remember),

@@ -27,8 +27,19 @@ NOT_A_COMPLETION = (
 )
 
 
+NOT_EMBEDDINGS = (
+    "The embeddings endpoint answered with something that is not a list of embeddings, one "
+    "per text: check search.embeddings.base_url and model."
+)
+
+
 class LLMError(Exception):
-    """The model endpoint failed after retries; the message is safe to show a user."""
+    """The model endpoint failed after retries; the message is safe to show a user.
+    `status` is the HTTP status of an error answer (None: no answer, or not HTTP)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class LLMClient:
@@ -102,6 +113,44 @@ class LLMClient:
             raise LLMError("The model returned an empty answer.")
         return str(content)
 
+    async def embed(
+        self,
+        texts: Sequence[str],
+        *,
+        dimensions: int | None = None,
+        timeout: float | None = None,
+        retries: int | None = None,
+    ) -> list[list[float]]:
+        """Embeddings of `texts` (POST /embeddings), in their order."""
+        import openai
+
+        kwargs: dict[str, Any] = {
+            "model": self.endpoint.model,
+            "input": list(texts),
+            "encoding_format": "float",  # base64 (the SDK's default) is not served everywhere
+        }
+        if dimensions:
+            kwargs["dimensions"] = dimensions
+        client = self._client
+        if timeout is not None or retries is not None:
+            client = client.with_options(
+                timeout=self.endpoint.timeout if timeout is None else timeout,
+                max_retries=self.endpoint.max_retries if retries is None else retries,
+            )
+        try:
+            page = await client.embeddings.create(**kwargs)
+            items = sorted(page.data, key=lambda item: item.index)
+            vectors = [list(item.embedding) for item in items]
+        except openai.APIError as exc:
+            metrics.MODEL_ERRORS.labels(_kind(exc)).inc()
+            raise _error(exc, timeout or self.endpoint.timeout) from None
+        except (ValueError, AttributeError, TypeError):  # not JSON, or of another shape
+            metrics.MODEL_ERRORS.labels("not_a_completion").inc()
+            raise LLMError(NOT_EMBEDDINGS) from None
+        if len(vectors) != len(texts) or not all(vectors):
+            raise LLMError(NOT_EMBEDDINGS)
+        return vectors
+
     async def health(self, timeout: float = 5.0) -> str:
         """A cheap probe (GET /models): 'ok' or what is wrong, never raising."""
         import openai
@@ -121,8 +170,10 @@ class LLMClient:
         return f"ok ({self.endpoint.model} at {where}{known})"
 
     async def close(self) -> None:
+        """Close the connections; a later call opens new ones (in the loop then running)."""
         if self._sdk_client is not None:
-            await self._sdk_client.close()
+            client, self._sdk_client = self._sdk_client, None
+            await client.close()
 
 
 def _reply(completion: Any) -> ModelReply:
@@ -173,9 +224,14 @@ def _error(exc: openai.APIError, timeout: float) -> LLMError:
     if isinstance(exc, openai.APIConnectionError):
         return LLMError("The model endpoint cannot be reached.")
     if isinstance(exc, openai.RateLimitError):
-        return LLMError("The model endpoint is rate-limiting us; try again shortly.")
+        return LLMError("The model endpoint is rate-limiting us; try again shortly.", 429)
     if isinstance(exc, openai.AuthenticationError):
-        return LLMError("The model endpoint refused the API key (check llm.api_key_env).")
+        return LLMError(
+            "The model endpoint refused the API key (check llm.api_key_env).", exc.status_code
+        )
     if isinstance(exc, openai.APIStatusError):
-        return LLMError(f"The model endpoint answered with an error (HTTP {exc.status_code}).")
+        return LLMError(
+            f"The model endpoint answered with an error (HTTP {exc.status_code}).",
+            exc.status_code,
+        )
     return LLMError(NOT_A_COMPLETION)  # APIResponseValidationError: JSON of another shape

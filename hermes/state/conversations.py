@@ -19,6 +19,7 @@ from hermes.identity import validate_user_id
 from hermes.state import engine as eng
 from hermes.state.models import ChatSession, Delivery, Message, SystemPrompt, utcnow
 from hermes.state.search import MessageHit, SearchScope, search_messages
+from hermes.state.vectors import QueryVector, VectorDB
 
 TITLE_CHARS = 60
 
@@ -42,8 +43,9 @@ class NewMessage:
 
 
 class ConversationDB:
-    def __init__(self, db: eng.Handle) -> None:
+    def __init__(self, db: eng.Handle, vectors: VectorDB | None = None) -> None:
         self.engine, self.patience = db.engine, db.patience
+        self.vectors = vectors
 
     def start_session(
         self,
@@ -210,9 +212,17 @@ class ConversationDB:
         with eng.reading(self.engine) as session:
             return int(session.exec(select(func.count()).select_from(Message)).one())
 
-    def search(self, scope: SearchScope, query: str, limit: int = 50) -> list[MessageHit]:
+    def search(
+        self, scope: SearchScope, query: str, limit: int = 50, vector: QueryVector | None = None
+    ) -> list[MessageHit]:
+        """The user's best messages for `query`; with `vector` (the query's embedding),
+        the nearest of the user's own messages are fused with the word ranking."""
         with eng.reading(self.engine) as session:
-            return search_messages(session.connection(), scope, query, limit)
+            conn = session.connection()
+            nearest = None
+            if vector is not None and self.vectors is not None:
+                nearest = self.vectors.nearest(conn, scope.user_id, vector)
+            return search_messages(conn, scope, query, limit, nearest=nearest)
 
     def idle_sessions(self, idle_for: timedelta) -> list[ChatSession]:
         """Open sessions without a message for longer than `idle_for` (all users)."""

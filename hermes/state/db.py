@@ -1,6 +1,7 @@
 """state.db: one engine, one repository per aggregate.
 
 - `conversations` (ConversationDB): sessions, messages, search, deliveries;
+- `vectors` (VectorDB): message vectors and the embedding queue (hybrid search);
 - `people` (PeopleDB): users, identities, links, pairing, access rules;
 - `memory_log` (MemoryLogDB): memory events and versions, consolidation bookkeeping;
 - `upkeep` (UpkeepDB): job results, pruning, maintenance, integrity, bulk imports.
@@ -18,6 +19,7 @@ from hermes.state.conversations import ConversationDB
 from hermes.state.memory_log import MemoryLogDB
 from hermes.state.people import PeopleDB
 from hermes.state.upkeep import UpkeepDB
+from hermes.state.vectors import VectorDB
 
 STATE_DB_FILENAME = "state.db"
 
@@ -27,7 +29,8 @@ class SessionDB:
         self.path = path
         self.patience = patience
         self.engine, self.upgraded_from = eng.open_database(path, patience)
-        self.conversations = ConversationDB(self)
+        self.vectors = VectorDB(self)
+        self.conversations = ConversationDB(self, self.vectors)
         self.people = PeopleDB(self)
         self.memory_log = MemoryLogDB(self)
         self.upkeep = UpkeepDB(self)

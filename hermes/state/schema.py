@@ -329,5 +329,45 @@ _V9 = [
     "DROP TABLE messages_tri",
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9]
+# v10: hybrid retrieval (hermes/state/vectors.py). `vector_model` names the embeddings
+# model in use (no row: hybrid search was never switched on, and nothing is queued);
+# each vector carries its model and dimension, and a search reads only the model in use,
+# so a change of model is a rebuild, never a mix. `id` grows with every vector written
+# (AUTOINCREMENT: never reused), which tells a per-user cache what it lacks. New and
+# edited messages are queued by triggers for the background embedder; a merge moves the
+# vectors with their messages; deleting a message deletes its vector and queue entry.
+_VECTOR_QUEUED = (
+    "INSERT OR IGNORE INTO embedding_queue(message_id) SELECT new.id WHERE "
+    + _INDEXED.format(row="new")
+    + " AND EXISTS (SELECT 1 FROM vector_model)"
+)
+_V10 = [
+    """CREATE TABLE vector_model (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        model TEXT NOT NULL,
+        dim INTEGER,
+        changed_at TIMESTAMP NOT NULL
+    )""",
+    """CREATE TABLE message_vectors (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        message_id INTEGER NOT NULL UNIQUE REFERENCES messages(id) ON DELETE CASCADE,
+        user_id TEXT NOT NULL,
+        model TEXT NOT NULL,
+        dim INTEGER NOT NULL,
+        vector BLOB NOT NULL
+    )""",
+    "CREATE INDEX ix_message_vectors_user ON message_vectors(user_id, model, id)",
+    """CREATE TABLE embedding_queue (
+        message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE
+    )""",
+    f"CREATE TRIGGER embedding_queue_ai AFTER INSERT ON messages BEGIN {_VECTOR_QUEUED}; END",
+    "CREATE TRIGGER message_vectors_u AFTER UPDATE OF content, role ON messages "
+    "WHEN old.content IS NOT new.content OR old.role IS NOT new.role BEGIN "
+    f"DELETE FROM message_vectors WHERE message_id = old.id; {_VECTOR_QUEUED}; END",
+    "CREATE TRIGGER message_vectors_owner AFTER UPDATE OF user_id ON messages "
+    "WHEN old.user_id IS NOT new.user_id BEGIN "
+    "UPDATE message_vectors SET user_id = new.user_id WHERE message_id = new.id; END",
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -7,7 +7,9 @@ Japanese runs become bigrams and single characters (hermes/state/cjk.py) looked 
 `messages_cjk`. Both indexes are ranked the same way (IDF over the user's own messages,
 length, neighbouring turns, the session's coverage) and the two lists are merged by
 reciprocal rank fusion, so a mixed question ("docker 그 포트") benefits from both and
-scores from different indexes never need to be comparable.
+scores from different indexes never need to be comparable. With hybrid retrieval on, the
+user's nearest messages by embedding (hermes/state/vectors.py) are a third list in that
+fusion: a paraphrase that shares no word with its answer is still found.
 """
 
 from __future__ import annotations
@@ -133,10 +135,18 @@ def scope_token(user_id: str) -> str:
     return "s" + user_id[2:]
 
 
-def search_messages(conn: Connection, scope: SearchScope, raw: str, limit: int) -> list[MessageHit]:
-    """The user's best-matching messages, best first (at most `limit`)."""
+def search_messages(
+    conn: Connection,
+    scope: SearchScope,
+    raw: str,
+    limit: int,
+    *,
+    nearest: list[int] | None = None,
+) -> list[MessageHit]:
+    """The user's best-matching messages, best first (at most `limit`). `nearest`: the
+    user's messages closest to the query's embedding, closest first."""
     parsed = parse_query(raw)
-    if parsed.empty:
+    if parsed.empty and not nearest:
         return []
     ranked: list[list[MessageHit]] = []
     if parsed.words:
@@ -148,12 +158,14 @@ def search_messages(conn: Connection, scope: SearchScope, raw: str, limit: int) 
         lookups = tuple(dict.fromkeys(parsed.cjk + glued))[:MAX_CJK_LOOKUPS]
         words = korean_words(raw)
         ranked.append(_index_hits(conn, scope, lookups, "messages_cjk", parsed.terms, whole=words))
+    if nearest:  # the scope's filters apply to them as to the lexical candidates
+        ranked.append(_load(conn, scope, nearest, parsed.terms))
     return fuse(ranked)[:limit]
 
 
 def fuse(ranked: list[list[MessageHit]]) -> list[MessageHit]:
-    if len(ranked) == 1:
-        return ranked[0]
+    if len(ranked) <= 1:
+        return ranked[0] if ranked else []
     scores: dict[int, float] = {}
     first: dict[int, MessageHit] = {}
     for hits in ranked:

@@ -19,6 +19,7 @@ from hermes import metrics
 from hermes.state.db import SessionDB
 from hermes.state.models import ChatSession
 from hermes.state.search import MessageHit, SearchScope
+from hermes.state.vectors import QueryVector
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +63,12 @@ class Summarizer(Protocol):
     async def summarize(self, query: str, excerpt: str) -> str: ...
 
 
+class QueryEmbedder(Protocol):
+    """Hybrid search (hermes/embedder.py): the question's vector, or None to stay lexical."""
+
+    async def query(self, text: str) -> QueryVector | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class SummaryPolicy:
     concurrency: int = 3
@@ -78,11 +85,13 @@ class SessionSearchTool:
         scope: SearchScope,
         summarizer: Summarizer | None = None,
         policy: SummaryPolicy = SummaryPolicy(),
+        embedder: QueryEmbedder | None = None,
     ) -> None:
         self.db = db
         self.scope = scope
         self.summarizer = summarizer
         self.policy = policy
+        self.embedder = embedder
 
     async def run(self, args: Mapping[str, Any]) -> dict[str, Any]:
         with metrics.SEARCH_SECONDS.time():
@@ -146,7 +155,8 @@ class SessionSearchTool:
         }
 
     async def _search(self, query: str, limit: int, scope: SearchScope) -> dict[str, Any]:
-        hits = self.db.conversations.search(scope, query, MESSAGE_HITS)
+        vector = await self.embedder.query(query) if self.embedder is not None else None
+        hits = self.db.conversations.search(scope, query, MESSAGE_HITS, vector=vector)
         grouped: dict[str, list[MessageHit]] = {}
         for hit in hits:
             grouped.setdefault(hit.session_id, []).append(hit)
@@ -233,4 +243,4 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-__all__ = ["SessionSearchTool", "Summarizer", "snippet"]
+__all__ = ["QueryEmbedder", "SessionSearchTool", "Summarizer", "snippet"]

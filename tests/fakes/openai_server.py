@@ -2,11 +2,20 @@
 
 Replies are scripted per test (text, tool calls, HTTP errors with Retry-After, delays,
 dropped connections, malformed bodies); every request body is recorded.
+
+POST /v1/embeddings answers with deterministic vectors: a hashed bag of words (Latin
+words and CJK characters), with `synonyms` folding words onto one meaning so that a
+paraphrase sharing no word with its answer is still near it, as with a real model.
+`embed_dim` sets the size (a model change behind the same name: change it); faults are
+scripted in `embed_script` or by `embed_refuse` (inputs containing it get HTTP 400).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
+import re
 import threading
 import time
 from collections import deque
@@ -45,6 +54,11 @@ class FakeOpenAI:
         self.script: deque[Reply] = deque()
         self.responder: Callable[[dict[str, Any]], Reply] | None = None
         self.default = Reply()
+        self.embed_requests: list[dict[str, Any]] = []
+        self.embed_script: deque[Reply] = deque()
+        self.embed_dim = 64
+        self.embed_refuse: str | None = None
+        self.synonyms: dict[str, str] = {}
         self._lock = threading.Lock()
         self._http = ThreadedHttp(self._handler())
 
@@ -81,6 +95,9 @@ class FakeOpenAI:
 
             def do_POST(self) -> None:  # noqa: N802 - http.server calls it by this name
                 body = json.loads(self.body() or b"{}")
+                if self.path.rstrip("/").endswith("/embeddings"):
+                    self._embeddings(body)
+                    return
                 reply = fake._next(body)
                 if reply.delay:
                     time.sleep(reply.delay)
@@ -99,7 +116,49 @@ class FakeOpenAI:
                     return
                 self.send_json(200, _completion(body, reply), reply.headers)
 
+            def _embeddings(self, body: dict[str, Any]) -> None:
+                with fake._lock:
+                    fake.embed_requests.append(body)
+                    reply = fake.embed_script.popleft() if fake.embed_script else None
+                    dim, refuse = body.get("dimensions") or fake.embed_dim, fake.embed_refuse
+                texts = body.get("input") or []
+                if reply is not None and reply.delay:
+                    time.sleep(reply.delay)
+                if reply is not None and reply.drop_connection:
+                    self.drop()
+                    return
+                if reply is not None and reply.status != 200:
+                    error = {"error": {"message": f"fake error {reply.status}", "type": "fake"}}
+                    self.send_json(reply.status, error)
+                    return
+                if refuse and any(refuse in text for text in texts):
+                    self.send_json(400, {"error": {"message": "input refused", "type": "fake"}})
+                    return
+                data = [
+                    {"object": "embedding", "index": i, "embedding": fake.vector(text, dim)}
+                    for i, text in enumerate(texts)
+                ]
+                usage = {"prompt_tokens": len(texts), "total_tokens": len(texts)}
+                self.send_json(
+                    200,
+                    {"object": "list", "data": data, "model": body.get("model"), "usage": usage},
+                )
+
         return Handler
+
+    def vector(self, text: str, dim: int) -> list[float]:
+        """The deterministic embedding of `text`: hashed words, synonyms folded."""
+        values = [0.0] * dim
+        for word in _WORDS.findall(text.casefold()):
+            meaning = self.synonyms.get(word, word)
+            digest = hashlib.sha256(meaning.encode()).digest()
+            slot = int.from_bytes(digest[:4], "big") % dim
+            values[slot] += 1.0 if digest[4] % 2 else -1.0
+        norm = math.sqrt(sum(v * v for v in values)) or 1.0
+        return [v / norm for v in values] if any(values) else [1.0] + [0.0] * (dim - 1)
+
+
+_WORDS = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]|[^\W\d_]{3,}|\d+")
 
 
 def _completion(request: dict[str, Any], reply: Reply) -> dict[str, Any]:

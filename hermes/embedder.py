@@ -1,0 +1,182 @@
+"""The embeddings model of hybrid search: a question's vector on the reply path, and the
+background embedding of queued messages (hermes/state/vectors.py holds the vectors).
+
+Nothing here is on the reply path except `query`: it waits at most
+`search.embeddings.query_timeout` and, after a failure, is not tried again for
+BREAKER_S, so an endpoint that is down costs one bounded wait, then nothing; the search
+is lexical meanwhile. Messages are embedded off the reply path by `run` (the gateway
+and the CLI chat start it) or by `drain` (`hermes sessions reindex --embeddings`), in
+batches, newest first. An outage is one warning in the log and a line in `hermes
+doctor` and the gateway status, never an error for a user.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from hermes.config import EmbeddingsConfig
+from hermes.llm.client import LLMClient, LLMError
+from hermes.state.db import SessionDB
+from hermes.state.vectors import Pending, QueryVector
+
+logger = logging.getLogger(__name__)
+
+MAX_CHARS = 8000  # a message's text sent for embedding (models truncate or refuse more)
+BREAKER_S = 30.0  # after a failed question, questions go lexical this long
+IDLE_POLL_S = 2.0  # the background task's look at the queue when it was empty
+BACKOFF_S = (5.0, 300.0)  # the background task's wait after a failure, doubling
+REFUSED = frozenset({400, 413, 422})  # the endpoint refuses the input, not the request
+
+
+@dataclass
+class Health:
+    ok: bool = True
+    since: float = 0.0  # monotonic time of the last change
+    error: str = ""
+    embedded: int = 0  # vectors stored by this process
+
+
+class Embedder:
+    def __init__(self, client: LLMClient, db: SessionDB, config: EmbeddingsConfig) -> None:
+        self.client = client
+        self.db = db
+        self.config = config
+        self.health = Health(since=time.monotonic())
+        self._broken_until = 0.0
+        db.vectors.cache.budget = config.cache_mb << 20
+
+    @property
+    def model(self) -> str:
+        return self.client.endpoint.model
+
+    async def query(self, text: str) -> QueryVector | None:
+        """The question's embedding, or None (search stays lexical) when the endpoint
+        fails, is slow, or failed within the last BREAKER_S."""
+        if not text.strip() or time.monotonic() < self._broken_until:
+            return None
+        try:
+            vectors = await self.client.embed(
+                [text[:MAX_CHARS]],
+                dimensions=self.config.dimensions,
+                timeout=self.config.query_timeout,
+                retries=0,
+            )
+        except Exception as exc:  # LLMError, or a bug: the search goes on without it
+            self._broken_until = time.monotonic() + BREAKER_S
+            self._failed(str(exc) if isinstance(exc, LLMError) else type(exc).__name__)
+            return None
+        self._recovered()
+        return QueryVector(self.model, vectors[0])
+
+    async def drain(
+        self,
+        *,
+        progress: Callable[[int], None] | None = None,
+        stop: asyncio.Event | None = None,
+    ) -> int:
+        """Embed queued messages until the queue is empty (or `stop` is set); returns how
+        many were stored. `progress` gets each batch's count. Raises LLMError when the
+        endpoint fails (what was stored stays)."""
+        await asyncio.to_thread(self.db.vectors.activate, self.model)
+        total = 0
+        while stop is None or not stop.is_set():
+            batch = await asyncio.to_thread(self.db.vectors.pending, self.config.batch_size)
+            if not batch:
+                break
+            stored = await self._embed_batch(batch)
+            total += stored
+            if progress is not None:
+                progress(len(batch))
+        return total
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """The background task: drain, wait for new messages, back off on failures."""
+        delay = BACKOFF_S[0]
+        while not stop.is_set():
+            try:
+                await self.drain(stop=stop)
+                delay = BACKOFF_S[0]
+                wait = IDLE_POLL_S
+            except LLMError as exc:
+                self._failed(str(exc))
+                wait, delay = delay, min(delay * 2, BACKOFF_S[1])
+            except Exception:  # a damaged or locked state.db: logged, tried again later
+                logger.exception("embedding messages failed")
+                wait, delay = delay, min(delay * 2, BACKOFF_S[1])
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), wait)
+
+    async def _embed_batch(self, batch: Sequence[Pending]) -> int:
+        texts = [item.content[:MAX_CHARS] for item in batch]
+        blank = {item.message_id for item, t in zip(batch, texts, strict=True) if not t.strip()}
+        if blank:
+            await asyncio.to_thread(self.db.vectors.skip, sorted(blank))
+            batch = [item for item in batch if item.message_id not in blank]
+            texts = [t for t in texts if t.strip()]
+        if not batch:
+            return 0
+        try:
+            vectors = await self.client.embed(texts, dimensions=self.config.dimensions)
+        except LLMError as exc:
+            if exc.status not in REFUSED:
+                raise
+            if len(batch) == 1:  # this text is refused: lexical search still finds it
+                logger.warning(
+                    "embeddings endpoint refused message %d (%s); it stays lexical only",
+                    batch[0].message_id,
+                    exc,
+                )
+                await asyncio.to_thread(self.db.vectors.skip, [batch[0].message_id])
+                return 0
+            stored = 0
+            for item in batch:  # find the text it refuses
+                stored += await self._embed_batch([item])
+            return stored
+        self._recovered()
+        pairs = list(zip(batch, vectors, strict=True))
+        stored, rebuilt = await asyncio.to_thread(self.db.vectors.store, self.model, pairs)
+        if rebuilt:
+            logger.warning(
+                "embeddings model %s now returns %d dimensions: vectors are rebuilt",
+                self.model,
+                len(vectors[0]),
+            )
+        self.health.embedded += stored
+        return stored
+
+    def _failed(self, error: str) -> None:
+        if self.health.ok:
+            logger.warning(
+                "embeddings endpoint failed (%s): search is lexical until it answers again",
+                error,
+            )
+            self.health = Health(False, time.monotonic(), error, self.health.embedded)
+        else:
+            self.health.error = error
+
+    def _recovered(self) -> None:
+        if not self.health.ok:
+            logger.info("embeddings endpoint answers again: hybrid search is back")
+            self.health = Health(True, time.monotonic(), "", self.health.embedded)
+            self._broken_until = 0.0
+
+    def status_line(self) -> str:
+        """One line for `hermes doctor` and the gateway status."""
+        status = self.db.vectors.status()
+        where = f"{self.model} at {self.client.endpoint.base_url}"
+        counts = f"{status.embedded:,} messages embedded, {status.queued:,} queued"
+        if not self.health.ok:
+            ago = time.monotonic() - self.health.since
+            return (
+                f"failing for {ago:.0f} s ({self.health.error}); search is lexical meanwhile "
+                f"({where}; {counts})"
+            )
+        return f"on ({where}; {counts})"
+
+
+__all__ = ["Embedder", "Health"]

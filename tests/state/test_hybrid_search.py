@@ -1,0 +1,467 @@
+"""Hybrid retrieval: vectors in state.db from the real `openai` client against the fake
+/v1/embeddings endpoint (hashed bag of words with synonyms), searched per user and fused
+with the lexical ranking; backfill, model change, outage, refused input, the cache."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from sqlalchemy import text
+
+from gateway.app import build_embedder
+from gateway.config import parse_config
+from hermes.embedder import Embedder
+from hermes.identity import new_user_id
+from hermes.state import engine as eng
+from hermes.state.conversations import NewMessage
+from hermes.state.db import SessionDB
+from hermes.state.schema import SCHEMA_VERSION
+from hermes.state.search import SearchScope
+from hermes.state.vectors import QueryVector
+from hermes.tools.session_search import SessionSearchTool
+from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.gateway.test_cli_memory import hermes
+
+T = TypeVar("T")
+SYNONYMS = {"automobile": "car", "vehicle": "car", "sedan": "car", "physician": "doctor"}
+
+
+@pytest.fixture
+def fake(fake_llm: FakeOpenAI) -> FakeOpenAI:
+    fake_llm.synonyms = dict(SYNONYMS)
+    return fake_llm
+
+
+def embedder_for(
+    db: SessionDB, fake: FakeOpenAI, model: str = "embed-a", **extra: object
+) -> Embedder:
+    lines = "".join(f"    {k}: {v}\n" for k, v in extra.items())
+    config = parse_config(
+        f"llm:\n  base_url: {fake.base_url}\n  model: chat\n  max_retries: 0\n"
+        f"search:\n  embeddings:\n    model: {model}\n    batch_size: 4\n{lines}",
+        "test",
+    )
+    embedder = build_embedder(config, db)
+    assert embedder is not None
+    return embedder
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+async def drained(embedder: Embedder) -> int:
+    try:
+        return await embedder.drain()
+    finally:
+        await embedder.client.close()
+
+
+async def question(embedder: Embedder, words: str) -> QueryVector | None:
+    try:
+        return await embedder.query(words)
+    finally:
+        await embedder.client.close()
+
+
+def say(db: SessionDB, user: str, *texts: str, platform: str = "cli") -> list[int]:
+    chat = db.conversations.start_session(user, platform, f"{platform}:{user}:{len(texts)}")
+    roles = ["user", "assistant"]
+    messages = [NewMessage(roles[i % 2], t) for i, t in enumerate(texts)]
+    return [mid for mid in db.conversations.add_messages(chat.id, messages) if mid is not None]
+
+
+def vectors(db: SessionDB) -> list[tuple[int, str, str, int]]:
+    with eng.reading(db.engine) as session:
+        rows = session.connection().execute(
+            text("SELECT message_id, user_id, model, dim FROM message_vectors ORDER BY message_id")
+        )
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+
+@pytest.fixture
+def carol(db: SessionDB) -> str:
+    return db.people.ensure_user(new_user_id(), display_name="carol").id
+
+
+def test_nothing_is_queued_until_hybrid_search_is_switched_on(db: SessionDB, alice: str) -> None:
+    say(db, alice, "I drive a red car", "Nice")
+    assert db.vectors.status().queued == 0 and db.vectors.status().model is None
+
+
+def test_backfill_stores_one_vector_per_message_with_model_and_dimension(
+    db: SessionDB, alice: str, fake: FakeOpenAI
+) -> None:
+    ids = say(db, alice, "I drive a red car", "Nice colour", "", "Tuesday works")
+    chat = db.conversations.start_session(alice, "cli", "tool-turn")
+    db.conversations.add_message(chat.id, NewMessage("tool", "tool output is never ranked"))
+    embedder = embedder_for(db, fake)
+    seen: list[int] = []
+    stored = run(drained_with_progress(embedder, seen))
+    texts = [i for i in ids if db.conversations.message(i, alice).content]  # type: ignore[union-attr]
+    assert stored == len(texts) == 3 and sum(seen) == 3
+    assert vectors(db) == [(i, alice, "embed-a", 64) for i in texts]
+    assert db.vectors.status().queued == 0
+    # batched, as floats
+    assert all(
+        len(r["input"]) <= 4 and r["encoding_format"] == "float" for r in fake.embed_requests
+    )
+
+
+async def drained_with_progress(embedder: Embedder, seen: list[int]) -> int:
+    try:
+        return await embedder.drain(progress=seen.append)
+    finally:
+        await embedder.client.close()
+
+
+def test_new_messages_are_queued_and_embedded_newest_first(
+    db: SessionDB, alice: str, fake: FakeOpenAI
+) -> None:
+    embedder = embedder_for(db, fake)
+    run(drained(embedder))
+    ids = say(db, alice, "first", "second", "third")
+    assert [p.message_id for p in db.vectors.pending(10)] == sorted(ids, reverse=True)
+    run(drained(embedder_for(db, fake)))
+    assert [v[0] for v in vectors(db)] == ids
+
+
+def test_a_paraphrase_with_no_shared_word_is_found_only_with_vectors(
+    db: SessionDB, alice: str, fake: FakeOpenAI
+) -> None:
+    [car, _] = say(db, alice, "My sedan broke down on the motorway", "Call a tow truck")
+    say(db, alice, "The weather is lovely today", "Enjoy it")
+    run(drained(embedder_for(db, fake)))
+    scope = SearchScope(alice)
+    assert db.conversations.search(scope, "automobile") == []  # no word in common
+    vector = run(question(embedder_for(db, fake), "automobile"))
+    assert vector is not None
+    hits = db.conversations.search(scope, "automobile", vector=vector)
+    assert hits[0].message_id == car
+
+
+def test_fusion_ranks_a_message_both_lists_agree_on_first(
+    db: SessionDB, alice: str, fake: FakeOpenAI
+) -> None:
+    """Lexically, 'car' ties between two messages; only one is also near in meaning."""
+    [lexical_only, _] = say(db, alice, "car car car parking fines parking fines", "ok")
+    [both, _] = say(db, alice, "my vehicle is a car", "ok")
+    run(drained(embedder_for(db, fake)))
+    vector = run(question(embedder_for(db, fake), "automobile car"))
+    assert vector is not None
+    hits = db.conversations.search(SearchScope(alice), "automobile car", vector=vector)
+    assert hits[0].message_id == both
+    assert lexical_only in [h.message_id for h in hits]
+
+
+def test_vector_search_never_looks_outside_the_users_own_messages(
+    db: SessionDB, alice: str, bob: str, fake: FakeOpenAI
+) -> None:
+    """Bob has many messages closer to the question than anything of Alice's."""
+    for _ in range(30):
+        say(db, bob, "automobile automobile car", "car")
+    mine = say(db, alice, "I like gardening", "and an old rusty loud slow car")
+    run(drained(embedder_for(db, fake)))
+    vector = run(question(embedder_for(db, fake), "automobile"))
+    assert vector is not None
+    with eng.reading(db.engine) as session:
+        nearest = db.vectors.nearest(session.connection(), alice, vector)
+    assert nearest == [mine[1]]  # her one message near it; the unrelated one is no neighbour
+    hits = db.conversations.search(SearchScope(alice), "automobile", vector=vector)
+    assert {h.message_id for h in hits} <= set(mine)
+    # and the scope's filters apply to the vector list as to the lexical one
+    on_telegram = SearchScope(alice, platform="telegram")
+    assert db.conversations.search(on_telegram, "automobile", vector=vector) == []
+
+
+def test_a_merge_moves_vectors_and_both_caches_follow(
+    db: SessionDB, alice: str, carol: str, fake: FakeOpenAI
+) -> None:
+    [sedan, _] = say(db, carol, "my sedan is blue", "nice")
+    say(db, alice, "I like gardening", "Tomatoes")
+    run(drained(embedder_for(db, fake)))
+    vector = run(question(embedder_for(db, fake), "automobile"))
+    assert vector is not None
+    before = db.conversations.search(SearchScope(alice), "automobile", vector=vector)
+    assert sedan not in [h.message_id for h in before]  # and alice's matrix is now cached
+    carols = db.conversations.search(SearchScope(carol), "automobile", vector=vector)
+    assert carols[0].message_id == sedan  # and carol's
+    db.people.merge_users(alice, carol)
+    after = db.conversations.search(SearchScope(alice), "automobile", vector=vector)
+    assert after[0].message_id == sedan
+    assert db.conversations.search(SearchScope(carol), "automobile", vector=vector) == []
+    assert {v[1] for v in vectors(db)} == {alice}
+
+
+def test_an_edit_replaces_the_vector_and_a_delete_removes_it(
+    db: SessionDB, alice: str, fake: FakeOpenAI
+) -> None:
+    [first, second] = say(db, alice, "my sedan is blue", "the weather is fine")
+    run(drained(embedder_for(db, fake)))
+    vector = run(question(embedder_for(db, fake), "automobile"))
+    assert vector is not None
+    assert (
+        db.conversations.search(SearchScope(alice), "automobile", vector=vector)[0].message_id
+        == first
+    )
+    with eng.reading(db.engine) as session:  # an edit (what a redaction does)
+        session.connection().execute(
+            text("UPDATE messages SET content = 'gardening notes' WHERE id = :i"), {"i": first}
+        )
+        session.commit()
+    assert [v[0] for v in vectors(db)] == [second]
+    assert [p.message_id for p in db.vectors.pending(5)] == [first]
+    run(drained(embedder_for(db, fake)))
+    hits = db.conversations.search(SearchScope(alice), "automobile", vector=vector)
+    assert first not in [h.message_id for h in hits[:1]] or hits[0].content == "gardening notes"
+    assert db.upkeep.prune(0, dry_run=False, user_id=alice) >= 1
+    assert vectors(db) == [] and db.vectors.pending(5) == []
+
+
+def test_a_vector_made_from_text_since_edited_is_not_kept(
+    db: SessionDB, alice: str, fake: FakeOpenAI
+) -> None:
+    embedder = embedder_for(db, fake)
+    run(drained(embedder))
+    [mid] = say(db, alice, "old text")
+    [item] = db.vectors.pending(5)
+    with eng.reading(db.engine) as session:
+        session.connection().execute(
+            text("UPDATE messages SET content = 'new text' WHERE id = :i"), {"i": mid}
+        )
+        session.commit()
+    stored, _ = db.vectors.store("embed-a", [(item, [1.0] * 64)])
+    assert stored == 0 and [p.content for p in db.vectors.pending(5)] == ["new text"]
+
+
+def test_changing_the_model_rebuilds_and_never_mixes(
+    db: SessionDB, alice: str, fake: FakeOpenAI
+) -> None:
+    say(db, alice, "my sedan is blue", "nice")
+    run(drained(embedder_for(db, fake, "embed-a")))
+    old = run(question(embedder_for(db, fake, "embed-a"), "automobile"))
+    assert old is not None
+    assert db.vectors.activate("embed-b") == "embed-a"
+    assert vectors(db) == [] and db.vectors.status().queued == 2
+    # a question embedded by the old model finds nothing by vector now
+    with eng.reading(db.engine) as session:
+        assert db.vectors.nearest(session.connection(), alice, old) == []
+    run(drained(embedder_for(db, fake, "embed-b")))
+    assert {v[2] for v in vectors(db)} == {"embed-b"}
+    assert db.vectors.activate("embed-b") == "embed-b"  # same model: nothing rebuilt
+    assert len(vectors(db)) == 2
+
+
+def test_a_new_dimension_behind_the_same_model_name_rebuilds(
+    db: SessionDB, alice: str, fake: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    say(db, alice, "one", "two", "three")
+    run(drained(embedder_for(db, fake)))
+    assert {v[3] for v in vectors(db)} == {64}
+    fake.embed_dim = 32
+    say(db, alice, "four")
+    with caplog.at_level(logging.WARNING):
+        run(drained(embedder_for(db, fake)))
+    assert {v[3] for v in vectors(db)} == {32} and len(vectors(db)) == 4
+    assert "rebuilt" in caplog.text
+    # a question of the old size matches nothing, of the new size everything
+    with eng.reading(db.engine) as session:
+        conn = session.connection()
+        old = QueryVector("embed-a", fake.vector("one two three four", 64))
+        new = QueryVector("embed-a", fake.vector("one two three four", 32))
+        assert db.vectors.nearest(conn, alice, old) == []
+        assert len(db.vectors.nearest(conn, alice, new)) == 4
+
+
+def test_dimensions_setting_is_sent(db: SessionDB, alice: str, fake: FakeOpenAI) -> None:
+    say(db, alice, "one", "two")
+    run(drained(embedder_for(db, fake, dimensions=16)))
+    assert fake.embed_requests[-1]["dimensions"] == 16 and {v[3] for v in vectors(db)} == {16}
+
+
+def test_endpoint_down_search_stays_lexical_and_says_so_once(
+    db: SessionDB, alice: str, fake: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    say(db, alice, "my sedan is blue", "nice")
+    embedder = embedder_for(db, fake)
+    run(drained(embedder))
+    fake.embed_script.extend([Reply(status=503), Reply(drop_connection=True)])
+    tool = SessionSearchTool(db, SearchScope(alice), embedder=embedder)
+
+    async def searches() -> list[dict[str, object]]:
+        try:
+            return [await tool.run({"query": "sedan"}) for _ in range(3)]
+        finally:
+            await embedder.client.close()
+
+    before = len(fake.embed_requests)
+    with caplog.at_level(logging.WARNING):
+        results = run(searches())
+    assert all(r["success"] and r["count"] == 1 for r in results)  # lexical found it
+    assert len(fake.embed_requests) == before + 1  # the breaker: later ones not tried
+    warnings = [r for r in caplog.records if "embeddings endpoint failed" in r.getMessage()]
+    assert len(warnings) == 1 and "lexical" in warnings[0].getMessage()
+    assert embedder.status_line().startswith("failing")
+
+
+def test_background_task_backs_off_then_catches_up(
+    db: SessionDB, alice: str, fake: FakeOpenAI
+) -> None:
+    embedder = embedder_for(db, fake)
+    say(db, alice, "one", "two")
+    fake.embed_script.append(Reply(status=500))
+
+    async def background() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(embedder.run(stop))
+        try:
+            for _ in range(200):
+                await asyncio.sleep(0.05)
+                if not embedder.health.ok:
+                    break
+            assert not embedder.health.ok
+            stop.set()
+            await asyncio.wait_for(task, 5)
+        finally:
+            await embedder.client.close()
+
+    run(background())
+    assert vectors(db) == []  # nothing half-stored
+    run(drained(embedder_for(db, fake)))
+    assert len(vectors(db)) == 2
+
+
+def test_a_refused_text_is_skipped_and_the_rest_of_its_batch_stored(
+    db: SessionDB, alice: str, fake: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    ids = say(db, alice, "fine one", "POISON text", "fine two", "fine three")
+    fake.embed_refuse = "POISON"
+    with caplog.at_level(logging.WARNING):
+        stored = run(drained(embedder_for(db, fake)))
+    assert stored == 3 and [v[0] for v in vectors(db)] == [ids[0], ids[2], ids[3]]
+    assert db.vectors.status().queued == 0 and "refused" in caplog.text
+    assert db.conversations.search(SearchScope(alice), "POISON")  # lexical still has it
+
+
+def test_the_cache_appends_new_vectors_and_stays_within_its_budget(
+    db: SessionDB, alice: str, bob: str, fake: FakeOpenAI
+) -> None:
+    say(db, alice, "one", "two")
+    say(db, bob, "three", "four")
+    embedder = embedder_for(db, fake)
+    run(drained(embedder))
+    probe = QueryVector("embed-a", fake.vector("one two three four five", 64))
+    with eng.reading(db.engine) as session:
+        assert len(db.vectors.nearest(session.connection(), alice, probe)) == 2
+    say(db, alice, "five")
+    run(drained(embedder_for(db, fake)))
+    with eng.reading(db.engine) as session:
+        assert len(db.vectors.nearest(session.connection(), alice, probe)) == 3
+    cache = db.vectors.cache
+    one_user = max(e.nbytes for e in cache._entries.values())
+    cache.budget = one_user  # room for one person's matrix only
+    with eng.reading(db.engine) as session:
+        assert len(db.vectors.nearest(session.connection(), bob, probe)) == 2
+    assert list(cache._entries) == [(bob, "embed-a")]
+    cache.budget = 1  # smaller than anyone: searched, not kept
+    with eng.reading(db.engine) as session:
+        assert len(db.vectors.nearest(session.connection(), alice, probe)) == 3
+    assert not cache._entries
+
+
+def test_upgrade_from_v9_keeps_messages_and_queues_nothing(home: Path) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / "state.db"
+    engine = eng.open_engine(path)
+    eng.migrate_to(engine, 9)
+    engine.dispose()
+    db = SessionDB(path)
+    try:
+        assert db.upgraded_from == 9 and db.upkeep.schema_version() == SCHEMA_VERSION
+        user = db.people.ensure_user(new_user_id()).id
+        say(db, user, "hello")
+        assert db.vectors.status().queued == 0
+    finally:
+        db.close()
+
+
+def test_reindex_command_embeds_history_and_doctor_reports_it(home: Path, fake: FakeOpenAI) -> None:
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    (home / "config.yaml").write_text(
+        f"llm:\n  base_url: {fake.base_url}\n  model: chat\n  max_retries: 0\n"
+        "search:\n  embeddings:\n    model: embed-a\n    batch_size: 2\n"
+    )
+    source = home / "in.jsonl"
+    records = [
+        {"session_id": "a", "role": "user", "content": "My sedan is blue"},
+        {"session_id": "a", "role": "assistant", "content": "Nice colour"},
+        {"session_id": "b", "role": "user", "content": "Gardening today"},
+    ]
+    source.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    assert hermes("sessions", "import", str(source)).returncode == 0
+    done = hermes("sessions", "reindex", "--embeddings")
+    assert done.returncode == 0, done.stderr
+    assert "3 messages embedded with embed-a" in done.stdout and "dropped" not in done.stdout
+    found = json.loads(hermes("sessions", "search", "automobile", "--json", "--no-summary").stdout)
+    assert (
+        found["count"] == 1
+    )  # by meaning only (no word in common) and "sedan" in found["results"][0]["snippets"][0]
+    doctor = json.loads(hermes("doctor", "--json").stdout)
+    search = next(c for c in doctor["checks"] if c["name"] == "search")
+    assert search["status"] == "ok" and "3 messages embedded, 0 queued" in search["detail"]
+    fake.embed_script.extend([Reply(status=503)] * 3)
+    doctor = json.loads(hermes("doctor", "--json").stdout)
+    search = next(c for c in doctor["checks"] if c["name"] == "search")
+    assert search["status"] == "fail" and "lexical" in search["fix"]
+    assert hermes("sessions", "reindex").returncode == 2  # says what --embeddings does
+
+
+def test_reindex_without_embeddings_configured_says_so(home: Path) -> None:
+    out = hermes("sessions", "reindex", "--embeddings")
+    assert out.returncode == 2 and "search.embeddings.model is not set" in out.stderr
+
+
+def test_the_app_embeds_new_turns_in_the_background_and_the_tool_finds_them_by_meaning(
+    home: Path, fake: FakeOpenAI
+) -> None:
+    from gateway.app import build_app
+    from hermes.agent.conversation import Surface
+    from tests.apps import app_config
+
+    config = app_config(fake, search={"embeddings": {"model": "embed-a"}})
+    fake.push(
+        Reply("Noted."),
+        Reply.tool_call("session_search", {"query": "automobile"}),
+        Reply("It is blue."),
+    )
+
+    async def go() -> str:
+        db = SessionDB.open(home)
+        app = build_app(home, config, db)
+        app.start_background()
+        try:
+            user = db.people.ensure_user(new_user_id()).id
+            first = app.agent.sessions.open(user, Surface("cli"), "k1")
+            await app.agent.turn(first, "My sedan is blue", Surface("cli"))
+            for _ in range(100):  # the background task picks the turn up
+                if db.vectors.status().embedded >= 2:
+                    break
+                await asyncio.sleep(0.1)
+            assert db.vectors.status() == db.vectors.status().__class__("embed-a", 64, 2, 0)
+            second = app.agent.sessions.open(user, Surface("cli"), "k2")
+            result = await app.agent.turn(second, "What colour is my car?", Surface("cli"))
+            assert result.ok
+            tool = [m for m in db.conversations.messages(second.id, user) if m.role == "tool"]
+            return tool[0].content
+        finally:
+            await app.close()
+            db.close()
+
+    found = json.loads(asyncio.run(go()))
+    assert found["count"] == 1 and "sedan" in found["results"][0]["snippets"][0]
