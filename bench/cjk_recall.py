@@ -2,6 +2,7 @@
 mixed CJK-English questions.
 
     .venv/bin/python bench/cjk_recall.py [--data bench/data/cjk_eval.json] [--json] [--misses]
+        [--embeddings http://127.0.0.1:8765/v1 [--model all-MiniLM-L6-v2]]
 
 The evaluation set (bench/data/cjk_eval.json, written by hand, never used to fit a
 weight) holds 3 users' sessions, distractors that share vocabulary included, and 62
@@ -9,7 +10,10 @@ questions with the ids of the messages that answer them. Each user's sessions ar
 stored under their own user id; each question goes through SessionDB's search (the
 same ranked list session_search groups) confined to its user, and we report
 recall_any@1/5/10 (any answering message among the top k) per language and per kind
-(exact wording, paraphrase, number, product name). No model is involved.
+(exact wording, paraphrase, number, product name). No model is involved, unless
+--embeddings names an OpenAI-compatible endpoint: then every message is embedded by the
+gateway's own Embedder and the questions are asked hybrid (vector fused with the lexical
+lists) instead.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+from hybrid import Hybrid  # bench/hybrid.py (a script's own folder is on sys.path)
 
 from hermes.identity import new_user_id
 from hermes.state.conversations import NewMessage
@@ -47,18 +53,24 @@ def ingest(db: SessionDB, data: dict[str, Any]) -> tuple[dict[str, str], dict[in
     return users, eval_id
 
 
-def evaluate(data: dict[str, Any]) -> dict[str, Any]:
+def evaluate(data: dict[str, Any], embeddings: tuple[str, str] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         db = SessionDB.open(Path(tmp))
         users, eval_id = ingest(db, data)
+        hybrid = Hybrid(db, *embeddings) if embeddings else None
+        if hybrid is not None:
+            hybrid.embed_all()
         rows = []
         for question in data["questions"]:
             scope = SearchScope(users[question["user"]])
-            hits = db.conversations.search(scope, question["query"], limit=max(KS))
+            vector = hybrid.vector(question["query"]) if hybrid else None
+            hits = db.conversations.search(scope, question["query"], limit=max(KS), vector=vector)
             found = [eval_id[hit.message_id] for hit in hits]
             answers = set(question["answers"])
             first = next((i for i, f in enumerate(found) if f in answers), None)
             rows.append({**question, "rank": first, "top": found[:3]})
+        if hybrid is not None:
+            hybrid.close()
         db.close()
     return {"by": summarize(rows), "rows": rows}
 
@@ -87,8 +99,11 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--misses", action="store_true", help="List questions missed at 5.")
+    parser.add_argument("--embeddings", help="an OpenAI-compatible /v1 URL: ask hybrid")
+    parser.add_argument("--model", default="all-MiniLM-L6-v2")
     args = parser.parse_args()
-    result = evaluate(json.loads(args.data.read_text(encoding="utf-8")))
+    embeddings = (args.embeddings, args.model) if args.embeddings else None
+    result = evaluate(json.loads(args.data.read_text(encoding="utf-8")), embeddings)
     if args.json:
         print(json.dumps(result["by"], indent=2))
         return

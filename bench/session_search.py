@@ -1,13 +1,19 @@
 """Full-text search at scale: build a big state.db, then time the FTS stage of searches.
 
     .venv/bin/python bench/session_search.py [--messages 1000000] [--sessions 10000]
-        [--users 100] [--queries 2000] [--db PATH] [--json]
+        [--users 100] [--queries 2000] [--db PATH] [--json] [--hybrid 384]
 
 Synthetic text: English with a Zipf-distributed vocabulary (common words plus a long
 tail of rarer ones), 10 % Korean and 5 % Chinese messages. Reports insert throughput
 (with both FTS indexes maintained by triggers), database size, and p50/p95/p99 of
 SessionDB.search (the ranked message search the session_search tool runs first) for
 2-4-word queries of random users. With --db and an existing file, the build is skipped.
+
+--hybrid DIM also gives every message a vector through the real store path
+(VectorDB.activate queues them, VectorDB.store saves them; random unit vectors stand in
+for a model, whose own speed bench/locomo_recall.py reports), then times hybrid searches
+(a query vector fused with the lexical lists) of --active-users people (their matrices
+in the cache, as for the people talking to a gateway), and one cold matrix load.
 """
 
 from __future__ import annotations
@@ -206,6 +212,63 @@ def measure(path: Path, queries: int, rng: random.Random) -> dict[str, Any]:
     }
 
 
+def embed(path: Path, dim: int) -> dict[str, Any]:
+    import numpy as np
+
+    db = SessionDB(path)
+    rng = np.random.default_rng(3)
+    began = time.perf_counter()
+    db.vectors.activate("synthetic")
+    stored = 0
+    while batch := db.vectors.pending(5000):
+        vectors = rng.standard_normal((len(batch), dim)).astype(np.float32)
+        stored += db.vectors.store("synthetic", list(zip(batch, vectors, strict=True)))[0]
+    seconds = time.perf_counter() - began
+    db.close()
+    return {
+        "vectors_stored": stored,
+        "vector_store_per_second": round(stored / seconds),
+        "db_size_with_vectors_mb": round(path.stat().st_size / 2**20, 1),
+    }
+
+
+def measure_hybrid(
+    path: Path, queries: int, dim: int, active: int, rng: random.Random
+) -> dict[str, Any]:
+    import numpy as np
+
+    from hermes.state.vectors import QueryVector
+
+    db = SessionDB(path)
+    db.vectors.cache.budget = 4 << 30
+    gen = TextGen(random.Random(13))
+    vec_rng = np.random.default_rng(5)
+    with db.engine.connect() as conn:
+        users = [row[0] for row in conn.exec_driver_sql("SELECT id FROM users")][:active]
+    started = time.perf_counter()
+    probe = QueryVector("synthetic", vec_rng.standard_normal(dim).tolist())
+    db.conversations.search(SearchScope(users[0]), "coffee", vector=probe)
+    cold = (time.perf_counter() - started) * 1000
+    for user in users[1:]:
+        db.conversations.search(SearchScope(user), "coffee", vector=probe)
+    timings = []
+    for _ in range(queries):
+        query = " ".join(gen.words(rng.randint(2, 4)))
+        vector = QueryVector("synthetic", vec_rng.standard_normal(dim).tolist())
+        started = time.perf_counter()
+        db.conversations.search(SearchScope(rng.choice(users)), query, limit=60, vector=vector)
+        timings.append((time.perf_counter() - started) * 1000)
+    db.close()
+    cuts = statistics.quantiles(timings, n=100, method="inclusive")
+    return {
+        "hybrid_users": len(users),
+        "hybrid_cold_first_search_ms": round(cold, 1),
+        "hybrid_p50_ms": round(cuts[49], 2),
+        "hybrid_p95_ms": round(cuts[94], 2),
+        "hybrid_p99_ms": round(cuts[98], 2),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -216,6 +279,8 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=2000)
     parser.add_argument("--db", type=Path)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--hybrid", type=int, metavar="DIM", help="also time hybrid search")
+    parser.add_argument("--active-users", type=int, default=10)
     args = parser.parse_args()
     rng = random.Random(7)
     with tempfile.TemporaryDirectory() as tmp:
@@ -224,6 +289,9 @@ def main() -> None:
         if not path.exists():
             report |= build(path, args.messages, args.sessions, args.users, rng)
         report |= measure(path, args.queries, rng)
+        if args.hybrid:
+            report |= embed(path, args.hybrid)
+            report |= measure_hybrid(path, args.queries, args.hybrid, args.active_users, rng)
     if args.json:
         print(json.dumps(report))
         return

@@ -141,10 +141,10 @@ def search_messages(
     raw: str,
     limit: int,
     *,
-    nearest: list[int] | None = None,
+    nearest: list[tuple[int, float]] | None = None,
 ) -> list[MessageHit]:
     """The user's best-matching messages, best first (at most `limit`). `nearest`: the
-    user's messages closest to the query's embedding, closest first."""
+    user's messages closest to the query's embedding (id, similarity), closest first."""
     parsed = parse_query(raw)
     if parsed.empty and not nearest:
         return []
@@ -158,9 +158,22 @@ def search_messages(
         lookups = tuple(dict.fromkeys(parsed.cjk + glued))[:MAX_CJK_LOOKUPS]
         words = korean_words(raw)
         ranked.append(_index_hits(conn, scope, lookups, "messages_cjk", parsed.terms, whole=words))
-    if nearest:  # the scope's filters apply to them as to the lexical candidates
-        ranked.append(_load(conn, scope, nearest, parsed.terms))
+    if nearest:
+        ranked.append(_vector_hits(conn, scope, nearest, parsed.terms))
     return fuse(ranked)[:limit]
+
+
+def _vector_hits(
+    conn: Connection, scope: SearchScope, nearest: list[tuple[int, float]], terms: tuple[str, ...]
+) -> list[MessageHit]:
+    """The nearest messages that pass the scope's filters (as the lexical candidates
+    do), ranked like them: a message's neighbouring turns lend it their similarity with
+    the same weights, since an answer is often one turn away from the words that match."""
+    similarity = dict(nearest)
+    candidates = _load(conn, scope, [mid for mid, _ in nearest], terms)
+    if len(candidates) < 2:
+        return candidates
+    return _smoothed(conn, candidates, {h.message_id: similarity[h.message_id] for h in candidates})
 
 
 def fuse(ranked: list[list[MessageHit]]) -> list[MessageHit]:
@@ -318,13 +331,27 @@ def _rerank(
         for rowid in rowids:
             if rowid in session_of:
                 covered.setdefault(session_of[rowid], {})[word] = idf_of[word]
-    id_list = ",".join(str(mid) for mid in lengths)
+    coverage = {
+        mid: SESSION_WEIGHT * sum(covered.get(session_of[mid], {}).values()) for mid in base
+    }
+    return _smoothed(conn, candidates, base, coverage)
+
+
+def _smoothed(
+    conn: Connection,
+    candidates: list[MessageHit],
+    base: dict[int, float],
+    extra: dict[int, float] | None = None,
+) -> list[MessageHit]:
+    """Candidates reranked by their score plus their neighbouring turns' (1 and 2 turns
+    away in the same session, among the candidates) and `extra`."""
+    id_list = ",".join(str(hit.message_id) for hit in candidates)
     neighbours = conn.execute(text(_NEIGHBOURS.format(ids=id_list))).all()
     final = {
-        mid: base[mid]
+        mid: base.get(mid, 0.0)
         + NEIGHBOUR_WEIGHT * (base.get(p1 or 0, 0.0) + base.get(n1 or 0, 0.0))
         + NEIGHBOUR2_WEIGHT * (base.get(p2 or 0, 0.0) + base.get(n2 or 0, 0.0))
-        + SESSION_WEIGHT * sum(covered.get(session_of[mid], {}).values())
+        + (extra or {}).get(mid, 0.0)
         for mid, p1, n1, p2, n2 in neighbours
     }
     ranked = sorted(candidates, key=lambda h: (-final[h.message_id], -h.message_id))

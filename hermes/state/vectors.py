@@ -154,10 +154,10 @@ class VectorDB:
 
     def nearest(
         self, conn: Connection, user_id: str, query: QueryVector, n: int = NEAREST
-    ) -> list[int]:
-        """The ids of this user's `n` messages closest to `query` (cosine above 0),
-        closest first; empty when the user has no vectors of that model or they have
-        another dimension."""
+    ) -> list[tuple[int, float]]:
+        """This user's `n` messages closest to `query` with their cosine similarity
+        (above 0), closest first; empty when the user has no vectors of that model or
+        they have another dimension."""
         import numpy as np
 
         ids, matrix = self.cache.matrix(conn, user_id, query.model)
@@ -172,7 +172,7 @@ class VectorDB:
         top = np.argpartition(-scores, k - 1)[:k]
         order = top[np.argsort(-scores[top], kind="stable")]
         order = order[scores[order] > 0.0]  # not similar at all: not a neighbour
-        return [int(i) for i in ids[order]]
+        return [(int(i), float(v)) for i, v in zip(ids[order], scores[order], strict=True)]
 
 
 _STORE = (

@@ -226,6 +226,7 @@ def test_pairing_roles_and_every_admin_command(
     for part in ("Uptime:", "telegram connected", "slack connected", "Users:", "Job "):
         assert part in status, status
     assert "LLM endpoint: ok" in status and fake_llm.probes == 1
+    assert "Search: lexical" in status  # search.embeddings is off
     assert "telegram:77" in out["users"]
     assert "Memory of" in out["memory"]
     assert out["deny_bad"].startswith("No pending request")

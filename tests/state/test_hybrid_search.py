@@ -77,6 +77,10 @@ def say(db: SessionDB, user: str, *texts: str, platform: str = "cli") -> list[in
     return [mid for mid in db.conversations.add_messages(chat.id, messages) if mid is not None]
 
 
+def nearest_ids(db: SessionDB, conn: Any, user: str, query: QueryVector) -> list[int]:
+    return [mid for mid, _ in db.vectors.nearest(conn, user, query)]
+
+
 def vectors(db: SessionDB) -> list[tuple[int, str, str, int]]:
     with eng.reading(db.engine) as session:
         rows = session.connection().execute(
@@ -171,7 +175,7 @@ def test_vector_search_never_looks_outside_the_users_own_messages(
     vector = run(question(embedder_for(db, fake), "automobile"))
     assert vector is not None
     with eng.reading(db.engine) as session:
-        nearest = db.vectors.nearest(session.connection(), alice, vector)
+        nearest = nearest_ids(db, session.connection(), alice, vector)
     assert nearest == [mine[1]]  # her one message near it; the unrelated one is no neighbour
     hits = db.conversations.search(SearchScope(alice), "automobile", vector=vector)
     assert {h.message_id for h in hits} <= set(mine)
@@ -251,7 +255,7 @@ def test_changing_the_model_rebuilds_and_never_mixes(
     assert vectors(db) == [] and db.vectors.status().queued == 2
     # a question embedded by the old model finds nothing by vector now
     with eng.reading(db.engine) as session:
-        assert db.vectors.nearest(session.connection(), alice, old) == []
+        assert nearest_ids(db, session.connection(), alice, old) == []
     run(drained(embedder_for(db, fake, "embed-b")))
     assert {v[2] for v in vectors(db)} == {"embed-b"}
     assert db.vectors.activate("embed-b") == "embed-b"  # same model: nothing rebuilt
@@ -275,8 +279,8 @@ def test_a_new_dimension_behind_the_same_model_name_rebuilds(
         conn = session.connection()
         old = QueryVector("embed-a", fake.vector("one two three four", 64))
         new = QueryVector("embed-a", fake.vector("one two three four", 32))
-        assert db.vectors.nearest(conn, alice, old) == []
-        assert len(db.vectors.nearest(conn, alice, new)) == 4
+        assert nearest_ids(db, conn, alice, old) == []
+        assert len(nearest_ids(db, conn, alice, new)) == 4
 
 
 def test_dimensions_setting_is_sent(db: SessionDB, alice: str, fake: FakeOpenAI) -> None:
@@ -358,20 +362,20 @@ def test_the_cache_appends_new_vectors_and_stays_within_its_budget(
     run(drained(embedder))
     probe = QueryVector("embed-a", fake.vector("one two three four five", 64))
     with eng.reading(db.engine) as session:
-        assert len(db.vectors.nearest(session.connection(), alice, probe)) == 2
+        assert len(nearest_ids(db, session.connection(), alice, probe)) == 2
     say(db, alice, "five")
     run(drained(embedder_for(db, fake)))
     with eng.reading(db.engine) as session:
-        assert len(db.vectors.nearest(session.connection(), alice, probe)) == 3
+        assert len(nearest_ids(db, session.connection(), alice, probe)) == 3
     cache = db.vectors.cache
     one_user = max(e.nbytes for e in cache._entries.values())
     cache.budget = one_user  # room for one person's matrix only
     with eng.reading(db.engine) as session:
-        assert len(db.vectors.nearest(session.connection(), bob, probe)) == 2
+        assert len(nearest_ids(db, session.connection(), bob, probe)) == 2
     assert list(cache._entries) == [(bob, "embed-a")]
     cache.budget = 1  # smaller than anyone: searched, not kept
     with eng.reading(db.engine) as session:
-        assert len(db.vectors.nearest(session.connection(), alice, probe)) == 3
+        assert len(nearest_ids(db, session.connection(), alice, probe)) == 3
     assert not cache._entries
 
 
@@ -454,6 +458,8 @@ def test_the_app_embeds_new_turns_in_the_background_and_the_tool_finds_them_by_m
                     break
                 await asyncio.sleep(0.1)
             assert db.vectors.status() == db.vectors.status().__class__("embed-a", 64, 2, 0)
+            line = app.commands.admin.embedder.status_line()  # type: ignore[union-attr]
+            assert line.startswith("on (embed-a at") and "2 messages embedded, 0 queued" in line
             second = app.agent.sessions.open(user, Surface("cli"), "k2")
             result = await app.agent.turn(second, "What colour is my car?", Surface("cli"))
             assert result.ok
