@@ -34,11 +34,13 @@ from gateway.config import (
     enabled_platforms,
     judge_wanted,
     main_endpoint,
+    provider_settings,
 )
 from hermes.llm.client import LLMClient
 from hermes.memory.scan_judge import Judge
 from hermes.memory.service import MemoryService
-from hermes.providers.host import ProviderHost
+from hermes.providers import registry
+from hermes.providers.host import ProviderFactory, ProviderHost
 
 if TYPE_CHECKING:  # steps 3 to 6 are imported by build_app itself: a CLI command that
     # needs only the memory service (`hermes memory add`) does not load them
@@ -49,7 +51,6 @@ if TYPE_CHECKING:  # steps 3 to 6 are imported by build_app itself: a CLI comman
     from hermes.agent.agent import Agent
     from hermes.embedder import Embedder
     from hermes.llm.types import ChatModel
-    from hermes.providers.base import MemoryProvider
     from hermes.state.db import SessionDB
 
 
@@ -82,6 +83,7 @@ class App:
         embedded), then close clients."""
         self._stop.set()
         await self.agent.drain(timeout=30)
+        await self.agent.memory.providers.shutdown(timeout=10)
         if self._background:
             _, late = await asyncio.wait(self._background, timeout=30)
             for task in late:
@@ -99,7 +101,7 @@ def build_app(
     runtime: RuntimeInfo | None = None,
     model: ChatModel | None = None,
     policy: RouterPolicy | None = None,
-    provider: MemoryProvider | None = None,
+    provider: ProviderFactory | None = None,
 ) -> App:
     """The application for `home`. `model` replaces the configured endpoint (benches
     and tests run an in-process model); without either, ConfigError says what to set.
@@ -125,7 +127,7 @@ def build_app(
             aux = LLMClient(aux_endpoint)
             clients.append(aux)
         model = main
-    memory = build_memory(home, config, db, aux or model, provider=provider)  # 2
+    memory = build_memory(home, config, db, aux or model, provider=provider, env=env)  # 2
     people = People(config, db, memory)  # 3
     task = config.auxiliary.session_search
     embedder = build_embedder(config, db, env)
@@ -166,7 +168,8 @@ def build_memory(
     db: SessionDB,
     model: ChatModel | None,
     *,
-    provider: MemoryProvider | None = None,
+    provider: ProviderFactory | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> MemoryService:
     """The memory service: the one write path (also on its own, for the CLI's memory
     commands and the consolidation job). `model` consolidates (the auxiliary one) and,
@@ -174,9 +177,33 @@ def build_memory(
     judge = None
     if model is not None and judge_wanted(config):
         judge = Judge(model, config.memory.scan.judge_timeout_seconds)
-    return MemoryService(
-        home, config.memory, db, model=model, providers=ProviderHost(provider), judge=judge
+    section = config.memory
+    if provider is None:
+        provider = provider_factory(home, config, env)
+    host = ProviderHost(
+        provider,
+        home=home,
+        recall_mode=section.recall_mode,
+        prefetch_timeout=section.prefetch_timeout_ms / 1000,
     )
+    return MemoryService(home, section, db, model=model, providers=host, judge=judge)
+
+
+def provider_factory(
+    home: Path, config: HermesConfig, env: Mapping[str, str] | None = None
+) -> ProviderFactory | None:
+    """The configured memory provider's factory (None: built-in only), its settings
+    resolved (secrets from the environment variables config names); ConfigError when
+    it cannot be found or loaded."""
+    name = config.memory.provider
+    if not name:
+        return None
+    try:
+        fields = registry.config_schema(name, home)
+        settings = provider_settings(fields, config.memory.providers.get(name, {}), env)
+        return registry.load(name, settings, home)
+    except registry.ProviderError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def router_policy(config: HermesConfig) -> RouterPolicy:
@@ -192,4 +219,11 @@ def router_policy(config: HermesConfig) -> RouterPolicy:
     return RouterPolicy(intake=intake, queue_mode=config.gateway.queue_mode)
 
 
-__all__ = ["App", "build_app", "build_embedder", "build_memory", "router_policy"]
+__all__ = [
+    "App",
+    "build_app",
+    "build_embedder",
+    "build_memory",
+    "provider_factory",
+    "router_policy",
+]

@@ -23,8 +23,8 @@ import os
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path, PurePosixPath
@@ -36,6 +36,7 @@ from hermes.state.db import STATE_DB_FILENAME, SessionDB
 FORMAT = 1
 MANIFEST = "manifest.json"
 BACKUPS_DIR = "backups"
+EXTERNAL = "external"
 SKIPPED_NAMES = frozenset({"gateway.lock", "gateway.json", "env", ".env", BACKUPS_DIR})
 SKIPPED_SUFFIXES = (".lock", ".env", "-wal", "-shm", "-journal", ".tmp")
 Progress = Callable[[int, int], None]  # (files done, files in all)
@@ -52,6 +53,7 @@ class Summary:
     bytes: int
     created_at: str
     replaced_backup: Path | None = None  # restore --force: the home's data before
+    external: dict[str, str] = field(default_factory=dict)  # restored file -> where it was
 
 
 def default_path(home: Path) -> Path:
@@ -73,8 +75,17 @@ def _home_files(home: Path) -> Iterator[tuple[PurePosixPath, Path]]:
             yield relative, path
 
 
-def create(home: Path, target: Path | None = None, progress: Progress | None = None) -> Summary:
-    """Write one archive of `home` to `target` (default: HERMES_HOME/backups/...)."""
+def create(
+    home: Path,
+    target: Path | None = None,
+    progress: Progress | None = None,
+    extra: Sequence[Path] = (),
+) -> Summary:
+    """Write one archive of `home` to `target` (default: HERMES_HOME/backups/...).
+    `extra`: files outside the home that belong to it (a memory provider's
+    `backup_paths`), archived under external/ with where they came from; a restore puts
+    them in HERMES_HOME/external/ (an archive never writes outside the home) and names
+    their original places (`Summary.external`)."""
     target = target or default_path(home)
     if target.exists():
         raise BackupError(f"{target} already exists: choose another path")
@@ -101,7 +112,8 @@ def create(home: Path, target: Path | None = None, progress: Progress | None = N
             except FileNotFoundError:  # removed meanwhile (a consolidation's temp file)
                 continue
             entries.append((str(relative), copy))
-        files = [_described(name, path) for name, path in entries]
+        origins = _copy_external(extra, Path(scratch), entries)
+        files = [_described(name, path) | _origin(origins, name) for name, path in entries]
         manifest = {
             "format": FORMAT,
             "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -127,6 +139,26 @@ def create(home: Path, target: Path | None = None, progress: Progress | None = N
             raise BackupError(f"cannot write {target}: {exc.strerror or exc}") from None
     size = sum(int(f["size"]) for f in files)
     return Summary(target, len(files), size, str(manifest["created_at"]))
+
+
+def _copy_external(
+    extra: Sequence[Path], scratch: Path, entries: list[tuple[str, Path]]
+) -> dict[str, str]:
+    """Copy files from outside the home into the scratch folder, as external/ entries;
+    returns each entry's original path."""
+    origins = {}
+    for index, outside in enumerate(p for p in extra if p.is_file()):
+        name = f"{EXTERNAL}/{index}-{outside.name}"
+        copy = scratch / name
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(outside, copy)
+        entries.append((name, copy))
+        origins[name] = str(outside.resolve())
+    return origins
+
+
+def _origin(origins: dict[str, str], name: str) -> dict[str, Any]:
+    return {"origin": origins[name]} if name in origins else {}
 
 
 def _described(name: str, path: Path) -> dict[str, Any]:
@@ -228,7 +260,7 @@ def restore(
     with tarfile.open(archive, mode="r:gz") as tar:
         for done, entry in enumerate(files, 1):
             name = str(entry["path"])
-            destination = home / name
+            destination = home / name  # external files too: never outside the home
             ensure_private_dir(destination.parent)
             handle = tar.extractfile(name)
             assert handle is not None
@@ -240,7 +272,8 @@ def restore(
             if progress:
                 progress(done, len(files))
     size = sum(int(f["size"]) for f in files)
-    return Summary(archive, len(files), size, str(manifest["created_at"]), saved)
+    external = {str(home / f["path"]): str(f["origin"]) for f in files if f.get("origin")}
+    return Summary(archive, len(files), size, str(manifest["created_at"]), saved, external)
 
 
 def _clear(home: Path) -> None:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,6 +34,7 @@ from hermes.config import (
     SessionsConfig,
 )
 from hermes.llm.endpoint import Endpoint
+from hermes.providers.base import ConfigField
 
 CONFIG_FILENAME = "config.yaml"
 
@@ -99,6 +101,42 @@ def parse_config(text: str, source: str) -> HermesConfig:
         return HermesConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, source)) from None
+
+
+def update_config(home: Path, changes: Mapping[tuple[str, ...], Any]) -> Path:
+    """Set keys of `home/config.yaml` (each change: a key path and its value), keeping
+    the file's comments and order; the result is validated before it replaces the file
+    (atomically, 0600). Raises ConfigError, leaving the file as it was."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    path = home / CONFIG_FILENAME
+    editor = YAML()  # round-trip: comments, order and quoting survive
+    try:
+        data = editor.load(path.read_text(encoding="utf-8")) if path.exists() else None
+    except (OSError, UnicodeDecodeError, YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read config file: {exc}") from None
+    if data is None:
+        data = editor.load("{}")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    for keys, value in changes.items():
+        node = data
+        for key in keys[:-1]:
+            if not isinstance(node.get(key), dict):
+                node[key] = {}
+            node = node[key]
+        node[keys[-1]] = value
+    buffer = io.StringIO()
+    editor.dump(data, buffer)
+    text = buffer.getvalue()
+    parse_config(text, source=str(path))  # never write a config that would not load
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    temporary = path.with_suffix(".yaml.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    temporary.chmod(0o600)
+    temporary.replace(path)
+    return path
 
 
 def _describe(exc: ValidationError, source: str) -> str:
@@ -182,10 +220,28 @@ def judge_wanted(config: HermesConfig) -> bool:
     return mode == "on" or (mode == "auto" and bool(aux.model or aux.base_url))
 
 
+def provider_settings(
+    fields: list[ConfigField], raw: Mapping[str, Any], env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """A memory provider's settings from `memory.providers.<name>`: plain values as
+    written (or the field's default); a secret field's value from the environment
+    variable named by `<key>_env` (or the field's own env var): config.yaml never holds
+    the secret itself."""
+    settings = {k: v for k, v in raw.items() if not k.endswith("_env")}
+    for field in fields:
+        if field.secret:
+            settings[field.key] = secret(
+                str(raw.get(f"{field.key}_env") or field.env_var or ""), env
+            )
+        elif field.key not in settings and field.default is not None:
+            settings[field.key] = field.default
+    return settings
+
+
 def _key(name: str | None, env: Mapping[str, str] | None) -> str | None:
     return secret(name, env) if name else None
 
 
 def secret(name: str, env: Mapping[str, str] | None = None) -> str | None:
     """The value of the environment variable `name` (secrets are referenced by name)."""
-    return (os.environ if env is None else env).get(name) or None
+    return (os.environ if env is None else env).get(name) or None if name else None

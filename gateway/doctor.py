@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from gateway import registry
+from gateway.app import provider_factory
 from gateway.config import (
     CONFIG_FILENAME,
     ConfigError,
@@ -87,7 +88,31 @@ async def run_checks(
         checks.append(skip("platforms", "none enabled (the terminal chat works without any)"))
     checks.extend(check_webhooks(config, enabled))
     checks.append(check_scheduler(home, config))
+    checks.append(check_provider(home, config, env))
     return checks
+
+
+def check_provider(home: Path, config: HermesConfig, env: Mapping[str, str] | None) -> Check:
+    """The memory provider loads and says it can run (no network: its own check)."""
+    name = "memory provider"
+    try:
+        factory = provider_factory(home, config, env)
+    except ConfigError as exc:
+        return fail(name, str(exc), "hermes memory providers; hermes memory setup NAME")
+    if factory is None:
+        return skip(name, "none (built-in memory only)")
+    try:
+        provider = factory()
+        available, reason = provider.is_available(), provider.unavailable_reason()
+    except Exception as exc:
+        return fail(name, f"{config.memory.provider} failed: {type(exc).__name__}: {exc}", "")
+    if not available:
+        return fail(
+            name,
+            f"{provider.name} is not available: {reason}",
+            f"hermes memory setup {provider.name}",
+        )
+    return ok(name, f"{provider.name}, recall mode {config.memory.recall_mode}")
 
 
 def check_home(home: Path) -> Check:

@@ -9,11 +9,28 @@ from hermes.memory.render import display_entry
 from hermes.memory.service import MemoryService
 from hermes.memory.store import Target
 from hermes.providers.base import NoProvider
+from hermes.providers.host import ProviderStatus
 from hermes.state.db import SessionDB
 
 PROVIDER_NOTE = "built-in only (no external memory provider)"
 _ACTORS = {"agent": "the assistant", "user": "you", "admin": "an admin", "consolidator": "tidying"}
 _ACTIONS = {"outside": "edited outside Hermes"}
+
+
+def provider_line(status: ProviderStatus) -> str:
+    """The memory provider as /memory status and `hermes memory status` show it."""
+    if status.name == NoProvider.name:
+        return PROVIDER_NOTE
+    if not status.available:
+        return f"{status.name}: not available ({status.reason}); built-in memory only"
+    count = status.last_recall
+    if count is None:
+        recalled = "nothing recalled yet"
+    else:
+        recalled = f"recalled {count} memor{'y' if count == 1 else 'ies'} last turn"
+    skipped = f", {status.skipped} prefetches skipped" if status.skipped else ""
+    mode = status.recall_mode.value
+    return f"{status.name} (beside built-in), recall mode {mode}, {recalled}{skipped}"
 
 
 class MemoryCommands:
@@ -43,9 +60,7 @@ class MemoryCommands:
             elif store.needs_consolidation:
                 line += f" · needs consolidation ({store.last_error or 'pending'})"
             lines.append(line)
-        provider = self.memory.providers.name
-        note = PROVIDER_NOTE if provider == NoProvider.name else f"{provider} (beside built-in)"
-        lines.append(f"Provider: {note}")
+        lines.append(f"Provider: {provider_line(self.memory.providers.status(user_id))}")
         return "\n".join(lines)
 
     async def show(self, ctx: CommandContext, which: str) -> str:

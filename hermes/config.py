@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class Section(BaseModel):
@@ -40,6 +40,24 @@ class MemoryConfig(Section):
     review_interval: int = Field(default=10, ge=0, le=1000)  # user turns; 0 disables
     consolidation: ConsolidationConfig = ConsolidationConfig()
     scan: ScanConfig = ScanConfig()
+    # one external memory provider beside the built-in stores ('' = built-in only); its
+    # settings under providers.<name> (secrets by env var name, never the value)
+    provider: str = ""
+    recall_mode: Literal["context", "tools", "hybrid"] = "hybrid"
+    prefetch_timeout_ms: int = Field(default=800, ge=10, le=60_000)
+    providers: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("provider", mode="before")
+    @classmethod
+    def _one_provider(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            if len(value) > 1:
+                raise ValueError(
+                    f"one external memory provider at most, got {len(value)} "
+                    f"({', '.join(map(str, value))}): keep one, or '' for built-in only"
+                )
+            return value[0] if value else ""
+        return "" if value is None else value
 
 
 class SessionsConfig(Section):

@@ -68,6 +68,12 @@ MEMORY_REJECTIONS = Counter(
 CONSOLIDATIONS = Counter(
     "hermes_consolidations", "Consolidation runs by outcome", ["status"], registry=REGISTRY
 )
+PROVIDER_PREFETCH_SKIPPED = Counter(
+    "hermes_provider_prefetch_skipped",
+    "Memory-provider prefetches skipped (too slow, or failed), by reason",
+    ["reason"],
+    registry=REGISTRY,
+)
 SEARCH_SECONDS = Histogram(
     "hermes_session_search_seconds",
     "One session_search call",

@@ -30,8 +30,9 @@ def create(
     if not home.exists():
         fail(f"{home} does not exist: nothing to back up (is HERMES_HOME right?)", EXIT_USAGE)
     try:
+        extra = _provider_files(home)
         with progress_bar("backing up") as advance:
-            summary = backup.create(home, path, advance)
+            summary = backup.create(home, path, advance, extra)
     except backup.BackupError as exc:
         fail(str(exc), EXIT_REFUSED)
     size = f"{summary.bytes / 2**20:.1f} MiB"
@@ -71,6 +72,23 @@ def restore(
         f"[green]✓[/green] restored {summary.files} files from {escape(str(path))} "
         f"(made {summary.created_at}) into {home}"
     )
+    for restored, origin in summary.external.items():
+        note(f"the memory provider's file {escape(origin)} is restored as {escape(restored)}")
+
+
+def _provider_files(home: Path) -> list[Path]:
+    """The memory provider's files outside HERMES_HOME (its `backup_paths`)."""
+    from gateway.app import provider_factory
+    from gateway.config import ConfigError, load_config
+
+    try:
+        factory = provider_factory(home, load_config(home))
+        return list(factory().backup_paths()) if factory is not None else []
+    except ConfigError as exc:
+        note(f"[yellow]the memory provider's own files are not included:[/yellow] {exc}")
+    except Exception as exc:  # the provider's own code failed
+        note(f"[yellow]the memory provider's files are not included:[/yellow] {type(exc).__name__}")
+    return []
 
 
 __all__ = ["app"]

@@ -135,7 +135,10 @@ class Agent:
             context, conv.pointer = f"{context}\n{conv.pointer}", ""
         writer = speaker.user_id if speaker else (None if conv.shared else conv.user_id)
         tools = self.toolbox(conv, surface, cause, writer=writer)
-        recalled = await self.providers.recall(text, provider_session(conv))
+        # the provider is the person's: not in a chat's shared session, nor where personal
+        # memory is off (privacy.group_memory: none)
+        personal = not conv.shared and self.sessions.personal(surface)
+        recalled = await self.providers.recall(text, provider_session(conv)) if personal else ""
         if recalled:
             context = f"{context}\n{fence_recall(recalled)}"
         try:
@@ -146,7 +149,8 @@ class Agent:
                 f"{exc} {SAVED_NOTE}", False, conv.id, compressed_from=compressed_from
             )
         self._schedule_review(conv)
-        self.providers.turn_done(text, answer, provider_session(conv), conv.history)
+        if personal:
+            self.providers.turn_done(text, answer, provider_session(conv), conv.history)
         notices = self.db.memory_log.take_notices(conv.user_id)
         if notices:  # e.g. "I tidied your memory ... /memory undo reverts it"
             answer = "\n\n".join([answer, *notices])
@@ -177,12 +181,24 @@ class Agent:
         search = SessionSearchTool(
             self.db, scope, self.search_summarizer, self.search_policy, self.embedder
         )
-        return ToolBox(
-            [
-                Tool("memory", MEMORY_TOOL_SCHEMA, remember),
-                Tool(search.name, search.schema, search.run),
+        tools = [
+            Tool("memory", MEMORY_TOOL_SCHEMA, remember),
+            Tool(search.name, search.schema, search.run),
+        ]
+        if not conv.shared and self.sessions.personal(surface):  # the person's own provider
+            tools += [
+                self._provider_tool(conv.user_id, s)
+                for s in self.providers.tool_schemas(conv.user_id)
             ]
-        )
+        return ToolBox(tools)
+
+    def _provider_tool(self, user_id: str, schema: dict[str, Any]) -> Tool:
+        name = str(schema["function"]["name"])
+
+        async def call(args: dict[str, Any]) -> dict[str, Any]:
+            return await self.providers.call_tool(user_id, name, args)
+
+        return Tool(name, schema, call)
 
     async def _loop(
         self, conv: Conversation, tools: ToolBox, context: str
@@ -268,6 +284,11 @@ class Agent:
         await review.run(conv, model=self.aux_model or self.model, tools=tools, snapshot=snapshot)
 
     async def _compress(self, conv: Conversation, surface: Surface) -> None:
+        note = (
+            ""
+            if conv.shared
+            else await self.providers.pre_compress(provider_session(conv), conv.history)
+        )
         await compression.compress(
             conv,
             sessions=self.sessions,
@@ -276,6 +297,7 @@ class Agent:
             keep_recent=self.config.keep_recent_messages,
             flush_tools=self.toolbox(conv, surface, None).only("memory"),
             flush_messages=self.request_messages(conv, ""),
+            provider_note=note,
         )
 
     def _review_done(self, user_id: str, _task: asyncio.Task[None]) -> None:

@@ -45,6 +45,7 @@ async def compress(
     keep_recent: int,
     flush_tools: ToolBox,
     flush_messages: list[dict[str, Any]],
+    provider_note: str = "",
 ) -> bool:
     """Move `conv` into a child session; False when there is nothing old enough to fold.
 
@@ -55,7 +56,7 @@ async def compress(
         return False
     older, recent = conv.history[:start], conv.history[start:]
     await flush_memory(model, flush_messages, flush_tools)
-    summary = await summarize(summary_model, older, conv.id)
+    summary = await summarize(summary_model, older, conv.id, provider_note)
     sessions.db.conversations.end_session(conv.id, "compression")
     parent = conv.session
     child = sessions.open(
@@ -89,9 +90,15 @@ async def flush_memory(model: ChatModel, request: list[dict[str, Any]], tools: T
         logger.warning("memory flush before compression failed: %s", exc)
 
 
-async def summarize(model: ChatModel, older: list[dict[str, Any]], session_id: str) -> str:
+async def summarize(
+    model: ChatModel, older: list[dict[str, Any]], session_id: str, provider_note: str = ""
+) -> str:
+    """`provider_note`: what the memory provider asks the summary to keep (on_pre_compress)."""
+    instructions = SUMMARY_INSTRUCTIONS
+    if provider_note:
+        instructions += f"\n\nAlso keep in mind (from long-term memory):\n{provider_note}"
     messages = [
-        {"role": "system", "content": SUMMARY_INSTRUCTIONS},
+        {"role": "system", "content": instructions},
         {"role": "user", "content": transcript(older, SUMMARY_INPUT_CHARS)},
     ]
     try:

@@ -62,9 +62,11 @@ class Sessions:
         the person, or for a shared group session the chat's owner (`shared`)."""
         prompt = self.fresh_prompt(user_id, surface, shared=shared)
         session_id = new_session_id()
-        if not shared:
-            block = self.memory.providers.prompt_block(
-                ProviderSession(session_id, user_id, surface.platform)
+        if not shared:  # a shared session belongs to a chat: no provider identity in it
+            block = self.memory.providers.session_started(
+                ProviderSession(session_id, user_id, surface.platform),
+                parent_session_id=parent_id,
+                reason="compression" if parent_id else "new",
             )
             prompt = f"{prompt}\n\n{block}" if block else prompt
         session = self.db.conversations.start_session(
@@ -105,7 +107,12 @@ class Sessions:
             surface = Surface(session.platform, session.chat_type)
             prompt = self.fresh_prompt(user_id, surface, shared=session.shared)
         history = [to_openai(m) for m in self.db.conversations.messages(session.id, user_id)]
-        return Conversation(session, prompt, history)
+        conv = Conversation(session, prompt, history)
+        if not session.shared:
+            self.memory.providers.session_started(
+                provider_session(conv), parent_session_id=None, reason="resume"
+            )
+        return conv
 
     def end(self, conv: Conversation, reason: str) -> None:
         """End a session for real (/new, idle): the memory provider hears of it."""

@@ -1,26 +1,36 @@
-"""The memory-provider seam: what an external memory layer is told, and when.
+"""The memory-provider interface: what an external memory layer is told, and when.
 
-The built-in MEMORY.md/USER.md stay the always-present, curated memory; a provider
-adds deeper recall beside them, never instead of them. The agent calls the provider
-at five points, always through `ProviderHost` (hermes/providers/host.py), which bounds
-every call in time and keeps a provider's failure from ever failing a turn:
+The built-in MEMORY.md/USER.md stay the always-present, curated memory; at most one
+provider adds deeper recall beside them, never instead of them. Providers are called
+only through `ProviderHost` (hermes/providers/host.py), which bounds every call in time,
+enforces the recall mode, keeps a provider's failure from ever failing a turn, and
+gives each person their own provider instance (one identity per person on the provider
+side, namespaced by our user id, whatever platform they write from).
 
-- session start: `system_prompt_block` (static text, frozen into the session's prompt);
-- before the model is called for a turn: `prefetch` (recalled text, fenced onto the
-  user message, never into the frozen prompt);
-- after the reply is delivered: `sync_turn` (off the reply path);
-- on every change of the built-in stores, whoever made it (the memory tool, chat and
-  CLI commands, merges, undo, consolidation): `on_memory_write`;
-- at a real end of a session (/new, idle): `on_session_end`.
+A provider written for the peer's interface ports by renaming at most: the same members
+with the same arguments. `BaseProvider` gives every member a harmless default, so a
+provider implements only what it does.
 
-Every call names the person (`user_id`, ours, whatever platform): one provider serves
-everyone in a multi-user gateway and must keep them apart.
+When the host calls what (each person's instance):
+- `initialize` at each session start or resume, then `system_prompt_block` (static
+  text frozen into that session's prompt);
+- `prefetch` before the model is called for a turn (within `memory.prefetch_timeout_ms`,
+  or skipped), `queue_prefetch` after the turn to warm the next;
+- `sync_turn` after the reply, off the reply path, in order per person;
+- `on_memory_write` on every add, replace and remove of the built-in stores, and on
+  undo, merges and consolidations, as the changes they are;
+- `on_session_switch` on a new, resumed or compressed session; `on_session_end` at a
+  real end (/new, idle); `on_pre_compress` before a compression summary is written;
+- `get_tool_schemas` / `handle_tool_call` for the provider's own tools (recall modes
+  `tools` and `hybrid` only; a name that shadows a core tool is refused);
+- `shutdown` at process stop; `backup_paths` for `hermes backup`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, Protocol
 
 
@@ -33,8 +43,29 @@ class AgentContext(StrEnum):
     SCHEDULER = "scheduler"
 
 
+class RecallMode(StrEnum):
+    CONTEXT = "context"  # prefetch results injected; no provider tools
+    TOOLS = "tools"  # provider tools offered; nothing injected
+    HYBRID = "hybrid"  # both
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigField:
+    """One setting a provider needs (`hermes memory setup` walks them)."""
+
+    key: str
+    description: str
+    secret: bool = False  # referenced by env var name in config, never written there
+    required: bool = False
+    default: Any = None
+    choices: tuple[str, ...] = ()
+    env_var: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class ProviderSession:
+    """The host's description of a session (providers get its parts as arguments)."""
+
     session_id: str
     user_id: str
     platform: str
@@ -43,7 +74,7 @@ class ProviderSession:
 
 @dataclass(frozen=True, slots=True)
 class MemoryWrite:
-    """One applied change to a built-in store."""
+    """One applied change to a built-in store (what the memory service reports)."""
 
     action: str  # add | replace | remove | undo | merge | consolidate
     target: str  # memory | user
@@ -57,57 +88,175 @@ class MemoryWrite:
 class MemoryProvider(Protocol):
     name: str
 
-    def system_prompt_block(self, session: ProviderSession) -> str:
+    def is_available(self) -> bool:
+        """Config and installed dependencies only; never the network."""
+
+    def unavailable_reason(self) -> str:
+        """What is missing when `is_available()` is False."""
+
+    def initialize(
+        self,
+        session_id: str,
+        *,
+        hermes_home: Path,
+        platform: str,
+        user_id: str,
+        agent_context: str,
+    ) -> None:
+        """A session of this instance's person starts or resumes."""
+
+    def system_prompt_block(self) -> str:
         """Static text for the session's frozen prompt ('' for none)."""
 
-    async def prefetch(self, query: str, session: ProviderSession) -> str:
+    async def prefetch(self, query: str, *, session_id: str) -> str:
         """Recalled context for this turn ('' for none)."""
+
+    async def queue_prefetch(self, query: str, *, session_id: str) -> None:
+        """After a turn: warm what the next turn's prefetch will need."""
 
     async def sync_turn(
         self,
         user_text: str,
         assistant_text: str,
-        session: ProviderSession,
+        *,
+        session_id: str,
         messages: list[dict[str, Any]],
     ) -> None:
         """A completed turn, after its reply."""
 
-    def on_memory_write(self, write: MemoryWrite) -> None:
+    def on_memory_write(
+        self, action: str, target: str, content: str, *, metadata: dict[str, Any]
+    ) -> None:
         """A built-in store changed."""
 
-    async def on_session_end(
-        self, session: ProviderSession, messages: list[dict[str, Any]]
+    async def on_session_switch(
+        self, new_session_id: str, *, parent_session_id: str | None, reason: str
     ) -> None:
-        """The session ended for real (not a compression)."""
+        """reason: new | resume | compression."""
+
+    async def on_session_end(self, messages: list[dict[str, Any]]) -> None:
+        """The current session ended for real (not a compression)."""
+
+    async def on_pre_compress(self, messages: list[dict[str, Any]]) -> str:
+        """Text added to the compression summary prompt ('' for none)."""
+
+    def get_tool_schemas(self) -> list[dict[str, Any]]:
+        """OpenAI function-tool schemas of the provider's own tools."""
+
+    async def handle_tool_call(self, name: str, args: dict[str, Any]) -> str:
+        """One call of one of those tools; the result as JSON text."""
+
+    def get_config_schema(self) -> list[ConfigField]:
+        """The settings `hermes memory setup` asks for."""
+
+    def save_config(self, values: dict[str, Any], hermes_home: Path) -> None:
+        """Store provider-specific files under `hermes_home` (config.yaml is ours)."""
+
+    async def shutdown(self) -> None:
+        """The process stops: flush and close."""
+
+    def backup_paths(self) -> list[Path]:
+        """Files outside HERMES_HOME that `hermes backup` must include."""
 
 
-class NoProvider:
-    """The default: the built-in stores only."""
+class BaseProvider:
+    """Defaults for every member: a provider overrides what it does."""
 
-    name = "builtin"
+    name = "base"
+    # what it needs to run, for `hermes memory providers`: "LLM", "embeddings",
+    # "a server", "a cloud key"; nothing = local, no network
+    needs: tuple[str, ...] = ()
 
-    def system_prompt_block(self, session: ProviderSession) -> str:
+    def __init__(self, settings: dict[str, Any] | None = None) -> None:
+        self.settings = dict(settings or {})
+        self.user_id = ""
+        self.session_id = ""
+        self.hermes_home: Path | None = None
+
+    def is_available(self) -> bool:
+        return True
+
+    def unavailable_reason(self) -> str:
         return ""
 
-    async def prefetch(self, query: str, session: ProviderSession) -> str:
+    def initialize(
+        self,
+        session_id: str,
+        *,
+        hermes_home: Path,
+        platform: str,
+        user_id: str,
+        agent_context: str,
+    ) -> None:
+        self.session_id, self.user_id, self.hermes_home = session_id, user_id, hermes_home
+
+    def system_prompt_block(self) -> str:
         return ""
+
+    async def prefetch(self, query: str, *, session_id: str) -> str:
+        return ""
+
+    async def queue_prefetch(self, query: str, *, session_id: str) -> None:
+        return None
 
     async def sync_turn(
         self,
         user_text: str,
         assistant_text: str,
-        session: ProviderSession,
+        *,
+        session_id: str,
         messages: list[dict[str, Any]],
     ) -> None:
         return None
 
-    def on_memory_write(self, write: MemoryWrite) -> None:
-        return None
-
-    async def on_session_end(
-        self, session: ProviderSession, messages: list[dict[str, Any]]
+    def on_memory_write(
+        self, action: str, target: str, content: str, *, metadata: dict[str, Any]
     ) -> None:
         return None
 
+    async def on_session_switch(
+        self, new_session_id: str, *, parent_session_id: str | None, reason: str
+    ) -> None:
+        self.session_id = new_session_id
 
-__all__ = ["AgentContext", "MemoryProvider", "MemoryWrite", "NoProvider", "ProviderSession"]
+    async def on_session_end(self, messages: list[dict[str, Any]]) -> None:
+        return None
+
+    async def on_pre_compress(self, messages: list[dict[str, Any]]) -> str:
+        return ""
+
+    def get_tool_schemas(self) -> list[dict[str, Any]]:
+        return []
+
+    async def handle_tool_call(self, name: str, args: dict[str, Any]) -> str:
+        return '{"success": false, "error": "this provider has no tools"}'
+
+    def get_config_schema(self) -> list[ConfigField]:
+        return []
+
+    def save_config(self, values: dict[str, Any], hermes_home: Path) -> None:
+        return None
+
+    async def shutdown(self) -> None:
+        return None
+
+    def backup_paths(self) -> list[Path]:
+        return []
+
+
+class NoProvider(BaseProvider):
+    """The default: the built-in stores only."""
+
+    name = "builtin"
+
+
+__all__ = [
+    "AgentContext",
+    "BaseProvider",
+    "ConfigField",
+    "MemoryProvider",
+    "MemoryWrite",
+    "NoProvider",
+    "ProviderSession",
+    "RecallMode",
+]

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from gateway.app import build_app
 from gateway.events import Attachment, ChatRef, ChatType, MessageEvent, SendResult, UserRef
 from gateway.router import NO_TEXT_REPLY, Router, RouterPolicy
-from hermes.providers.base import MemoryProvider
+from hermes.providers.host import ProviderFactory
 from hermes.state.db import SessionDB
 from hermes.state.models import AccessRule
 from hermes.state.people import PeopleDB
@@ -58,7 +58,7 @@ def scenario(
     policy: RouterPolicy | None = None,
     allowed: set[str] | None = None,
     *,
-    provider: MemoryProvider | None = None,
+    provider: ProviderFactory | None = None,
     **sections: dict[str, Any],
 ) -> T:
     """The app from the composition root with a FakeAdapter attached; `allowed`: only
