@@ -1,11 +1,17 @@
 """The agent's own overhead per turn, with a model that answers instantly.
 
-    .venv/bin/python bench/turn_overhead.py [--turns 300] [--json]
+    .venv/bin/python bench/turn_overhead.py [--turns 300] [--json] [--provider holographic
+        [--facts 10000]]
 
 Measures Agent.turn end to end minus nothing: prompt assembly, persistence of the user
 and assistant messages (real SQLite in WAL mode), tool execution where the scripted
 model calls a tool, for sessions already holding 10 and 1,000 messages. The model is an
 in-process ChatModel that returns at once, so the figures are ours alone.
+
+--provider NAME runs the text turns (10 messages of history) once built-in only and once
+with that memory provider, its store first filled with --facts facts for the person
+(synthetic: names, places and a 2,000-word vocabulary), and prints the overhead per
+turn: the prefetch before the model call (the syncs run after the reply).
 """
 
 from __future__ import annotations
@@ -53,12 +59,19 @@ class InstantModel:
         return ModelReply("Sure, here you go.", prompt_tokens=tokens, completion_tokens=5)
 
 
-async def measure(home: Path, history: int, turns: int, tool_every: int) -> list[float]:
+async def measure(  # noqa: PLR0917 - a bench's knobs
+    home: Path, history: int, turns: int, tool_every: int, provider: str = "", facts: int = 0
+) -> list[float]:
     db = SessionDB.open(home)
     user = db.people.ensure_user(new_user_id()).id
     config = HermesConfig.model_validate(
-        {"memory": {"review_interval": 0}, "agent": {"context_budget_tokens": 2_000_000}}
+        {
+            "memory": {"review_interval": 0, "provider": provider},
+            "agent": {"context_budget_tokens": 2_000_000},
+        }
     )
+    if provider:
+        await fill(home, user, facts)
     app = build_app(home, config, db, model=InstantModel(tool_every))
     agent = app.agent
     conv = agent.sessions.open(user, CLI, f"bench:{history}")
@@ -81,6 +94,28 @@ async def measure(home: Path, history: int, turns: int, tool_every: int) -> list
     return timings
 
 
+NAMES = "Mina Leo Sara Acme Berlin Tokyo Postgres Kubernetes Grafana Lisbon".split()
+
+
+async def fill(home: Path, user: str, count: int) -> None:
+    """`count` facts in the person's holographic store, through its own tool."""
+    import random
+
+    from hermes.providers.holographic import HolographicProvider
+
+    rng = random.Random(3)
+    vocabulary = [
+        f"{rng.choice('bcdfgklmnprst')}{rng.choice('aeiou')}" * 2 + str(i % 7) for i in range(2000)
+    ]
+    store = HolographicProvider()
+    store.initialize(
+        "fill", hermes_home=home, platform="cli", user_id=user, agent_context="primary"
+    )
+    for i in range(count):
+        text = f"{rng.choice(NAMES)} {' '.join(rng.choices(vocabulary, k=7))} note {i}"
+        await store.handle_tool_call("fact_store", {"action": "add", "content": text})
+
+
 def summary(timings: list[float]) -> dict[str, float]:
     cuts = statistics.quantiles(timings, n=100, method="inclusive")
     return {
@@ -96,8 +131,22 @@ def main() -> None:
     )
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--provider", default="", help="also measure with this memory provider")
+    parser.add_argument("--facts", type=int, default=10_000)
     args = parser.parse_args()
     report: dict[str, Any] = {}
+    if args.provider:
+        for label, name in (("built_in_only", ""), (args.provider, args.provider)):
+            with tempfile.TemporaryDirectory() as tmp:
+                timings = asyncio.run(measure(Path(tmp), 10, args.turns, 0, name, args.facts))
+            report[f"history_10_text_{label}"] = summary(timings)
+        base, withp = (
+            report["history_10_text_built_in_only"],
+            report[f"history_10_text_{args.provider}"],
+        )
+        report["prefetch_overhead_p50_ms"] = round(withp["p50_ms"] - base["p50_ms"], 2)
+        print(json.dumps(report, indent=1))
+        return
     for history in (10, 1000):
         for label, tool_every in (("text", 0), ("with_tool_every_4th", 4)):
             with tempfile.TemporaryDirectory() as tmp:

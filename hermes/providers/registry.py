@@ -14,6 +14,7 @@ person) or says clearly why it cannot.
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import importlib.util
 import logging
@@ -32,7 +33,8 @@ ENTRY_POINT_GROUP = "hermes.memory_providers"
 PLUGINS_DIR = "plugins"
 Maker = Callable[[dict[str, Any]], MemoryProvider]
 
-BUILT_IN: dict[str, Maker] = {}  # the local providers register here as they land
+# the providers shipped in this package, imported when looked for ("module:attribute")
+BUILT_IN: dict[str, str] = {"holographic": "hermes.providers.holographic:HolographicProvider"}
 
 
 class ProviderError(Exception):
@@ -49,8 +51,9 @@ class Found:
 
 def discover(home: Path) -> dict[str, Found]:
     found: dict[str, Found] = {}
-    for name, make in BUILT_IN.items():
-        found[name] = Found(name, "built-in", make)
+    for name, where in BUILT_IN.items():
+        module, _, attribute = where.partition(":")
+        found[name] = Found(name, "built-in", getattr(importlib.import_module(module), attribute))
     for item in _plugins(home) + _entry_points():
         if item.name in found:
             logger.warning(

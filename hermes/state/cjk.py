@@ -87,14 +87,14 @@ KOREAN_ASKING = (
 )
 
 
-_CJK_CLASS = (
+CJK_CLASS = (  # the characters of Korean, Chinese and Japanese words, for a regex class
     "\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 )
 # a word (CJK and Latin glued together are one), and the Latin/digit runs inside it;
 # each word is tested in Python: lookaheads over a long unspaced CJK paragraph would
 # rescan it from every position (quadratic)
 _WORD = re.compile(r"[\w-]+")
-_HAS_CJK = re.compile(f"[{_CJK_CLASS}]")
+_HAS_CJK = re.compile(f"[{CJK_CLASS}]")
 _LATIN = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*[a-zA-Z0-9]|[a-zA-Z0-9]")
 _EDGES = re.compile(r"^[\W_]+|[\W_]+$")
 

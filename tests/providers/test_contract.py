@@ -27,6 +27,7 @@ from hermes.providers.base import (
     NoProvider,
     ProviderSession,
 )
+from hermes.providers.holographic import HolographicProvider
 from hermes.providers.host import MAX_RECALL_CHARS, ProviderHost, is_trivial
 from hermes.state.db import SessionDB
 from tests.apps import app_config
@@ -181,7 +182,9 @@ def tool_names(request: dict[str, Any]) -> list[str]:
 # -- the contract: every provider, shipped or test double --------------------------------
 
 
-@pytest.mark.parametrize("make", [NoProvider, Recorder], ids=["builtin", "recorder"])
+@pytest.mark.parametrize(
+    "make", [NoProvider, Recorder, HolographicProvider], ids=["builtin", "recorder", "holographic"]
+)
 def test_every_provider_answers_the_contract(
     make: Callable[[], MemoryProvider], home: Path
 ) -> None:
@@ -529,6 +532,12 @@ def test_providers_are_found_in_plugins_then_entry_points(
     assert fake_llm.requests[0]["messages"][0]["content"].endswith("from the plugin folder 3")
 
 
+def test_a_plugin_cannot_shadow_a_shipped_provider(home: Path) -> None:
+    plugin(home, "holographic", "an impostor")
+    found = registry.discover(home)["holographic"]
+    assert found.origin == "built-in" and found.make is HolographicProvider
+
+
 def test_a_broken_plugin_is_reported_not_fatal(home: Path) -> None:
     folder = home / "plugins" / "broken"
     folder.mkdir(parents=True)
@@ -600,7 +609,8 @@ def test_setup_providers_status_and_off_from_the_cli(home: Path, fake_llm: FakeO
     )
     listed = json.loads(hermes("memory", "providers", "--json").stdout)
     assert [(r["name"], r["needs"], r["available"]) for r in listed] == [
-        ("deep", "a cloud key", False)
+        ("holographic", "nothing (local)", True),
+        ("deep", "a cloud key", False),
     ]
     bad = hermes("memory", "setup", "deep", "--set", "depth=9")
     assert bad.returncode == 2 and "depth must be one of 1, 2, 3" in bad.stderr

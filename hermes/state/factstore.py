@@ -1,0 +1,322 @@
+"""The holographic provider's fact store: its own SQLite file ($HERMES_HOME/holographic.db,
+WAL, 0600), every row and every query confined to one person.
+
+Tables: `facts` (text, category, trust, where it came from, feedback counts), `entities`
+and `fact_entities` (names found in the text by rules), and `facts_fts`, a contentless
+FTS5 index of each fact's words and CJK terms (hermes/state/cjk.py) with the person's
+scope token, so a search reads only their postings. The provider (hermes/providers/
+holographic.py) ranks the candidates; this module only stores and finds them.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import ClassVar
+
+from hermes.identity import ensure_private_dir
+
+FILENAME = "holographic.db"
+BUSY_MS = 10_000
+
+_SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS facts (
+        id INTEGER PRIMARY KEY,
+        user_id TEXT NOT NULL,
+        content TEXT NOT NULL,
+        body TEXT NOT NULL DEFAULT '',  -- what facts_fts holds for it (needed to delete)
+        category TEXT NOT NULL DEFAULT 'general',
+        trust REAL NOT NULL DEFAULT 0.5,
+        source TEXT NOT NULL DEFAULT 'tool',
+        helpful INTEGER NOT NULL DEFAULT 0,
+        unhelpful INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        UNIQUE (user_id, content)
+    )""",
+    "CREATE INDEX IF NOT EXISTS ix_facts_user ON facts(user_id, source)",
+    """CREATE TABLE IF NOT EXISTS entities (
+        id INTEGER PRIMARY KEY,
+        user_id TEXT NOT NULL,
+        name TEXT NOT NULL,
+        UNIQUE (user_id, name)
+    )""",
+    """CREATE TABLE IF NOT EXISTS fact_entities (
+        fact_id INTEGER NOT NULL REFERENCES facts(id) ON DELETE CASCADE,
+        entity_id INTEGER NOT NULL REFERENCES entities(id) ON DELETE CASCADE,
+        PRIMARY KEY (fact_id, entity_id)
+    )""",
+    "CREATE INDEX IF NOT EXISTS ix_fact_entities_entity ON fact_entities(entity_id)",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS facts_fts USING fts5(body, scope, content='', "
+    "tokenize='unicode61 remove_diacritics 2')",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    id: int
+    content: str
+    category: str
+    trust: float
+    source: str
+    entities: tuple[str, ...]
+    body: str = ""  # the fact's indexed words
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def scope_token(user_id: str) -> str:
+    return "s" + "".join(ch for ch in user_id if ch.isalnum())
+
+
+class FactStore:
+    """One file shared by every person's provider instance (one connection per thread)."""
+
+    _open: ClassVar[dict[Path, FactStore]] = {}
+    _open_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._local = threading.local()
+        self._write_lock = threading.Lock()
+        ensure_private_dir(path.parent)
+        with self._conn() as conn:
+            for statement in _SCHEMA:
+                conn.execute(statement)
+        path.chmod(0o600)
+
+    @classmethod
+    def at(cls, home: Path) -> FactStore:
+        """The store of `home` (one object per file in a process)."""
+        path = home / FILENAME
+        with cls._open_lock:
+            store = cls._open.get(path)
+            if store is None:
+                store = cls._open[path] = cls(path)
+            return store
+
+    @contextmanager
+    def _conn(self) -> Iterator[sqlite3.Connection]:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=BUSY_MS / 1000, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute(f"PRAGMA busy_timeout={BUSY_MS}")
+            self._local.conn = conn
+        yield conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._write_lock, self._conn() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+    # -- writes ------------------------------------------------------------------------
+
+    def add(
+        self,
+        user_id: str,
+        content: str,
+        *,
+        category: str,
+        source: str,
+        entities: Iterable[str],
+        body: str,
+        trust: float = 0.5,
+    ) -> int:
+        """The fact's id (an existing identical fact of this person is kept as it is)."""
+        with self._write() as conn:
+            row = conn.execute(
+                "SELECT id FROM facts WHERE user_id = ? AND content = ?", (user_id, content)
+            ).fetchone()
+            if row is not None:
+                return int(row[0])
+            now = _now()
+            cursor = conn.execute(
+                "INSERT INTO facts(user_id, content, body, category, trust, source, "
+                "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (user_id, content, body, category, trust, source, now, now),
+            )
+            fact_id = int(cursor.lastrowid or 0)
+            self._index(conn, user_id, fact_id, entities, body)
+            return fact_id
+
+    def update(
+        self, user_id: str, fact_id: int, content: str, entities: Iterable[str], body: str
+    ) -> bool:
+        with self._write() as conn:
+            old = self._row(conn, user_id, fact_id)
+            if old is None:
+                return False
+            conn.execute(
+                "INSERT INTO facts_fts(facts_fts, rowid, body, scope) VALUES ('delete', ?, ?, ?)",
+                (fact_id, old[1], scope_token(user_id)),
+            )
+            conn.execute("DELETE FROM fact_entities WHERE fact_id = ?", (fact_id,))
+            conn.execute(
+                "UPDATE facts SET content = ?, body = ?, updated_at = ? WHERE id = ?",
+                (content, body, _now(), fact_id),
+            )
+            self._index(conn, user_id, fact_id, entities, body)
+            return True
+
+    def remove(self, user_id: str, fact_ids: Iterable[int]) -> int:
+        removed = 0
+        with self._write() as conn:
+            for fact_id in fact_ids:
+                old = self._row(conn, user_id, fact_id)
+                if old is None:
+                    continue
+                conn.execute(
+                    "INSERT INTO facts_fts(facts_fts, rowid, body, scope) "
+                    "VALUES ('delete', ?, ?, ?)",
+                    (fact_id, old[1], scope_token(user_id)),
+                )
+                conn.execute("DELETE FROM facts WHERE id = ?", (fact_id,))
+                removed += 1
+        return removed
+
+    def adjust_trust(
+        self, user_id: str, fact_id: int, delta: float, helpful: bool | None
+    ) -> float | None:
+        column = {True: "helpful = helpful + 1,", False: "unhelpful = unhelpful + 1,", None: ""}[
+            helpful
+        ]
+        with self._write() as conn:
+            conn.execute(
+                f"UPDATE facts SET {column} trust = max(0.0, min(1.0, trust + ?)), "
+                "updated_at = ? WHERE id = ? AND user_id = ?",
+                (delta, _now(), fact_id, user_id),
+            )
+            row = conn.execute(
+                "SELECT trust FROM facts WHERE id = ? AND user_id = ?", (fact_id, user_id)
+            ).fetchone()
+        return float(row[0]) if row else None
+
+    def _index(
+        self,
+        conn: sqlite3.Connection,
+        user_id: str,
+        fact_id: int,
+        entities: Iterable[str],
+        body: str,
+    ) -> None:
+        conn.execute(
+            "INSERT INTO facts_fts(rowid, body, scope) VALUES (?, ?, ?)",
+            (fact_id, body, scope_token(user_id)),
+        )
+        for name in dict.fromkeys(entities):
+            conn.execute(
+                "INSERT OR IGNORE INTO entities(user_id, name) VALUES (?, ?)", (user_id, name)
+            )
+            conn.execute(
+                "INSERT OR IGNORE INTO fact_entities(fact_id, entity_id) SELECT ?, id FROM "
+                "entities WHERE user_id = ? AND name = ?",
+                (fact_id, user_id, name),
+            )
+
+    def _row(self, conn: sqlite3.Connection, user_id: str, fact_id: int) -> tuple[int, str] | None:
+        row = conn.execute(
+            "SELECT id, body FROM facts WHERE id = ? AND user_id = ?", (fact_id, user_id)
+        ).fetchone()
+        return (int(row[0]), str(row[1])) if row else None
+
+    # -- reads -------------------------------------------------------------------------
+
+    def candidates(self, user_id: str, terms: Iterable[str], limit: int = 50) -> list[int]:
+        quoted = " OR ".join('"' + t.replace('"', '""') + '"' for t in dict.fromkeys(terms) if t)
+        if not quoted:
+            return []
+        query = f"scope : {scope_token(user_id)} AND ({quoted})"
+        with self._conn() as conn:
+            rows = conn.execute(
+                "SELECT rowid FROM facts_fts WHERE facts_fts MATCH ? ORDER BY rank LIMIT ?",
+                (query, limit),
+            ).fetchall()
+        return [int(r[0]) for r in rows]
+
+    def with_entity(self, user_id: str, names: Iterable[str], limit: int = 1000) -> list[int]:
+        """The newest facts naming any of `names` (at most `limit`)."""
+        wanted = list(dict.fromkeys(names))
+        if not wanted:
+            return []
+        marks = ",".join("?" for _ in wanted)
+        with self._conn() as conn:
+            rows = conn.execute(
+                "SELECT DISTINCT fe.fact_id FROM fact_entities fe JOIN entities e ON "
+                f"e.id = fe.entity_id WHERE e.user_id = ? AND e.name IN ({marks}) "
+                "ORDER BY fe.fact_id DESC LIMIT ?",
+                (user_id, *wanted, limit),
+            ).fetchall()
+        return [int(r[0]) for r in rows]
+
+    def facts(
+        self, user_id: str, ids: Iterable[int] | None = None, *, source: str | None = None
+    ) -> list[Fact]:
+        sql = "SELECT id, content, category, trust, source, body FROM facts WHERE user_id = ?"
+        params: list[object] = [user_id]
+        if ids is not None:
+            wanted = list(ids)
+            if not wanted:
+                return []
+            sql += f" AND id IN ({','.join('?' for _ in wanted)})"
+            params += wanted
+        if source is not None:
+            sql += " AND source = ?"
+            params.append(source)
+        with self._conn() as conn:
+            rows = conn.execute(sql + " ORDER BY id", params).fetchall()
+            names = self._entity_names(conn, [int(r[0]) for r in rows])
+        return [
+            Fact(
+                int(r[0]),
+                str(r[1]),
+                str(r[2]),
+                float(r[3]),
+                str(r[4]),
+                names.get(int(r[0]), ()),
+                str(r[5]),
+            )
+            for r in rows
+        ]
+
+    def find(self, user_id: str, content: str, source: str | None = None) -> Fact | None:
+        found = [f for f in self.facts(user_id, source=source) if f.content == content]
+        return found[0] if found else None
+
+    def count(self, user_id: str) -> int:
+        with self._conn() as conn:
+            return int(
+                conn.execute("SELECT count(*) FROM facts WHERE user_id = ?", (user_id,)).fetchone()[
+                    0
+                ]
+            )
+
+    def _entity_names(self, conn: sqlite3.Connection, ids: list[int]) -> dict[int, tuple[str, ...]]:
+        if not ids:
+            return {}
+        rows = conn.execute(
+            "SELECT fe.fact_id, e.name FROM fact_entities fe JOIN entities e ON e.id = "
+            f"fe.entity_id WHERE fe.fact_id IN ({','.join('?' for _ in ids)}) ORDER BY e.name",
+            ids,
+        ).fetchall()
+        names: dict[int, list[str]] = {}
+        for fact_id, name in rows:
+            names.setdefault(int(fact_id), []).append(str(name))
+        return {k: tuple(v) for k, v in names.items()}
+
+
+__all__ = ["FILENAME", "Fact", "FactStore"]
