@@ -71,7 +71,7 @@ async def measure(  # noqa: PLR0917 - a bench's knobs
         }
     )
     if provider:
-        await fill(home, user, facts)
+        await fill(home, user, facts, provider)
     app = build_app(home, config, db, model=InstantModel(tool_every))
     agent = app.agent
     conv = agent.sessions.open(user, CLI, f"bench:{history}")
@@ -97,23 +97,40 @@ async def measure(  # noqa: PLR0917 - a bench's knobs
 NAMES = "Mina Leo Sara Acme Berlin Tokyo Postgres Kubernetes Grafana Lisbon".split()
 
 
-async def fill(home: Path, user: str, count: int) -> None:
-    """`count` facts in the person's holographic store, through its own tool."""
+async def fill(home: Path, user: str, count: int, provider: str) -> None:
+    """`count` facts for the person in the provider's own store, the way they get there:
+    holographic through its tool; evidence as notes indexed, each with a verified fact
+    citing its chunk."""
     import random
-
-    from hermes.providers.holographic import HolographicProvider
 
     rng = random.Random(3)
     vocabulary = [
         f"{rng.choice('bcdfgklmnprst')}{rng.choice('aeiou')}" * 2 + str(i % 7) for i in range(2000)
     ]
-    store = HolographicProvider()
-    store.initialize(
-        "fill", hermes_home=home, platform="cli", user_id=user, agent_context="primary"
-    )
-    for i in range(count):
-        text = f"{rng.choice(NAMES)} {' '.join(rng.choices(vocabulary, k=7))} note {i}"
-        await store.handle_tool_call("fact_store", {"action": "add", "content": text})
+    texts = [
+        f"{rng.choice(NAMES)} {' '.join(rng.choices(vocabulary, k=7))} note {i}"
+        for i in range(count)
+    ]
+    if provider == "holographic":
+        from hermes.providers.holographic import HolographicProvider
+
+        store = HolographicProvider()
+        store.initialize(
+            "fill", hermes_home=home, platform="cli", user_id=user, agent_context="primary"
+        )
+        for text in texts:
+            await store.handle_tool_call("fact_store", {"action": "add", "content": text})
+        return
+    from hermes.state.evidence import EvidenceStore
+
+    evidence = EvidenceStore.at(home)
+    for i, text in enumerate(texts):
+        evidence.index(
+            user, "note", f"note-{i}", [(text, 1, 1)], content_hash=str(i), size=len(text)
+        )
+        [chunk] = evidence.search_chunks(user, [f"{i}"], 1) or [None]
+        if chunk is not None:
+            evidence.add_fact(user, text, [chunk.id], status="verified")
 
 
 def summary(timings: list[float]) -> dict[str, float]:

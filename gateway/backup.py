@@ -32,6 +32,7 @@ from typing import Any
 
 from hermes.identity import ensure_private_dir
 from hermes.state.db import STATE_DB_FILENAME, SessionDB
+from hermes.state.engine import snapshot_file
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -107,8 +108,9 @@ def create(
         for relative, path in _home_files(home):  # copied first: a store replaced while
             copy = Path(scratch) / "home" / relative  # the archive is written must still
             copy.parent.mkdir(parents=True, exist_ok=True)  # match its checksum
-            try:
-                shutil.copyfile(path, copy)
+            try:  # another SQLite file (a provider's store): a consistent snapshot
+                if not (path.suffix == ".db" and snapshot_file(path, copy)):
+                    shutil.copyfile(path, copy)
             except FileNotFoundError:  # removed meanwhile (a consolidation's temp file)
                 continue
             entries.append((str(relative), copy))

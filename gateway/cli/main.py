@@ -11,6 +11,7 @@ from gateway.cli import (
     backup_cmd,
     chat_cmd,
     doctor_cmd,
+    evidence_cmd,
     gateway_cmd,
     init_cmd,
     memory_cmd,
@@ -61,6 +62,7 @@ app.add_typer(gateway_cmd.scheduler_app, name="scheduler")
 app.add_typer(users_cmd.users_app, name="users")
 app.add_typer(users_cmd.pairing_app, name="pairing")
 app.add_typer(backup_cmd.app, name="backup")
+app.add_typer(evidence_cmd.app, name="evidence")
 app.command("chat")(chat_cmd.chat)
 app.command("init")(init_cmd.init)
 app.command("doctor")(doctor_cmd.doctor)

@@ -34,7 +34,10 @@ PLUGINS_DIR = "plugins"
 Maker = Callable[[dict[str, Any]], MemoryProvider]
 
 # the providers shipped in this package, imported when looked for ("module:attribute")
-BUILT_IN: dict[str, str] = {"holographic": "hermes.providers.holographic:HolographicProvider"}
+BUILT_IN: dict[str, str] = {
+    "evidence": "hermes.providers.evidence:EvidenceProvider",
+    "holographic": "hermes.providers.holographic:HolographicProvider",
+}
 
 
 class ProviderError(Exception):

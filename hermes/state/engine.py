@@ -102,6 +102,25 @@ def stored_version(path: Path) -> int | None:
         return None
 
 
+def snapshot_file(source: Path, target: Path) -> bool:
+    """A consistent copy of another SQLite file (a memory provider's own database) with
+    SQLite's online backup API, WAL included; False when `source` is not SQLite."""
+    with source.open("rb") as handle:
+        if handle.read(16) != b"SQLite format 3\x00":
+            return False
+    raw = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    try:
+        copy = sqlite3.connect(target)
+        try:
+            raw.backup(copy, pages=1024)
+            copy.execute("PRAGMA journal_mode=DELETE")
+        finally:
+            copy.close()
+    finally:
+        raw.close()
+    return True
+
+
 def open_engine(path: Path) -> Engine:
     _create_private(path)
     engine = create_engine(

@@ -24,9 +24,11 @@ from hermes.providers.base import (
     AgentContext,
     BaseProvider,
     MemoryProvider,
+    MemoryWrite,
     NoProvider,
     ProviderSession,
 )
+from hermes.providers.evidence import EvidenceProvider
 from hermes.providers.holographic import HolographicProvider
 from hermes.providers.host import MAX_RECALL_CHARS, ProviderHost, is_trivial
 from hermes.state.db import SessionDB
@@ -183,7 +185,9 @@ def tool_names(request: dict[str, Any]) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "make", [NoProvider, Recorder, HolographicProvider], ids=["builtin", "recorder", "holographic"]
+    "make",
+    [NoProvider, Recorder, HolographicProvider, EvidenceProvider],
+    ids=["builtin", "recorder", "holographic", "evidence"],
 )
 def test_every_provider_answers_the_contract(
     make: Callable[[], MemoryProvider], home: Path
@@ -609,6 +613,7 @@ def test_setup_providers_status_and_off_from_the_cli(home: Path, fake_llm: FakeO
     )
     listed = json.loads(hermes("memory", "providers", "--json").stdout)
     assert [(r["name"], r["needs"], r["available"]) for r in listed] == [
+        ("evidence", "nothing (local)", True),
         ("holographic", "nothing (local)", True),
         ("deep", "a cloud key", False),
     ]
@@ -702,3 +707,43 @@ def test_a_shared_group_session_has_no_provider_identity(home: Path, fake_llm: F
     # bob's own memory write still reaches bob's own instance, and only that
     writers = [r for r in made.instances if r.named("write")]
     assert [r.user_id for r in writers] == [bob]
+
+
+@pytest.mark.parametrize(
+    "make", [HolographicProvider, EvidenceProvider], ids=["holographic", "evidence"]
+)
+def test_every_provider_keeps_two_people_apart(
+    make: Callable[[], MemoryProvider], home: Path
+) -> None:
+    """What one person's instance learned (a turn, a memory write, its own tool) is never
+    recalled, found or listed by another person's instance of the same provider."""
+    secret = "Kestrel-7 vault code 4471 in Lisbon"
+
+    async def go() -> tuple[str, str, list[str]]:
+        host = ProviderHost(make, home=home)
+        alice = ProviderSession("s_a", "u_000000000000000a", "cli")
+        bob = ProviderSession("s_b", "u_000000000000000b", "cli")
+        for session in (alice, bob):
+            host.session_started(session, parent_session_id=None, reason="new")
+        host.turn_done(f"remember: {secret}", "noted", alice, [])
+        host.memory_written(MemoryWrite("add", "user", secret, None, alice.user_id, "agent"))
+        await host.drain(5)
+        found_by_tools = []
+        for schema in host.tool_schemas(bob.user_id):
+            name = schema["function"]["name"]
+            if "search" in name or name == "fact_store":
+                args = (
+                    {"action": "search", "query": secret}
+                    if name == "fact_store"
+                    else {"query": secret}
+                )
+                found_by_tools.append(json.dumps(await host.call_tool(bob.user_id, name, args)))
+        theirs = await host.recall(f"what is the {secret}?", bob)
+        own = await host.recall(f"what is the {secret}?", alice)
+        await host.shutdown(5)
+        return theirs, own, found_by_tools
+
+    theirs, own, found_by_tools = asyncio.run(go())
+    assert "4471" in own  # the person themself recalls it
+    assert "4471" not in theirs and found_by_tools
+    assert not any("4471" in text for text in found_by_tools)

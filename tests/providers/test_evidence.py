@@ -1,0 +1,277 @@
+"""The `evidence` provider: provenance that survives re-indexing (edits, deletions,
+renames), facts that cannot exist without a live chunk, drafts for model output, the
+tools, recall of verified facts, conversations as sources, two people kept apart, and a
+second process indexing while the gateway writes turns."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes.providers.evidence import EvidenceProvider, chunk_text, index_paths
+from hermes.state.evidence import FILENAME, EvidenceError
+from tests.gateway.test_cli_memory import hermes
+
+ALICE, BOB = "u_00000000000000a1", "u_00000000000000b2"
+
+
+def person(home: Path, user_id: str) -> EvidenceProvider:
+    provider = EvidenceProvider()
+    provider.initialize(
+        "s_1", hermes_home=home, platform="cli", user_id=user_id, agent_context="primary"
+    )
+    return provider
+
+
+def call(provider: EvidenceProvider, tool: str, **args: Any) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(asyncio.run(provider.handle_tool_call(tool, args)))
+    return result
+
+
+def write_files(folder: Path, count: int) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(count):
+        path = folder / f"sub{i % 7}" / f"note{i:03d}.md"
+        path.parent.mkdir(exist_ok=True)
+        lines = [f"# Note {i}", f"Service s{i} listens on port {8000 + i}."]
+        lines += [f"detail line {j} of note {i}" for j in range(60 if i % 10 == 0 else 5)]
+        path.write_text("\n".join(lines) + "\n")
+        paths.append(path)
+    return paths
+
+
+def first_chunk(provider: EvidenceProvider, path: Path) -> str:
+    chunks, _ = provider.search(f"port {8000 + int(path.stem[4:])}", 50)
+    return next(c.id for c in chunks if c.locator == str(path))
+
+
+def test_chunks_keep_their_line_spans() -> None:
+    text = "\n".join(f"line {i}" for i in range(1, 101)) + "\n" + "x" * 4000
+    pieces = chunk_text(text)
+    assert pieces[0][1:] == (1, 40) and pieces[1][1:] == (41, 80)
+    assert all(len(p[0]) <= 1500 for p in pieces)
+    assert pieces[-1][1] == pieces[-1][2] == 101  # a long line is cut into its own pieces
+
+
+def test_reindexing_200_files_after_edits_deletions_and_renames_keeps_provenance(
+    home: Path, tmp_path: Path
+) -> None:
+    docs = tmp_path / "docs"
+    paths = write_files(docs, 200)
+    (docs / "image.png").write_bytes(b"\x89PNG\0\0binary")
+    (docs / "big.txt").write_text("y" * 3_000_000)
+    alice = person(home, ALICE)
+    first = index_paths(alice.store, ALICE, [docs])
+    assert (first.indexed, first.skipped) == (200, 2)
+    facts: dict[str, int] = {}
+    for path in paths[:30]:  # facts on files to be edited, deleted, renamed and kept
+        cid = first_chunk(alice, path)
+        facts[path.name] = alice.store.add_fact(
+            ALICE, f"{path.stem} is a service", [cid], status="verified"
+        )
+    edited, deleted, renamed, kept = paths[:10], paths[10:15], paths[15:20], paths[20:30]
+    for path in edited:
+        path.write_text(path.read_text().replace("listens on port", "now listens on port"))
+        os.utime(path, (time.time() + 5, time.time() + 5))
+    for path in deleted:
+        path.unlink()
+    for path in renamed:
+        path.rename(path.with_name("renamed-" + path.name))
+    again = index_paths(alice.store, ALICE, [docs])
+    assert again.indexed == 10 + 5  # the edited files and the renamed ones (new sources)
+    assert again.unchanged == 200 - 10 - 5 - 5  # not read again
+    assert again.vanished == 10  # deleted and renamed away
+    counts = alice.store.verify(ALICE)
+    assert counts["orphan_facts"] == 0 and counts["orphan_artifacts"] == 0
+    assert counts["stale_sources"] == 10
+    flagged = {f.id for f in alice.store.facts(ALICE) if f.flagged}
+    expected = {facts[p.name] for p in edited + deleted + renamed}
+    assert flagged == expected  # exactly where sources changed
+    for fact in alice.store.facts(ALICE):  # every fact still resolves to its text
+        cited = alice.store.chunks(ALICE, fact.chunk_ids)
+        assert cited and all(c.text for c in cited)
+        assert all(c.stale for c in cited) == (fact.id in expected)
+    # the kept files' facts are still recalled; stale chunks are not
+    recalled = asyncio.run(alice.prefetch(f"port {8000 + 25}", session_id="s_1"))
+    assert f"fact #{facts[kept[5].name]}" in recalled
+
+
+def test_a_fact_cannot_exist_without_a_live_chunk_of_its_own_person(
+    home: Path, tmp_path: Path
+) -> None:
+    [path] = write_files(tmp_path / "a", 1)
+    alice, bob = person(home, ALICE), person(home, BOB)
+    index_paths(alice.store, ALICE, [path])
+    cid = first_chunk(alice, path)
+    for cites in ([], ["c-no-such-chunk"]):
+        with pytest.raises(EvidenceError, match="must cite at least one live chunk"):
+            alice.store.add_fact(ALICE, "unsupported", cites)
+    with pytest.raises(EvidenceError):
+        bob.store.add_fact(BOB, "borrowed evidence", [cid])  # alice's chunk
+    refused = call(bob, "evidence_add_fact", text="borrowed", chunk_ids=[cid])
+    assert not refused["success"] and "live chunk" in refused["error"]
+    fact = alice.store.add_fact(ALICE, "s0 listens on 8000", [cid])
+    with sqlite3.connect(home / FILENAME) as raw:  # the schema itself holds the rule
+        raw.execute("PRAGMA foreign_keys=ON")
+        with pytest.raises(sqlite3.DatabaseError, match="at least one chunk"):
+            raw.execute("DELETE FROM fact_chunks WHERE fact_id = ?", (fact,))
+        with pytest.raises(sqlite3.IntegrityError):
+            raw.execute("DELETE FROM chunks WHERE id = ?", (cid,))
+    path.unlink()
+    index_paths(alice.store, ALICE, [path])
+    with pytest.raises(EvidenceError):  # a stale chunk cannot be cited anew
+        alice.store.add_fact(ALICE, "s0 again", [cid])
+
+
+def test_tools_drafts_recall_and_packs(home: Path, tmp_path: Path) -> None:
+    [path] = write_files(tmp_path / "t", 1)
+    alice = person(home, ALICE)
+    index_paths(alice.store, ALICE, [path])
+    found = call(alice, "evidence_search", query="which port does s0 listen on")
+    assert found["chunks"][0]["where"].endswith("note000.md:1-40")
+    cid = found["chunks"][0]["chunk_id"]
+    added = call(alice, "evidence_add_fact", text="s0 listens on port 8000", chunk_ids=[cid])
+    assert added["status"] == "draft"
+    assert "fact #" not in asyncio.run(alice.prefetch("s0 port", session_id="s_1"))  # a draft
+    alice.store.review_fact(ALICE, added["fact_id"], "verified")
+    recalled = asyncio.run(alice.prefetch("s0 port", session_id="s_1"))
+    assert f"fact #{added['fact_id']}: s0 listens on port 8000 (cites {cid})" in recalled
+    assert f"[{cid} {path}:1-40]" in recalled
+    built = call(alice, "evidence_context_pack", name="ports", query="s0 port")
+    assert built["facts"][0]["fact_id"] == added["fact_id"]
+    again = call(alice, "evidence_context_pack", name="ports")
+    assert again["facts"] == built["facts"] and again["chunks"] == built["chunks"]
+    assert not call(alice, "evidence_context_pack", name="nothing")["success"]
+    assert not call(alice, "evidence_add_fact", text="x", chunk_ids="c1")["success"]
+
+
+def test_conversation_turns_are_sources_and_people_are_apart(home: Path) -> None:
+    alice, bob = person(home, ALICE), person(home, BOB)
+
+    async def go() -> None:
+        await alice.sync_turn(
+            "내 서버 포트는 7443이야", "기억할게요", session_id="s_a", messages=[]
+        )
+        await alice.sync_turn("and the backup runs at 3am", "noted", session_id="s_a", messages=[])
+        await bob.sync_turn("my port is 9999", "ok", session_id="s_b", messages=[])
+
+    asyncio.run(go())
+    chunks, _ = alice.search("서버 포트", 5)
+    assert chunks and chunks[0].kind == "session" and "7443" in chunks[0].text
+    assert len(alice.search("backup", 5)[0]) == 1
+    assert alice.search("9999", 5)[0] == []  # bob's turn
+    assert bob.search("7443", 5)[0] == []
+    counts = alice.store.verify(ALICE)
+    assert counts["sources"] == 1 and counts["chunks"] == 2
+
+
+def test_verify_from_the_cli_exits_nonzero_on_an_orphan(home: Path, tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    write_files(docs, 3)
+    assert hermes("evidence", "index", str(docs)).returncode == 0
+    assert hermes("evidence", "verify").returncode == 0
+    owner_search = hermes("evidence", "search", "port 8001")
+    assert "note001.md" in owner_search.stdout
+    with sqlite3.connect(home / FILENAME) as raw:  # damage made by hand, rules bypassed
+        raw.execute("PRAGMA foreign_keys=OFF")
+        raw.execute(
+            "INSERT INTO facts(user_id, text, created_at) SELECT user_id, 'orphan', '' "
+            "FROM sources LIMIT 1"
+        )
+    result = hermes("evidence", "verify", "--json")
+    assert result.returncode == 1 and json.loads(result.stdout)["orphan_facts"] == 1
+    assert hermes("evidence", "facts", "--status", "nope").returncode == 2
+
+
+def test_indexing_in_another_process_while_turns_are_written(home: Path, tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    write_files(docs, 120)
+    alice = person(home, ALICE)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def turns() -> None:
+        n = 0
+        while not stop.is_set():
+            try:
+                asyncio.run(alice.sync_turn(f"turn {n}", "ok", session_id="s_live", messages=[]))
+            except BaseException as exc:
+                errors.append(exc)
+            n += 1
+
+    writer = threading.Thread(target=turns)
+    writer.start()
+    env = dict(os.environ, HERMES_HOME=str(home))
+    indexer = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from gateway.cli.main import main; main()",
+            "evidence",
+            "index",
+            str(docs),
+            "--user",
+            ALICE,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    stop.set()
+    writer.join()
+    assert indexer.returncode == 0, indexer.stderr
+    assert errors == []
+    counts = alice.store.verify(ALICE)
+    assert counts["sources"] == 121 and counts["orphan_facts"] == 0
+
+
+def test_through_the_app_turns_become_evidence_recalled_later(home: Path, fake_llm: Any) -> None:
+    from gateway.router import Router
+    from tests.fakes.platform import FakeAdapter
+    from tests.gateway.test_router import dm, scenario
+
+    fake_llm.default = __import__("tests.fakes.openai_server", fromlist=["Reply"]).Reply(
+        text="noted"
+    )
+
+    async def body(router: Router, adapter: FakeAdapter) -> None:
+        await adapter.deliver(dm("alice", "my staging server listens on port 7443"))
+        await adapter.wait_for(1)
+        await router.agent.memory.providers.drain(5)
+        await adapter.deliver(dm("alice", "which port does staging listen on?"))
+        await adapter.wait_for(2)
+
+    scenario(home, fake_llm, body, memory={"provider": "evidence", "review_interval": 0})
+    assert "## Evidence" in fake_llm.requests[0]["messages"][0]["content"]
+    asked = fake_llm.requests[1]["messages"][-1]["content"]
+    assert "<recalled-memory" in asked and "port 7443" in asked and "session s_" in asked
+
+
+def test_backup_snapshots_the_evidence_store_with_what_is_still_in_its_wal(
+    home: Path, tmp_path: Path
+) -> None:
+    docs = tmp_path / "docs"
+    write_files(docs, 20)
+    alice = person(home, ALICE)
+    index_paths(alice.store, ALICE, [docs])  # this process keeps its connection open
+    assert (home / (FILENAME + "-wal")).exists()
+    archive = tmp_path / "b.tar.gz"
+    assert hermes("backup", "create", str(archive)).returncode == 0
+    other = tmp_path / "restored"
+    assert hermes("backup", "restore", str(archive), home=other).returncode == 0
+    with sqlite3.connect(other / FILENAME) as raw:
+        assert raw.execute("SELECT count(*) FROM sources").fetchone()[0] == 20
+        assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
