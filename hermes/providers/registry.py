@@ -72,19 +72,7 @@ def discover(home: Path) -> dict[str, Found]:
 
 def load(name: str, settings: dict[str, Any], home: Path) -> ProviderFactory:
     """The factory of provider `name`, configured with `settings`."""
-    known = discover(home)
-    item = known.get(name)
-    if item is None:
-        names = ", ".join(sorted(known)) or "none are installed"
-        raise ProviderError(
-            f"memory.provider is {name!r}, which is not a known memory provider ({names}); "
-            "see `hermes memory providers`"
-        )
-    if item.make is None:
-        raise ProviderError(
-            f"memory provider {name!r} ({item.origin}) failed to load: {item.error}"
-        )
-    make = item.make
+    make = _found(name, home)
     return lambda: make(dict(settings))
 
 

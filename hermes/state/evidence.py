@@ -24,19 +24,13 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-import threading
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import ClassVar
 
-from hermes.identity import ensure_private_dir
 from hermes.state.cjk import index_terms
+from hermes.state.sidecar import SidecarDB, now, scope_token
 
 FILENAME = "evidence.db"
-BUSY_MS = 10_000
 
 _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS sources (
@@ -154,62 +148,15 @@ class IndexResult:
     staled: int
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def scope_token(user_id: str) -> str:
-    return "s" + "".join(ch for ch in user_id if ch.isalnum())
-
-
 def chunk_id(source_key: str, position: int, text: str) -> str:
     """Stable: the same text at the same place of the same source has the same id."""
     digest = hashlib.sha256(f"{source_key}\0{position}\0{text}".encode()).hexdigest()
     return "c" + digest[:20]
 
 
-class EvidenceStore:
-    _open: ClassVar[dict[Path, EvidenceStore]] = {}
-    _open_lock: ClassVar[threading.Lock] = threading.Lock()
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._local = threading.local()
-        ensure_private_dir(path.parent)
-        with self._write() as conn:
-            for statement in _SCHEMA:
-                conn.execute(statement)
-        path.chmod(0o600)
-
-    @classmethod
-    def at(cls, home: Path) -> EvidenceStore:
-        path = home / FILENAME
-        with cls._open_lock:
-            store = cls._open.get(path)
-            if store is None:
-                store = cls._open[path] = cls(path)
-            return store
-
-    def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self.path, timeout=BUSY_MS / 1000, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute(f"PRAGMA busy_timeout={BUSY_MS}")
-            self._local.conn = conn
-        return conn
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")  # other processes wait (busy_timeout), not fail
-        try:
-            yield conn
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+class EvidenceStore(SidecarDB):
+    FILENAME = FILENAME
+    SCHEMA = _SCHEMA
 
     # -- sources and chunks ------------------------------------------------------------
 
@@ -253,7 +200,7 @@ class EvidenceStore:
             if row is not None and row[1] == content_hash and not append:
                 conn.execute(
                     "UPDATE sources SET stale = 0, mtime = ?, indexed_at = ? WHERE id = ?",
-                    (mtime, _now(), row[0]),
+                    (mtime, now(), row[0]),
                 )
                 return IndexResult(int(row[0]), False, 0, 0, 0, 0)
             if row is None:
@@ -261,7 +208,7 @@ class EvidenceStore:
                     conn.execute(
                         "INSERT INTO sources(user_id, kind, locator, content_hash, size, mtime, "
                         "indexed_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (user_id, kind, locator, content_hash, size, mtime, _now()),
+                        (user_id, kind, locator, content_hash, size, mtime, now()),
                     ).lastrowid
                     or 0
                 )
@@ -270,7 +217,7 @@ class EvidenceStore:
                 conn.execute(
                     "UPDATE sources SET content_hash = ?, size = ?, mtime = ?, indexed_at = ?, "
                     "stale = 0 WHERE id = ?",
-                    (content_hash, size, mtime, _now(), source_id),
+                    (content_hash, size, mtime, now(), source_id),
                 )
             old = {
                 str(r[0]): int(r[1])
@@ -424,7 +371,7 @@ class EvidenceStore:
                 conn.execute(
                     "INSERT INTO facts(user_id, text, status, confidence, created_at) "
                     "VALUES (?, ?, ?, ?, ?)",
-                    (user_id, text.strip(), status, confidence, _now()),
+                    (user_id, text.strip(), status, confidence, now()),
                 ).lastrowid
                 or 0
             )
@@ -442,7 +389,7 @@ class EvidenceStore:
                 conn.execute(
                     "UPDATE facts SET status = ?, reviewed_at = ?, flagged = 0 WHERE id = ? "
                     "AND user_id = ?",
-                    (status, _now(), fact_id, user_id),
+                    (status, now(), fact_id, user_id),
                 ).rowcount
             )
 
@@ -502,7 +449,7 @@ class EvidenceStore:
             return int(
                 conn.execute(
                     "INSERT INTO events(user_id, what, happened_at, chunk_id) VALUES (?, ?, ?, ?)",
-                    (user_id, what, happened_at or _now(), chunk),
+                    (user_id, what, happened_at or now(), chunk),
                 ).lastrowid
                 or 0
             )
@@ -516,7 +463,7 @@ class EvidenceStore:
             artifact_id = int(
                 conn.execute(
                     "INSERT INTO artifacts(user_id, kind, text, created_at) VALUES (?, ?, ?, ?)",
-                    (user_id, kind, text, _now()),
+                    (user_id, kind, text, now()),
                 ).lastrowid
                 or 0
             )
@@ -535,7 +482,7 @@ class EvidenceStore:
                 "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(user_id, name) DO UPDATE SET "
                 "query = excluded.query, fact_ids = excluded.fact_ids, "
                 "chunk_ids = excluded.chunk_ids, created_at = excluded.created_at",
-                (user_id, name, query, json.dumps(fact_ids), json.dumps(chunk_ids), _now()),
+                (user_id, name, query, json.dumps(fact_ids), json.dumps(chunk_ids), now()),
             )
 
     def pack(self, user_id: str, name: str) -> tuple[str, list[int], list[str]] | None:

@@ -11,18 +11,12 @@ holographic.py) ranks the candidates; this module only stores and finds them.
 from __future__ import annotations
 
 import sqlite3
-import threading
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import ClassVar
 
-from hermes.identity import ensure_private_dir
+from hermes.state.sidecar import SidecarDB, now, scope_token
 
 FILENAME = "holographic.db"
-BUSY_MS = 10_000
 
 _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS facts (
@@ -68,61 +62,11 @@ class Fact:
     body: str = ""  # the fact's indexed words
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+class FactStore(SidecarDB):
+    """One file shared by every person's provider instance."""
 
-
-def scope_token(user_id: str) -> str:
-    return "s" + "".join(ch for ch in user_id if ch.isalnum())
-
-
-class FactStore:
-    """One file shared by every person's provider instance (one connection per thread)."""
-
-    _open: ClassVar[dict[Path, FactStore]] = {}
-    _open_lock: ClassVar[threading.Lock] = threading.Lock()
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._local = threading.local()
-        self._write_lock = threading.Lock()
-        ensure_private_dir(path.parent)
-        with self._conn() as conn:
-            for statement in _SCHEMA:
-                conn.execute(statement)
-        path.chmod(0o600)
-
-    @classmethod
-    def at(cls, home: Path) -> FactStore:
-        """The store of `home` (one object per file in a process)."""
-        path = home / FILENAME
-        with cls._open_lock:
-            store = cls._open.get(path)
-            if store is None:
-                store = cls._open[path] = cls(path)
-            return store
-
-    @contextmanager
-    def _conn(self) -> Iterator[sqlite3.Connection]:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self.path, timeout=BUSY_MS / 1000, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute(f"PRAGMA busy_timeout={BUSY_MS}")
-            self._local.conn = conn
-        yield conn
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._write_lock, self._conn() as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
+    FILENAME = FILENAME
+    SCHEMA = _SCHEMA
 
     # -- writes ------------------------------------------------------------------------
 
@@ -144,11 +88,11 @@ class FactStore:
             ).fetchone()
             if row is not None:
                 return int(row[0])
-            now = _now()
+            stamp = now()
             cursor = conn.execute(
                 "INSERT INTO facts(user_id, content, body, category, trust, source, "
                 "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (user_id, content, body, category, trust, source, now, now),
+                (user_id, content, body, category, trust, source, stamp, stamp),
             )
             fact_id = int(cursor.lastrowid or 0)
             self._index(conn, user_id, fact_id, entities, body)
@@ -168,7 +112,7 @@ class FactStore:
             conn.execute("DELETE FROM fact_entities WHERE fact_id = ?", (fact_id,))
             conn.execute(
                 "UPDATE facts SET content = ?, body = ?, updated_at = ? WHERE id = ?",
-                (content, body, _now(), fact_id),
+                (content, body, now(), fact_id),
             )
             self._index(conn, user_id, fact_id, entities, body)
             return True
@@ -199,7 +143,7 @@ class FactStore:
             conn.execute(
                 f"UPDATE facts SET {column} trust = max(0.0, min(1.0, trust + ?)), "
                 "updated_at = ? WHERE id = ? AND user_id = ?",
-                (delta, _now(), fact_id, user_id),
+                (delta, now(), fact_id, user_id),
             )
             row = conn.execute(
                 "SELECT trust FROM facts WHERE id = ? AND user_id = ?", (fact_id, user_id)

@@ -1,0 +1,77 @@
+"""A memory provider's own SQLite file in HERMES_HOME (evidence.db, holographic.db):
+WAL, foreign keys, 0600, one connection per thread, writes in BEGIN IMMEDIATE (another
+process waits up to BUSY_MS, it does not fail), one object per file in a process."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import ClassVar, Self
+
+from hermes.identity import ensure_private_dir
+
+BUSY_MS = 10_000
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def scope_token(user_id: str) -> str:
+    """The person's token in a full-text index ('u_0123…' -> 's0123…'-like)."""
+    return "s" + "".join(ch for ch in user_id if ch.isalnum())
+
+
+class SidecarDB:
+    FILENAME: ClassVar[str]
+    SCHEMA: ClassVar[list[str]]
+    _open: ClassVar[dict[Path, SidecarDB]] = {}
+    _open_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._local = threading.local()
+        ensure_private_dir(path.parent)
+        with self._write() as conn:
+            for statement in self.SCHEMA:
+                conn.execute(statement)
+        path.chmod(0o600)
+
+    @classmethod
+    def at(cls, home: Path) -> Self:
+        """The store of `home` (one object per file in a process)."""
+        path = home / cls.FILENAME
+        with cls._open_lock:
+            store = cls._open.get(path)
+            if not isinstance(store, cls):
+                store = cls(path)
+                cls._open[path] = store
+            return store
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=BUSY_MS / 1000, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute(f"PRAGMA busy_timeout={BUSY_MS}")
+            self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+
+__all__ = ["BUSY_MS", "SidecarDB", "now", "scope_token"]
