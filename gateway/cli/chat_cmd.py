@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 from rich.markup import escape
 
+from gateway.cli.chat_input import EXIT_ASKED, ChatInput, chat_input
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import console, err_console, note, say
 from gateway.status_file import read_status_file
@@ -24,7 +26,10 @@ if TYPE_CHECKING:  # imported by `chat` itself: the rest of the CLI starts witho
     from hermes.state.db import SessionDB
 
 T = TypeVar("T")
-CLI_NOTE = "/exit  quit (also Ctrl-D)  ·  Ctrl-C cancels the running turn"
+CLI_NOTE = (
+    "/exit  quit (also Ctrl-D)  ·  Ctrl-C cancels the running turn (at an empty prompt: "
+    "leave)  ·  Alt-Enter new line  ·  Tab completes commands  ·  Up/Down history"
+)
 SETUP_HELP = """\
 No model is configured. Hermes talks to any OpenAI-compatible endpoint: set one in
 {config} (`hermes init` writes a starter file), for example:
@@ -129,7 +134,13 @@ def chat(
         if query is not None:
             _one_shot(runtime, adapter, query)
         else:
-            _interactive(runtime, adapter, conv.id, resumed=resume is not None)
+            if resume is not None:
+                _recap(conv)
+            names = [n for c in app.commands.table for n in (c.name, *c.aliases)]
+            reader = chat_input(ctx.home, [*names, "/exit", "/quit"])
+            _interactive(runtime, adapter, reader, conv.id, resumed=resume is not None)
+            latest = db.conversations.latest_session(owner)
+            note(f"[dim]resume with: hermes chat --resume {latest.id if latest else conv.id}[/dim]")
     finally:
         runtime.run(_shutdown(app, owner))
         runtime.close()
@@ -169,8 +180,10 @@ def _one_shot(runtime: Runtime, adapter: LocalChat, query: str) -> None:
     say(answer.text)
 
 
-def _interactive(runtime: Runtime, adapter: LocalChat, session_id: str, resumed: bool) -> None:
-    """Read lines; each goes through the router (commands too) and its answer is shown."""
+def _interactive(
+    runtime: Runtime, adapter: LocalChat, reader: ChatInput, session_id: str, resumed: bool
+) -> None:
+    """Read messages; each goes through the router (commands too) and its answer is shown."""
     from rich.markdown import Markdown
 
     from gateway.commands import command_name
@@ -179,10 +192,18 @@ def _interactive(runtime: Runtime, adapter: LocalChat, session_id: str, resumed:
     note(f"[bold]Hermes[/bold] · session {session_id} ({state}) · /help for commands")
     while True:
         try:
-            line = console.input("[bold cyan]you ›[/bold cyan] ").strip()
-        except (EOFError, KeyboardInterrupt):
-            note("\n[dim]bye[/dim]")
+            text = reader.read()
+        except KeyboardInterrupt:  # a Ctrl-C between two prompts: as at an empty prompt
+            text = EXIT_ASKED
+        if text is None:
+            note("[dim]bye[/dim]")
             return
+        if text == EXIT_ASKED:
+            if reader.confirm_exit():
+                note("[dim]bye[/dim]")
+                return
+            continue
+        line = text.strip()
         if not line:
             continue
         name = command_name(line) if line.startswith("/") else ""
@@ -199,10 +220,28 @@ def _interactive(runtime: Runtime, adapter: LocalChat, session_id: str, resumed:
             continue
         if answer.failed:
             note(f"[red]{escape(answer.text)}[/red]")
-        else:
-            console.print(Markdown(answer.text or "(no answer)"))
+        else:  # a command's reply is lines: keep its line breaks
+            shown = hard_breaks(answer.text) if name else answer.text
+            console.print(Markdown(shown or "(no answer)"))
         if name == "/help":
             note(f"[dim]{CLI_NOTE}[/dim]")
+
+
+def hard_breaks(text: str) -> str:
+    """Markdown that keeps every line break (a lone newline joins lines otherwise)."""
+    return re.sub(r"(?<!\n)\n(?!\n)", "  \n", text)
+
+
+def _recap(conv: Conversation, turns: int = 3) -> None:
+    """The last turns of a resumed session, clipped."""
+    said = [m for m in conv.history if m.get("role") in ("user", "assistant") and m.get("content")]
+    if not said:
+        return
+    note("[dim]Last in this session:[/dim]")
+    for message in said[-2 * turns :]:
+        who = "you" if message["role"] == "user" else "hermes"
+        text = " ".join(str(message["content"]).split())
+        note(f"[dim]{who}: {escape(text[:200] + ('…' if len(text) > 200 else ''))}[/dim]")
 
 
 class LocalInfo:

@@ -103,17 +103,20 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 class Terminal:
     """The chat in a pseudo-terminal, driven like a person at a keyboard."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, *args: str) -> None:
         env = dict(os.environ, HERMES_HOME=str(home), COLUMNS="100", TERM="xterm", NO_COLOR="1")
         # pty.fork makes the terminal the child's controlling tty, so Ctrl-C is a real SIGINT
         self.pid, self.master = pty.fork()
         if self.pid == 0:  # the child
-            os.execvpe(HERMES[0], [*HERMES, "chat"], env)
+            os.execvpe(HERMES[0], [*HERMES, "chat", *args], env)
         self.seen = ""
 
-    def expect(self, needle: str, timeout: float = 20) -> str:
+    def expect(self, needle: str, timeout: float = 20, *, new: bool = False, after: int = 0) -> str:
+        """Wait for `needle` on the screen (`new`: printed after this call began;
+        `after`: past that position of the screen)."""
         deadline = time.monotonic() + timeout
-        while needle not in self.screen:
+        start = len(self.screen) if new else after
+        while needle not in self.screen[start:]:
             remaining = deadline - time.monotonic()
             assert remaining > 0, f"{needle!r} not seen; screen so far:\n{self.screen[-2000:]}"
             ready, _, _ = select.select([self.master], [], [], remaining)
@@ -123,6 +126,13 @@ class Terminal:
                 except OSError:
                     break
         return self.screen
+
+    def answered(self, reply: str) -> None:
+        """Wait for a new `reply`, then for the prompt after it."""
+        start = len(self.screen)
+        self.expect(reply, new=True)
+        self.expect("you ›", after=self.screen.index(reply, start) + len(reply))
+        time.sleep(0.2)  # keys typed ahead in cooked mode are translated by the tty
 
     @property
     def screen(self) -> str:
@@ -171,7 +181,7 @@ def test_interactive_chat_with_cancel_and_commands(home: Path, fake_llm: FakeOpe
         term.expect("Hello from the fake model")  # markdown rendered: no asterisks
         assert "**Hello**" not in term.screen
         term.send("slow question\r")
-        term.expect("thinking")
+        term.expect("thinking", new=True)
         time.sleep(0.5)
         term.send("\x03")  # Ctrl-C cancels the turn, not the chat
         term.expect("cancelled")
@@ -206,3 +216,71 @@ def test_a_reply_over_a_million_characters_is_shown_whole(home: Path, fake_llm: 
     result = hermes("chat", "-q", "write a lot")
     assert result.returncode == 0
     assert result.stdout == long + "\n"
+
+
+def asked(fake: FakeOpenAI) -> list[str]:
+    """The user messages the model was sent, one per turn."""
+    return [str(r["messages"][-1]["content"]).split("\n\n[context")[0] for r in fake.requests]
+
+
+def test_line_editing_history_multiline_completion_and_leaving(
+    home: Path, fake_llm: FakeOpenAI
+) -> None:
+    configure(home, fake_llm)
+    fake_llm.default = Reply(text="Got it.")
+    term = Terminal(home)
+    try:
+        term.expect("you ›")
+        term.send("first message\r")
+        term.answered("Got it.")
+        term.send("\x1b[A")  # Up: the previous message, not ^[[A
+        term.expect("first message", new=True)
+        term.send("\r")
+        term.answered("Got it.")
+        # a paste of three lines is one message; Alt-Enter starts a new line
+        term.send("\x1b[200~line one\nline two\nline three\x1b[201~\r")
+        term.answered("Got it.")
+        term.send("left\x1b\rright\r")
+        term.answered("Got it.")
+        term.send("typed by mistake\x03")  # Ctrl-C with text: the line is cleared
+        term.send("kept\r")
+        term.answered("Got it.")
+        term.send("/he\t\r")  # Tab completes the command
+        term.expect("/whoami", new=True)
+        help_text = term.screen[term.screen.rindex("/help") :]
+        assert not re.search(r"/whoami[^\n]*/new", help_text)  # one command per line
+        term.send("\x03")  # Ctrl-C at an empty prompt asks first
+        term.expect("Leave the chat? [y/N]", new=True)
+        term.send("n\r")
+        term.expect("you ›", after=term.screen.rindex("Leave the chat?"))
+        time.sleep(0.3)  # the prompt reads raw keys (a ^C before it is a plain SIGINT)
+        term.send("\x03")
+        term.expect("Leave the chat?", new=True)
+        term.send("y\r")
+        term.expect("resume with: hermes chat --resume s_", new=True)
+        assert term.close() == 0
+    except BaseException:
+        term.close()
+        raise
+    assert asked(fake_llm) == [
+        "first message",
+        "first message",
+        "line one\nline two\nline three",
+        "left\nright",
+        "kept",
+    ]
+    history = home / "chat_history"
+    assert oct(history.stat().st_mode & 0o777) == "0o600"
+    assert "line two" in history.read_text()
+    recap = Terminal(home, "--resume", "latest")
+    try:
+        recap.expect("Last in this session:")
+        recap.expect("you: kept")
+        recap.expect("you ›")
+        time.sleep(0.5)  # a ^D before the prompt reads raw keys is the tty's own EOF
+        recap.send("\x04")  # Ctrl-D leaves at once
+        recap.expect("resume with: hermes chat --resume s_")
+        assert recap.close() == 0
+    except BaseException:
+        recap.close()
+        raise
