@@ -191,19 +191,10 @@ def _interactive(
     state = "resumed" if resumed else "new"
     note(f"[bold]Hermes[/bold] · session {session_id} ({state}) · /help for commands")
     while True:
-        try:
-            text = reader.read()
-        except KeyboardInterrupt:  # a Ctrl-C between two prompts: as at an empty prompt
-            text = EXIT_ASKED
-        if text is None:
+        line = _next_message(reader)
+        if line is None:
             note("[dim]bye[/dim]")
             return
-        if text == EXIT_ASKED:
-            if reader.confirm_exit():
-                note("[dim]bye[/dim]")
-                return
-            continue
-        line = text.strip()
         if not line:
             continue
         name = command_name(line) if line.startswith("/") else ""
@@ -225,6 +216,18 @@ def _interactive(
             console.print(Markdown(shown or "(no answer)"))
         if name == "/help":
             note(f"[dim]{CLI_NOTE}[/dim]")
+
+
+def _next_message(reader: ChatInput) -> str | None:
+    """The next message, stripped ('' for none); None when the person leaves (Ctrl-D, or
+    Ctrl-C at an empty prompt, confirmed)."""
+    try:
+        text = reader.read()
+    except KeyboardInterrupt:  # a Ctrl-C between two prompts: as at an empty prompt
+        text = EXIT_ASKED
+    if text == EXIT_ASKED:
+        return None if reader.confirm_exit() else ""
+    return None if text is None else text.strip()
 
 
 def hard_breaks(text: str) -> str:
