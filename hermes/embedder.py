@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from hermes.config import EmbeddingsConfig
 from hermes.llm.client import LLMClient, LLMError
 from hermes.state.db import SessionDB
-from hermes.state.vectors import Pending, QueryVector
+from hermes.state.vectors import ModelChangedError, Pending, QueryVector
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +48,7 @@ class Embedder:
         self.config = config
         self.health = Health(since=time.monotonic())
         self._broken_until = 0.0
+        self._activated = False
         db.vectors.cache.budget = config.cache_mb << 20
 
     @property
@@ -82,13 +83,24 @@ class Embedder:
         """Embed queued messages until the queue is empty (or `stop` is set); returns how
         many were stored. `progress` gets each batch's count. Raises LLMError when the
         endpoint fails (what was stored stays)."""
-        await asyncio.to_thread(self.db.vectors.activate, self.model)
+        if not self._activated:  # once: it takes the write lock
+            await asyncio.to_thread(self.db.vectors.activate, self.model)
+            self._activated = True
         total = 0
         while stop is None or not stop.is_set():
             batch = await asyncio.to_thread(self.db.vectors.pending, self.config.batch_size)
             if not batch:
                 break
-            stored = await self._embed_batch(batch)
+            try:
+                stored = await self._embed_batch(batch)
+            except ModelChangedError as exc:  # another Hermes with another model: take it
+                logger.warning(  # back at the next pass (two configs disagree)
+                    "embeddings model changed to %s by another process; using %s again",
+                    exc,
+                    self.model,
+                )
+                self._activated = False
+                break
             total += stored
             if progress is not None:
                 progress(len(batch))

@@ -39,6 +39,10 @@ DEFAULT_CACHE_BYTES = 256 << 20
 NEAREST = 1000  # ranked neighbours handed to the scope filters (they page through them)
 
 
+class ModelChangedError(Exception):
+    """The model in use is no longer the one these vectors were made with."""
+
+
 @dataclass(frozen=True, slots=True)
 class QueryVector:
     """A question's embedding, with the model that made it."""
@@ -124,8 +128,8 @@ class VectorDB:
         def work(session: Any) -> tuple[int, bool]:
             conn = session.connection()
             row = conn.execute(text("SELECT model, dim FROM vector_model")).first()
-            if row is None or row[0] != model:
-                return 0, False  # switched off or to another model meanwhile
+            if row is None or row[0] != model:  # another process switched the model
+                raise ModelChangedError(str(row[0]) if row else None)
             rebuilt = row[1] is not None and row[1] != dim
             if rebuilt:
                 _rebuild(conn, model, dim)
@@ -314,4 +318,4 @@ def _append(entry: _Entry, rows: Sequence[Any], count: int, last_id: int) -> _En
     return _Entry(ids, matrix, need, count, last_id)
 
 
-__all__ = ["Pending", "QueryVector", "VectorDB", "VectorStatus"]
+__all__ = ["ModelChangedError", "Pending", "QueryVector", "VectorDB", "VectorStatus"]

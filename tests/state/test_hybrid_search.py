@@ -23,7 +23,7 @@ from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
 from hermes.state.schema import SCHEMA_VERSION
 from hermes.state.search import SearchScope
-from hermes.state.vectors import QueryVector
+from hermes.state.vectors import ModelChangedError, QueryVector
 from hermes.tools.session_search import SessionSearchTool
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.gateway.test_cli_memory import hermes
@@ -242,6 +242,9 @@ def test_a_vector_made_from_text_since_edited_is_not_kept(
         session.commit()
     stored, _ = db.vectors.store("embed-a", [(item, [1.0] * 64)])
     assert stored == 0 and [p.content for p in db.vectors.pending(5)] == ["new text"]
+    db.vectors.activate("embed-b")  # and a model switched meanwhile by another process
+    with pytest.raises(ModelChangedError):
+        db.vectors.store("embed-a", [(db.vectors.pending(1)[0], [1.0] * 64)])
 
 
 def test_changing_the_model_rebuilds_and_never_mixes(
@@ -471,3 +474,27 @@ def test_the_app_embeds_new_turns_in_the_background_and_the_tool_finds_them_by_m
 
     found = json.loads(asyncio.run(go()))
     assert found["count"] == 1 and "sedan" in found["results"][0]["snippets"][0]
+
+
+def test_a_model_switched_by_another_process_is_taken_back_without_spinning(
+    db: SessionDB, alice: str, fake: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    say(db, alice, "one", "two")
+    embedder = embedder_for(db, fake, "embed-a")
+
+    async def go() -> tuple[int, int]:
+        try:
+            await embedder.drain()
+            db.vectors.activate("embed-b")  # another Hermes, configured otherwise
+            before = len(fake.embed_requests)
+            with caplog.at_level(logging.WARNING):
+                await embedder.drain()  # one batch refused, then it stops: no spinning
+            after = len(fake.embed_requests)
+            await embedder.drain()  # the next pass makes its own model the one in use
+            return before, after
+        finally:
+            await embedder.client.close()
+
+    before, after = run(go())
+    assert after == before + 1 and "changed to embed-b" in caplog.text
+    assert {v[2] for v in vectors(db)} == {"embed-a"} and len(vectors(db)) == 2
