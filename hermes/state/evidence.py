@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from hermes.state.cjk import index_terms
-from hermes.state.sidecar import SidecarDB, now, scope_token
+from hermes.state.sidecar import SidecarDB, match_query, now, scope_token
 
 FILENAME = "evidence.db"
 
@@ -332,18 +332,15 @@ class EvidenceStore(SidecarDB):
         return [found[i] for i in wanted if i in found]
 
     def search_chunks(self, user_id: str, terms: Iterable[str], limit: int = 10) -> list[Chunk]:
-        quoted = " OR ".join('"' + t.replace('"', '""') + '"' for t in dict.fromkeys(terms) if t)
-        if not quoted:
+        conn = self._conn()
+        query = match_query(conn, "chunks_fts", user_id, terms)
+        if not query:
             return []
-        rows = (
-            self._conn()
-            .execute(
-                "SELECT c.id FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid "
-                "WHERE chunks_fts MATCH ? AND c.stale = 0 ORDER BY f.rank LIMIT ?",
-                (f"scope : {scope_token(user_id)} AND ({quoted})", limit),
-            )
-            .fetchall()
-        )
+        rows = conn.execute(
+            "SELECT c.id FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid "
+            "WHERE chunks_fts MATCH ? AND c.stale = 0 ORDER BY f.rank LIMIT ?",
+            (query, limit),
+        ).fetchall()
         return self.chunks(user_id, [str(r[0]) for r in rows])
 
     # -- facts, events, artifacts, packs -----------------------------------------------

@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from hermes.state.sidecar import SidecarDB, now, scope_token
+from hermes.state.sidecar import SidecarDB, match_query, now, scope_token
 
 FILENAME = "holographic.db"
 
@@ -181,11 +181,10 @@ class FactStore(SidecarDB):
     # -- reads -------------------------------------------------------------------------
 
     def candidates(self, user_id: str, terms: Iterable[str], limit: int = 50) -> list[int]:
-        quoted = " OR ".join('"' + t.replace('"', '""') + '"' for t in dict.fromkeys(terms) if t)
-        if not quoted:
-            return []
-        query = f"scope : {scope_token(user_id)} AND ({quoted})"
         with self._conn() as conn:
+            query = match_query(conn, "facts_fts", user_id, terms)
+            if not query:
+                return []
             rows = conn.execute(
                 "SELECT rowid FROM facts_fts WHERE facts_fts MATCH ? ORDER BY rank LIMIT ?",
                 (query, limit),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +24,34 @@ def now() -> str:
 def scope_token(user_id: str) -> str:
     """The person's token in a full-text index ('u_0123…' -> 's0123…'-like)."""
     return "s" + "".join(ch for ch in user_id if ch.isalnum())
+
+
+COMMON_POSTINGS = 500  # a term in more of the person's rows than this ranks nothing
+
+
+def quote(term: str) -> str:
+    return '"' + term.replace('"', '""') + '"'
+
+
+def match_query(conn: sqlite3.Connection, table: str, user_id: str, terms: Iterable[str]) -> str:
+    """The FTS5 query for `terms` in the person's rows of `table`, without the terms
+    found in more than COMMON_POSTINGS of them (counted up to that bound, cheaply):
+    ranking their long posting lists costs the most and tells the least (a word in
+    every note). When every term is that common, they are all kept."""
+    wanted = [t for t in dict.fromkeys(terms) if t]
+    if not wanted:
+        return ""
+    scope = scope_token(user_id)
+    rare = [
+        term
+        for term in wanted
+        if conn.execute(
+            f"SELECT count(*) FROM (SELECT rowid FROM {table} WHERE {table} MATCH ? LIMIT ?)",
+            (f"scope : {scope} AND {quote(term)}", COMMON_POSTINGS + 1),
+        ).fetchone()[0]
+        <= COMMON_POSTINGS
+    ]
+    return f"scope : {scope} AND ({' OR '.join(quote(t) for t in rare or wanted)})"
 
 
 class SidecarDB:
@@ -74,4 +102,4 @@ class SidecarDB:
             raise
 
 
-__all__ = ["BUSY_MS", "SidecarDB", "now", "scope_token"]
+__all__ = ["BUSY_MS", "SidecarDB", "match_query", "now", "scope_token"]
