@@ -317,12 +317,6 @@ class ProviderHost:
             self.skipped,
         )
 
-    def backup_paths(self) -> list[Path]:
-        paths: list[Path] = []
-        for provider in list(self._instances.values()):
-            paths += self._bounded_sync("backup_paths", provider.backup_paths, [])
-        return paths
-
     async def drain(self, timeout: float = 30.0) -> None:
         """Wait (at most `timeout`) for every person's queued provider calls."""
         workers = list(self._workers.values())

@@ -240,14 +240,6 @@ class FactStore(SidecarDB):
         found = [f for f in self.facts(user_id, source=source) if f.content == content]
         return found[0] if found else None
 
-    def count(self, user_id: str) -> int:
-        with self._conn() as conn:
-            return int(
-                conn.execute("SELECT count(*) FROM facts WHERE user_id = ?", (user_id,)).fetchone()[
-                    0
-                ]
-            )
-
     def _entity_names(self, conn: sqlite3.Connection, ids: list[int]) -> dict[int, tuple[str, ...]]:
         if not ids:
             return {}

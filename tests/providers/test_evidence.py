@@ -275,3 +275,32 @@ def test_backup_snapshots_the_evidence_store_with_what_is_still_in_its_wal(
     with sqlite3.connect(other / FILENAME) as raw:
         assert raw.execute("SELECT count(*) FROM sources").fetchone()[0] == 20
         assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_events_and_artifacts_keep_to_the_same_rules(home: Path, tmp_path: Path) -> None:
+    """An event or a derived document (a drafted summary) needs a live chunk of its
+    person; an artifact is a draft; a chunk either cites survives re-indexing, stale."""
+    [path] = write_files(tmp_path / "e", 1)
+    alice = person(home, ALICE)
+    index_paths(alice.store, ALICE, [path])
+    cid = first_chunk(alice, path)
+    for cites in ([], ["c-unknown"]):
+        with pytest.raises(EvidenceError):
+            alice.store.add_artifact(ALICE, "summary", "drafted", cites)
+    with pytest.raises(EvidenceError):
+        alice.store.add_event(ALICE, "deployed", "c-unknown")
+    with pytest.raises(EvidenceError):
+        person(home, BOB).store.add_artifact(BOB, "summary", "borrowed", [cid])
+    artifact = alice.store.add_artifact(ALICE, "summary", "s0 listens on 8000", [cid])
+    alice.store.add_event(ALICE, "s0 deployed", cid)
+    with sqlite3.connect(home / FILENAME) as raw:
+        status = raw.execute("SELECT status FROM artifacts WHERE id = ?", (artifact,)).fetchone()
+    assert status == ("draft",)
+    path.write_text("# Note 0\nService s0 moved to port 9000.\n")
+    os.utime(path, (time.time() + 5, time.time() + 5))
+    report = index_paths(alice.store, ALICE, [path])
+    assert report.staled == 1  # the cited chunk: kept, marked stale (uncited ones go)
+    [kept] = alice.store.chunks(ALICE, [cid])
+    assert kept.stale and "8000" in kept.text
+    counts = alice.store.verify(ALICE)
+    assert counts["artifacts"] == 1 and counts["orphan_artifacts"] == 0
