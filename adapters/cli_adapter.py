@@ -12,6 +12,7 @@ import asyncio
 import itertools
 import sys
 import time
+from collections.abc import Callable
 
 from gateway.events import (
     ChatRef,
@@ -30,11 +31,13 @@ CLI_USER = UserRef("local", "owner")
 class CliAdapter:
     name = "cli"
     # the terminal renders the Markdown itself and has no length limit worth chunking at
-    capabilities = Capabilities(max_length=sys.maxsize)  # a terminal shows it all, unsplit
+    # a terminal shows it all, unsplit, and redraws a streamed reply as fast as it comes
+    capabilities = Capabilities(max_length=sys.maxsize, edit_interval_s=0.1)
 
     def __init__(self) -> None:
         self._sink: EventSink | None = None
         self._waiting: dict[str, asyncio.Future[Answer]] = {}
+        self._partial: dict[str, Callable[[str], None]] = {}
         self._ids = itertools.count()
         self._run = time.time_ns()  # message ids stay unique across runs (state.db dedupes)
 
@@ -67,13 +70,15 @@ class CliAdapter:
         for future in self._waiting.values():
             future.cancel()
 
-    async def ask(self, text: str) -> Answer:
-        """Send one line; the router's reply to it."""
+    async def ask(self, text: str, on_partial: Callable[[str], None] | None = None) -> Answer:
+        """Send one line; the router's reply to it (streamed through `on_partial`)."""
         if self._sink is None:
             raise RuntimeError("the CLI adapter is not started")
         event = self.event(text)
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._waiting[event.message_id] = future
+        if on_partial is not None:
+            self._partial[event.message_id] = on_partial
         try:
             await self._sink(event)
             return await future
@@ -83,12 +88,28 @@ class CliAdapter:
             raise
         finally:
             self._waiting.pop(event.message_id, None)
+            self._partial.pop(event.message_id, None)
 
     async def send(self, message: OutboundMessage) -> SendResult:
-        future = self._waiting.get(message.reply_to_id or "")
-        if future is not None and not future.done():
-            future.set_result(Answer(message.text, message.failed))
-        return SendResult(True, (message.reply_to_id or "",))
+        """The reply to a line (its id: the line's, so that edits find its asker)."""
+        return self._show(message.reply_to_id or "", message)
+
+    async def edit(self, chat: ChatRef, message_id: str, message: OutboundMessage) -> SendResult:
+        return self._show(message_id, message)
+
+    async def delete(self, chat: ChatRef, message_id: str) -> SendResult:
+        return SendResult(True, (message_id,))  # one message per reply: nothing extra
+
+    def _show(self, asked: str, message: OutboundMessage) -> SendResult:
+        if message.partial:
+            show = self._partial.get(asked)
+            if show is not None:
+                show(message.text)
+        else:
+            future = self._waiting.get(asked)
+            if future is not None and not future.done():
+                future.set_result(Answer(message.text, message.failed))
+        return SendResult(True, (asked,))
 
     async def typing(self, chat: ChatRef) -> None:
         """The chat loop shows its own spinner."""

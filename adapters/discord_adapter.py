@@ -97,7 +97,8 @@ def interaction_to_event(
 
 class DiscordAdapter:
     name = "discord"
-    capabilities = Capabilities(max_length=2000)
+    # message edits: 5 per 5 s in a channel (discord.py waits out a 429 by itself)
+    capabilities = Capabilities(max_length=2000, edit_interval_s=1.0, group_edit_interval_s=1.5)
 
     def __init__(
         self,
@@ -228,15 +229,43 @@ class DiscordAdapter:
                     message.text, allowed_mentions=discord.AllowedMentions.none()
                 )
         except discord.HTTPException as exc:
-            if exc.status == 429:
-                wait = float(exc.response.headers.get("Retry-After", "1"))
-                return SendResult(False, error="rate limited", retryable=True, retry_after=wait)
-            return SendResult(
-                False, error=f"HTTP {exc.status}: {exc.text}", retryable=exc.status >= 500
-            )
+            return _refused(exc)
         except (aiohttp.ClientError, TimeoutError) as exc:  # it may have been posted
             return SendResult(False, error=f"outcome unknown: {type(exc).__name__}: {exc}")
         return SendResult(True, (f"{message.chat.id}:{sent.id}",))
+
+    async def edit(self, chat: ChatRef, message_id: str, message: OutboundMessage) -> SendResult:
+        """PATCH the message (safe to repeat: an unknown outcome is retryable here)."""
+        partial = self._message(chat, message_id)
+        try:
+            await partial.edit(
+                content=message.text, allowed_mentions=discord.AllowedMentions.none()
+            )
+        except discord.HTTPException as exc:
+            return _refused(exc)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return SendResult(False, error=f"{type(exc).__name__}: {exc}", retryable=True)
+        return SendResult(True, (message_id,))
+
+    async def delete(self, chat: ChatRef, message_id: str) -> SendResult:
+        try:
+            await self._message(chat, message_id).delete()
+        except discord.HTTPException as exc:
+            return _refused(exc)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return SendResult(False, error=f"{type(exc).__name__}: {exc}", retryable=True)
+        return SendResult(True, (message_id,))
+
+    def _message(self, chat: ChatRef, message_id: str) -> discord.PartialMessage:
+        channel = self.client.get_partial_messageable(int(chat.id))
+        return channel.get_partial_message(int(message_id.rsplit(":", 1)[-1]))
+
+
+def _refused(exc: discord.HTTPException) -> SendResult:
+    if exc.status == 429:
+        wait = float(exc.response.headers.get("Retry-After", "1"))
+        return SendResult(False, error="rate limited", retryable=True, retry_after=wait)
+    return SendResult(False, error=f"HTTP {exc.status}: {exc.text}", retryable=exc.status >= 500)
 
 
 DISCORD_EPOCH_MS = 1_420_070_400_000

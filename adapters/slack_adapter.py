@@ -62,6 +62,9 @@ PERMANENT = {
     "invalid_auth",
     "msg_too_long",
     "no_text",
+    "message_not_found",
+    "cant_update_message",
+    "edit_window_closed",
 }
 
 
@@ -121,6 +124,8 @@ class SlackAdapter:
         max_length=40_000,  # chat.postMessage truncates text past 40,000 characters
         render=to_slack_mrkdwn,
         reorder_window_s=0.15,
+        edit_interval_s=1.0,  # chat.update is Tier 3 (about 50 a minute)
+        group_edit_interval_s=1.5,
     )
 
     def __init__(
@@ -236,21 +241,46 @@ class SlackAdapter:
                 mrkdwn=True,
             )
         except SlackApiError as exc:
-            status = exc.response.status_code
-            error = str(exc.response.get("error", "")) if exc.response.data else ""
-            if status == 429:
-                retry_after = float(exc.response.headers.get("Retry-After", "1"))
-                return SendResult(
-                    False, error="ratelimited", retryable=True, retry_after=retry_after
-                )
-            return SendResult(
-                False,
-                error=error or f"HTTP {status}",
-                retryable=status >= 500 and error not in PERMANENT,
-            )
+            return _refused(exc)
         except Exception as exc:  # a dropped connection: it may have been posted
             return SendResult(False, error=f"outcome unknown: {type(exc).__name__}: {exc}")
         return SendResult(True, (f"{chat.id}:{response['ts']}",))
+
+    async def edit(self, chat: ChatRef, message_id: str, message: OutboundMessage) -> SendResult:
+        """chat.update (safe to repeat: an unknown outcome is retryable here)."""
+        ts = message_id.rsplit(":", 1)[-1]
+        try:
+            await self.client.chat_update(
+                channel=chat.id, ts=ts, text=message.as_sent(to_slack_mrkdwn)
+            )
+        except SlackApiError as exc:
+            return _refused(exc)
+        except Exception as exc:
+            return SendResult(False, error=f"{type(exc).__name__}: {exc}", retryable=True)
+        return SendResult(True, (message_id,))
+
+    async def delete(self, chat: ChatRef, message_id: str) -> SendResult:
+        try:
+            await self.client.chat_delete(channel=chat.id, ts=message_id.rsplit(":", 1)[-1])
+        except SlackApiError as exc:
+            return _refused(exc)
+        except Exception as exc:
+            return SendResult(False, error=f"{type(exc).__name__}: {exc}", retryable=True)
+        return SendResult(True, (message_id,))
+
+
+def _refused(exc: SlackApiError) -> SendResult:
+    """What an error answer of the Web API means for sending again."""
+    status = exc.response.status_code
+    error = str(exc.response.get("error", "")) if exc.response.data else ""
+    if status == 429:
+        retry_after = float(exc.response.headers.get("Retry-After", "1"))
+        return SendResult(False, error="ratelimited", retryable=True, retry_after=retry_after)
+    return SendResult(
+        False,
+        error=error or f"HTTP {status}",
+        retryable=status >= 500 and error not in PERMANENT,
+    )
 
 
 def _float(value: Any) -> float | None:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from aiohttp import web
@@ -38,6 +38,7 @@ from gateway.http_server import Route
 from gateway.ports import Capabilities, EventSink, MenuEntry
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SEND_CONNECTIONS = 8
 POOL_TIMEOUT_S = 30.0  # waiting for a free connection is not a failure
@@ -149,10 +150,13 @@ class _WatchedPolling(HTTPXRequest):
 class TelegramAdapter:
     name = "telegram"
     # 4,096 UTF-16 units per message, counted on the HTML that is sent
+    # edits: about one per second in a chat, 20 messages a minute in a group
     capabilities = Capabilities(
         max_length=4096,
         length=utf16_length,
         render=to_telegram_html,
+        edit_interval_s=1.0,
+        group_edit_interval_s=3.0,
     )
 
     def __init__(
@@ -281,27 +285,71 @@ class TelegramAdapter:
             reply = ReplyParameters(
                 int(message.reply_to_id.rsplit(":", 1)[-1]), allow_sending_without_reply=True
             )
-        try:
-            sent = await self.app.bot.send_message(
+        sent = await _outcome(
+            self.app.bot.send_message(
                 int(chat.id),
                 text,
                 parse_mode=mode,
                 reply_parameters=reply,
                 message_thread_id=int(chat.thread_id) if chat.thread_id else None,
             )
-        except RetryAfter as exc:
-            wait = exc.retry_after
-            seconds = wait.total_seconds() if isinstance(wait, timedelta) else float(wait)
-            return SendResult(False, error="rate limited", retryable=True, retry_after=seconds)
-        except Forbidden as exc:
-            return SendResult(False, error=f"forbidden: {exc}")  # blocked by the user
-        except TimedOut as exc:  # it may have been posted: resending could duplicate
-            return SendResult(False, error=f"timed out, outcome unknown: {exc}")
-        except NetworkError as exc:
-            if isinstance(exc, BadRequest):
-                raise
-            return _network_failure(exc)
+        )
+        if isinstance(sent, SendResult):
+            return sent
         return SendResult(True, (f"{chat.id}:{sent.message_id}",))
+
+    async def edit(self, chat: ChatRef, message_id: str, message: OutboundMessage) -> SendResult:
+        """editMessageText, as HTML (plain when Telegram cannot parse it); an edit to the
+        text the message already has ("message is not modified") is success."""
+        number = int(message_id.rsplit(":", 1)[-1])
+        attempts: list[tuple[str, str | None]] = [
+            (message.as_sent(to_telegram_html), ParseMode.HTML),
+            (message.text, None),
+        ]
+        result = SendResult(False, error="not edited")
+        for text, mode in attempts:
+            try:
+                done = await _outcome(
+                    self.app.bot.edit_message_text(text, int(chat.id), number, parse_mode=mode)
+                )
+            except BadRequest as exc:
+                if "not modified" in str(exc).lower():
+                    return SendResult(True, (message_id,))
+                result = SendResult(False, error=f"rejected: {exc}")
+                if "parse" in str(exc).lower():
+                    continue  # the same text, plain
+                return result
+            if isinstance(done, SendResult):  # an edit is safe to make again, whatever
+                return replace(done, retryable=not (done.error or "").startswith("forbidden"))
+            return SendResult(True, (message_id,))
+        return result
+
+    async def delete(self, chat: ChatRef, message_id: str) -> SendResult:
+        number = int(message_id.rsplit(":", 1)[-1])
+        try:
+            done = await _outcome(self.app.bot.delete_message(int(chat.id), number))
+        except BadRequest as exc:
+            return SendResult(False, error=f"rejected: {exc}")
+        return done if isinstance(done, SendResult) else SendResult(True, (message_id,))
+
+
+async def _outcome(call: Awaitable[T]) -> T | SendResult:
+    """The Bot API call's result, or the SendResult its failure means (BadRequest is
+    raised: what it means depends on the call)."""
+    try:
+        return await call
+    except RetryAfter as exc:
+        wait = exc.retry_after
+        seconds = wait.total_seconds() if isinstance(wait, timedelta) else float(wait)
+        return SendResult(False, error="rate limited", retryable=True, retry_after=seconds)
+    except Forbidden as exc:
+        return SendResult(False, error=f"forbidden: {exc}")  # blocked by the user
+    except TimedOut as exc:  # it may have been posted: resending could duplicate
+        return SendResult(False, error=f"timed out, outcome unknown: {exc}")
+    except NetworkError as exc:
+        if isinstance(exc, BadRequest):
+            raise
+        return _network_failure(exc)
 
 
 def _network_failure(exc: NetworkError) -> SendResult:

@@ -19,7 +19,7 @@ import logging
 import re
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ class InstantConsolidator:
         messages: Sequence[dict[str, Any]],
         tools: Sequence[dict[str, Any]] | None = None,
         temperature: float | None = None,
+        on_text: Callable[[str], None] | None = None,
     ) -> ModelReply:
         lines = []
         for line in str(messages[-1]["content"]).splitlines():

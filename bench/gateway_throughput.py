@@ -22,7 +22,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ class InstantModel:
         messages: Sequence[dict[str, Any]],
         tools: Sequence[dict[str, Any]] | None = None,
         temperature: float | None = None,
+        on_text: Callable[[str], None] | None = None,
     ) -> ModelReply:
         return ModelReply("Got it, thanks!", prompt_tokens=50 * len(messages), completion_tokens=4)
 

@@ -22,7 +22,7 @@ import json
 import statistics
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ class InstantModel:
         messages: Sequence[dict[str, Any]],
         tools: Sequence[dict[str, Any]] | None = None,
         temperature: float | None = None,
+        on_text: Callable[[str], None] | None = None,
     ) -> ModelReply:
         tokens = 30 * len(messages)
         if messages[-1]["role"] == "user":

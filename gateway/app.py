@@ -216,7 +216,13 @@ def router_policy(config: HermesConfig) -> RouterPolicy:
     always = frozenset(c for _, p in enabled for c in p.answer_without_mention)
     scopes = {name: Scope(p.group_scope) for name, p in enabled}
     intake = IntakePolicy(scopes=scopes, always_answer_chats=always)
-    return RouterPolicy(intake=intake, queue_mode=config.gateway.queue_mode)
+    streaming = {name: p.streaming for name, p in enabled if p.streaming is not None}
+    return RouterPolicy(
+        intake=intake,
+        queue_mode=config.gateway.queue_mode,
+        streaming=config.gateway.streaming,
+        streaming_by_platform=streaming,
+    )
 
 
 __all__ = [

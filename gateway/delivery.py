@@ -11,8 +11,10 @@ that cannot be delivered is recorded against the stored reply (`deliveries`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
+from collections.abc import Awaitable, Callable
 
 from gateway.chunking import chunk
 from gateway.events import ChatRef, OutboundMessage, SendResult
@@ -62,27 +64,35 @@ class Delivery:
         for index, (part, rendered) in enumerate(parts(text, adapter.capabilities)):
             reply = reply_to if index == 0 else None
             outbound = OutboundMessage(chat, part, reply, failed, rendered=rendered)
-            result, attempts = await self._send_one(adapter, outbound)
+            result, attempts = await self.attempt(functools.partial(adapter.send, outbound))
             if not result.ok:
-                metrics.DELIVERIES_FAILED.labels(adapter.name).inc()
-                logger.warning(
-                    "could not deliver to %s %s: %s", adapter.name, chat.id, result.error
-                )
-                error = result.error
-                self.db.conversations.record_delivery(
-                    stored_id, adapter.name, chat.id, ok=False, attempts=attempts, error=error
-                )
+                self.record_failure(adapter, chat, stored_id, result, attempts)
                 return False
             metrics.MESSAGES_SENT.labels(adapter.name).inc()
         return True
 
-    async def _send_one(
-        self, adapter: PlatformAdapter, message: OutboundMessage
-    ) -> tuple[SendResult, int]:
+    def record_failure(
+        self,
+        adapter: PlatformAdapter,
+        chat: ChatRef,
+        stored_id: int | None,
+        result: SendResult,
+        attempts: int,
+    ) -> None:
+        """A part that could not be delivered: counted, logged, recorded on the reply."""
+        metrics.DELIVERIES_FAILED.labels(adapter.name).inc()
+        logger.warning("could not deliver to %s %s: %s", adapter.name, chat.id, result.error)
+        self.db.conversations.record_delivery(
+            stored_id, adapter.name, chat.id, ok=False, attempts=attempts, error=result.error
+        )
+
+    async def attempt(self, call: Callable[[], Awaitable[SendResult]]) -> tuple[SendResult, int]:
+        """`call` (a send or an edit) with bounded retries: only what the adapter marks
+        retryable is made again; a 429 is waited out exactly as long as asked."""
         delay = FIRST_BACKOFF_S
         result = SendResult(False, error="not sent")
         for attempt in range(1, self.max_attempts + 1):
-            result = await adapter.send(message)
+            result = await call()
             if result.ok or not result.retryable:
                 return result, attempt
             if attempt == self.max_attempts:

@@ -67,6 +67,7 @@ class OutboundMessage:
     # `text` in the platform's dialect (Capabilities.render), as delivery measured it
     # against the limit: adapters send this instead of rendering again
     rendered: str | None = None
+    partial: bool = False  # a streamed reply still being written (an edit will follow)
 
     def as_sent(self, render: Callable[[str], str]) -> str:
         return self.rendered if self.rendered is not None else render(self.text)

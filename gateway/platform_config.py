@@ -15,6 +15,7 @@ class PlatformConfig(Section):
     allowed_chats: list[str] = Field(default_factory=list)  # group chats open to everyone in them
     group_scope: Literal["per_user", "per_chat"] = "per_user"
     answer_without_mention: list[str] = Field(default_factory=list)  # group chat ids
+    streaming: bool | None = None  # replies shown as they are written; unset: gateway's
 
 
 class TelegramConfig(PlatformConfig):
@@ -66,6 +67,9 @@ class HttpConfig(Section):
 class GatewaySection(Section):
     http: HttpConfig = HttpConfig()
     queue_mode: Literal["queue", "merge"] = "queue"
+    # replies appear as the model writes them (one message edited in place); `off`:
+    # each reply arrives whole. Per platform: platforms.<name>.streaming
+    streaming: bool = True
     # a platform that fails to start is retried with backoff (capped, jittered); if no
     # enabled platform has connected after this long, the process exits non-zero so its
     # supervisor restarts it (0: never)

@@ -21,6 +21,17 @@ class Capabilities:
     # delivery concurrently): a lane waits this long before its first turn, so messages
     # sent just before can still take their place in line
     reorder_window_s: float = 0.0
+    # streamed replies: a sent message may be edited at most this often in one chat
+    # (None: the platform cannot edit messages, replies arrive whole)
+    edit_interval_s: float | None = None
+    group_edit_interval_s: float | None = None  # in groups and channels (stricter limits)
+
+    def edit_interval(self, group: bool) -> float | None:
+        if self.edit_interval_s is None:
+            return None
+        return (
+            (self.group_edit_interval_s or self.edit_interval_s) if group else self.edit_interval_s
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +67,14 @@ class PlatformAdapter(Protocol):
 
     async def send(self, message: OutboundMessage) -> SendResult: ...
 
+    async def edit(self, chat: ChatRef, message_id: str, message: OutboundMessage) -> SendResult:
+        """Replace the text of a message this adapter sent (`message_id` as `send` gave
+        it). Editing to the text it already has is success. Only called when
+        `capabilities.edit_interval_s` is set."""
+
+    async def delete(self, chat: ChatRef, message_id: str) -> SendResult:
+        """Delete a message this adapter sent (a streamed reply that came out shorter)."""
+
     async def typing(self, chat: ChatRef) -> None:
         """Show a typing indicator (best effort)."""
 
@@ -75,5 +94,6 @@ class LocalChat(PlatformAdapter, Protocol):
     def event(self, text: str) -> MessageEvent:
         """`text` as a message event from the local owner."""
 
-    async def ask(self, text: str) -> Answer:
-        """Send one line through the router; its reply. Cancelling sends /stop."""
+    async def ask(self, text: str, on_partial: Callable[[str], None] | None = None) -> Answer:
+        """Send one line through the router; its reply. Cancelling sends /stop. A reply
+        streamed to the terminal passes through `on_partial` as it is written."""

@@ -20,7 +20,7 @@ import itertools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -33,6 +33,7 @@ from gateway.intake import Admitted, Intake, IntakePolicy
 from gateway.people import People
 from gateway.ports import PlatformAdapter
 from gateway.session_key import SessionKey
+from gateway.streaming import StreamedReply
 from hermes import metrics
 from hermes.agent.agent import Agent, Speaker, Surface
 from hermes.agent.conversation import Conversation
@@ -58,6 +59,11 @@ class RouterPolicy:
     intake: IntakePolicy = field(default_factory=IntakePolicy)
     queue_mode: Literal["queue", "merge"] = "queue"
     cached_conversations: int = 2_000  # live histories kept in memory (LRU)
+    streaming: bool = True  # gateway.streaming: replies shown as they are written
+    streaming_by_platform: Mapping[str, bool] = field(default_factory=dict)  # overrides
+
+    def streams(self, platform: str) -> bool:
+        return self.streaming_by_platform.get(platform, self.streaming)
 
 
 _arrivals = itertools.count()  # ties in sent_at keep arrival order
@@ -251,25 +257,33 @@ class Router(SessionControl):
         surface = _surface(event)
         conv = self._conversation(first, surface)
         speaker = Speaker(first.person.user_id, first.person.display_name or "someone")
+        last = batch[-1].event
+        stream = self._stream(adapter, last)
         typing = asyncio.create_task(self._keep_typing(adapter, event.chat))
         try:
             ids = ",".join(item.event.message_id for item in batch)
             result = await self.agent.turn(
-                conv, text, surface, platform_message_id=ids, speaker=speaker
+                conv, text, surface, platform_message_id=ids, speaker=speaker, stream=stream
             )
+        except asyncio.CancelledError:
+            if stream is not None:
+                await stream.stopped()  # what was shown stays, marked as stopped
+            raise
         finally:
             typing.cancel()
         if result.duplicate:
             return
-        last = batch[-1].event
-        await self.delivery.deliver(
-            adapter,
-            last.chat,
-            result.text,
-            last.message_id,
-            stored_id=result.reply_id,
-            failed=not result.ok,
-        )
+        if stream is not None:
+            await stream.finish(result.text, stored_id=result.reply_id, failed=not result.ok)
+        else:
+            await self.delivery.deliver(
+                adapter,
+                last.chat,
+                result.text,
+                last.message_id,
+                stored_id=result.reply_id,
+                failed=not result.ok,
+            )
         logger.info(  # who and where, never what was said
             "turn %s: %s %s chat %s, user %s, session %s, %d message(s), %.2f s",
             "answered" if result.ok else "failed",
@@ -281,6 +295,14 @@ class Router(SessionControl):
             len(batch),
             time.monotonic() - started,
         )
+
+    def _stream(self, adapter: PlatformAdapter, event: MessageEvent) -> StreamedReply | None:
+        """The live view of this turn's reply, when streaming is on and possible here."""
+        group = event.chat.type is not ChatType.DM
+        interval = adapter.capabilities.edit_interval(group)
+        if interval is None or not self.policy.streams(adapter.name):
+            return None
+        return StreamedReply(adapter, event.chat, event.message_id, self.delivery, interval)
 
     def _owner(self, item: Admitted) -> str:
         """The user owning the key's sessions: the person, or the chat when shared."""

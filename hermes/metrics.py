@@ -30,6 +30,12 @@ MESSAGES_RECEIVED = Counter(
 MESSAGES_SENT = Counter(
     "hermes_messages_sent", "Reply messages (parts) delivered", ["platform"], registry=REGISTRY
 )
+STREAM_EDITS = Counter(
+    "hermes_stream_edits",
+    "Edits of a message that shows a reply as it is streamed",
+    ["platform"],
+    registry=REGISTRY,
+)
 DELIVERIES_FAILED = Counter(
     "hermes_deliveries_failed",
     "Replies that could not be delivered",
@@ -98,6 +104,7 @@ __all__ = [
     "MODEL_ERRORS",
     "QUEUE_DEPTH",
     "SEARCH_SECONDS",
+    "STREAM_EDITS",
     "TOOL_CALLS",
     "TURN_SECONDS",
     "render",

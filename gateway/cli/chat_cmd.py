@@ -204,8 +204,8 @@ def _interactive(
             if name:
                 answer = runtime.run(adapter.ask(line))
             else:
-                with console.status("thinking…", spinner="dots"):
-                    answer = runtime.run(adapter.ask(line))
+                with LiveReply() as live:  # the reply as it is written, then printed whole
+                    answer = runtime.run(adapter.ask(line, on_partial=live.update))
         except TurnCancelledError:
             note("[yellow](cancelled; your message is saved in this session)[/yellow]")
             continue
@@ -216,6 +216,40 @@ def _interactive(
             console.print(Markdown(shown or "(no answer)"))
         if name == "/help":
             note(f"[dim]{CLI_NOTE}[/dim]")
+
+
+class LiveReply:
+    """A spinner until the reply's first words, then the Markdown so far, redrawn in
+    place (rich Live, cleared at the end: the finished reply is printed normally, so a
+    long one scrolls like any output). `update` may be called from another thread."""
+
+    def __init__(self) -> None:
+        from rich.live import Live
+        from rich.spinner import Spinner
+
+        self._live = Live(
+            Spinner("dots", "thinking…"),
+            console=console,
+            transient=True,
+            refresh_per_second=8,
+            vertical_overflow="crop",
+        )
+
+    def update(self, text: str) -> None:
+        from rich.markdown import Markdown
+
+        lines = text.splitlines()
+        room = max(5, console.height - 3)
+        if len(lines) > room:  # a long reply: its end, where the writing is
+            text = "…\n" + "\n".join(lines[-room:])
+        self._live.update(Markdown(text))
+
+    def __enter__(self) -> LiveReply:
+        self._live.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._live.stop()
 
 
 def _next_message(reader: ChatInput) -> str | None:

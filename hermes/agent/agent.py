@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from hermes import metrics
 from hermes.agent import compression, review
@@ -45,6 +46,16 @@ GROUP_MEMORY_OFF = (
     "Memory is off in group chats here (privacy.group_memory: none); nothing was saved. "
     "The user can tell you again in a direct message."
 )
+
+
+class TurnStream(Protocol):
+    """Where a streamed turn shows itself as it goes (gateway/streaming.py)."""
+
+    def text(self, so_far: str) -> None:
+        """The answer's text so far (of the model call running now)."""
+
+    def status(self, note: str) -> None:
+        """A short note while tools run ("searching past conversations…")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,12 +112,16 @@ class Agent:
         platform_message_id: str | None = None,
         *,
         speaker: Speaker | None = None,
+        stream: TurnStream | None = None,
     ) -> TurnResult:
         """One turn. `speaker` is the person writing when it is not the session's user
         (a shared group session): their words are marked with their name, and a memory
-        they ask for goes to their own store."""
+        they ask for goes to their own store. With `stream`, the model's text is shown
+        as it is written (and a note while tools run); the result is the same."""
         with metrics.TURN_SECONDS.labels(surface.platform).time():
-            return await self._turn(conv, text, surface, platform_message_id, speaker=speaker)
+            return await self._turn(
+                conv, text, surface, platform_message_id, speaker=speaker, stream=stream
+            )
 
     async def _turn(
         self,
@@ -116,6 +131,7 @@ class Agent:
         platform_message_id: str | None,
         *,
         speaker: Speaker | None,
+        stream: TurnStream | None,
     ) -> TurnResult:
         if conv.shared:
             text = f"[{speaker.name if speaker else 'someone'}] {text}"
@@ -142,7 +158,7 @@ class Agent:
         if recalled:
             context = f"{context}\n{fence_recall(recalled)}"
         try:
-            answer, reply_id = await self._loop(conv, tools, context)
+            answer, reply_id = await self._loop(conv, tools, context, stream)
         except LLMError as exc:
             logger.warning("model call failed in session %s: %s", conv.id, exc)
             return TurnResult(
@@ -182,8 +198,8 @@ class Agent:
             self.db, scope, self.search_summarizer, self.search_policy, self.embedder
         )
         tools = [
-            Tool("memory", MEMORY_TOOL_SCHEMA, remember),
-            Tool(search.name, search.schema, search.run),
+            Tool("memory", MEMORY_TOOL_SCHEMA, remember, "updating my notes…"),
+            Tool(search.name, search.schema, search.run, "searching past conversations…"),
         ]
         if not conv.shared and self.sessions.personal(surface):  # the person's own provider
             tools += [
@@ -198,26 +214,40 @@ class Agent:
         async def call(args: dict[str, Any]) -> dict[str, Any]:
             return await self.providers.call_tool(user_id, name, args)
 
-        return Tool(name, schema, call)
+        return Tool(name, schema, call, f"checking {self.providers.name or 'memory'}…")
 
     async def _loop(
-        self, conv: Conversation, tools: ToolBox, context: str
+        self, conv: Conversation, tools: ToolBox, context: str, stream: TurnStream | None
     ) -> tuple[str, int | None]:
+        on_text = stream.text if stream is not None else None
         for _ in range(self.config.max_tool_iterations):
-            reply = await self._call(conv, context, tools)
+            reply = await self._call(conv, context, tools, on_text=on_text)
             if not reply.tool_calls:
                 return self._finish(conv, reply)
+            if stream is not None:
+                stream.status(
+                    " ".join(dict.fromkeys(tools.status(c.name) for c in reply.tool_calls))
+                )
             await self._run_tools(conv, tools, reply)
-        reply = await self._call(conv, context, None, note=FINAL_ANSWER_NOTE)
+        reply = await self._call(conv, context, None, note=FINAL_ANSWER_NOTE, on_text=on_text)
         return self._finish(conv, reply)
 
     async def _call(
-        self, conv: Conversation, context: str, tools: ToolBox | None, note: str | None = None
+        self,
+        conv: Conversation,
+        context: str,
+        tools: ToolBox | None,
+        note: str | None = None,
+        on_text: Callable[[str], None] | None = None,
     ) -> ModelReply:
         messages = self.request_messages(conv, context)
         if note:
             messages.append({"role": "user", "content": note})
-        reply = await self.model.chat(messages, tools.schemas if tools else None)
+        schemas = tools.schemas if tools else None
+        if on_text is None:
+            reply = await self.model.chat(messages, schemas)
+        else:
+            reply = await self.model.chat(messages, schemas, on_text=on_text)
         conv.mark_sent(reply.prompt_tokens)
         return reply
 
@@ -314,4 +344,4 @@ class Agent:
         await self.memory.drain(timeout)
 
 
-__all__ = ["Agent", "Speaker", "Surface", "TurnResult"]
+__all__ = ["Agent", "Speaker", "Surface", "TurnResult", "TurnStream"]

@@ -24,6 +24,7 @@ class Tool:
     name: str
     schema: dict[str, Any]
     run: Executor
+    status: str = ""  # what a streamed reply shows while it runs ("searching ...")
 
 
 class ToolBox:
@@ -33,6 +34,11 @@ class ToolBox:
     @property
     def schemas(self) -> list[dict[str, Any]]:
         return [tool.schema for tool in self._tools.values()]
+
+    def status(self, name: str) -> str:
+        """The short note shown while the tool `name` runs."""
+        tool = self._tools.get(name)
+        return (tool.status if tool is not None else "") or "working…"
 
     def only(self, *names: str) -> ToolBox:
         return ToolBox([tool for name, tool in self._tools.items() if name in names])

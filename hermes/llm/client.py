@@ -7,8 +7,9 @@ still fails to LLMError with a short message that never echoes secrets.
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hermes import metrics
@@ -17,6 +18,8 @@ from hermes.llm.types import ModelReply, ToolCall
 
 if TYPE_CHECKING:  # the SDK is imported on the first call: a CLI command that never
     import openai  # talks to a model does not pay for it (about 0.8 s of CPU)
+
+logger = logging.getLogger(__name__)
 
 NO_KEY = "no-key-needed"  # local servers (Ollama, vLLM) accept any key
 
@@ -96,12 +99,69 @@ class LLMClient:
         messages: Sequence[dict[str, Any]],
         tools: Sequence[dict[str, Any]] | None = None,
         temperature: float | None = None,
+        on_text: Callable[[str], None] | None = None,
     ) -> ModelReply:
+        """One reply. With `on_text`, the reply is streamed: `on_text` gets the text so
+        far at each piece. A stream that breaks off (a dropped connection, an error
+        event, a body that is not a stream) is not resumed: the same request is made
+        again without streaming (the SDK's retries apply to it), so the reply returned
+        is always one complete answer, never the broken-off part."""
+        if on_text is not None:
+            streamed = await self._stream(messages, tools, temperature, on_text)
+            if streamed is not None:
+                return streamed
         completion = await self.complete(messages, tools=tools, temperature=temperature)
         try:
             return _reply(completion)
         except (AttributeError, TypeError, IndexError, KeyError):  # JSON of the wrong shape
             raise LLMError(NOT_A_COMPLETION) from None
+
+    async def _stream(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None,
+        temperature: float | None,
+        on_text: Callable[[str], None],
+    ) -> ModelReply | None:
+        """The streamed reply, or None when the stream failed (ask again, whole)."""
+        import httpx
+        import openai
+
+        kwargs: dict[str, Any] = {
+            "model": self.endpoint.model,
+            "messages": list(messages),
+            "temperature": self.endpoint.temperature if temperature is None else temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if tools:
+            kwargs["tools"] = list(tools)
+        started = time.perf_counter()
+        reply = _StreamedReply()
+        try:
+            stream = await self._client.chat.completions.create(**kwargs)
+            async for piece in stream:
+                if reply.add(piece):
+                    on_text(reply.text)
+            return reply.result()
+        except openai.APIStatusError as exc:
+            if exc.status_code not in (400, 404, 415, 422):
+                metrics.MODEL_ERRORS.labels(_kind(exc)).inc()
+                raise _error(exc, self.endpoint.timeout) from None
+            # an endpoint that refuses streaming (or stream_options): the plain request
+            logger.info("the model endpoint refused a streamed request (HTTP %s)", exc.status_code)
+        except openai.APITimeoutError as exc:  # already retried by the SDK
+            metrics.MODEL_ERRORS.labels(_kind(exc)).inc()
+            raise _error(exc, self.endpoint.timeout) from None
+        except (openai.APIError, httpx.HTTPError, ValueError, AttributeError, TypeError) as exc:
+            metrics.MODEL_ERRORS.labels("stream_interrupted").inc()
+            logger.warning(
+                "the model's stream broke off (%s); asking again without streaming",
+                type(exc).__name__,
+            )
+        finally:
+            metrics.MODEL_CALL_SECONDS.observe(time.perf_counter() - started)
+        return None
 
     async def text(self, messages: Sequence[dict[str, Any]], **kwargs: Any) -> str:
         completion = await self.complete(messages, **kwargs)
@@ -174,6 +234,54 @@ class LLMClient:
         if self._sdk_client is not None:
             client, self._sdk_client = self._sdk_client, None
             await client.close()
+
+
+class _StreamedReply:
+    """A reply put together from stream chunks (content pieces, tool calls by index)."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.calls: dict[int, dict[str, str]] = {}
+        self.finish_reason: str | None = None
+        self.usage: Any = None
+
+    def add(self, chunk: Any) -> bool:
+        """Take one chunk; True when the text grew."""
+        if getattr(chunk, "usage", None) is not None:
+            self.usage = chunk.usage
+        if not chunk.choices:
+            return False
+        choice = chunk.choices[0]
+        self.finish_reason = choice.finish_reason or self.finish_reason
+        delta = choice.delta
+        for call in getattr(delta, "tool_calls", None) or []:
+            slot = self.calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
+            slot["id"] = call.id or slot["id"]
+            if call.function is not None:
+                slot["name"] += call.function.name or ""
+                slot["arguments"] += call.function.arguments or ""
+        if delta.content:
+            self.text += delta.content
+            return True
+        return False
+
+    def result(self) -> ModelReply:
+        if self.finish_reason is None:  # every complete stream ends with one
+            raise ValueError("the stream ended without a finish reason (cut off)")
+        calls = tuple(
+            ToolCall(
+                id=slot["id"] or f"call_{index}", name=slot["name"], arguments=slot["arguments"]
+            )
+            for index, slot in sorted(self.calls.items())
+        )
+        usage = self.usage
+        return ModelReply(
+            content=self.text or None,
+            tool_calls=calls,
+            prompt_tokens=usage.prompt_tokens if usage else None,
+            completion_tokens=usage.completion_tokens if usage else None,
+            finish_reason=self.finish_reason,
+        )
 
 
 def _reply(completion: Any) -> ModelReply:

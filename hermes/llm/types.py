@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,11 +32,15 @@ class ModelReply:
 
 
 class ChatModel(Protocol):
-    """One chat-completion call; LLMClient implements it over HTTP."""
+    """One chat-completion call; LLMClient implements it over HTTP (streamed or not)."""
 
     async def chat(
         self,
         messages: Sequence[dict[str, Any]],
         tools: Sequence[dict[str, Any]] | None = None,
         temperature: float | None = None,
-    ) -> ModelReply: ...
+        on_text: Callable[[str], None] | None = None,
+    ) -> ModelReply:
+        """`on_text` (when given) gets the reply's text so far as it is written; a model
+        that cannot stream may ignore it."""
+        ...

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gateway.app import build_app
+from gateway.config import HermesConfig
 from gateway.ports import MenuEntry, PlatformAdapter
 from hermes.state.db import SessionDB
 from tests.apps import app_config
@@ -22,12 +23,14 @@ def run_gateway(
     make_adapter: Callable[[list[MenuEntry]], PlatformAdapter],
     body: Callable[[], Awaitable[T]],
     ready: Callable[[], None] | None = None,
+    *,
+    config: HermesConfig | None = None,
 ) -> T:
     """The app from the composition root, with one adapter attached, then started."""
 
     async def go() -> T:
         db = SessionDB.open(home)
-        app = build_app(home, app_config(fake_llm), db)
+        app = build_app(home, config or app_config(fake_llm), db)
         adapter = make_adapter(app.commands.menu())
         app.router.attach(adapter)
         await adapter.start(app.router.handle)

@@ -122,7 +122,8 @@ def test_sigterm_during_a_turn_lets_it_finish(
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
-    assert [str(p["text"]) for p in telegram.sent()] == ["worth the wait"]
+    assert len(telegram.sent()) == 1  # one message (streamed: shown as it was written)
+    assert telegram.shown(42) == ["worth the wait"]
     assert len(fake_llm.requests) == 1
     # not fetched, not confirmed: Telegram keeps it for the next run
     assert late["update_id"] in [u["update_id"] for u in telegram.updates]

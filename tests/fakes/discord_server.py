@@ -1,10 +1,11 @@
 """A local Discord: REST API and gateway websocket, in its own thread, for discord.py.
 
 REST: GET /users/@me, /oauth2/applications/@me, /gateway(/bot); POST
-/channels/{id}/messages (recorded) and /channels/{id}/typing. Gateway: HELLO, heartbeat
-ACK, IDENTIFY -> READY (+ GUILD_CREATE), RESUME -> RESUMED, MESSAGE_CREATE pushed by
-tests. Like the real gateway, guild message content is blanked unless the
-message_content intent was identified (or the bot is mentioned). Faults: 429 on a
+/channels/{id}/messages (recorded), PATCH and DELETE /channels/{id}/messages/{id} (on the
+bot's messages; `messages` holds what each shows now), /channels/{id}/typing.
+Gateway: HELLO, heartbeat ACK, IDENTIFY -> READY (+ GUILD_CREATE), RESUME -> RESUMED,
+MESSAGE_CREATE pushed by tests. Like the real gateway, guild message content is blanked
+unless the message_content intent was identified (or the bot is mentioned). Faults: 429 on a
 route, dropped websocket (the client resumes).
 """
 
@@ -44,6 +45,7 @@ class DiscordFault:
     path_suffix: str
     status: int = 429
     retry_after: float = 1.0
+    method: str | None = None  # only requests of this HTTP method (None: any)
 
 
 @dataclass
@@ -55,6 +57,9 @@ class FakeDiscord(AioFake):
     commands: list[dict[str, Any]] = field(default_factory=list)
     interaction_replies: list[dict[str, Any]] = field(default_factory=list)
     resumes: int = 0
+    messages: dict[tuple[str, str], str] = field(default_factory=dict)  # (channel, id): text
+    edits: list[dict[str, Any]] = field(default_factory=list)
+    timeline: list[tuple[str, float]] = field(default_factory=list)  # ("PATCH /x", monotonic)
     sync_delay: float = 0.0  # how long a command sync (PUT .../commands) takes to answer
 
     def __post_init__(self) -> None:
@@ -207,7 +212,15 @@ class FakeDiscord(AioFake):
     async def _rest(self, request: web.Request) -> web.Response:  # noqa: PLR0911 - a route table
         tail = "/" + request.match_info["tail"]
         body = await request.read()
-        fault = next((f for f in self.faults if tail.endswith(f.path_suffix)), None)
+        self.timeline.append((f"{request.method} {tail}", time.monotonic()))
+        fault = next(
+            (
+                f
+                for f in self.faults
+                if tail.endswith(f.path_suffix) and f.method in (None, request.method)
+            ),
+            None,
+        )
         if fault:
             self.faults.remove(fault)
             payload = {
@@ -307,7 +320,21 @@ class FakeDiscord(AioFake):
             payload = json.loads(body or b"{}")
             channel_id = tail.split("/")[2]
             self.posted.append({"channel_id": channel_id, **payload})
-            return _json(self._bot_message(channel_id, payload.get("content", "")))
+            message = self._bot_message(channel_id, payload.get("content", ""))
+            self.messages[(channel_id, message["id"])] = message["content"]
+            return _json(message)
+        parts = tail.split("/")
+        if len(parts) == 5 and parts[3] == "messages" and request.method in ("PATCH", "DELETE"):
+            key = (parts[2], parts[4])
+            if key not in self.messages:
+                return _json({"message": "Unknown Message", "code": 10008}, status=404)
+            if request.method == "DELETE":
+                del self.messages[key]
+                return web.Response(status=204)
+            payload = json.loads(body or b"{}")
+            self.edits.append({"channel_id": key[0], "id": key[1], **payload})
+            self.messages[key] = payload.get("content", "")
+            return _json({**self._bot_message(key[0], self.messages[key]), "id": key[1]})
         return _json({})
 
     def _bot_message(self, channel_id: str, content: str) -> dict[str, Any]:

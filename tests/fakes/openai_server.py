@@ -3,6 +3,11 @@
 Replies are scripted per test (text, tool calls, HTTP errors with Retry-After, delays,
 dropped connections, malformed bodies); every request body is recorded.
 
+A request with `stream: true` is answered as server-sent events, the text in pieces
+(`Reply.pieces`, or ~12 characters each), `piece_delay` apart; `break_after` drops the
+connection after that many pieces, `stream_error_after` sends an error event there
+instead (both: a stream interrupted mid-way).
+
 POST /v1/embeddings answers with deterministic vectors: a hashed bag of words (Latin
 words and CJK characters), with `synonyms` folding words onto one meaning so that a
 paraphrase sharing no word with its answer is still near it, as with a real model.
@@ -39,6 +44,10 @@ class Reply:
     completion_tokens: int = 5
     headers: dict[str, str] = field(default_factory=dict)
     raw_body: bytes | None = None  # sent as is with status 200 (not JSON, garbage)
+    pieces: list[str] | None = None  # a streamed reply's text pieces (default: ~12 chars)
+    piece_delay: float = 0.0
+    break_after: int | None = None  # streamed: drop the connection after this many pieces
+    stream_error_after: int | None = None  # streamed: an error event after this many
 
     @staticmethod
     def tool_call(name: str, arguments: str | dict[str, Any], call_id: str = "call_1") -> Reply:
@@ -114,7 +123,40 @@ class FakeOpenAI:
                         headers["Retry-After"] = f"{reply.retry_after:g}"
                     self.send_json(reply.status, payload, headers)
                     return
+                if body.get("stream"):
+                    self._stream(body, reply)
+                    return
                 self.send_json(200, _completion(body, reply), reply.headers)
+
+            def _stream(self, body: dict[str, Any], reply: Reply) -> None:
+                """Server-sent events in a chunked body, as real endpoints send them."""
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-cache")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+
+                def write(data: bytes) -> None:
+                    self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                    self.wfile.flush()
+
+                try:
+                    for index, event in enumerate(_stream_events(body, reply)):
+                        if reply.break_after is not None and index == reply.break_after:
+                            self.drop()  # mid-body: the client sees an incomplete stream
+                            return
+                        if reply.stream_error_after == index:
+                            error = {"error": {"message": "fake overload", "type": "server_error"}}
+                            write(f"data: {json.dumps(error)}\n\n".encode())
+                            break
+                        write(f"data: {json.dumps(event)}\n\n".encode())
+                        if reply.piece_delay:
+                            time.sleep(reply.piece_delay)
+                    else:
+                        write(b"data: [DONE]\n\n")
+                    write(b"")  # the last chunk
+                except (BrokenPipeError, ConnectionResetError):
+                    return  # the client went away (a cancelled turn)
 
             def _embeddings(self, body: dict[str, Any]) -> None:
                 with fake._lock:
@@ -159,6 +201,40 @@ class FakeOpenAI:
 
 
 _WORDS = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]|[^\W\d_]{3,}|\d+")
+
+
+def _stream_events(request: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
+    """The chunks of a streamed reply: a role, the text pieces, tool calls, the finish,
+    and the usage when `stream_options.include_usage` asked for it."""
+    base = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": request.get("model", "fake"),
+    }
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    text = reply.text or ""
+    pieces = (
+        reply.pieces
+        if reply.pieces is not None
+        else [text[i : i + 12] for i in range(0, len(text), 12)]
+    )
+    events = [chunk({"role": "assistant", "content": ""})]
+    events += [chunk({"content": piece}) for piece in pieces]
+    for index, call in enumerate(reply.tool_calls or []):
+        events.append(chunk({"tool_calls": [{**call, "index": index}]}))
+    events.append(chunk({}, "tool_calls" if reply.tool_calls else "stop"))
+    if (request.get("stream_options") or {}).get("include_usage"):
+        usage = {
+            "prompt_tokens": reply.prompt_tokens,
+            "completion_tokens": reply.completion_tokens,
+            "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+        }
+        events.append({**base, "choices": [], "usage": usage})
+    return events
 
 
 def _completion(request: dict[str, Any], reply: Reply) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """A local Slack: Web API over HTTP and Socket Mode over a websocket, in its own thread.
 
 The real slack_sdk / slack-bolt talk to it: `auth.test`, `apps.connections.open` (gives
-the ws:// URL), `chat.postMessage`; events are pushed as `events_api` envelopes and the
+the ws:// URL), `chat.postMessage`, `chat.update` and `chat.delete` (on the bot's
+messages; `messages` holds what each shows now); events are pushed as `events_api` envelopes and the
 acks recorded. Faults: 429 with Retry-After, dropped websocket (the client reconnects).
 """
 
@@ -37,6 +38,8 @@ class FakeSlack(AioFake):
     acks: list[str] = field(default_factory=list)
     faults: deque[SlackFault] = field(default_factory=deque)
     connections: int = 0
+    messages: dict[tuple[str, str], str] = field(default_factory=dict)  # (channel, ts): text
+    timeline: list[tuple[str, float]] = field(default_factory=list)  # (method, monotonic)
 
     def __post_init__(self) -> None:
         self._sockets: list[web.WebSocketResponse] = []
@@ -153,6 +156,7 @@ class FakeSlack(AioFake):
         else:
             params = {k: v[0] for k, v in parse_qs(raw).items()}
         self.calls.append((method, params))
+        self.timeline.append((method, time.monotonic()))
         fault = next((f for f in self.faults if f.method == method), None)
         if fault:
             self.faults.remove(fault)
@@ -162,7 +166,7 @@ class FakeSlack(AioFake):
             )
         return web.json_response(self._result(method, params))
 
-    def _result(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    def _result(self, method: str, params: dict[str, Any]) -> dict[str, Any]:  # noqa: PLR0911 - a route table
         if method == "auth.test":
             return {
                 "ok": True,
@@ -175,8 +179,18 @@ class FakeSlack(AioFake):
             }
         if method == "apps.connections.open":
             return {"ok": True, "url": f"ws://127.0.0.1:{self.port}/link"}
+        if method in ("chat.update", "chat.delete"):
+            key = (str(params.get("channel")), str(params.get("ts")))
+            if key not in self.messages:
+                return {"ok": False, "error": "message_not_found"}
+            if method == "chat.delete":
+                del self.messages[key]
+                return {"ok": True, "channel": key[0], "ts": key[1]}
+            self.messages[key] = str(params.get("text"))
+            return {"ok": True, "channel": key[0], "ts": key[1], "text": params.get("text")}
         if method == "chat.postMessage":
             ts = f"1800000000.{next(self._ts):06d}"
+            self.messages[(str(params.get("channel")), ts)] = str(params.get("text"))
             return {
                 "ok": True,
                 "channel": params.get("channel"),

@@ -1,7 +1,10 @@
 """A local Telegram Bot API server: the real python-telegram-bot talks to it over HTTP.
 
 Implements getMe, deleteWebhook, getUpdates (long poll with offset), sendMessage
-(returns a full Message), sendChatAction, setMyCommands, close; records every call;
+(returns a full Message), editMessageText and deleteMessage (on the bot's messages, with
+Telegram's "message is not modified" and "message to edit not found" errors),
+sendChatAction, setMyCommands, close; records every call; `messages` holds what each of
+the bot's messages shows now;
 injects 429 (with parameters.retry_after), 5xx, entity-parsing errors, dropped
 connections and duplicate update deliveries.
 """
@@ -38,6 +41,8 @@ class FakeTelegram:
     faults: deque[Fault] = field(default_factory=deque)
     next_update_id: int = 1
     next_message_id: int = 1000
+    messages: dict[tuple[int, int], str] = field(default_factory=dict)  # the bot's, as shown
+    timeline: list[tuple[str, float]] = field(default_factory=list)  # (method, monotonic)
 
     def __post_init__(self) -> None:
         self._cond = threading.Condition()
@@ -133,6 +138,7 @@ class FakeTelegram:
     def _call(self, method: str, params: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
         with self._cond:
             self.calls.append((method, params))
+            self.timeline.append((method, time.monotonic()))
             fault = next((f for f in self.faults if f.method == method), None)
             if fault:
                 self.faults.remove(fault)
@@ -147,6 +153,8 @@ class FakeTelegram:
             if fault.retry_after is not None:
                 body["parameters"] = {"retry_after": fault.retry_after}
             return fault.status, body
+        if method in ("editMessageText", "deleteMessage"):
+            return self._edit(method, params)
         return 200, {"ok": True, "result": self._result(method, params)}
 
     def _result(self, method: str, params: dict[str, Any]) -> Any:
@@ -161,14 +169,51 @@ class FakeTelegram:
             return self._get_updates(params)
         if method == "sendMessage":
             chat_id = int(params["chat_id"])
-            return {
-                "message_id": self._message_id(),
-                "date": int(time.time()),
-                "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "supergroup"},
-                "from": BOT,
-                "text": str(params.get("text", "")),
-            }
+            message_id = self._message_id()
+            with self._cond:
+                self.messages[(chat_id, message_id)] = str(params.get("text", ""))
+            return self._bot_message(chat_id, message_id, str(params.get("text", "")))
         return True
+
+    def _bot_message(self, chat_id: int, message_id: int, text: str) -> dict[str, Any]:
+        return {
+            "message_id": message_id,
+            "date": int(time.time()),
+            "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "supergroup"},
+            "from": BOT,
+            "text": text,
+        }
+
+    def _edit(self, method: str, params: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+        """editMessageText / deleteMessage on the bot's own messages, as Telegram answers."""
+        key = (int(params["chat_id"]), int(params["message_id"]))
+        with self._cond:
+            current = self.messages.get(key)
+            if current is None:
+                what = (
+                    "message to edit not found"
+                    if method == "editMessageText"
+                    else ("message to delete not found")
+                )
+                return 400, {"ok": False, "error_code": 400, "description": f"Bad Request: {what}"}
+            if method == "deleteMessage":
+                del self.messages[key]
+                return 200, {"ok": True, "result": True}
+            text = str(params.get("text", ""))
+            if text == current:
+                description = (
+                    "Bad Request: message is not modified: specified new message content and "
+                    "reply markup are exactly the same as a current content and reply markup "
+                    "of the message"
+                )
+                return 400, {"ok": False, "error_code": 400, "description": description}
+            self.messages[key] = text
+        return 200, {"ok": True, "result": {**self._bot_message(*key, text), "edit_date": 1}}
+
+    def shown(self, chat_id: int) -> list[str]:
+        """What the bot's messages in `chat_id` show now, oldest first."""
+        with self._cond:
+            return [text for (chat, _), text in sorted(self.messages.items()) if chat == chat_id]
 
     def _get_updates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
         offset = int(params.get("offset") or 0)

@@ -284,3 +284,25 @@ def test_line_editing_history_multiline_completion_and_leaving(
     except BaseException:
         recap.close()
         raise
+
+
+def test_a_reply_is_shown_as_it_is_written(home: Path, fake_llm: FakeOpenAI) -> None:
+    """The first words are on the screen while the model is still writing the rest."""
+    configure(home, fake_llm)
+    words = [f"word{n} " for n in range(30)]
+    fake_llm.push(Reply(text="".join(words).strip(), pieces=words, piece_delay=0.15))
+    term = Terminal(home)
+    try:
+        term.expect("you ›")
+        term.send("talk to me\r")
+        asked = time.monotonic()
+        term.expect("word3", new=True)
+        assert time.monotonic() - asked < 4.0  # the whole reply takes 4.5 s to write
+        assert "word29" not in term.screen
+        term.answered("word29")
+        term.send("/exit\r")
+        assert term.close() == 0
+    except BaseException:
+        print(term.screen[-3000:])
+        term.close()
+        raise
