@@ -111,5 +111,8 @@ class CliAdapter:
                 future.set_result(Answer(message.text, message.failed))
         return SendResult(True, (asked,))
 
+    async def direct_chat(self, platform_user_id: str) -> ChatRef | None:
+        return None  # the terminal is only ever the chat in front of it
+
     async def typing(self, chat: ChatRef) -> None:
         """The chat loop shows its own spinner."""

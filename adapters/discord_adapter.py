@@ -22,6 +22,7 @@ import yarl
 
 from gateway.events import (
     Attachment,
+    Button,
     ChatRef,
     ChatType,
     MessageEvent,
@@ -95,6 +96,47 @@ def interaction_to_event(
     )
 
 
+def press_event(interaction: discord.Interaction) -> MessageEvent | None:
+    """A press of one of our buttons (a message component interaction) as an event."""
+    data: Any = interaction.data or {}
+    if interaction.channel_id is None or interaction.message is None or not data.get("custom_id"):
+        return None
+    user = interaction.user
+    channel = str(interaction.channel_id)
+    return MessageEvent(
+        platform="discord",
+        event_id=f"interaction:{interaction.id}",
+        message_id=f"interaction:{interaction.id}",
+        chat=ChatRef(channel, ChatType.GROUP if interaction.guild_id else ChatType.DM),
+        user=UserRef(str(user.id), user.display_name, user.bot),
+        text=str(data["custom_id"]),
+        reply_to_id=f"{channel}:{interaction.message.id}",
+        mentioned=True,
+        pressed=True,
+    )
+
+
+_STYLES = {
+    "primary": discord.ButtonStyle.success,
+    "danger": discord.ButtonStyle.danger,
+    "default": discord.ButtonStyle.secondary,
+}
+
+
+def _view(buttons: tuple[Button, ...] | None) -> discord.ui.View | None:
+    """Buttons as a component row; a press is answered by `on_interaction`."""
+    if not buttons:
+        return None
+    view = discord.ui.View(timeout=None)
+    for button in buttons:
+        view.add_item(
+            discord.ui.Button(
+                label=button.label[:80], custom_id=button.command[:100], style=_STYLES[button.style]
+            )
+        )
+    return view
+
+
 class DiscordAdapter:
     name = "discord"
     # message edits: 5 per 5 s in a channel (discord.py waits out a 429 by itself)
@@ -117,7 +159,7 @@ class DiscordAdapter:
             intents=intents, enable_debug_events=True, guild_ready_timeout=1.0
         )
         self.client.event(self.on_socket_raw_receive)
-        for listener in (self.on_disconnect, self.on_resumed, self.on_ready):
+        for listener in (self.on_disconnect, self.on_resumed, self.on_ready, self.on_interaction):
             self.client.event(listener)
         self.tree = discord.app_commands.CommandTree(self.client)
         for entry in menu:  # application commands, answered as the text commands
@@ -172,6 +214,28 @@ class DiscordAdapter:
     async def on_ready(self) -> None:
         self._down = ""
 
+    async def on_interaction(self, interaction: discord.Interaction) -> None:
+        """A button press: acknowledged at once (within Discord's 3 s), then handled."""
+        if interaction.type is not discord.InteractionType.component:
+            return  # slash commands are the command tree's
+        with contextlib.suppress(discord.HTTPException):
+            await interaction.response.defer()
+        event = press_event(interaction)
+        if event is not None and self._sink is not None:
+            await self._sink(event)
+
+    async def direct_chat(self, platform_user_id: str) -> ChatRef | None:
+        """The DM channel with that user (POST /users/@me/channels)."""
+        if not platform_user_id.isdigit():
+            return None
+        try:
+            user = await self.client.fetch_user(int(platform_user_id))
+            channel = await user.create_dm()
+        except (discord.HTTPException, aiohttp.ClientError) as exc:
+            logger.warning("discord: cannot open a DM with %s: %s", platform_user_id, exc)
+            return None
+        return ChatRef(str(channel.id), ChatType.DM)
+
     async def stop(self) -> None:
         await self.client.close()
         if self._task is not None:
@@ -217,17 +281,15 @@ class DiscordAdapter:
                 channel_id=int(message.chat.id),
                 fail_if_not_exists=False,
             )
+        extra: dict[str, Any] = {}
+        if reference is not None:
+            extra["reference"] = reference
+        if (view := _view(message.buttons)) is not None:
+            extra["view"] = view
         try:
-            if reference is not None:
-                sent = await channel.send(
-                    message.text,
-                    reference=reference,
-                    allowed_mentions=discord.AllowedMentions.none(),
-                )
-            else:
-                sent = await channel.send(
-                    message.text, allowed_mentions=discord.AllowedMentions.none()
-                )
+            sent = await channel.send(
+                message.text, allowed_mentions=discord.AllowedMentions.none(), **extra
+            )
         except discord.HTTPException as exc:
             return _refused(exc)
         except (aiohttp.ClientError, TimeoutError) as exc:  # it may have been posted
@@ -238,8 +300,11 @@ class DiscordAdapter:
         """PATCH the message (safe to repeat: an unknown outcome is retryable here)."""
         partial = self._message(chat, message_id)
         try:
+            extra: dict[str, Any] = {}
+            if message.buttons is not None:  # () takes the buttons away
+                extra["view"] = _view(message.buttons)
             await partial.edit(
-                content=message.text, allowed_mentions=discord.AllowedMentions.none()
+                content=message.text, allowed_mentions=discord.AllowedMentions.none(), **extra
             )
         except discord.HTTPException as exc:
             return _refused(exc)

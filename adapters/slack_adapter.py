@@ -9,6 +9,7 @@ and turns off slack_sdk's connection-error retry, which can post a message twice
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Any
 
@@ -21,6 +22,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from gateway.events import (
     Attachment,
+    Button,
     ChatRef,
     ChatType,
     MessageEvent,
@@ -118,6 +120,57 @@ def command_to_event(command: dict[str, Any]) -> MessageEvent | None:
     )
 
 
+ACTION_PREFIX = "hermes_"
+SECTION_LIMIT = 3000  # a section block's text
+
+
+def press_event(body: dict[str, Any]) -> MessageEvent | None:
+    """A block_actions payload (a press of one of our buttons) as a pressed event."""
+    actions = body.get("actions") or []
+    user = (body.get("user") or {}).get("id")
+    container = body.get("container") or {}
+    channel = (body.get("channel") or {}).get("id") or container.get("channel_id")
+    ts = (body.get("message") or {}).get("ts") or container.get("message_ts")
+    if not actions or not user or not channel or not ts:
+        return None
+    action = actions[0]
+    press = f"{action.get('action_ts') or time.time_ns()}:{user}"
+    chat_type = ChatType.DM if str(channel).startswith("D") else ChatType.CHANNEL
+    return MessageEvent(
+        platform="slack",
+        event_id=f"press:{press}",
+        message_id=f"press:{press}",
+        chat=ChatRef(str(channel), chat_type),
+        user=UserRef(str(user), str((body.get("user") or {}).get("name") or user)),
+        text=str(action.get("value") or ""),
+        reply_to_id=f"{channel}:{ts}",
+        mentioned=True,
+        pressed=True,
+        raw=body,
+    )
+
+
+def _blocks(text: str, buttons: tuple[Button, ...] | None) -> list[dict[str, Any]] | None:
+    """The message as blocks when it has (or loses) buttons: its text, then the buttons."""
+    if buttons is None or len(text) > SECTION_LIMIT:
+        return None
+    blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": text}}]
+    if buttons:
+        elements = []
+        for index, button in enumerate(buttons):
+            element: dict[str, Any] = {
+                "type": "button",
+                "text": {"type": "plain_text", "text": button.label[:75]},
+                "action_id": f"{ACTION_PREFIX}{index}",
+                "value": button.command,
+            }
+            if button.style != "default":
+                element["style"] = button.style
+            elements.append(element)
+        blocks.append({"type": "actions", "elements": elements})
+    return blocks
+
+
 class SlackAdapter:
     name = "slack"
     capabilities = Capabilities(
@@ -165,6 +218,7 @@ class SlackAdapter:
         self.app.event("message")(self._on_event)
         self.app.event("app_mention")(self._on_event)
         self.app.command(SLASH_COMMAND)(self._on_command)
+        self.app.action(re.compile(f"^{ACTION_PREFIX}"))(self._on_action)
         if self.handler is not None:
             await self.handler.connect_async()  # type: ignore[no-untyped-call]
 
@@ -220,6 +274,22 @@ class SlackAdapter:
         if event is not None and self._sink is not None:
             await self._sink(event)
 
+    async def _on_action(self, ack: Any, body: dict[str, Any]) -> None:
+        await ack()  # within Slack's 3 s; the message is updated when decided
+        event = press_event(body)
+        if event is not None and self._sink is not None:
+            await self._sink(event)
+
+    async def direct_chat(self, platform_user_id: str) -> ChatRef | None:
+        """conversations.open: the DM channel with that user (D...)."""
+        try:
+            response = await self.client.conversations_open(users=platform_user_id)
+        except Exception as exc:
+            logger.warning("slack: cannot open a DM with %s: %s", platform_user_id, exc)
+            return None
+        channel = (response.get("channel") or {}).get("id")
+        return ChatRef(str(channel), ChatType.DM) if channel else None
+
     async def _on_event(self, body: dict[str, Any]) -> None:
         event = to_event(body, self.bot_user_id)
         if event is not None and self._sink is not None:
@@ -234,9 +304,11 @@ class SlackAdapter:
         if thread is None and chat.type is not ChatType.DM and message.reply_to_id:
             thread = message.reply_to_id.rsplit(":", 1)[-1]  # answer in the message's thread
         try:
+            text = message.as_sent(to_slack_mrkdwn)
             response = await self.client.chat_postMessage(
                 channel=chat.id,
-                text=message.as_sent(to_slack_mrkdwn),
+                text=text,
+                blocks=_blocks(text, message.buttons or None),
                 thread_ts=thread,
                 mrkdwn=True,
             )
@@ -250,8 +322,9 @@ class SlackAdapter:
         """chat.update (safe to repeat: an unknown outcome is retryable here)."""
         ts = message_id.rsplit(":", 1)[-1]
         try:
+            text = message.as_sent(to_slack_mrkdwn)
             await self.client.chat_update(
-                channel=chat.id, ts=ts, text=message.as_sent(to_slack_mrkdwn)
+                channel=chat.id, ts=ts, text=text, blocks=_blocks(text, message.buttons)
             )
         except SlackApiError as exc:
             return _refused(exc)

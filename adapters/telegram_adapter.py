@@ -8,6 +8,7 @@ fallback when Telegram rejects the entities.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -17,15 +18,29 @@ from typing import Any, TypeVar
 
 import httpx
 from aiohttp import web
-from telegram import BotCommand, ReplyParameters, Update
+from telegram import (
+    BotCommand,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    ReplyParameters,
+    Update,
+)
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError, TimedOut
-from telegram.ext import Application, ApplicationBuilder, ContextTypes, MessageHandler, filters
+from telegram.ext import (
+    Application,
+    ApplicationBuilder,
+    CallbackQueryHandler,
+    ContextTypes,
+    MessageHandler,
+    filters,
+)
 from telegram.request import HTTPXRequest
 
 from gateway.chunking import utf16_length
 from gateway.events import (
     Attachment,
+    Button,
     ChatRef,
     ChatType,
     MessageEvent,
@@ -95,6 +110,37 @@ def to_event(update: dict[str, Any], bot_id: int, bot_username: str) -> MessageE
         sent_at=float(message["date"]) if isinstance(message.get("date"), int) else None,
         raw=update,
     )
+
+
+def press_event(update: dict[str, Any]) -> MessageEvent | None:
+    """A callback query (a press of one of our inline buttons) as a pressed event."""
+    query = update.get("callback_query") or {}
+    message, sender = query.get("message") or {}, query.get("from") or {}
+    chat = message.get("chat") or {}
+    if not query.get("id") or not sender.get("id") or not chat.get("id"):
+        return None
+    name = " ".join(p for p in (sender.get("first_name"), sender.get("last_name")) if p)
+    return MessageEvent(
+        platform="telegram",
+        event_id=str(update.get("update_id", query["id"])),
+        message_id=f"press:{query['id']}",
+        chat=ChatRef(str(chat["id"]), _CHAT_TYPES.get(chat.get("type", ""), ChatType.GROUP)),
+        user=UserRef(
+            str(sender["id"]), name or sender.get("username", ""), bool(sender.get("is_bot"))
+        ),
+        text=str(query.get("data") or ""),
+        reply_to_id=f"{chat['id']}:{message.get('message_id')}",
+        mentioned=True,  # pressed on our message: addressed to us
+        pressed=True,
+        raw=update,
+    )
+
+
+def _keyboard(buttons: tuple[Button, ...] | None) -> InlineKeyboardMarkup | None:
+    if not buttons:
+        return None
+    row = [InlineKeyboardButton(b.label, callback_data=b.command[:64]) for b in buttons]
+    return InlineKeyboardMarkup([row])
 
 
 def _strip_bot_suffix(text: str, entities: list[dict[str, Any]], bot: str) -> tuple[str, bool]:
@@ -186,6 +232,7 @@ class TelegramAdapter:
     async def start(self, sink: EventSink) -> None:
         self._sink = sink
         self.app.add_handler(MessageHandler(filters.ALL, self._on_update))
+        self.app.add_handler(CallbackQueryHandler(self._on_press))
         await self.app.initialize()  # getMe
         if self.menu:
             await self.app.bot.set_my_commands(self.menu)
@@ -193,7 +240,7 @@ class TelegramAdapter:
         if self.webhook is not None:  # Telegram pushes to routes() on the gateway's server
             url = self.webhook.public_url.rstrip("/") + self.webhook.path
             await self.app.bot.set_webhook(
-                url, secret_token=self.webhook.secret, allowed_updates=["message"]
+                url, secret_token=self.webhook.secret, allowed_updates=["message", "callback_query"]
             )
             return
         assert self.app.updater is not None
@@ -261,6 +308,18 @@ class TelegramAdapter:
         if event is not None and self._sink is not None:
             await self._sink(event)
 
+    async def _on_press(self, update: Update, _context: ContextTypes.DEFAULT_TYPE) -> None:
+        if update.callback_query is not None:  # stop the button's spinner at once
+            with contextlib.suppress(TelegramError):
+                await update.callback_query.answer()
+        event = press_event(update.to_dict())
+        if event is not None and self._sink is not None:
+            await self._sink(event)
+
+    async def direct_chat(self, platform_user_id: str) -> ChatRef | None:
+        """A private chat's id is the user's id (reachable once they started the bot)."""
+        return ChatRef(platform_user_id, ChatType.DM) if platform_user_id.isdigit() else None
+
     async def typing(self, chat: ChatRef) -> None:
         thread = int(chat.thread_id) if chat.thread_id else None
         await self.app.bot.send_chat_action(
@@ -292,6 +351,7 @@ class TelegramAdapter:
                 parse_mode=mode,
                 reply_parameters=reply,
                 message_thread_id=int(chat.thread_id) if chat.thread_id else None,
+                reply_markup=_keyboard(message.buttons),
             )
         )
         if isinstance(sent, SendResult):
@@ -310,7 +370,13 @@ class TelegramAdapter:
         for text, mode in attempts:
             try:
                 done = await _outcome(
-                    self.app.bot.edit_message_text(text, int(chat.id), number, parse_mode=mode)
+                    self.app.bot.edit_message_text(
+                        text,
+                        int(chat.id),
+                        number,
+                        parse_mode=mode,
+                        reply_markup=_keyboard(message.buttons),  # none: the buttons go
+                    )
                 )
             except BadRequest as exc:
                 if "not modified" in str(exc).lower():

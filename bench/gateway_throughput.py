@@ -1,6 +1,7 @@
 """Gateway throughput: the Telegram fake, the real adapter and router, an instant model.
 
     .venv/bin/python bench/gateway_throughput.py [--chats 200] [--messages 20] [--json]
+        [--streaming SECONDS]
 
 The Bot API fake and the simulated users run in a child process. Each of `--chats` users
 sends `--messages` messages; each next message is sent when the
@@ -8,7 +9,12 @@ previous reply arrived (a person waiting for the answer), all chats at once. Lat
 from the update being offered to the Bot API fake until the reply reaches it: polling,
 python-telegram-bot, the router, the agent turn (SQLite persistence included) and the
 send. The model answers instantly in-process, so what is measured is the gateway; peak
-RSS is the gateway process's.
+RSS is the gateway process's. Streaming is off (gateway.streaming: off).
+
+`--streaming SECONDS` switches it on and has the model write each reply in 12 pieces over
+SECONDS: a reply is done when a message shows it without the cursor; the report adds the
+edits made, the most edits any chat saw within one second, and the time to the first
+visible text.
 """
 
 from __future__ import annotations
@@ -31,12 +37,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from adapters.telegram_adapter import TelegramAdapter
 from gateway.app import build_app
 from gateway.config import HermesConfig
+from gateway.streaming import CURSOR
 from hermes.llm.types import ModelReply
 from hermes.state.db import SessionDB
 from tests.fakes.telegram_server import FakeTelegram
 
+REPLY = "Got it, thanks! Here is a longer answer, written a few words at a time as models do."
+
 
 class InstantModel:
+    def __init__(self, stream_seconds: float = 0.0) -> None:
+        self.stream_seconds = stream_seconds
+
     async def chat(
         self,
         messages: Sequence[dict[str, Any]],
@@ -44,6 +56,12 @@ class InstantModel:
         temperature: float | None = None,
         on_text: Callable[[str], None] | None = None,
     ) -> ModelReply:
+        if on_text is not None and self.stream_seconds:
+            words = REPLY.split(" ")
+            for piece in range(1, 13):
+                await asyncio.sleep(self.stream_seconds / 12)
+                on_text(" ".join(words[: round(len(words) * piece / 12)]))
+            return ModelReply(REPLY, prompt_tokens=50 * len(messages), completion_tokens=20)
         return ModelReply("Got it, thanks!", prompt_tokens=50 * len(messages), completion_tokens=4)
 
 
@@ -57,9 +75,13 @@ class Driver:
         self.count: dict[int, int] = dict.fromkeys(range(chats), 0)
         self.done = threading.Event()
         self._seen = 0
+        self.first_text: list[float] = []  # a reply's first visible text, after the message
+        self.edits: dict[int, list[float]] = {}
+        self._waiting_first: set[int] = set()
 
     def send(self, chat: int) -> None:
         self.sent_at[chat] = time.perf_counter()
+        self._waiting_first.add(chat)
         self.tg.user_message(f"message {self.count[chat]} from chat {chat}", user_id=10_000 + chat)
 
     def watch(self) -> None:
@@ -68,10 +90,18 @@ class Driver:
             calls = self.tg.calls[self._seen :]  # only what is new since the last look
             self._seen += len(calls)
             for method, params in calls:
-                if method != "sendMessage":
+                if method not in ("sendMessage", "editMessageText"):
                     continue
                 chat = int(params["chat_id"]) - 10_000
-                self.latencies.append(time.perf_counter() - self.sent_at[chat])
+                now = time.perf_counter()
+                if method == "editMessageText":
+                    self.edits.setdefault(chat, []).append(now)
+                if chat in self._waiting_first:
+                    self._waiting_first.discard(chat)
+                    self.first_text.append(now - self.sent_at[chat])
+                if str(params.get("text", "")).endswith(CURSOR):
+                    continue  # still being written
+                self.latencies.append(now - self.sent_at[chat])
                 self.count[chat] += 1
                 replies += 1
                 if self.count[chat] < self.messages:
@@ -94,12 +124,30 @@ def platform_side(chats: int, messages: int) -> None:
         driver.send(chat)
     driver.done.wait()
     elapsed = time.perf_counter() - started
-    print(json.dumps({"seconds": elapsed, "latencies": driver.latencies}), flush=True)
+    busiest = max((_most_in_a_second(times) for times in driver.edits.values()), default=0)
+    report = {
+        "seconds": elapsed,
+        "latencies": driver.latencies,
+        "first_text": driver.first_text,
+        "edits": sum(len(times) for times in driver.edits.values()),
+        "most_edits_in_1s": busiest,
+    }
+    print(json.dumps(report), flush=True)
     sys.stdin.readline()
     tg.stop()
 
 
-async def run(chats: int, messages: int) -> dict[str, Any]:
+def _most_in_a_second(times: list[float]) -> int:
+    """The most of `times` (sorted) within any one-second window."""
+    most, start = 0, 0
+    for end, at in enumerate(times):
+        while at - times[start] >= 1.0:
+            start += 1
+        most = max(most, end - start + 1)
+    return most
+
+
+async def run(chats: int, messages: int, stream_seconds: float = 0.0) -> dict[str, Any]:
     # the platform lives in its own process, as Telegram does: it must not share our GIL
     child = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -119,9 +167,13 @@ async def run(chats: int, messages: int) -> dict[str, Any]:
         home = Path(tmp)
         db = SessionDB.open(home)
         config = HermesConfig.model_validate(
-            {"access": {"allow_all": True}, "memory": {"review_interval": 0}}
+            {
+                "access": {"allow_all": True},
+                "memory": {"review_interval": 0},
+                "gateway": {"streaming": stream_seconds > 0},
+            }
         )
-        app = build_app(home, config, db, model=InstantModel())
+        app = build_app(home, config, db, model=InstantModel(stream_seconds))
         adapter = TelegramAdapter(
             "1:BENCH", base_url=base_url, poll_timeout=1, menu=app.commands.menu()
         )
@@ -138,7 +190,7 @@ async def run(chats: int, messages: int) -> dict[str, Any]:
     await child.stdin.drain()
     await child.wait()
     cuts = statistics.quantiles(result["latencies"], n=100, method="inclusive")
-    return {
+    report = {
         "chats": chats,
         "messages": chats * messages,
         "seconds": round(result["seconds"], 2),
@@ -147,6 +199,16 @@ async def run(chats: int, messages: int) -> dict[str, Any]:
         "p99_ms": round(cuts[98] * 1000, 1),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
+    if stream_seconds:
+        first = statistics.quantiles(result["first_text"], n=100, method="inclusive")
+        report |= {
+            "first_text_p50_ms": round(first[49] * 1000, 1),
+            "edits": result["edits"],
+            "edits_per_reply": round(result["edits"] / (chats * messages), 2),
+            "edits_per_second": round(result["edits"] / result["seconds"], 1),
+            "most_edits_in_1s_one_chat": result["most_edits_in_1s"],
+        }
+    return report
 
 
 def main() -> None:
@@ -156,12 +218,13 @@ def main() -> None:
     parser.add_argument("--chats", type=int, default=200)
     parser.add_argument("--messages", type=int, default=20)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--streaming", type=float, default=0.0, metavar="SECONDS")
     parser.add_argument("--platform-side", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.platform_side:
         platform_side(args.chats, args.messages)
         return
-    report = asyncio.run(run(args.chats, args.messages))
+    report = asyncio.run(run(args.chats, args.messages, args.streaming))
     if args.json:
         print(json.dumps(report))
         return

@@ -38,6 +38,16 @@ class Attachment:
 
 
 @dataclass(frozen=True, slots=True)
+class Button:
+    """A button under a message. Pressing it runs `command` as the person who pressed it,
+    with every guard of the command table (an admin command stays admins-only)."""
+
+    label: str
+    command: str  # a text command: "/admin approve CODE" (64 bytes at most: Telegram's cap)
+    style: Literal["primary", "danger", "default"] = "default"
+
+
+@dataclass(frozen=True, slots=True)
 class MessageEvent:
     platform: str
     event_id: str  # the delivery's id (update_id, event_id): redeliveries repeat it
@@ -51,6 +61,8 @@ class MessageEvent:
     attachments: tuple[Attachment, ...] = ()
     received_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     sent_at: float | None = None  # the platform's timestamp (epoch seconds), for ordering
+    # a button press: `text` is the button's command, `reply_to_id` the message it is on
+    pressed: bool = False
     raw: Any = field(default=None, compare=False, repr=False)
 
     @property
@@ -68,6 +80,9 @@ class OutboundMessage:
     # against the limit: adapters send this instead of rendering again
     rendered: str | None = None
     partial: bool = False  # a streamed reply still being written (an edit will follow)
+    # buttons under the message; in an edit, None leaves the message's buttons as they
+    # are and () removes them
+    buttons: tuple[Button, ...] | None = None
 
     def as_sent(self, render: Callable[[str], str]) -> str:
         return self.rendered if self.rendered is not None else render(self.text)

@@ -66,8 +66,8 @@ class Intake:
             return None
         person = self.people.resolve(event)  # 4
         if not person.admitted:
-            if person.verdict is not Verdict.PAIR:
-                return None
+            if person.verdict is not Verdict.PAIR or event.pressed:
+                return None  # (a stranger pressing a button: nothing to say)
             if not self._open_to_strangers(event.text):
                 reply = self.people.pairing_reply(event)
                 if reply is not None:

@@ -34,7 +34,7 @@ from hermes.memory.merge import MergeError, MergeReport
 from hermes.memory.service import MemoryService
 from hermes.memory.store import StoreError
 from hermes.state.db import SessionDB
-from hermes.state.models import Identity
+from hermes.state.models import Identity, PairingRequest
 from hermes.state.people import ROLE_RANK, PairingRefused, Redeem
 
 logger = logging.getLogger(__name__)
@@ -101,6 +101,7 @@ class People:
         self._chat_owners: dict[tuple[str, str], str] = {}
         self._replied: dict[str, float] = {}
         self._listeners: list[Callable[[], None]] = []
+        self._pairing_listeners: list[Callable[[PairingRequest], None]] = []
 
     # -- resolving an event --------------------------------------------------------------
 
@@ -180,6 +181,9 @@ class People:
         if pairing.refused is PairingRefused.RATE or pairing.request is None:
             return "This assistant is private. You have asked for access too often today."
         code = pairing.request.code
+        if pairing.fresh:
+            for listener in self._pairing_listeners:
+                listener(pairing.request)
         return (
             f"This assistant is private. To ask for access, give its operator this code: "
             f"`{code}` (valid for 1 hour). They can approve it with `hermes pairing approve "
@@ -262,6 +266,10 @@ class People:
         return (other, creator) if rank_b > rank_a else (creator, other)
 
     # -- changes ---------------------------------------------------------------------------
+
+    def on_pairing(self, listener: Callable[[PairingRequest], None]) -> None:
+        """Call `listener` with each new pairing request (to put it to the admins)."""
+        self._pairing_listeners.append(listener)
 
     def on_change(self, listener: Callable[[], None]) -> None:
         """Call `listener` whenever identities, roles or access rules change."""

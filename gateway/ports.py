@@ -78,6 +78,10 @@ class PlatformAdapter(Protocol):
     async def typing(self, chat: ChatRef) -> None:
         """Show a typing indicator (best effort)."""
 
+    async def direct_chat(self, platform_user_id: str) -> ChatRef | None:
+        """The direct-message chat with this platform user (opened when needed), or None
+        when the platform cannot reach them."""
+
 
 @dataclass(frozen=True, slots=True)
 class Answer:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gateway import logs
+from gateway.approvals import Approvals
 from gateway.command_context import CommandContext, SessionControl
 from gateway.commands import Commands, command_name
 from gateway.delivery import Delivery
@@ -110,7 +111,9 @@ class Router(SessionControl):
             reply=self._reply_aside,
         )
         commands.sessions = self
+        self.approvals = Approvals(people, self.delivery, self.adapters)
         people.on_change(self._people_changed)
+        people.on_pairing(lambda request: self._spawn(self.approvals.ask(request)))
         self._side_tasks: set[asyncio.Task[Any]] = set()
         self._lanes: dict[SessionKey, _Lane] = {}
         # live conversations, with when their session was last seen open in state.db
@@ -171,6 +174,9 @@ class Router(SessionControl):
         metrics.MESSAGES_RECEIVED.labels(event.platform).inc()
         item = self.intake.admit(event)
         if item is None:
+            return
+        if event.pressed:  # a button: at once, beside the lanes (no turn waits for it)
+            self._spawn(self._press(item))
             return
         if self.commands.immediate(event.text):  # /stop must not wait behind its turn
             self._spawn(self._command(item))
@@ -351,6 +357,27 @@ class Router(SessionControl):
             logger.exception("command %s failed", command_name(event.text))
             reply = CRASH_REPLY
         await self.delivery.deliver(adapter, event.chat, reply, event.message_id)
+
+    async def _press(self, item: Admitted) -> None:
+        """A button press runs its command as the presser (the command table's guards
+        apply); a decided access request then shows its outcome on its messages."""
+        event = item.event
+        adapter = self.adapters[event.platform]
+        context = CommandContext(item.person, _surface(event), None, item)
+        try:
+            reply = await self.commands.run(context, event.text)
+        except Exception:
+            logger.exception("button %s failed", command_name(event.text))
+            reply = CRASH_REPLY
+        if item.person.is_admin and self.approvals.decides(event):
+            await self.approvals.settle(event)  # the request's messages say how it ended
+            return
+        # anything else (a refusal) goes to the presser alone: their direct chat
+        chat = event.chat
+        if chat.type is not ChatType.DM or event.user.id != chat.id:
+            with contextlib.suppress(Exception):
+                chat = await adapter.direct_chat(event.user.id) or chat
+        await self.delivery.deliver(adapter, chat, reply, None)
 
     # -- SessionControl: what /new and /stop do ---------------------------------------------
 

@@ -63,6 +63,7 @@ class StreamedReply:
         self._lost = False  # a post of unknown outcome: the live view stopped
         self._closing = False
         self._changed = asyncio.Event()
+        self._closed = asyncio.Event()
         self._next_at = time.monotonic() + interval  # the first post waits one interval
         self._task: asyncio.Task[None] | None = None
 
@@ -98,8 +99,9 @@ class StreamedReply:
             if self._closing:
                 return
             wait = self._next_at - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
+            if wait > 0:  # until the next edit is allowed, or the end (which goes at once)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._closed.wait(), wait)
                 if self._closing:
                     return
             self._changed.clear()
@@ -150,6 +152,7 @@ class StreamedReply:
         a post cancelled in flight could be there without its id)."""
         self._closing = True
         self._changed.set()
+        self._closed.set()
         if self._task is not None:
             with contextlib.suppress(Exception):
                 await self._task

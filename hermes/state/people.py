@@ -485,6 +485,22 @@ class PeopleDB:
             )
             return list(session.exec(query))
 
+    def pairing(self, code: str) -> PairingRequest | None:
+        """A pairing request by its code, whatever its state."""
+        with eng.reading(self.engine) as session:
+            return session.get(PairingRequest, normalize_code(code))
+
+    def admin_identities(self) -> list[Identity]:
+        """Where the owners and admins (not blocked) can be reached, oldest first."""
+        with eng.reading(self.engine) as session:
+            query = (
+                select(Identity)
+                .join(User, col(User.id) == col(Identity.user_id))
+                .where(col(User.role).in_(("owner", "admin")), User.status != "blocked")
+                .order_by(col(Identity.id))
+            )
+            return list(session.exec(query))
+
     def decide_pairing(self, code: str, approve: bool, by: str) -> PairingRequest | None:
         """Approve (allowing that platform user) or deny a live request; None if no such."""
         code = normalize_code(code)

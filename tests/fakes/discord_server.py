@@ -172,6 +172,46 @@ class FakeDiscord(AioFake):
             },
         )
 
+    def press(
+        self, channel: str, message_id: str, custom_id: str, user: str = "700000000000000001"
+    ) -> str:
+        """A press of a button under the bot's message (a component interaction)."""
+        interaction_id = str(next(self._ids))
+        message = {
+            **self._bot_message(channel, self.messages.get((channel, message_id), "")),
+            "id": message_id,
+            "components": [],
+        }
+        self.dispatch(
+            "INTERACTION_CREATE",
+            {
+                "id": interaction_id,
+                "application_id": APP_ID,
+                "type": 3,
+                "token": f"tok{interaction_id}",
+                "version": 1,
+                "data": {"custom_id": custom_id, "component_type": 2},
+                "channel_id": channel,
+                "channel": {"id": channel, "type": 1},
+                "message": message,
+                "user": {
+                    "id": user,
+                    "username": f"user{user[-2:]}",
+                    "discriminator": "0",
+                    "avatar": None,
+                    "global_name": None,
+                    "bot": False,
+                },
+                "locale": "en-US",
+                "app_permissions": "0",
+                "entitlements": [],
+                "authorizing_integration_owners": {"1": user},
+                "context": 1,
+                "attachment_size_limit": 8388608,
+            },
+        )
+        return interaction_id
+
     def dispatch(self, event: str, data: dict[str, Any]) -> None:
         self._server.call(self._dispatch(event, data))
 
@@ -209,7 +249,7 @@ class FakeDiscord(AioFake):
         mentioned = any(m.get("id") == BOT_ID for m in data.get("mentions", []))
         return bool(intents & MESSAGE_CONTENT_INTENT) or mentioned
 
-    async def _rest(self, request: web.Request) -> web.Response:  # noqa: PLR0911 - a route table
+    async def _rest(self, request: web.Request) -> web.Response:  # noqa: PLR0911, PLR0912 - a route table
         tail = "/" + request.match_info["tail"]
         body = await request.read()
         self.timeline.append((f"{request.method} {tail}", time.monotonic()))
@@ -272,6 +312,27 @@ class FakeDiscord(AioFake):
                     },
                 }
             )
+        if tail == "/users/@me/channels" and request.method == "POST":
+            recipient = str(json.loads(body or b"{}").get("recipient_id"))
+            user = {
+                "id": recipient,
+                "username": f"user{recipient[-2:]}",
+                "discriminator": "0",
+                "avatar": None,
+                "global_name": None,
+            }
+            return _json({"id": f"6{recipient[1:]}", "type": 1, "recipients": [user]})
+        if tail.startswith("/users/") and request.method == "GET":
+            user_id = tail.split("/")[2]
+            return _json(
+                {
+                    "id": user_id,
+                    "username": f"user{user_id[-2:]}",
+                    "discriminator": "0",
+                    "avatar": None,
+                    "global_name": None,
+                }
+            )
         if tail.endswith("/typing"):
             self.typing.append(tail.split("/")[2])
             return web.Response(status=204)
@@ -319,8 +380,8 @@ class FakeDiscord(AioFake):
         if tail.endswith("/messages") and request.method == "POST":
             payload = json.loads(body or b"{}")
             channel_id = tail.split("/")[2]
-            self.posted.append({"channel_id": channel_id, **payload})
             message = self._bot_message(channel_id, payload.get("content", ""))
+            self.posted.append({"channel_id": channel_id, "message_id": message["id"], **payload})
             self.messages[(channel_id, message["id"])] = message["content"]
             return _json(message)
         parts = tail.split("/")

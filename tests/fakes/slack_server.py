@@ -40,6 +40,9 @@ class FakeSlack(AioFake):
     connections: int = 0
     messages: dict[tuple[str, str], str] = field(default_factory=dict)  # (channel, ts): text
     timeline: list[tuple[str, float]] = field(default_factory=list)  # (method, monotonic)
+    posts: list[tuple[str, str, dict[str, Any]]] = field(
+        default_factory=list
+    )  # channel, ts, params
 
     def __post_init__(self) -> None:
         self._sockets: list[web.WebSocketResponse] = []
@@ -110,6 +113,31 @@ class FakeSlack(AioFake):
         }
         return self.push(payload, kind="slash_commands")
 
+    def press(self, channel: str, ts: str, value: str, *, user: str = "U1", index: int = 0) -> str:
+        """A press of button `index` under the bot's message `ts` (a block_actions payload)."""
+        action_ts = f"{time.time():.6f}"
+        payload = {
+            "type": "block_actions",
+            "user": {"id": user, "username": "ann", "name": "ann", "team_id": "T1"},
+            "api_app_id": "A1",
+            "token": "x",
+            "container": {"type": "message", "message_ts": ts, "channel_id": channel},
+            "trigger_id": f"trig-{time.monotonic_ns()}",
+            "team": {"id": "T1", "domain": "fake"},
+            "channel": {"id": channel, "name": "directmessage"},
+            "message": {"type": "message", "ts": ts, "text": self.messages.get((channel, ts), "")},
+            "actions": [
+                {
+                    "type": "button",
+                    "action_id": f"hermes_{index}",
+                    "block_id": "b1",
+                    "value": value,
+                    "action_ts": action_ts,
+                }
+            ],
+        }
+        return self.push(payload, kind="interactive")
+
     def push(self, body: dict[str, Any], retry_attempt: int = 0, kind: str = "events_api") -> str:
         envelope_id = f"env-{time.monotonic_ns()}"
         envelope = {
@@ -155,6 +183,7 @@ class FakeSlack(AioFake):
             params = json.loads(raw or "{}")
         else:
             params = {k: v[0] for k, v in parse_qs(raw).items()}
+        params = {**dict(request.query), **params}  # some methods send their arguments in the URL
         self.calls.append((method, params))
         self.timeline.append((method, time.monotonic()))
         fault = next((f for f in self.faults if f.method == method), None)
@@ -179,6 +208,8 @@ class FakeSlack(AioFake):
             }
         if method == "apps.connections.open":
             return {"ok": True, "url": f"ws://127.0.0.1:{self.port}/link"}
+        if method == "conversations.open":
+            return {"ok": True, "channel": {"id": f"D{params.get('users')}"}}
         if method in ("chat.update", "chat.delete"):
             key = (str(params.get("channel")), str(params.get("ts")))
             if key not in self.messages:
@@ -191,6 +222,7 @@ class FakeSlack(AioFake):
         if method == "chat.postMessage":
             ts = f"1800000000.{next(self._ts):06d}"
             self.messages[(str(params.get("channel")), ts)] = str(params.get("text"))
+            self.posts.append((str(params.get("channel")), ts, params))
             return {
                 "ok": True,
                 "channel": params.get("channel"),

@@ -43,6 +43,7 @@ class FakeTelegram:
     next_message_id: int = 1000
     messages: dict[tuple[int, int], str] = field(default_factory=dict)  # the bot's, as shown
     timeline: list[tuple[str, float]] = field(default_factory=list)  # (method, monotonic)
+    posts: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)  # chat, id, params
 
     def __post_init__(self) -> None:
         self._cond = threading.Condition()
@@ -105,6 +106,29 @@ class FakeTelegram:
             if "text" not in extra and ("photo" in extra or "sticker" in extra):
                 message.pop("text", None)
         return self.push({"message": message})
+
+    def press(
+        self, chat_id: int, message_id: int, data: str, *, user_id: int = 42
+    ) -> dict[str, Any]:
+        """A press of an inline button under the bot's message `message_id`."""
+        with self._cond:
+            text = self.messages.get((chat_id, message_id), "")
+        query = {
+            "id": f"cq{self._message_id()}",
+            "from": {"id": user_id, "is_bot": False, "first_name": f"User{user_id}"},
+            "message": self._bot_message(chat_id, message_id, text),
+            "chat_instance": f"ci{chat_id}",
+            "data": data,
+        }
+        return self.push({"callback_query": query})
+
+    def keyboard(self, params: dict[str, Any]) -> list[tuple[str, str]]:
+        """The inline buttons a sendMessage / editMessageText call carried: (text, data)."""
+        markup = params.get("reply_markup") or {}
+        if isinstance(markup, str):
+            markup = json.loads(markup)
+        rows = markup.get("inline_keyboard") or []
+        return [(b["text"], b.get("callback_data", "")) for row in rows for b in row]
 
     def push(self, update: dict[str, Any]) -> dict[str, Any]:
         with self._cond:
@@ -172,6 +196,7 @@ class FakeTelegram:
             message_id = self._message_id()
             with self._cond:
                 self.messages[(chat_id, message_id)] = str(params.get("text", ""))
+                self.posts.append((chat_id, message_id, params))
             return self._bot_message(chat_id, message_id, str(params.get("text", "")))
         return True
 

@@ -91,3 +91,21 @@ def test_endpoints_fall_back_from_auxiliary_to_main() -> None:
     aux = auxiliary_endpoint(config, config.auxiliary.session_search, {})
     assert aux is not None and aux.model == "small" and aux.api_key is None
     assert aux.base_url == "http://127.0.0.1:11434/v1" and aux.temperature == 0.2
+
+
+def test_streaming_on_off_in_yaml_and_per_platform(home: Path) -> None:
+    from gateway.app import router_policy
+
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text(
+        "gateway:\n  streaming: on\n"
+        "platforms:\n  telegram:\n    enabled: true\n    streaming: off\n"
+        "  slack:\n    enabled: true\n"
+    )
+    policy = router_policy(load_config(home))
+    assert policy.streams("slack") and policy.streams("cli") and not policy.streams("telegram")
+    (home / "config.yaml").write_text("gateway:\n  streaming: off\n")
+    assert not router_policy(load_config(home)).streams("discord")
+    (home / "config.yaml").write_text("gateway:\n  streaming: sometimes\n")
+    with pytest.raises(ConfigError, match=r"gateway\.streaming"):
+        load_config(home)

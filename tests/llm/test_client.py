@@ -138,3 +138,64 @@ def test_a_garbage_answer_keeps_the_users_message_in_the_turn(
     ok, text, stored = asyncio.run(go())
     assert not ok and "not a chat completion" in text and "saved" in text
     assert stored == ["are you there?"]
+
+
+def stream(llm: LLMClient, seen: list[str], tools: list[dict[str, object]] | None = None) -> object:
+    async def go() -> object:
+        try:
+            return await llm.chat([{"role": "user", "content": "hi"}], tools, on_text=seen.append)
+        finally:
+            await llm.close()
+
+    return asyncio.run(go())
+
+
+def test_a_streamed_reply_reports_its_text_as_it_grows(fake_llm: FakeOpenAI) -> None:
+    fake_llm.push(Reply(text="one two three", pieces=["one ", "two ", "three"]))
+    seen: list[str] = []
+    reply = stream(client(fake_llm), seen)
+    assert seen == ["one ", "one two ", "one two three"]
+    assert reply.content == "one two three" and reply.finish_reason == "stop"  # type: ignore[attr-defined]
+    assert reply.prompt_tokens == 10  # type: ignore[attr-defined]  # usage from the last chunk
+    request = fake_llm.requests[0]
+    assert request["stream"] is True and request["stream_options"] == {"include_usage": True}
+
+
+def test_streamed_tool_calls_are_put_together(fake_llm: FakeOpenAI) -> None:
+    fake_llm.push(Reply.tool_call("session_search", {"query": "bank"}, call_id="c7"))
+    seen: list[str] = []
+    reply = stream(client(fake_llm), seen)
+    (call,) = reply.tool_calls  # type: ignore[attr-defined]
+    assert (call.id, call.name, call.arguments) == ("c7", "session_search", '{"query": "bank"}')
+    assert seen == []
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        Reply(text="cut off here", pieces=["cut ", "off ", "here"], break_after=2),
+        Reply(text="cut off here", pieces=["cut ", "off ", "here"], stream_error_after=2),
+        Reply(status=400),  # an endpoint that refuses streaming
+    ],
+    ids=["dropped", "error-event", "refused"],
+)
+def test_a_broken_stream_is_asked_again_whole(fake_llm: FakeOpenAI, broken: Reply) -> None:
+    fake_llm.push(broken, Reply(text="the complete answer"))
+    seen: list[str] = []
+    reply = stream(client(fake_llm), seen)
+    assert reply.content == "the complete answer"  # type: ignore[attr-defined]
+    assert [bool(r.get("stream")) for r in fake_llm.requests] == [True, False]
+
+
+def test_a_rate_limited_stream_is_retried_by_the_sdk(fake_llm: FakeOpenAI) -> None:
+    fake_llm.push(Reply(status=429, retry_after=0.2), Reply(text="after the wait"))
+    seen: list[str] = []
+    reply = stream(client(fake_llm), seen)
+    assert reply.content == "after the wait" and seen[-1] == "after the wait"  # type: ignore[attr-defined]
+    assert all(r.get("stream") for r in fake_llm.requests)
+
+
+def test_a_stream_that_keeps_failing_is_a_clear_error(fake_llm: FakeOpenAI) -> None:
+    fake_llm.default = Reply(status=503)
+    with pytest.raises(LLMError, match="HTTP 503"):
+        stream(client(fake_llm, max_retries=1), [])
