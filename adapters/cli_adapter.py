@@ -38,6 +38,8 @@ class CliAdapter:
         self._sink: EventSink | None = None
         self._waiting: dict[str, asyncio.Future[Answer]] = {}
         self._partial: dict[str, Callable[[str], None]] = {}
+        self.notices: list[str] = []  # messages nobody asked for (reminders), to show next
+        self.on_notice: Callable[[str], bool] | None = None  # shows one now, if it can
         self._ids = itertools.count()
         self._run = time.time_ns()  # message ids stay unique across runs (state.db dedupes)
 
@@ -109,7 +111,13 @@ class CliAdapter:
             future = self._waiting.get(asked)
             if future is not None and not future.done():
                 future.set_result(Answer(message.text, message.failed))
-        return SendResult(True, (asked,))
+            elif not asked and (self.on_notice is None or not self.on_notice(message.text)):
+                self.notices.append(message.text)  # not a reply (a reminder): shown next
+        return SendResult(True, (asked or f"notice-{len(self.notices)}",))
+
+    def take_notices(self) -> list[str]:
+        taken, self.notices = self.notices, []
+        return taken
 
     async def direct_chat(self, platform_user_id: str) -> ChatRef | None:
         return None  # the terminal is only ever the chat in front of it

@@ -293,7 +293,9 @@ class DiscordAdapter:
         except discord.HTTPException as exc:
             return _refused(exc)
         except (aiohttp.ClientError, TimeoutError) as exc:  # it may have been posted
-            return SendResult(False, error=f"outcome unknown: {type(exc).__name__}: {exc}")
+            return SendResult(
+                False, error=f"outcome unknown: {type(exc).__name__}: {exc}", outcome_unknown=True
+            )
         return SendResult(True, (f"{message.chat.id}:{sent.id}",))
 
     async def edit(self, chat: ChatRef, message_id: str, message: OutboundMessage) -> SendResult:

@@ -315,7 +315,9 @@ class SlackAdapter:
         except SlackApiError as exc:
             return _refused(exc)
         except Exception as exc:  # a dropped connection: it may have been posted
-            return SendResult(False, error=f"outcome unknown: {type(exc).__name__}: {exc}")
+            return SendResult(
+                False, error=f"outcome unknown: {type(exc).__name__}: {exc}", outcome_unknown=True
+            )
         return SendResult(True, (f"{chat.id}:{response['ts']}",))
 
     async def edit(self, chat: ChatRef, message_id: str, message: OutboundMessage) -> SendResult:

@@ -411,7 +411,7 @@ async def _outcome(call: Awaitable[T]) -> T | SendResult:
     except Forbidden as exc:
         return SendResult(False, error=f"forbidden: {exc}")  # blocked by the user
     except TimedOut as exc:  # it may have been posted: resending could duplicate
-        return SendResult(False, error=f"timed out, outcome unknown: {exc}")
+        return SendResult(False, error=f"timed out, outcome unknown: {exc}", outcome_unknown=True)
     except NetworkError as exc:
         if isinstance(exc, BadRequest):
             raise
@@ -431,4 +431,4 @@ def _network_failure(exc: NetworkError) -> SendResult:
         return SendResult(False, error=f"server error: {exc}", retryable=True)
     if isinstance(cause, httpx.ConnectError):
         return SendResult(False, error=f"could not connect: {exc}", retryable=True)
-    return SendResult(False, error=f"network error, outcome unknown: {exc}")
+    return SendResult(False, error=f"network error, outcome unknown: {exc}", outcome_unknown=True)

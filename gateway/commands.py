@@ -22,6 +22,7 @@ from gateway.config import HermesConfig
 from gateway.memory_commands import MemoryCommands
 from gateway.people import People, Person
 from gateway.ports import MenuEntry
+from gateway.reminder_commands import ReminderCommands
 from hermes.agent.agent import Agent
 from hermes.state.db import SessionDB
 from hermes.state.people import LINK_CODE_TTL
@@ -85,6 +86,7 @@ class Commands:
             home, config, db, people, self.memory_commands, embedder=agent.embedder
         )
         self.admin.runtime = runtime
+        self.reminder_commands = ReminderCommands(db)
         self.sessions: SessionControl | None = None  # the router running us sets this
         self.table = self._table()
         self._index = {n: c for c in self.table for n in (c.name, *c.aliases)}
@@ -92,6 +94,7 @@ class Commands:
     def _table(self) -> tuple[Command, ...]:
         """Every command, in the order /help and the menus show them."""
         sub, mem, admin = Command, self.memory_commands, self.admin
+        rem = self.reminder_commands
         return (
             Command("/help", "What I can do", self._help, aliases=("/start",)),
             Command("/whoami", "Your user id, role and linked accounts", self._whoami),
@@ -132,6 +135,22 @@ class Commands:
                         dm_only=True,
                     ),
                     sub("consolidate", "tidy a full memory now", mem.consolidate),
+                ),
+            ),
+            Command(
+                "/timezone",
+                "Your time zone, for reminders",
+                self.reminder_commands.timezone,
+                usage="[Area/City]",
+            ),
+            Command(
+                "/reminders",
+                "Your reminders; cancel one",
+                default="list",
+                usage="[list|cancel ID]",
+                subcommands=(
+                    sub("list", "your reminders and when they come next", rem.list),
+                    sub("cancel", "cancel a reminder", rem.cancel, usage="ID"),
                 ),
             ),
             Command(

@@ -61,15 +61,32 @@ class Delivery:
         failed: bool = False,
     ) -> bool:
         """Send `text`; `stored_id` is the assistant message it is (for the failure record)."""
+        result = await self.send(adapter, chat, text, reply_to, stored_id=stored_id, failed=failed)
+        return result.ok
+
+    async def send(
+        self,
+        adapter: PlatformAdapter,
+        chat: ChatRef,
+        text: str,
+        reply_to: str | None,
+        *,
+        stored_id: int | None = None,
+        failed: bool = False,
+    ) -> SendResult:
+        """`deliver`, answering how it went: the first part that failed (after retries),
+        or success with every part's message id."""
+        ids: list[str] = []
         for index, (part, rendered) in enumerate(parts(text, adapter.capabilities)):
             reply = reply_to if index == 0 else None
             outbound = OutboundMessage(chat, part, reply, failed, rendered=rendered)
             result, attempts = await self.attempt(functools.partial(adapter.send, outbound))
             if not result.ok:
                 self.record_failure(adapter, chat, stored_id, result, attempts)
-                return False
+                return result
+            ids += result.message_ids
             metrics.MESSAGES_SENT.labels(adapter.name).inc()
-        return True
+        return SendResult(True, tuple(ids))
 
     def record_failure(
         self,

@@ -95,3 +95,6 @@ class SendResult:
     error: str | None = None
     retryable: bool = False  # safe to send again (the platform surely did not post it)
     retry_after: float | None = None  # seconds the platform asked us to wait (429)
+    # no answer (a timeout, a dropped connection): it may have been posted, so it is
+    # never sent again; a failure that is neither this nor retryable is a refusal
+    outcome_unknown: bool = False

@@ -95,8 +95,15 @@ class Answer:
 class LocalChat(PlatformAdapter, Protocol):
     """A chat surface inside this process (the terminal): a line in, its answer out."""
 
+    # shows a message that answers nothing (a reminder) at once; False: not now (it is
+    # kept for take_notices)
+    on_notice: Callable[[str], bool] | None
+
     def event(self, text: str) -> MessageEvent:
         """`text` as a message event from the local owner."""
+
+    def take_notices(self) -> list[str]:
+        """Messages sent to the terminal that answer nothing (reminders), oldest first."""
 
     async def ask(self, text: str, on_partial: Callable[[str], None] | None = None) -> Answer:
         """Send one line through the router; its reply. Cancelling sends /stop. A reply

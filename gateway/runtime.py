@@ -28,6 +28,7 @@ from gateway.app import App, build_app
 from gateway.config import ConfigError, HermesConfig, enabled_platforms, main_endpoint
 from gateway.http_server import HttpServer, WebhookAdapter
 from gateway.ports import MenuEntry, PlatformAdapter
+from gateway.reminders import ReminderRunner
 from gateway.scheduler import Scheduler
 from gateway.status_file import remove_status_file, write_status_file
 from hermes.memory.sweep import users_with_memory
@@ -69,6 +70,7 @@ class Gateway:
         self.started_at: float | None = None
         self._stopping = asyncio.Event()
         self._watcher: asyncio.Task[None] | None = None
+        self.reminders: ReminderRunner | None = None
 
     # -- RuntimeInfo, for /admin status ---------------------------------------------------
 
@@ -111,11 +113,23 @@ class Gateway:
         if self.app is not None:
             self._watcher = asyncio.create_task(self.app.router.watch_people())
             self.app.start_background()
+            self._start_reminders(self.app)
         if self.platforms:
             self._tasks.append(asyncio.create_task(self._supervise()))
         self.started_at = time.monotonic()
         write_status_file(self.home, self.status(), f"{self.http.host}:{self.http.port}")
         logger.info("gateway started: %s", ", ".join(self.adapters) or "no platforms")
+
+    def _start_reminders(self, app: App) -> None:
+        """The reminder runner of this process, woken by the scheduler's jobs; every
+        active reminder gets its exact job (one missed while down fires now, once)."""
+        self.reminders = ReminderRunner(self.db, app.router, app.agent, home=str(self.home))
+        self.reminders.on_scheduled = self.scheduler.schedule_reminder
+        app.agent.on_reminder = self.reminders.added
+        self.reminders.register()
+        for reminder in self.db.reminders.of_user(None):
+            if reminder.status == "active" and reminder.platform in self.adapters:
+                self.scheduler.schedule_reminder(reminder)
 
     def _build_platforms(self) -> dict[str, PlatformAdapter]:
         """Every enabled platform's adapter; what cannot be built (a missing or malformed
@@ -265,6 +279,8 @@ class Gateway:
             except Exception:
                 logger.exception("platform %s did not stop receiving cleanly", name)
         await self.scheduler.stop()
+        if self.reminders is not None:
+            self.reminders.unregister()
         if self.app is not None:
             await self.app.router.stop(TURN_GRACE_S)
         for name, adapter in list(self.adapters.items()):

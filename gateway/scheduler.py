@@ -18,13 +18,19 @@ from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, JobExecution
 from apscheduler.jobstores.base import ConflictingIdError
 from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 from apscheduler.util import undefined
 
 from gateway.config import HermesConfig
+from gateway.reminders import SWEEP_S
 from hermes.state.db import SessionDB
+from hermes.state.models import Reminder
 
 logger = logging.getLogger(__name__)
+
+REMINDER_JOB = "reminder:"
+RUN_AT_ONCE = ("consolidation_check", "reminders")  # first run at the first start
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +59,8 @@ def job_specs(config: HermesConfig) -> list[JobSpec]:
         ),
         JobSpec("idle_sessions", "gateway.jobs:idle_sessions", timedelta(minutes=5)),
         JobSpec("maintenance", "gateway.jobs:maintenance", timedelta(days=1)),
+        # reminders made by another process (or a wake-up lost): exact ones have own jobs
+        JobSpec("reminders", "gateway.reminders:sweep_job", timedelta(seconds=SWEEP_S)),
     ]
 
 
@@ -77,7 +85,7 @@ class Scheduler:
             trigger = IntervalTrigger(seconds=spec.every.total_seconds(), timezone="UTC")
             job = self._scheduler.get_job(spec.id)
             if job is None:  # first start: check memory right away, the rest on schedule
-                first = datetime.now(UTC) if spec.id == "consolidation_check" else undefined
+                first = datetime.now(UTC) if spec.id in RUN_AT_ONCE else undefined
                 with contextlib.suppress(ConflictingIdError):  # another gateway added it
                     self._scheduler.add_job(
                         spec.func,
@@ -102,7 +110,24 @@ class Scheduler:
     def status(self) -> list[JobStatus]:
         return describe(self._scheduler.get_jobs(), self.db, self.specs)
 
+    def schedule_reminder(self, reminder: Reminder) -> None:
+        """Wake up exactly when `reminder` is due (a job in the same store: a restart
+        keeps it; a run missed while down fires once, late, at the next start)."""
+        if not self._scheduler.running or reminder.due_at is None:
+            return
+        when = reminder.retry_at or reminder.due_at
+        self._scheduler.add_job(
+            "gateway.reminders:fire_job",
+            DateTrigger(run_date=when if when.tzinfo else when.replace(tzinfo=UTC)),
+            id=f"{REMINDER_JOB}{reminder.id}",
+            kwargs={"home": str(self.home), "reminder_id": reminder.id},
+            replace_existing=True,
+            misfire_grace_time=None,  # however late: once (the runner marks it late)
+        )
+
     def _on_result(self, event: JobExecutionEvent) -> None:
+        if event.job_id.startswith(REMINDER_JOB):  # recorded on the reminder's own runs
+            return
         ok = event.exception is None
         summary = (
             str(event.retval) if ok else f"{type(event.exception).__name__}: {event.exception}"

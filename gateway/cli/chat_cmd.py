@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 from collections.abc import Coroutine
 from datetime import UTC, datetime
@@ -18,6 +19,8 @@ from gateway.cli.output import console, err_console, note, say
 from gateway.status_file import read_status_file
 
 if TYPE_CHECKING:  # imported by `chat` itself: the rest of the CLI starts without them
+    import asyncio
+
     from gateway.app import App
     from gateway.ports import LocalChat
     from hermes.agent.agent import Agent, Surface
@@ -26,6 +29,7 @@ if TYPE_CHECKING:  # imported by `chat` itself: the rest of the CLI starts witho
     from hermes.state.db import SessionDB
 
 T = TypeVar("T")
+REMINDER_SWEEP_S = 5.0
 CLI_NOTE = (
     "/exit  quit (also Ctrl-D)  ·  Ctrl-C cancels the running turn (at an empty prompt: "
     "leave)  ·  Alt-Enter new line  ·  Tab completes commands  ·  Up/Down history"
@@ -125,6 +129,7 @@ def chat(
     runtime.loop.call_soon_threadsafe(app.start_background)
     adapter = registry.local_chat()
     app.router.attach(adapter)
+    sweeps = None
     try:
         key = session_key(adapter.event(""))
         surface = Surface(adapter.name, "dm", key.chat_id)
@@ -138,13 +143,36 @@ def chat(
                 _recap(conv)
             names = [n for c in app.commands.table for n in (c.name, *c.aliases)]
             reader = chat_input(ctx.home, [*names, "/exit", "/quit"])
+            sweeps = runtime.run(_sweep_reminders(app, db, str(ctx.home)))
             _interactive(runtime, adapter, reader, conv.id, resumed=resume is not None)
             latest = db.conversations.latest_session(owner)
             note(f"[dim]resume with: hermes chat --resume {latest.id if latest else conv.id}[/dim]")
     finally:
+        if sweeps is not None:
+            runtime.loop.call_soon_threadsafe(sweeps.cancel)
         runtime.run(_shutdown(app, owner))
         runtime.close()
         db.close()
+
+
+async def _sweep_reminders(app: App, db: SessionDB, home: str) -> asyncio.Task[None]:
+    """Reminders set in the terminal are delivered here while the chat is open (one
+    missed while it was closed comes at the next start, marked late)."""
+    import asyncio
+
+    from gateway.reminders import ReminderRunner
+
+    runner = ReminderRunner(db, app.router, app.agent, home=home)
+
+    async def loop() -> None:
+        while True:
+            try:
+                await runner.sweep()
+            except Exception:  # a locked state.db, say: the next sweep tries again
+                logging.getLogger(__name__).exception("reminder sweep failed")
+            await asyncio.sleep(REMINDER_SWEEP_S)
+
+    return asyncio.create_task(loop())
 
 
 async def _shutdown(app: App, owner: str) -> None:
@@ -188,9 +216,15 @@ def _interactive(
 
     from gateway.commands import command_name
 
+    def show_now(text: str) -> bool:  # a reminder while the prompt waits: above it, now
+        return reader.show(lambda: console.print(Markdown(text)))
+
+    adapter.on_notice = show_now
     state = "resumed" if resumed else "new"
     note(f"[bold]Hermes[/bold] · session {session_id} ({state}) · /help for commands")
     while True:
+        for waiting in adapter.take_notices():  # reminders that came during a turn
+            console.print(Markdown(waiting))
         line = _next_message(reader)
         if line is None:
             note("[dim]bye[/dim]")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -31,6 +31,9 @@ EXIT_ASKED = "\x00exit?"  # what read() returns when Ctrl-C was pressed at an em
 
 
 class ChatInput(Protocol):
+    def show(self, render: Callable[[], None]) -> bool:
+        """Print something that came by itself (a reminder) while the prompt waits."""
+
     def read(self) -> str | None:
         """The next message (None: the person wants to leave)."""
 
@@ -40,6 +43,9 @@ class ChatInput(Protocol):
 
 class PlainInput:
     """Piped or redirected input: one line per message."""
+
+    def show(self, render: Callable[[], None]) -> bool:
+        return False  # nothing to print around: shown before the next line is read
 
     def read(self) -> str | None:
         try:
@@ -83,6 +89,18 @@ class TerminalInput:
             return None
         except KeyboardInterrupt:
             return EXIT_ASKED
+
+    def show(self, render: Callable[[], None]) -> bool:
+        """Print above the prompt now, from any thread (`render` prints); False when no
+        prompt is being shown (the caller shows it after the running turn)."""
+        from prompt_toolkit.application import run_in_terminal
+
+        app = self.session.app
+        loop = getattr(app, "loop", None)
+        if not app.is_running or loop is None:
+            return False
+        loop.call_soon_threadsafe(run_in_terminal, render)
+        return True
 
     def confirm_exit(self) -> bool:
         try:

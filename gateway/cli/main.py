@@ -15,6 +15,7 @@ from gateway.cli import (
     gateway_cmd,
     init_cmd,
     memory_cmd,
+    reminders_cmd,
     sessions_cmd,
     users_cmd,
 )
@@ -62,6 +63,7 @@ app.add_typer(gateway_cmd.scheduler_app, name="scheduler")
 app.add_typer(users_cmd.users_app, name="users")
 app.add_typer(users_cmd.pairing_app, name="pairing")
 app.add_typer(backup_cmd.app, name="backup")
+app.add_typer(reminders_cmd.app, name="reminders")
 app.add_typer(evidence_cmd.app, name="evidence")
 app.command("chat")(chat_cmd.chat)
 app.command("init")(init_cmd.init)

@@ -32,7 +32,9 @@ from hermes.memory.user_memory import UserMemory
 from hermes.providers.host import ProviderHost
 from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
+from hermes.state.models import Reminder
 from hermes.state.search import SearchScope
+from hermes.tools.schedule import ScheduleTool
 from hermes.tools.session_search import SessionSearchTool, Summarizer, SummaryPolicy
 
 logger = logging.getLogger(__name__)
@@ -88,6 +90,7 @@ class Agent:
     search_policy: SummaryPolicy = field(default_factory=SummaryPolicy)
     embedder: Embedder | None = None  # hybrid search (search.embeddings)
     group_memory: bool = True  # privacy.group_memory: personal stores in group chats
+    on_reminder: Callable[[Reminder], None] | None = None  # a reminder was just added
     _reviews: dict[str, asyncio.Task[None]] = field(default_factory=dict, repr=False)
 
     sessions: Sessions = field(init=False, repr=False)
@@ -146,7 +149,13 @@ class Agent:
         if cause is None:
             return TurnResult("", True, conv.id, duplicate=True)
         conv.append([user_message])
-        context = turn_context(surface.platform, surface.chat_type, datetime.now(UTC))
+        writer_id = speaker.user_id if speaker else conv.user_id
+        context = turn_context(
+            surface.platform,
+            surface.chat_type,
+            datetime.now(UTC),
+            timezone=self.db.reminders.timezone(writer_id) if not conv.shared or speaker else None,
+        )
         if conv.pointer:
             context, conv.pointer = f"{context}\n{conv.pointer}", ""
         writer = speaker.user_id if speaker else (None if conv.shared else conv.user_id)
@@ -201,6 +210,16 @@ class Agent:
             Tool("memory", MEMORY_TOOL_SCHEMA, remember, "updating my notes…"),
             Tool(search.name, search.schema, search.run, "searching past conversations…"),
         ]
+        if owner is not None:  # reminders are a person's, delivered where they asked
+            schedule = ScheduleTool(
+                self.db,
+                owner,
+                conv.user_id,
+                surface,
+                conv.session.session_key,
+                on_added=self.on_reminder,
+            )
+            tools.append(Tool(schedule.name, schedule.schema, schedule.run, "setting that up…"))
         if not conv.shared and self.sessions.personal(surface):  # the person's own provider
             tools += [
                 self._provider_tool(conv.user_id, s)

@@ -8,8 +8,10 @@ prefix cache warm. Per-turn context travels with the user message instead.
 
 from __future__ import annotations
 
+import contextlib
 from datetime import datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 SOUL_FILENAME = "SOUL.md"
 
@@ -56,9 +58,19 @@ def build_system_prompt(persona: str, memory_snapshot: str) -> str:
     return "\n\n".join(parts)
 
 
-def turn_context(surface: str, chat_type: str, now: datetime, recall: str = "") -> str:
-    """The per-turn note attached to the current user message (never to the prompt)."""
-    note = f"[context: {surface} {chat_type} · {now:%Y-%m-%d %H:%M} UTC]"
+def turn_context(
+    surface: str, chat_type: str, now: datetime, recall: str = "", *, timezone: str | None = None
+) -> str:
+    """The per-turn note attached to the current user message (never to the prompt):
+    where, when, and the person's local time when their time zone is known."""
+    when = f"{now:%Y-%m-%d %H:%M} UTC"
+    if timezone:
+        with contextlib.suppress(ValueError, KeyError):
+            there = now.astimezone(ZoneInfo(timezone))
+            when += f" · user's local time {there:%a %Y-%m-%d %H:%M} {timezone}"
+    else:
+        when += " · user's time zone not set"
+    note = f"[context: {surface} {chat_type} · {when}]"
     if recall:
         note += f"\n{fence_recall(recall)}"
     return note

@@ -4,7 +4,8 @@
 - `vectors` (VectorDB): message vectors and the embedding queue (hybrid search);
 - `people` (PeopleDB): users, identities, links, pairing, access rules;
 - `memory_log` (MemoryLogDB): memory events and versions, consolidation bookkeeping;
-- `upkeep` (UpkeepDB): job results, pruning, maintenance, integrity, bulk imports.
+- `upkeep` (UpkeepDB): job results, pruning, maintenance, integrity, bulk imports;
+- `reminders` (RemindersDB): reminders, their runs (the claim), each person's time zone.
 
 All SQL lives in these modules; everything else calls their methods. A second backend
 (PostgreSQL) implements the same repositories over its own engine.
@@ -18,6 +19,7 @@ from hermes.state import engine as eng
 from hermes.state.conversations import ConversationDB
 from hermes.state.memory_log import MemoryLogDB
 from hermes.state.people import PeopleDB
+from hermes.state.reminders import RemindersDB
 from hermes.state.upkeep import UpkeepDB
 from hermes.state.vectors import VectorDB
 
@@ -34,6 +36,7 @@ class SessionDB:
         self.people = PeopleDB(self)
         self.memory_log = MemoryLogDB(self)
         self.upkeep = UpkeepDB(self)
+        self.reminders = RemindersDB(self)
 
     @classmethod
     def open(cls, home: Path) -> SessionDB:

@@ -21,6 +21,7 @@ class User(SQLModel, table=True):
     status: str = "active"  # active | pending | blocked
     kind: str = "person"  # person | chat (the owner of a group chat's shared sessions)
     created_at: datetime = Field(default_factory=utcnow)
+    timezone: str | None = None  # IANA name, set by the person (/timezone); never guessed
 
 
 class UserAlias(SQLModel, table=True):
@@ -232,3 +233,46 @@ class AccessRule(SQLModel, table=True):
     rule: str  # allow | block
     created_by: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class Reminder(SQLModel, table=True):
+    """A reminder or scheduled message: one-off (`cron` None) or recurring."""
+
+    __tablename__ = "reminders"
+
+    id: str = Field(primary_key=True)
+    user_id: str  # the person who asked for it (it is delivered as theirs)
+    owner_id: str  # the owner of the session it runs in (the chat, in a shared session)
+    platform: str
+    chat_id: str
+    chat_type: str  # dm | group | channel | thread
+    thread_id: str | None = None
+    session_key: str
+    text: str  # what to send; with `prompt`, the instruction of a short agent turn
+    prompt: bool = False
+    cron: str | None = None  # five fields, in `timezone`
+    timezone: str
+    due_at: datetime | None = None  # the next run (UTC); None once done or cancelled
+    retry_at: datetime | None = None  # a failed delivery of that run is tried again then
+    status: str = "active"  # active | paused | done | cancelled
+    reason: str = ""  # why it is paused
+    runs: int = 0
+    failures: int = 0  # failed deliveries of the current run
+    last_run_at: datetime | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ReminderRun(SQLModel, table=True):
+    """One run of a reminder: inserting it is the claim to deliver it."""
+
+    __tablename__ = "reminder_runs"
+
+    reminder_id: str = Field(primary_key=True, foreign_key="reminders.id")
+    due_at: datetime = Field(primary_key=True)
+    claimed_by: str
+    claimed_at: datetime = Field(default_factory=utcnow)
+    status: str = "sending"  # sending | delivered | failed | unknown | skipped
+    late: bool = False
+    attempts: int = 0
+    error: str = ""
+    finished_at: datetime | None = None

@@ -31,6 +31,7 @@ from hermes.state.models import (
     MemoryVersion,
     Message,
     PairingRequest,
+    Reminder,
     User,
     UserAlias,
     utcnow,
@@ -374,6 +375,7 @@ class PeopleDB:
             if old.status == "blocked" and kept.role != "owner":  # the owner stays reachable
                 kept.status = "blocked"
             kept.display_name = kept.display_name or old.display_name
+            kept.timezone = kept.timezone or old.timezone
             session.add(kept)
             for model in (Identity, ChatSession, Message, MemoryEvent):
                 session.execute(
@@ -384,6 +386,9 @@ class PeopleDB:
                 .where(col(MemoryVersion.user_id) == gone)
                 .values(user_id=keep, undone_at=func.coalesce(MemoryVersion.undone_at, utcnow()))
             )
+            for owned in ("user_id", "owner_id"):  # reminders follow too
+                column = col(getattr(Reminder, owned))
+                session.execute(update(Reminder).where(column == gone).values({owned: keep}))
             for moved in (LinkCode, UserAlias):  # a live code of `gone` now joins `keep`
                 session.execute(
                     update(moved).where(col(moved.user_id) == gone).values(user_id=keep)

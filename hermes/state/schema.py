@@ -369,5 +369,50 @@ _V10 = [
     "UPDATE message_vectors SET user_id = new.user_id WHERE message_id = new.id; END",
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10]
+# v11: reminders and scheduled messages (hermes/state/reminders.py), and each person's
+# time zone. A reminder keeps where it was created (platform, chat, thread, session key)
+# and its next due time in UTC; `reminder_runs` has one row per (reminder, due time):
+# whoever inserts it delivers that run, so two gateways (or a retry after a crash)
+# never deliver the same run twice.
+_V11 = [
+    "ALTER TABLE users ADD COLUMN timezone TEXT",
+    """CREATE TABLE reminders (
+        id TEXT PRIMARY KEY,
+        user_id TEXT NOT NULL,
+        owner_id TEXT NOT NULL,
+        platform TEXT NOT NULL,
+        chat_id TEXT NOT NULL,
+        chat_type TEXT NOT NULL,
+        thread_id TEXT,
+        session_key TEXT NOT NULL,
+        text TEXT NOT NULL,
+        prompt BOOLEAN NOT NULL DEFAULT 0,
+        cron TEXT,
+        timezone TEXT NOT NULL,
+        due_at TIMESTAMP,
+        retry_at TIMESTAMP,
+        status TEXT NOT NULL DEFAULT 'active',
+        reason TEXT NOT NULL DEFAULT '',
+        runs INTEGER NOT NULL DEFAULT 0,
+        failures INTEGER NOT NULL DEFAULT 0,
+        last_run_at TIMESTAMP,
+        created_at TIMESTAMP NOT NULL
+    )""",
+    "CREATE INDEX ix_reminders_due ON reminders(status, due_at)",
+    "CREATE INDEX ix_reminders_user ON reminders(user_id, status)",
+    """CREATE TABLE reminder_runs (
+        reminder_id TEXT NOT NULL REFERENCES reminders(id) ON DELETE CASCADE,
+        due_at TIMESTAMP NOT NULL,
+        claimed_by TEXT NOT NULL,
+        claimed_at TIMESTAMP NOT NULL,
+        status TEXT NOT NULL DEFAULT 'sending',
+        late BOOLEAN NOT NULL DEFAULT 0,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        error TEXT NOT NULL DEFAULT '',
+        finished_at TIMESTAMP,
+        PRIMARY KEY (reminder_id, due_at)
+    )""",
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11]
 SCHEMA_VERSION = len(MIGRATIONS)

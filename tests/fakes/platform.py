@@ -11,7 +11,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from gateway.events import ChatRef, MessageEvent, OutboundMessage, SendResult
+from gateway.events import ChatRef, ChatType, MessageEvent, OutboundMessage, SendResult
 from gateway.ports import Capabilities, EventSink
 
 
@@ -52,6 +52,16 @@ class FakeAdapter:
             return self.failures.popleft()
         self.sent.append(Sent(message, time.monotonic()))
         return SendResult(True, (str(len(self.sent)),))
+
+    async def edit(self, chat: ChatRef, message_id: str, message: OutboundMessage) -> SendResult:
+        self.attempts.append(message)
+        return SendResult(True, (message_id,))
+
+    async def delete(self, chat: ChatRef, message_id: str) -> SendResult:
+        return SendResult(True, (message_id,))
+
+    async def direct_chat(self, platform_user_id: str) -> ChatRef | None:
+        return ChatRef(platform_user_id, ChatType.DM)
 
     async def typing(self, chat: ChatRef) -> None:
         self.typing_calls += 1

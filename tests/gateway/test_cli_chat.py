@@ -306,3 +306,29 @@ def test_a_reply_is_shown_as_it_is_written(home: Path, fake_llm: FakeOpenAI) -> 
         print(term.screen[-3000:])
         term.close()
         raise
+
+
+def test_a_reminder_set_in_the_terminal_shows_above_the_waiting_prompt(
+    home: Path, fake_llm: FakeOpenAI
+) -> None:
+    configure(home, fake_llm)
+    fake_llm.push(
+        Reply.tool_call(
+            "schedule", {"action": "add", "message": "stretch now", "when": "in 2 seconds"}
+        ),
+        Reply(text="Okay, in two seconds."),
+    )
+    term = Terminal(home)
+    try:
+        term.expect("you ›")
+        term.send("remind me in 2 seconds to stretch\r")
+        term.answered("Okay, in two seconds.")
+        term.expect("Reminder: stretch now", new=True, timeout=15)  # no key pressed
+        term.send("/reminders\r")
+        term.expect("no reminders", new=True)  # it ran: nothing left
+        term.send("/exit\r")
+        assert term.close() == 0
+    except BaseException:
+        print(term.screen[-3000:])
+        term.close()
+        raise

@@ -1,0 +1,225 @@
+"""Reminders delivered: the runner that sends each due run once, where it was asked for.
+
+The `schedule` tool stores a reminder in state.db (hermes/state/reminders.py). A process
+that has the reminder's platform attached runs it when due: the gateway, for Telegram,
+Slack and Discord (woken by an APScheduler job at the exact time, kept in the same job
+store as the maintenance jobs, and by a sweep every `SWEEP_S` that catches reminders
+made by another process); `hermes chat`, for reminders made in the terminal, while it
+is open. Each run is claimed in state.db before anything is sent (two gateways, or a
+retry after a crash, never send it twice) and then:
+
+- sent to the chat, platform and thread it was created in, as the person's (a prompt
+  reminder first runs a short agent turn, in a session of its own, and sends its answer);
+- a run delivered more than `LATE_AFTER` after its time (the gateway was down) is
+  marked late; a recurring one then moves to its next time after now: one catch-up
+  delivery, never a burst of the missed ones;
+- a failure the platform answered (5xx, 429 after the retries) is retried later
+  (`RETRY_DELAYS`), recorded on the run; an unknown outcome (it may have been posted) is
+  never resent; a refusal (the chat is gone, the bot was blocked or removed) pauses the
+  reminder with that reason, as does a person blocked by an admin.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from gateway.events import ChatRef, ChatType
+from hermes.agent.conversation import Surface
+from hermes.reminders import LATE_AFTER, TimeError, local, next_run, zone
+from hermes.state.models import Reminder
+from hermes.state.reminders import Claim
+
+if TYPE_CHECKING:
+    from gateway.router import Router
+    from hermes.agent.agent import Agent
+    from hermes.state.db import SessionDB
+
+logger = logging.getLogger(__name__)
+
+SWEEP_S = 30.0
+RETRY_DELAYS = (timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=15))
+_CHAT_TYPES = {"dm": ChatType.DM, "group": ChatType.GROUP, "channel": ChatType.CHANNEL}
+
+# the runners of this process, by home: the scheduler's stored jobs find them here
+_RUNNERS: dict[str, ReminderRunner] = {}
+
+
+class ReminderRunner:
+    def __init__(
+        self,
+        db: SessionDB,
+        router: Router,
+        agent: Agent,
+        *,
+        home: str = "",
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.db, self.router, self.agent, self.home = db, router, agent, home
+        self.clock = clock
+        self.name = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
+        self.on_scheduled: Callable[[Reminder], None] | None = None  # exact wake-ups
+
+    def register(self) -> None:
+        _RUNNERS[self.home] = self
+
+    def unregister(self) -> None:
+        if _RUNNERS.get(self.home) is self:
+            del _RUNNERS[self.home]
+
+    # -- waking up ---------------------------------------------------------------------
+
+    async def sweep(self) -> int:
+        """Run every reminder due now on a platform of this process; how many were sent."""
+        platforms = tuple(self.router.adapters)
+        if not platforms:
+            return 0
+        sent = 0
+        for reminder in self.db.reminders.due(self.clock(), platforms):
+            sent += await self.fire(reminder.id) in ("delivered", "late")
+        return sent
+
+    async def fire(self, reminder_id: str) -> str:
+        """Deliver the reminder's current run if it is due and nobody else has; what
+        happened ('delivered', 'late', 'failed', 'paused', 'unknown' or 'skipped')."""
+        reminder = self.db.reminders.get(reminder_id)
+        if reminder is None or reminder.platform not in self.router.adapters:
+            return "skipped"  # another process's platform: its sweep will run it
+        now = self.clock()
+        if reminder.due_at is None or _utc(reminder.due_at) > now:
+            return "skipped"  # not yet (a stale wake-up); its own job will come
+        if reminder.retry_at is not None and _utc(reminder.retry_at) > now:
+            return "skipped"
+        claim = self.db.reminders.claim(reminder_id, self.name, len(RETRY_DELAYS) + 1)
+        if claim is None:
+            return "skipped"  # delivered, being delivered, or not ours to send again
+        try:
+            outcome = await self._run(claim, now)
+        except Exception as exc:  # recorded, never lost silently
+            logger.exception("reminder %s failed", reminder_id)
+            outcome = self._failed(claim, f"{type(exc).__name__}: {exc}", now)
+        following = self.db.reminders.get(reminder_id)
+        if following is not None and following.status == "active":
+            self.added(following)  # its next run (or the retry) wakes up on time too
+        return outcome
+
+    async def _run(self, claim: Claim, now: datetime) -> str:
+        reminder, due = claim.reminder, _utc(claim.due_at)
+        person = self.db.people.get_user(reminder.user_id)
+        if person is None or person.status == "blocked":
+            self.db.reminders.pause(reminder.id, "the person who set it is blocked")
+            self.db.reminders.finish(claim, "skipped", next_due=due, error="blocked")
+            return "paused"
+        late = now - due > LATE_AFTER
+        text = await self._text(reminder, due, late)
+        adapter = self.router.adapters[reminder.platform]
+        result = await self.router.delivery.send(adapter, _chat(reminder), text, None)
+        if result.ok:
+            self.db.reminders.finish(
+                claim, "delivered", next_due=self._next(reminder, now), late=late
+            )
+            logger.info("reminder %s delivered%s", reminder.id, " (late)" if late else "")
+            return "late" if late else "delivered"
+        error = result.error or "not delivered"
+        if result.outcome_unknown:  # it may be there: never sent twice
+            self.db.reminders.finish(
+                claim, "unknown", next_due=self._next(reminder, now), error=error
+            )
+            return "unknown"
+        if result.retryable:
+            return self._failed(claim, error, now)
+        reason = f"the chat cannot be reached ({error})"
+        self.db.reminders.pause(reminder.id, reason)
+        self.db.reminders.finish(claim, "failed", next_due=due, error=error)
+        logger.warning("reminder %s paused: %s", reminder.id, reason)
+        return "paused"
+
+    def _failed(self, claim: Claim, error: str, now: datetime) -> str:
+        """Tried again later ('failed'), or paused once the retries are used up."""
+        if claim.attempt <= len(RETRY_DELAYS):
+            retry_at = now + RETRY_DELAYS[claim.attempt - 1]
+            self.db.reminders.finish(claim, "failed", next_due=None, error=error, retry_at=retry_at)
+            return "failed"
+        self.db.reminders.pause(claim.reminder.id, f"it could not be delivered ({error})")
+        self.db.reminders.finish(claim, "failed", next_due=_utc(claim.due_at), error=error)
+        logger.warning(
+            "reminder %s paused after %d attempts: %s", claim.reminder.id, claim.attempt, error
+        )
+        return "paused"
+
+    async def _text(self, reminder: Reminder, due: datetime, late: bool) -> str:
+        note = (
+            f"_(late: this was due {local(due, reminder.timezone)}, and I was offline)_\n\n"
+            if late
+            else ""
+        )
+        if not reminder.prompt:
+            return f"{note}⏰ **Reminder**: {reminder.text}"
+        surface = Surface(
+            reminder.platform, reminder.chat_type, reminder.chat_id, reminder.thread_id
+        )
+        conv = self.agent.sessions.open(reminder.user_id, surface, f"reminder:{reminder.id}")
+        result = await self.agent.turn(
+            conv,
+            f"[A scheduled task the user set up ({reminder.id}); do it now and answer them "
+            f"directly] {reminder.text}",
+            surface,
+        )
+        self.agent.sessions.end(conv, "scheduled_task")
+        if not result.ok:
+            raise RuntimeError(result.text)
+        return f"{note}⏰ {result.text}"
+
+    def _next(self, reminder: Reminder, now: datetime) -> datetime | None:
+        """A recurring reminder's next run after now (missed runs are not made up)."""
+        if not reminder.cron:
+            return None
+        try:
+            return next_run(reminder.cron, zone(reminder.timezone), now)
+        except (TimeError, ValueError):
+            logger.warning("reminder %s has an unusable schedule: stopping it", reminder.id)
+            return None
+
+    # -- scheduling ----------------------------------------------------------------------
+
+    def added(self, reminder: Reminder) -> None:
+        """A reminder was just set in this process: wake up exactly when it is due."""
+        if self.on_scheduled is not None:
+            with contextlib.suppress(Exception):
+                self.on_scheduled(reminder)
+
+
+def _chat(reminder: Reminder) -> ChatRef:
+    kind = _CHAT_TYPES.get(reminder.chat_type, ChatType.GROUP)
+    return ChatRef(reminder.chat_id, kind, reminder.thread_id)
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+# -- the scheduler's stored jobs: module functions with persistable arguments ------------
+
+
+async def fire_job(home: str, reminder_id: str) -> str:
+    """The exact wake-up of one reminder (a DateTrigger job in the job store)."""
+    runner = _RUNNERS.get(home)
+    if runner is None:
+        return "no runner in this process"
+    return await runner.fire(reminder_id)
+
+
+async def sweep_job(home: str) -> str:
+    runner = _RUNNERS.get(home)
+    if runner is None:
+        return "no runner in this process"
+    sent = await runner.sweep()
+    return f"{sent} reminder(s) delivered" if sent else "nothing due"
+
+
+__all__ = ["RETRY_DELAYS", "SWEEP_S", "ReminderRunner", "fire_job", "sweep_job"]
