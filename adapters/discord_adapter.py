@@ -30,7 +30,7 @@ from gateway.events import (
     SendResult,
     UserRef,
 )
-from gateway.ports import Capabilities, EventSink, MenuEntry
+from gateway.ports import Capabilities, DownloadError, EventSink, MenuEntry
 
 logger = logging.getLogger(__name__)
 # Hermes never joins voice channels: discord.py's warnings that voice support is missing
@@ -69,11 +69,34 @@ def to_event(data: dict[str, Any], bot_id: str) -> MessageEvent | None:
         reply_to_id=f"{channel}:{referenced['id']}" if referenced.get("id") else None,
         mentioned=mentioned,
         replied_to_bot=str((referenced.get("author") or {}).get("id")) == bot_id,
-        attachments=tuple(
-            Attachment("document", a.get("filename", "")) for a in data.get("attachments") or []
-        ),
+        attachments=tuple(_attachment(a) for a in data.get("attachments") or []),
         sent_at=_snowflake_time(str(data["id"])),
         raw=data,
+    )
+
+
+def _attachment(item: dict[str, Any]) -> Attachment:
+    mime = str(item.get("content_type") or "")
+    voice = bool(int(item.get("flags") or 0) & 1 << 13) or "duration_secs" in item  # IS_VOICE
+    kind: Any = (
+        "photo"
+        if mime.startswith("image/")
+        else "voice"
+        if voice
+        else "audio"
+        if mime.startswith("audio/")
+        else "video"
+        if mime.startswith("video/")
+        else "document"
+    )
+    duration = item.get("duration_secs")
+    return Attachment(
+        kind,
+        name=str(item.get("filename") or ""),
+        mime=mime,
+        size=item.get("size") if isinstance(item.get("size"), int) else None,
+        ref=str(item.get("url") or ""),
+        duration=float(duration) if isinstance(duration, int | float) else None,
     )
 
 
@@ -223,6 +246,20 @@ class DiscordAdapter:
         event = press_event(interaction)
         if event is not None and self._sink is not None:
             await self._sink(event)
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        """The attachment from Discord's CDN (its size is in the message)."""
+        if attachment.size is not None and attachment.size > max_bytes:
+            raise DownloadError.too_big(attachment.size, max_bytes)
+        if not attachment.ref:
+            raise DownloadError("Discord did not say where the file is.")
+        try:
+            data = await self.client.http.get_from_cdn(attachment.ref)
+        except (discord.HTTPException, aiohttp.ClientError, TimeoutError) as exc:
+            raise DownloadError(f"The download failed ({type(exc).__name__}).") from None
+        if len(data) > max_bytes:
+            raise DownloadError.too_big(len(data), max_bytes)
+        return data
 
     async def direct_chat(self, platform_user_id: str) -> ChatRef | None:
         """The DM channel with that user (POST /users/@me/channels)."""

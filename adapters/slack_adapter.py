@@ -13,6 +13,7 @@ import re
 import time
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
@@ -32,7 +33,7 @@ from gateway.events import (
 )
 from gateway.formatting import to_slack_mrkdwn
 from gateway.http_server import Route
-from gateway.ports import Capabilities, EventSink
+from gateway.ports import Capabilities, DownloadError, EventSink
 
 logger = logging.getLogger(__name__)
 # slack-bolt reads SLACK_BOT_TOKEN from the environment by itself and then warns that the
@@ -94,9 +95,33 @@ def to_event(body: dict[str, Any], bot_user_id: str) -> MessageEvent | None:
         user=UserRef(str(user), str(user), bool(event.get("bot_id"))),
         text=" ".join(text.replace(tag, " ").split()),
         mentioned=mentioned,
-        attachments=tuple(Attachment("document", f.get("name", "")) for f in files),
+        attachments=tuple(_attachment(f) for f in files),
         sent_at=_float(ts),
         raw=body,
+    )
+
+
+def _attachment(item: dict[str, Any]) -> Attachment:
+    mime = str(item.get("mimetype") or "")
+    kind: Any = (
+        "photo"
+        if mime.startswith("image/")
+        else "voice"
+        if item.get("subtype") == "slack_audio"
+        else "audio"
+        if mime.startswith("audio/")
+        else "video"
+        if mime.startswith("video/")
+        else "document"
+    )
+    duration = item.get("duration_ms")
+    return Attachment(
+        kind,
+        name=str(item.get("name") or ""),
+        mime=mime,
+        size=item.get("size") if isinstance(item.get("size"), int) else None,
+        ref=str(item.get("url_private_download") or item.get("url_private") or ""),
+        duration=float(duration) / 1000 if isinstance(duration, int | float) else None,
     )
 
 
@@ -279,6 +304,35 @@ class SlackAdapter:
         event = press_event(body)
         if event is not None and self._sink is not None:
             await self._sink(event)
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        """`url_private`, with the bot token (files are not public)."""
+        if attachment.size is not None and attachment.size > max_bytes:
+            raise DownloadError.too_big(attachment.size, max_bytes)
+        if not attachment.ref:
+            raise DownloadError("Slack did not say where the file is.")
+        headers = {"Authorization": f"Bearer {self.client.token}"}
+        timeout = aiohttp.ClientTimeout(total=120)
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=timeout) as session,
+                session.get(attachment.ref, headers=headers) as response,
+            ):
+                if response.status != 200:
+                    raise DownloadError(f"Slack answered HTTP {response.status} for the file.")
+                data = bytearray()
+                async for piece in response.content.iter_chunked(64 * 1024):
+                    data += piece
+                    if len(data) > max_bytes:
+                        raise DownloadError.too_big(len(data), max_bytes)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise DownloadError(f"The download failed ({type(exc).__name__}).") from None
+        if (
+            "text/html" in response.headers.get("Content-Type", "")
+            and attachment.mime != "text/html"
+        ):
+            raise DownloadError("Slack sent a login page instead of the file (files:read scope?).")
+        return bytes(data)
 
     async def direct_chat(self, platform_user_id: str) -> ChatRef | None:
         """conversations.open: the DM channel with that user (D...)."""

@@ -50,12 +50,13 @@ from gateway.events import (
 )
 from gateway.formatting import to_telegram_html
 from gateway.http_server import Route
-from gateway.ports import Capabilities, EventSink, MenuEntry
+from gateway.ports import Capabilities, DownloadError, EventSink, MenuEntry
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 SEND_CONNECTIONS = 8
+BOT_DOWNLOAD_LIMIT = 20 * 1000 * 1000  # getFile serves files up to 20 MB
 POOL_TIMEOUT_S = 30.0  # waiting for a free connection is not a failure
 _CHAT_TYPES = {
     "private": ChatType.DM,
@@ -106,7 +107,7 @@ def to_event(update: dict[str, Any], bot_id: int, bot_username: str) -> MessageE
         reply_to_id=f"{chat['id']}:{reply['message_id']}" if reply else None,
         mentioned=_mentions(text, entities, bot_username),
         replied_to_bot=(reply.get("from") or {}).get("id") == bot_id,
-        attachments=tuple(Attachment(_kind(k)) for k in _ATTACHMENTS if message.get(k)),
+        attachments=tuple(_attachment(k, message[k]) for k in _ATTACHMENTS if message.get(k)),
         sent_at=float(message["date"]) if isinstance(message.get("date"), int) else None,
         raw=update,
     )
@@ -166,6 +167,26 @@ def _mentions(text: str, entities: list[dict[str, Any]], bot: str) -> bool:
 
 def _kind(key: str) -> Any:
     return {"video_note": "video", "animation": "video"}.get(key, key)
+
+
+_DEFAULT_NAMES = {"photo": "photo.jpg", "voice": "voice.ogg", "audio": "audio", "video": "video"}
+
+
+def _attachment(key: str, value: Any) -> Attachment:
+    """One attachment of a message (a photo is a list of sizes: the largest is taken)."""
+    item = value[-1] if isinstance(value, list) and value else value
+    item = item if isinstance(item, dict) else {}
+    kind = _kind(key)
+    mime = str(item.get("mime_type") or ("image/jpeg" if key == "photo" else ""))
+    duration = item.get("duration")
+    return Attachment(
+        kind,
+        name=str(item.get("file_name") or _DEFAULT_NAMES.get(kind, key)),
+        mime=mime,
+        size=item.get("file_size") if isinstance(item.get("file_size"), int) else None,
+        ref=str(item.get("file_id") or ""),
+        duration=float(duration) if isinstance(duration, int | float) else None,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +336,26 @@ class TelegramAdapter:
         event = press_event(update.to_dict())
         if event is not None and self._sink is not None:
             await self._sink(event)
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        """getFile, then the file itself (bots may fetch files up to 20 MB)."""
+        limit = min(max_bytes, BOT_DOWNLOAD_LIMIT)
+        if attachment.size is not None and attachment.size > limit:
+            raise DownloadError.too_big(attachment.size, limit)
+        if not attachment.ref:
+            raise DownloadError("Telegram did not say where the file is.")
+        try:
+            file = await self.app.bot.get_file(attachment.ref)
+            if file.file_size is not None and file.file_size > limit:
+                raise DownloadError.too_big(file.file_size, limit)
+            data = bytes(await file.download_as_bytearray())
+        except TelegramError as exc:
+            raise DownloadError(f"Telegram would not hand me the file ({exc}).") from None
+        except httpx.HTTPError as exc:
+            raise DownloadError(f"The download failed ({type(exc).__name__}).") from None
+        if len(data) > limit:
+            raise DownloadError.too_big(len(data), limit)
+        return data
 
     async def direct_chat(self, platform_user_id: str) -> ChatRef | None:
         """A private chat's id is the user's id (reachable once they started the bot)."""

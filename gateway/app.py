@@ -35,6 +35,7 @@ from gateway.config import (
     judge_wanted,
     main_endpoint,
     provider_settings,
+    transcription_endpoint,
 )
 from hermes.llm.client import LLMClient
 from hermes.memory.scan_judge import Judge
@@ -107,6 +108,7 @@ def build_app(
     and tests run an in-process model); without either, ConfigError says what to set.
     `policy` replaces the router settings derived from config (tests of other shapes)."""
     from gateway.commands import Commands
+    from gateway.media import MediaIntake
     from gateway.people import People
     from gateway.router import Router
     from hermes.agent.agent import Agent
@@ -145,8 +147,14 @@ def build_app(
         group_memory=config.privacy.group_memory == "full",
         embedder=embedder,
     )
+    agent.vision = config.llm.vision
     commands = Commands(home, config, db, agent, people, runtime=runtime)  # 5
-    router = Router(agent, db, people, commands, policy or router_policy(config))  # 6
+    transcriber = None
+    if (speech := transcription_endpoint(config, env)) is not None:
+        transcriber = LLMClient(speech)
+        clients.append(transcriber)
+    media = MediaIntake(home, config.media, config.transcription, agent, transcriber)
+    router = Router(agent, db, people, commands, policy or router_policy(config), media=media)  # 6
     return App(home, config, db, people, agent, commands, router, clients, embedder)
 
 

@@ -28,10 +28,12 @@ from hermes.config import (
     AuxiliaryTaskConfig,
     EmbeddingsConfig,
     LLMConfig,
+    MediaConfig,
     MemoryConfig,
     SearchConfig,
     Section,
     SessionsConfig,
+    TranscriptionConfig,
 )
 from hermes.llm.endpoint import Endpoint
 from hermes.providers.base import ConfigField
@@ -64,6 +66,8 @@ class HermesConfig(Section):
     gateway: GatewaySection = GatewaySection()
     auxiliary: AuxiliaryConfig = AuxiliaryConfig()
     search: SearchConfig = SearchConfig()
+    transcription: TranscriptionConfig = TranscriptionConfig()
+    media: MediaConfig = MediaConfig()
     logging: LoggingConfig = LoggingConfig()
 
 
@@ -197,6 +201,23 @@ def embeddings_endpoint(
         model=emb.model,
         api_key=_key(emb.api_key_env or config.llm.api_key_env, env),
         timeout=emb.timeout,
+        max_retries=config.llm.max_retries,
+    )
+
+
+def transcription_endpoint(
+    config: HermesConfig, env: Mapping[str, str] | None = None
+) -> Endpoint | None:
+    """The speech-to-text model (`transcription`), or None when off or unplaceable."""
+    section = config.transcription
+    base_url = section.base_url or config.llm.base_url
+    if not section.enabled or not base_url:
+        return None
+    return Endpoint(
+        base_url=base_url,
+        model=section.model,
+        api_key=_key(section.api_key_env or config.llm.api_key_env, env),
+        timeout=section.timeout,
         max_retries=config.llm.max_retries,
     )
 

@@ -34,7 +34,9 @@ class Attachment:
     kind: Literal["photo", "sticker", "voice", "audio", "video", "document", "other"]
     name: str = ""
     mime: str = ""
-    size: int | None = None
+    size: int | None = None  # bytes, when the platform says (checked before downloading)
+    ref: str = ""  # how the adapter fetches it: a Telegram file_id, a file URL
+    duration: float | None = None  # seconds, for voice and audio when known
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from gateway.app import build_app, build_memory
 from gateway.config import HermesConfig, auxiliary_endpoint, load_config, main_endpoint
+from gateway.media import collect_garbage
 from hermes.config import AuxiliaryTaskConfig
 from hermes.llm.client import LLMClient
 from hermes.state.db import SessionDB
@@ -83,6 +84,9 @@ async def maintenance(home: str) -> str:
             summary += (
                 f"; pruned {db.upkeep.prune(days, dry_run=False)} session(s) older than {days} days"
             )
+        removed = collect_garbage(Path(home), db)  # photos etc. of sessions that are gone
+        if removed:
+            summary += f"; removed {removed} media file(s) no session refers to"
         return summary
     finally:
         db.close()

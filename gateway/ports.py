@@ -6,9 +6,19 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from gateway.events import ChatRef, MessageEvent, OutboundMessage, SendResult
+from gateway.events import Attachment, ChatRef, MessageEvent, OutboundMessage, SendResult
 
 EventSink = Callable[[MessageEvent], Awaitable[None]]
+
+
+class DownloadError(Exception):
+    """A file that could not be fetched; the message says why, in words for the person."""
+
+    @classmethod
+    def too_big(cls, size: int, limit: int) -> DownloadError:
+        return cls(
+            f"That file is {size / 1e6:.1f} MB; I can take files up to {limit / 1e6:.0f} MB."
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +91,10 @@ class PlatformAdapter(Protocol):
     async def direct_chat(self, platform_user_id: str) -> ChatRef | None:
         """The direct-message chat with this platform user (opened when needed), or None
         when the platform cannot reach them."""
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        """The file's bytes; DownloadError when it is larger than `max_bytes` (checked
+        before downloading when the platform gives the size) or cannot be fetched."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from gateway.commands import Commands, command_name
 from gateway.delivery import Delivery
 from gateway.events import ChatRef, ChatType, MessageEvent
 from gateway.intake import Admitted, Intake, IntakePolicy
+from gateway.media import MediaIntake, Prepared
 from gateway.people import People
 from gateway.ports import PlatformAdapter
 from gateway.session_key import SessionKey
@@ -99,9 +100,11 @@ class Router(SessionControl):
         people: People,
         commands: Commands,
         policy: RouterPolicy = RouterPolicy(),
+        *,
+        media: MediaIntake | None = None,
     ) -> None:
         self.agent, self.db, self.people, self.commands = agent, db, people, commands
-        self.policy = policy
+        self.policy, self.media = policy, media
         self.adapters: dict[str, PlatformAdapter] = {}
         self.delivery = Delivery(db)
         self.intake = Intake(
@@ -250,16 +253,17 @@ class Router(SessionControl):
         first = batch[0]
         event = first.event
         adapter = self.adapters[event.platform]
-        if not event.text.strip():
-            kinds: list[str] = sorted({a.kind for a in event.attachments}) or ["that"]
-            note = NO_TEXT_REPLY.format(what=" or ".join(kinds))
-            await self.delivery.deliver(adapter, event.chat, note, event.message_id)
+        prepared, answered = await self._attachments(adapter, event)
+        if answered:
             return
-        if event.text.startswith("/"):
+        if event.text.startswith("/") and prepared is None:
             await self._command(first)
             return
         started = time.monotonic()
-        text = "\n\n".join(item.event.text.strip() for item in batch)
+        if prepared is not None:
+            text = prepared.text
+        else:
+            text = "\n\n".join(item.event.text.strip() for item in batch)
         surface = _surface(event)
         conv = self._conversation(first, surface)
         speaker = Speaker(first.person.user_id, first.person.display_name or "someone")
@@ -269,7 +273,13 @@ class Router(SessionControl):
         try:
             ids = ",".join(item.event.message_id for item in batch)
             result = await self.agent.turn(
-                conv, text, surface, platform_message_id=ids, speaker=speaker, stream=stream
+                conv,
+                text,
+                surface,
+                platform_message_id=ids,
+                speaker=speaker,
+                stream=stream,
+                images=prepared.images if prepared is not None else (),
             )
         except asyncio.CancelledError:
             if stream is not None:
@@ -279,6 +289,8 @@ class Router(SessionControl):
             typing.cancel()
         if result.duplicate:
             return
+        if prepared is not None and self.media is not None:  # kept, by reference
+            self.media.record(prepared, result.session_id, conv.user_id, self.db)
         if stream is not None:
             await stream.finish(result.text, stored_id=result.reply_id, failed=not result.ok)
         else:
@@ -301,6 +313,28 @@ class Router(SessionControl):
             len(batch),
             time.monotonic() - started,
         )
+
+    async def _attachments(
+        self, adapter: PlatformAdapter, event: MessageEvent
+    ) -> tuple[Prepared | None, bool]:
+        """The message's files made ready for its turn (downloads, transcription), and
+        whether it was answered already (nothing in it could be used, or no text)."""
+        if event.attachments and self.media is not None:
+            typing = asyncio.create_task(self._keep_typing(adapter, event.chat))
+            try:
+                prepared = await self.media.prepare(adapter, event)
+            finally:
+                typing.cancel()
+            if prepared.reply is None:
+                return prepared, False
+            await self.delivery.deliver(adapter, event.chat, prepared.reply, event.message_id)
+            return None, True
+        if event.text.strip():
+            return None, False
+        kinds: list[str] = sorted({a.kind for a in event.attachments}) or ["that"]
+        note = NO_TEXT_REPLY.format(what=" or ".join(kinds))
+        await self.delivery.deliver(adapter, event.chat, note, event.message_id)
+        return None, True
 
     def _stream(self, adapter: PlatformAdapter, event: MessageEvent) -> StreamedReply | None:
         """The live view of this turn's reply, when streaming is on and possible here."""
@@ -425,7 +459,7 @@ class Router(SessionControl):
 
 def _mergeable(item: Admitted) -> bool:
     text = item.event.text.strip()
-    return bool(text) and not text.startswith("/")
+    return bool(text) and not text.startswith("/") and not item.event.attachments
 
 
 def _surface(event: MessageEvent) -> Surface:

@@ -80,6 +80,37 @@ class LLMConfig(Section):
     timeout: float = Field(default=60.0, gt=0, le=3600)
     max_retries: int = Field(default=3, ge=0, le=10)
     temperature: float = Field(default=0.7, ge=0, le=2)
+    # photos as image parts: on | off | auto (tried, and given up for the process when
+    # the endpoint refuses image parts)
+    vision: Literal["auto", "on", "off"] = "auto"
+
+    @field_validator("vision", mode="before")
+    @classmethod
+    def _yaml_bool(cls, value: Any) -> Any:  # YAML reads a bare on/off as true/false
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
+
+class TranscriptionConfig(Section):
+    """Voice notes and audio through an OpenAI-compatible /v1/audio/transcriptions (OpenAI,
+    Groq, a local whisper server); every unset endpoint key falls back to `llm`."""
+
+    model: str = "whisper-1"
+    base_url: str | None = None
+    api_key_env: str | None = None
+    enabled: bool = True
+    timeout: float = Field(default=120.0, gt=0, le=3600)
+    max_seconds: int = Field(default=600, ge=1, le=4 * 3600)  # longer recordings are refused
+    max_mb: float = Field(default=20.0, gt=0, le=200)
+
+
+class MediaConfig(Section):
+    """Photos, voice notes and files people send."""
+
+    max_download_mb: float = Field(default=20.0, gt=0, le=200)  # checked before downloading
+    max_image_side: int = Field(default=1568, ge=128, le=8192)  # downscaled to fit
+    max_image_kb: int = Field(default=1500, ge=50, le=20_000)  # the data URL's image
+    max_document_kb: int = Field(default=2048, ge=1, le=100_000)
+    max_document_chars: int = Field(default=40_000, ge=100, le=1_000_000)  # added to the turn
 
 
 class AuxiliaryTaskConfig(Section):

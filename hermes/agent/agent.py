@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,6 +44,10 @@ FINAL_ANSWER_NOTE = (
     "have, without calling tools.]"
 )
 SAVED_NOTE = "Your message was saved; try again."
+NO_VISION_NOTE = (
+    "[The user sent a photo, but this model cannot see images: say so briefly, and offer "
+    "to help if they describe it.]"
+)
 GROUP_MEMORY_OFF = (
     "Memory is off in group chats here (privacy.group_memory: none); nothing was saved. "
     "The user can tell you again in a direct message."
@@ -91,12 +95,19 @@ class Agent:
     embedder: Embedder | None = None  # hybrid search (search.embeddings)
     group_memory: bool = True  # privacy.group_memory: personal stores in group chats
     on_reminder: Callable[[Reminder], None] | None = None  # a reminder was just added
+    vision: str = "auto"  # llm.vision: on | off | auto (until the endpoint refuses images)
+    vision_refused: bool = False
     _reviews: dict[str, asyncio.Task[None]] = field(default_factory=dict, repr=False)
 
     sessions: Sessions = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.sessions = Sessions(self.db, self.home, self.memory, group_memory=self.group_memory)
+
+    @property
+    def sees_images(self) -> bool:
+        """Whether photos go to the model as image parts."""
+        return self.vision == "on" or (self.vision == "auto" and not self.vision_refused)
 
     @property
     def providers(self) -> ProviderHost:
@@ -116,14 +127,23 @@ class Agent:
         *,
         speaker: Speaker | None = None,
         stream: TurnStream | None = None,
+        images: Sequence[str] = (),
     ) -> TurnResult:
         """One turn. `speaker` is the person writing when it is not the session's user
         (a shared group session): their words are marked with their name, and a memory
         they ask for goes to their own store. With `stream`, the model's text is shown
-        as it is written (and a note while tools run); the result is the same."""
+        as it is written (and a note while tools run); the result is the same. `images`
+        (data URLs) go with this message as image parts, in this turn's requests only
+        (what is stored and searched is `text`)."""
         with metrics.TURN_SECONDS.labels(surface.platform).time():
             return await self._turn(
-                conv, text, surface, platform_message_id, speaker=speaker, stream=stream
+                conv,
+                text,
+                surface,
+                platform_message_id,
+                speaker=speaker,
+                stream=stream,
+                images=tuple(images),
             )
 
     async def _turn(
@@ -135,6 +155,7 @@ class Agent:
         *,
         speaker: Speaker | None,
         stream: TurnStream | None,
+        images: tuple[str, ...] = (),
     ) -> TurnResult:
         if conv.shared:
             text = f"[{speaker.name if speaker else 'someone'}] {text}"
@@ -167,7 +188,7 @@ class Agent:
         if recalled:
             context = f"{context}\n{fence_recall(recalled)}"
         try:
-            answer, reply_id = await self._loop(conv, tools, context, stream)
+            answer, reply_id = await self._loop(conv, tools, context, stream, images)
         except LLMError as exc:
             logger.warning("model call failed in session %s: %s", conv.id, exc)
             return TurnResult(
@@ -236,11 +257,16 @@ class Agent:
         return Tool(name, schema, call, f"checking {self.providers.name or 'memory'}…")
 
     async def _loop(
-        self, conv: Conversation, tools: ToolBox, context: str, stream: TurnStream | None
+        self,
+        conv: Conversation,
+        tools: ToolBox,
+        context: str,
+        stream: TurnStream | None,
+        images: tuple[str, ...] = (),
     ) -> tuple[str, int | None]:
         on_text = stream.text if stream is not None else None
         for _ in range(self.config.max_tool_iterations):
-            reply = await self._call(conv, context, tools, on_text=on_text)
+            reply, images = await self._seeing(conv, context, tools, on_text, images)
             if not reply.tool_calls:
                 return self._finish(conv, reply)
             if stream is not None:
@@ -248,18 +274,47 @@ class Agent:
                     " ".join(dict.fromkeys(tools.status(c.name) for c in reply.tool_calls))
                 )
             await self._run_tools(conv, tools, reply)
-        reply = await self._call(conv, context, None, note=FINAL_ANSWER_NOTE, on_text=on_text)
+        reply = await self._call(
+            conv, context, None, note=FINAL_ANSWER_NOTE, on_text=on_text, images=images
+        )
         return self._finish(conv, reply)
+
+    async def _seeing(
+        self,
+        conv: Conversation,
+        context: str,
+        tools: ToolBox,
+        on_text: Callable[[str], None] | None,
+        images: tuple[str, ...],
+    ) -> tuple[ModelReply, tuple[str, ...]]:
+        """One call with the turn's images; an endpoint that refuses image parts (auto
+        vision) is asked again without them, told why, and not sent images again."""
+        try:
+            return await self._call(conv, context, tools, on_text=on_text, images=images), images
+        except LLMError as exc:
+            if not images or exc.status not in (400, 404, 415, 422) or self.vision != "auto":
+                raise
+        logger.warning("the model endpoint refused image parts: photos are off from now on")
+        self.vision_refused = True
+        context += f"\n{NO_VISION_NOTE}"
+        return await self._call(conv, context, tools, on_text=on_text), ()
 
     async def _call(
         self,
         conv: Conversation,
         context: str,
         tools: ToolBox | None,
+        *,
         note: str | None = None,
         on_text: Callable[[str], None] | None = None,
+        images: tuple[str, ...] = (),
     ) -> ModelReply:
         messages = self.request_messages(conv, context)
+        if images:  # the latest user message carries them, as image parts
+            last = max(i for i, m in enumerate(messages) if m["role"] == "user")
+            parts = [{"type": "image_url", "image_url": {"url": url}} for url in images]
+            text_part = {"type": "text", "text": messages[last]["content"]}
+            messages[last] = {**messages[last], "content": [text_part, *parts]}
         if note:
             messages.append({"role": "user", "content": note})
         schemas = tools.schemas if tools else None

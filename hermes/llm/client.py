@@ -36,6 +36,12 @@ NOT_EMBEDDINGS = (
 )
 
 
+NOT_A_TRANSCRIPT = (
+    "The transcription endpoint answered with something that is not a transcript: check "
+    "transcription.base_url and transcription.model."
+)
+
+
 class LLMError(Exception):
     """The model endpoint failed after retries; the message is safe to show a user.
     `status` is the HTTP status of an error answer (None: no answer, or not HTTP)."""
@@ -210,6 +216,26 @@ class LLMClient:
         if len(vectors) != len(texts) or not all(vectors):
             raise LLMError(NOT_EMBEDDINGS)
         return vectors
+
+    async def transcribe(self, audio: bytes, filename: str, mime: str = "") -> str:
+        """Speech to text (POST /audio/transcriptions): the transcript, stripped."""
+        import openai
+
+        upload = (filename, audio, mime) if mime else (filename, audio)
+        started = time.perf_counter()
+        try:
+            result = await self._client.audio.transcriptions.create(
+                model=self.endpoint.model, file=upload
+            )
+            transcript = str(getattr(result, "text", "") or "")
+        except openai.APIError as exc:
+            metrics.MODEL_ERRORS.labels(_kind(exc)).inc()
+            raise _error(exc, self.endpoint.timeout) from None
+        except (ValueError, AttributeError, TypeError):
+            raise LLMError(NOT_A_TRANSCRIPT) from None
+        finally:
+            metrics.MODEL_CALL_SECONDS.observe(time.perf_counter() - started)
+        return transcript.strip()
 
     async def health(self, timeout: float = 5.0) -> str:
         """A cheap probe (GET /models): 'ok' or what is wrong, never raising."""

@@ -17,7 +17,7 @@ from sqlmodel import Session, col, select
 
 from hermes.identity import validate_user_id
 from hermes.state import engine as eng
-from hermes.state.models import ChatSession, Delivery, Message, SystemPrompt, utcnow
+from hermes.state.models import ChatSession, Delivery, Media, Message, SystemPrompt, utcnow
 from hermes.state.search import MessageHit, SearchScope, search_messages
 from hermes.state.vectors import QueryVector, VectorDB
 
@@ -232,6 +232,30 @@ class ConversationDB:
                 col(ChatSession.ended_at).is_(None), col(ChatSession.last_active_at) < cutoff
             )
             return list(session.exec(query))
+
+    def add_media(self, rows: list[Media]) -> None:
+        """Files that came with a message of a session (stored by reference)."""
+        if not rows:
+            return
+
+        def work(session: Session) -> None:
+            session.add_all(rows)
+
+        eng.with_retry(self.engine, work, self.patience)
+
+    def media(self, session_id: str, user_id: str) -> list[Media]:
+        with eng.reading(self.engine) as session:
+            query = (
+                select(Media)
+                .where(Media.session_id == session_id, Media.user_id == user_id)
+                .order_by(col(Media.id))
+            )
+            return list(session.exec(query))
+
+    def media_paths(self) -> set[str]:
+        """Every media file some row still refers to (the rest may be deleted)."""
+        with eng.reading(self.engine) as session:
+            return set(session.exec(select(Media.path).distinct()))
 
     def record_delivery(
         self,

@@ -276,3 +276,20 @@ class ReminderRun(SQLModel, table=True):
     attempts: int = 0
     error: str = ""
     finished_at: datetime | None = None
+
+
+class Media(SQLModel, table=True):
+    """A file someone sent (a photo, a voice note, a document), kept by reference."""
+
+    __tablename__ = "media"
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: str = Field(foreign_key="sessions.id")
+    user_id: str
+    sha256: str
+    kind: str
+    mime: str
+    name: str = ""
+    bytes: int
+    path: str  # relative to HERMES_HOME: media/<sha256>.<ext>
+    created_at: datetime = Field(default_factory=utcnow)

@@ -27,6 +27,7 @@ from hermes.state.models import (
     ConsolidationState,
     Identity,
     LinkCode,
+    Media,
     MemoryEvent,
     MemoryVersion,
     Message,
@@ -377,7 +378,7 @@ class PeopleDB:
             kept.display_name = kept.display_name or old.display_name
             kept.timezone = kept.timezone or old.timezone
             session.add(kept)
-            for model in (Identity, ChatSession, Message, MemoryEvent):
+            for model in (Identity, ChatSession, Message, MemoryEvent, Media):
                 session.execute(
                     update(model).where(col(model.user_id) == gone).values(user_id=keep)
                 )

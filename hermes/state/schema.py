@@ -414,5 +414,26 @@ _V11 = [
     )""",
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11]
+# v12: photos, voice notes and files people sent, stored by reference: the file lives
+# under $HERMES_HOME/media/ (content-hashed, 0600), the row says whose it is and which
+# session it came in; deleting the session deletes the row (the maintenance job then
+# removes files no row refers to). Nothing of it is in the search index.
+_V12 = [
+    """CREATE TABLE media (
+        id INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        user_id TEXT NOT NULL,
+        sha256 TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        mime TEXT NOT NULL,
+        name TEXT NOT NULL DEFAULT '',
+        bytes INTEGER NOT NULL,
+        path TEXT NOT NULL,
+        created_at TIMESTAMP NOT NULL
+    )""",
+    "CREATE INDEX ix_media_session ON media(session_id)",
+    "CREATE INDEX ix_media_path ON media(path)",
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -60,6 +60,9 @@ class FakeDiscord(AioFake):
     messages: dict[tuple[str, str], str] = field(default_factory=dict)  # (channel, id): text
     edits: list[dict[str, Any]] = field(default_factory=list)
     timeline: list[tuple[str, float]] = field(default_factory=list)  # ("PATCH /x", monotonic)
+    files: dict[str, bytes] = field(default_factory=dict)  # CDN path: data
+    downloads: list[str] = field(default_factory=list)
+    broken_downloads: set[str] = field(default_factory=set)
     sync_delay: float = 0.0  # how long a command sync (PUT .../commands) takes to answer
 
     def __post_init__(self) -> None:
@@ -70,6 +73,7 @@ class FakeDiscord(AioFake):
         app = web.Application()
         app.router.add_route("*", "/api/v10/{tail:.*}", self._rest)
         app.router.add_get("/gateway", self._socket)
+        app.router.add_get("/attachments/{tail:.*}", self._cdn)
         self._server = AioThread(app)
 
     @property
@@ -211,6 +215,32 @@ class FakeDiscord(AioFake):
             },
         )
         return interaction_id
+
+    def add_attachment(
+        self, data: bytes, name: str, content_type: str, *, size: int | None = None, **extra: Any
+    ) -> dict[str, Any]:
+        """A file users can attach: its object for a message's `attachments`."""
+        attachment_id = str(next(self._ids))
+        path = f"{attachment_id}/{name}"
+        self.files[path] = data
+        return {
+            "id": attachment_id,
+            "filename": name,
+            "size": len(data) if size is None else size,
+            "url": f"http://127.0.0.1:{self.port}/attachments/{path}",
+            "proxy_url": f"http://127.0.0.1:{self.port}/attachments/{path}",
+            "content_type": content_type,
+            **extra,
+        }
+
+    async def _cdn(self, request: web.Request) -> web.Response:
+        path = request.match_info["tail"]
+        self.downloads.append(path)
+        if path in self.broken_downloads:
+            return web.Response(status=500, text="broken")
+        if path not in self.files:
+            return web.Response(status=404)
+        return web.Response(body=self.files[path], content_type="application/octet-stream")
 
     def dispatch(self, event: str, data: dict[str, Any]) -> None:
         self._server.call(self._dispatch(event, data))

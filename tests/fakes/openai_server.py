@@ -68,6 +68,9 @@ class FakeOpenAI:
         self.embed_dim = 64
         self.embed_refuse: str | None = None
         self.synonyms: dict[str, str] = {}
+        self.transcript = "this is what the voice note said"
+        self.transcribe_requests: list[dict[str, Any]] = []  # model, filename, bytes
+        self.transcribe_script: deque[Reply] = deque()
         self._lock = threading.Lock()
         self._http = ThreadedHttp(self._handler())
 
@@ -103,7 +106,11 @@ class FakeOpenAI:
                 self.send_json(200, {"object": "list", "data": [model]})
 
             def do_POST(self) -> None:  # noqa: N802 - http.server calls it by this name
-                body = json.loads(self.body() or b"{}")
+                raw = self.body()
+                if self.path.rstrip("/").endswith("/audio/transcriptions"):
+                    self._transcribe(raw)
+                    return
+                body = json.loads(raw or b"{}")
                 if self.path.rstrip("/").endswith("/embeddings"):
                     self._embeddings(body)
                     return
@@ -158,6 +165,18 @@ class FakeOpenAI:
                 except (BrokenPipeError, ConnectionResetError):
                     return  # the client went away (a cancelled turn)
 
+            def _transcribe(self, raw: bytes) -> None:
+                """multipart/form-data: `model` and `file`; answers {"text": ...}."""
+                fields = _multipart(raw, self.headers.get("Content-Type", ""))
+                with fake._lock:
+                    fake.transcribe_requests.append(fields)
+                    reply = fake.transcribe_script.popleft() if fake.transcribe_script else None
+                if reply is not None and reply.status != 200:
+                    error = {"error": {"message": f"fake error {reply.status}", "type": "fake"}}
+                    self.send_json(reply.status, error)
+                    return
+                self.send_json(200, {"text": reply.text if reply is not None else fake.transcript})
+
             def _embeddings(self, body: dict[str, Any]) -> None:
                 with fake._lock:
                     fake.embed_requests.append(body)
@@ -198,6 +217,27 @@ class FakeOpenAI:
             values[slot] += 1.0 if digest[4] % 2 else -1.0
         norm = math.sqrt(sum(v * v for v in values)) or 1.0
         return [v / norm for v in values] if any(values) else [1.0] + [0.0] * (dim - 1)
+
+
+def _multipart(raw: bytes, content_type: str) -> dict[str, Any]:
+    """The parts of a multipart/form-data body: text fields, and the file's name and size."""
+    match = re.search(r'boundary="?([^";]+)"?', content_type)
+    if match is None:
+        return {}
+    fields: dict[str, Any] = {}
+    for part in raw.split(b"--" + match.group(1).encode()):
+        head, _, data = part.partition(b"\r\n\r\n")
+        name = re.search(rb'name="([^"]+)"', head)
+        if name is None:
+            continue
+        data = data.removesuffix(b"\r\n")
+        filename = re.search(rb'filename="([^"]*)"', head)
+        if filename is not None:
+            fields["filename"] = filename.group(1).decode()
+            fields["file_bytes"] = len(data)
+        else:
+            fields[name.group(1).decode()] = data.decode(errors="replace")
+    return fields
 
 
 _WORDS = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]|[^\W\d_]{3,}|\d+")

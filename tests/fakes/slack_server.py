@@ -40,9 +40,11 @@ class FakeSlack(AioFake):
     connections: int = 0
     messages: dict[tuple[str, str], str] = field(default_factory=dict)  # (channel, ts): text
     timeline: list[tuple[str, float]] = field(default_factory=list)  # (method, monotonic)
-    posts: list[tuple[str, str, dict[str, Any]]] = field(
-        default_factory=list
-    )  # channel, ts, params
+    # (channel, ts, params) of each chat.postMessage
+    posts: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    files: dict[str, bytes] = field(default_factory=dict)  # download path: data
+    downloads: list[tuple[str, str]] = field(default_factory=list)  # (path, Authorization)
+    broken_downloads: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self._sockets: list[web.WebSocketResponse] = []
@@ -50,6 +52,7 @@ class FakeSlack(AioFake):
         app = web.Application()
         app.router.add_post("/api/{method}", self._api)
         app.router.add_get("/link", self._socket)
+        app.router.add_get("/files/{tail:.*}", self._file)
         self._server = AioThread(app)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -72,6 +75,7 @@ class FakeSlack(AioFake):
         ts: str | None = None,
         event_id: str | None = None,
         retry_attempt: int = 0,
+        files: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         ts = ts or f"1700000000.{next(self._ts):06d}"
         event: dict[str, Any] = {
@@ -86,6 +90,8 @@ class FakeSlack(AioFake):
             event["channel_type"] = channel_type
         if thread_ts:
             event["thread_ts"] = thread_ts
+        if files:
+            event["files"], event["subtype"] = files, "file_share"
         body = {
             "token": "x",
             "team_id": "T1",
@@ -137,6 +143,32 @@ class FakeSlack(AioFake):
             ],
         }
         return self.push(payload, kind="interactive")
+
+    def add_file(
+        self, data: bytes, name: str, mimetype: str, *, size: int | None = None
+    ) -> dict[str, Any]:
+        """A file users can share: its object for a message's `files`."""
+        path = f"F{len(self.files) + 1}/{name}"
+        self.files[path] = data
+        return {
+            "id": f"F{len(self.files)}",
+            "name": name,
+            "mimetype": mimetype,
+            "size": len(data) if size is None else size,
+            "url_private": f"http://127.0.0.1:{self.port}/files/{path}",
+            "url_private_download": f"http://127.0.0.1:{self.port}/files/{path}?download=1",
+        }
+
+    async def _file(self, request: web.Request) -> web.Response:
+        path = request.match_info["tail"]
+        self.downloads.append((path, request.headers.get("Authorization", "")))
+        if path in self.broken_downloads:
+            return web.Response(status=500, text="broken")
+        if request.headers.get("Authorization") != "Bearer xoxb-t":
+            return web.Response(status=200, text="<html>sign in</html>", content_type="text/html")
+        if path not in self.files:
+            return web.Response(status=404)
+        return web.Response(body=self.files[path], content_type="application/octet-stream")
 
     def push(self, body: dict[str, Any], retry_attempt: int = 0, kind: str = "events_api") -> str:
         envelope_id = f"env-{time.monotonic_ns()}"

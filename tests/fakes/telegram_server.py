@@ -44,6 +44,9 @@ class FakeTelegram:
     messages: dict[tuple[int, int], str] = field(default_factory=dict)  # the bot's, as shown
     timeline: list[tuple[str, float]] = field(default_factory=list)  # (method, monotonic)
     posts: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)  # chat, id, params
+    files: dict[str, tuple[str, bytes]] = field(default_factory=dict)  # file_id: (path, data)
+    downloads: list[str] = field(default_factory=list)  # file paths fetched
+    broken_downloads: set[str] = field(default_factory=set)  # file paths answered with 500
 
     def __post_init__(self) -> None:
         self._cond = threading.Condition()
@@ -103,8 +106,9 @@ class FakeTelegram:
             message["is_topic_message"] = True
         if extra:
             message.update(extra)
-            if "text" not in extra and ("photo" in extra or "sticker" in extra):
-                message.pop("text", None)
+            media = ("photo", "sticker", "voice", "audio", "document", "video", "animation")
+            if "text" not in extra and any(key in extra for key in media):
+                message.pop("text", None)  # a file's words are its caption
         return self.push({"message": message})
 
     def press(
@@ -129,6 +133,17 @@ class FakeTelegram:
             markup = json.loads(markup)
         rows = markup.get("inline_keyboard") or []
         return [(b["text"], b.get("callback_data", "")) for row in rows for b in row]
+
+    def add_file(self, data: bytes, path: str, *, size: int | None = None) -> dict[str, Any]:
+        """A file users can send: its Bot API object (file_id, file_size) for a message."""
+        file_id = f"F{len(self.files) + 1}x{path.replace('/', '_')}"
+        with self._cond:
+            self.files[file_id] = (path, data)
+        return {
+            "file_id": file_id,
+            "file_unique_id": f"u{file_id}",
+            "file_size": len(data) if size is None else size,
+        }
 
     def push(self, update: dict[str, Any]) -> dict[str, Any]:
         with self._cond:
@@ -179,6 +194,22 @@ class FakeTelegram:
             return fault.status, body
         if method in ("editMessageText", "deleteMessage"):
             return self._edit(method, params)
+        if method == "getFile":
+            stored = self.files.get(str(params.get("file_id")))
+            if stored is None:
+                return 400, {
+                    "ok": False,
+                    "error_code": 400,
+                    "description": "Bad Request: invalid file_id",
+                }
+            file_id, (path, data) = str(params["file_id"]), stored
+            result = {
+                "file_id": file_id,
+                "file_unique_id": f"u{file_id}",
+                "file_size": len(data),
+                "file_path": path,
+            }
+            return 200, {"ok": True, "result": result}
         return 200, {"ok": True, "result": self._result(method, params)}
 
     def _result(self, method: str, params: dict[str, Any]) -> Any:
@@ -257,6 +288,18 @@ class FakeTelegram:
         fake = self
 
         class Handler(JsonHandler):
+            def do_GET(self) -> None:  # noqa: N802 - file downloads: /file/bot<token>/<path>
+                path = self.path.split("/", 3)[-1] if self.path.startswith("/file/bot") else ""
+                with fake._cond:
+                    fake.downloads.append(path)
+                    found = next((d for p, d in fake.files.values() if p == path), None)
+                if path in fake.broken_downloads:
+                    self.send_raw(500, b"broken")
+                elif found is None:
+                    self.send_raw(404, b"not found")
+                else:
+                    self.send_raw(200, found, {"Content-Type": "application/octet-stream"})
+
             def do_POST(self) -> None:  # noqa: N802 - http.server calls it by this name
                 method = self.path.rsplit("/", 1)[-1]
                 params = _decode(self.body().decode(), self.headers.get("Content-Type", ""))

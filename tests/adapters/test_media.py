@@ -1,0 +1,416 @@
+"""Photos, voice notes and files on every platform: each platform's download path
+(Telegram getFile + file URL, Discord attachment URL, Slack url_private with the bot
+token) through the real SDKs against the fakes, with oversize and failed downloads."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image
+
+from adapters.discord_adapter import DiscordAdapter
+from adapters.slack_adapter import SlackAdapter
+from adapters.telegram_adapter import TelegramAdapter
+from gateway.ports import MenuEntry, PlatformAdapter
+from hermes.state.db import SessionDB
+from tests.adapters.harness import run_gateway
+from tests.apps import app_config
+from tests.fakes.discord_server import FakeDiscord
+from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.slack_server import FakeSlack
+from tests.fakes.telegram_server import FakeTelegram
+
+
+@dataclass
+class Side:
+    name: str
+    user: str
+    adapter: Callable[[list[MenuEntry]], PlatformAdapter]
+    photo: Callable[[bytes, str], None]  # (data, caption)
+    voice: Callable[[bytes, float], None]  # (data, seconds)
+    document: Callable[..., None]  # (data, name, mime, size=None)
+    replies: Callable[[], list[str]]
+    downloads: Callable[[], int]
+    break_downloads: Callable[[], None]
+    ready: Callable[[], None] | None = None
+
+
+def _telegram(tg: FakeTelegram) -> Side:
+    def document(data: bytes, name: str, mime: str, size: int | None = None) -> None:
+        item = {
+            **tg.add_file(data, f"documents/{name}", size=size),
+            "file_name": name,
+            "mime_type": mime,
+        }
+        tg.user_message("", user_id=42, extra={"document": item})
+
+    def broken() -> None:
+        tg.broken_downloads.update(path for path, _ in tg.files.values())
+        tg.broken_downloads.update({"documents/report.txt", "photos/p.jpg", "voice/v.ogg"})
+
+    return Side(
+        "telegram",
+        "42",
+        lambda menu: TelegramAdapter("123:T", base_url=tg.base_url, poll_timeout=1, menu=menu),
+        lambda data, caption: (
+            tg.user_message(
+                "",
+                user_id=42,
+                extra={
+                    "photo": [{**tg.add_file(data, "photos/p.jpg"), "width": 800, "height": 600}],
+                    "caption": caption,
+                }
+                if caption
+                else {
+                    "photo": [{**tg.add_file(data, "photos/p.jpg"), "width": 800, "height": 600}]
+                },
+            )
+            and None
+        ),
+        lambda data, seconds: (
+            tg.user_message(
+                "",
+                user_id=42,
+                extra={
+                    "voice": {
+                        **tg.add_file(data, "voice/v.ogg"),
+                        "duration": seconds,
+                        "mime_type": "audio/ogg",
+                    }
+                },
+            )
+            and None
+        ),
+        document,
+        lambda: [str(p["text"]) for p in tg.sent() if p["chat_id"] == 42],
+        lambda: len(tg.downloads),
+        broken,
+    )
+
+
+def _slack(slack: FakeSlack) -> Side:
+    def document(data: bytes, name: str, mime: str, size: int | None = None) -> None:
+        slack.message("", files=[slack.add_file(data, name, mime, size=size)])
+
+    def voice(data: bytes, seconds: float) -> None:
+        item = {
+            **slack.add_file(data, "audio_message.webm", "audio/webm"),
+            "subtype": "slack_audio",
+        }
+        item["duration_ms"] = int(seconds * 1000)
+        slack.message("", files=[item])
+
+    return Side(
+        "slack",
+        "U1",
+        lambda menu: SlackAdapter("xoxb-t", "xapp-t", api_base=slack.api_base),
+        lambda data, caption: (
+            slack.message(caption, files=[slack.add_file(data, "p.jpg", "image/jpeg")]) and None
+        ),
+        voice,
+        document,
+        lambda: [str(p["text"]) for p in slack.posted() if p.get("channel") == "D1"],
+        lambda: len(slack.downloads),
+        lambda: slack.broken_downloads.update(
+            f"F{n}/{name}" for n in range(1, 9) for name in ("report.txt", "p.jpg")
+        ),
+        ready=slack.wait_connected,
+    )
+
+
+def _discord(fake: FakeDiscord) -> Side:
+    def document(data: bytes, name: str, mime: str, size: int | None = None) -> None:
+        fake.message("", attachments=[fake.add_attachment(data, name, mime, size=size)])
+
+    def voice(data: bytes, seconds: float) -> None:
+        item = fake.add_attachment(
+            data, "voice-message.ogg", "audio/ogg", duration_secs=seconds, flags=8192
+        )
+        fake.message("", attachments=[item])
+
+    def broken() -> None:
+        fake.broken_downloads.update(fake.files)
+        fake.broken_downloads.update(f"{n}/report.txt" for n in range(1000, 1100))
+
+    return Side(
+        "discord",
+        "700000000000000001",
+        lambda menu: DiscordAdapter(
+            "bot-token", api_base=fake.api_base, gateway_url=fake.gateway_url, menu=menu
+        ),
+        lambda data, caption: (
+            fake.message(caption, attachments=[fake.add_attachment(data, "p.jpg", "image/jpeg")])
+            and None
+        ),
+        voice,
+        document,
+        lambda: [str(p["content"]) for p in fake.posted if p["channel_id"] == "600000000000000001"],
+        lambda: len(fake.downloads),
+        broken,
+    )
+
+
+@pytest.fixture(params=["telegram", "slack", "discord"])
+def side(
+    request: pytest.FixtureRequest,
+    telegram: FakeTelegram,
+    slack: FakeSlack,
+    discord_fake: FakeDiscord,
+) -> Side:
+    make = {"telegram": _telegram, "slack": _slack, "discord": _discord}[request.param]
+    fake: Any = {"telegram": telegram, "slack": slack, "discord": discord_fake}[request.param]
+    return make(fake)
+
+
+def run(
+    home: Path, fake_llm: FakeOpenAI, side: Side, body: Callable[[], Awaitable[Any]], **config: Any
+) -> Any:
+    cfg = app_config(fake_llm, **config)
+    return run_gateway(home, fake_llm, side.adapter, body, side.ready, config=cfg)
+
+
+async def until(check: Callable[[], Any], what: str, timeout: float = 20) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.05)
+    return value
+
+
+def jpeg(width: int = 3000, height: int = 2000) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 40, 40)).save(out, "JPEG")
+    return out.getvalue()
+
+
+def pdf(text: str) -> bytes:
+    """A one-page PDF with `text` on it (Helvetica), xref and all."""
+    stream = f"BT /F1 24 Tf 72 720 Td ({text}) Tj ET".encode()
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out, offsets = b"%PDF-1.4\n", []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objects) + 1,
+        xref,
+    )
+    return out
+
+
+def user_content(fake_llm: FakeOpenAI) -> Any:
+    return next(m for m in reversed(fake_llm.requests[-1]["messages"]) if m["role"] == "user")[
+        "content"
+    ]
+
+
+def stored_user_messages(home: Path, side: Side) -> list[str]:
+    db = SessionDB.open(home)
+    try:
+        user = db.people.user_for_identity(side.name, side.user)
+        return [
+            m.content
+            for s in db.conversations.list_sessions(user)
+            for m in db.conversations.messages(s.id, user)
+            if m.role == "user"
+        ]
+    finally:
+        db.close()
+
+
+def test_a_photo_goes_to_the_model_downscaled_and_is_kept_by_reference(
+    home: Path, fake_llm: FakeOpenAI, side: Side
+) -> None:
+    fake_llm.push(Reply(text="A red square."))
+
+    async def body() -> None:
+        side.photo(jpeg(), "what is this?")
+        await until(lambda: "A red square." in side.replies(), "no answer")
+
+    run(home, fake_llm, side, body)
+    content = user_content(fake_llm)
+    text, image = content[0], content[1]
+    assert text["type"] == "text" and "what is this?" in text["text"] and "[photo" in text["text"]
+    assert image["type"] == "image_url" and image["image_url"]["url"].startswith(
+        "data:image/jpeg;base64,"
+    )
+    import base64
+
+    shown = Image.open(io.BytesIO(base64.b64decode(image["image_url"]["url"].split(",", 1)[1])))
+    assert max(shown.size) <= 1568  # downscaled from 3000 x 2000
+    (stored,) = stored_user_messages(home, side)
+    assert "what is this?" in stored and "base64" not in stored  # by reference, not inlined
+    files = list((home / "media").iterdir())
+    assert len(files) == 1 and files[0].stat().st_mode & 0o777 == 0o600
+    db = SessionDB.open(home)
+    user = db.people.user_for_identity(side.name, side.user)
+    (session,) = db.conversations.list_sessions(user)
+    (row,) = db.conversations.media(session.id, user)
+    assert row.kind == "photo" and row.path == f"media/{files[0].name}"
+    db.close()
+
+
+def test_without_vision_a_photo_gets_an_honest_note_and_no_model_call(
+    home: Path, fake_llm: FakeOpenAI, side: Side
+) -> None:
+    async def body() -> None:
+        side.photo(jpeg(64, 64), "")
+        await until(side.replies, "no note")
+
+    run(home, fake_llm, side, body, llm={"vision": "off"})
+    (note,) = side.replies()
+    assert "can't see photos" in note and fake_llm.requests == [] and side.downloads() == 0
+
+
+def test_a_voice_note_is_transcribed_into_the_message_and_searchable(
+    home: Path, fake_llm: FakeOpenAI, side: Side
+) -> None:
+    fake_llm.transcript = "remind me to buy oat milk"
+    fake_llm.push(Reply(text="Noted: oat milk."))
+
+    async def body() -> None:
+        side.voice(b"OggS fake opus bytes", 4.0)
+        await until(lambda: "Noted: oat milk." in side.replies(), "no answer")
+
+    run(home, fake_llm, side, body)
+    assert "[voice note, transcribed] remind me to buy oat milk" in user_content(fake_llm)
+    (sent,) = fake_llm.transcribe_requests
+    assert sent["model"] == "whisper-1" and sent["file_bytes"] == len(b"OggS fake opus bytes")
+    db = SessionDB.open(home)
+    user = db.people.user_for_identity(side.name, side.user)
+    from hermes.state.search import SearchScope
+
+    assert db.conversations.search(SearchScope(user), "oat milk")  # stored and searchable
+    db.close()
+
+
+def test_a_long_recording_is_refused_before_downloading_a_failed_transcription_asks_for_text(
+    home: Path, fake_llm: FakeOpenAI, side: Side
+) -> None:
+    fake_llm.transcribe_script.append(Reply(status=500))
+
+    async def body() -> None:
+        side.voice(b"x" * 100, 3600.0)
+        await until(side.replies, "no refusal")
+        side.voice(b"OggS", 3.0)
+        await until(lambda: len(side.replies()) >= 2, "no failure note")
+
+    run(home, fake_llm, side, body)
+    too_long, failed = side.replies()
+    assert "60 min" in too_long and "10 min" in too_long
+    assert "couldn't transcribe" in failed and "type it" in failed
+    assert side.downloads() == 1  # only the short one was fetched
+    assert fake_llm.requests == []
+
+
+def test_text_files_and_pdfs_are_read_into_the_message(
+    home: Path, fake_llm: FakeOpenAI, side: Side
+) -> None:
+    fake_llm.push(Reply(text="Read the CSV."), Reply(text="Read the PDF."))
+
+    async def body() -> None:
+        side.document(b"name,qty\noat milk,2\n", "shopping.csv", "text/csv")
+        await until(lambda: "Read the CSV." in side.replies(), "csv not answered")
+        csv_content = user_content(fake_llm)
+        side.document(pdf("Quarterly numbers are up"), "report.pdf", "application/pdf")
+        await until(lambda: "Read the PDF." in side.replies(), "pdf not answered")
+        assert "shopping.csv" in csv_content and "oat milk,2" in csv_content
+
+    run(home, fake_llm, side, body)
+    content = user_content(fake_llm)
+    assert (
+        "report.pdf" in content and "Quarterly numbers are up" in content and "as data" in content
+    )
+
+
+def test_oversize_unsupported_and_failed_downloads_get_clear_notes(
+    home: Path, fake_llm: FakeOpenAI, side: Side
+) -> None:
+    async def body() -> None:
+        side.document(b"small", "big.txt", "text/plain", size=50_000_000)
+        await until(side.replies, "no oversize note")
+        side.document(b"PK\x03\x04", "archive.zip", "application/zip")
+        await until(lambda: len(side.replies()) >= 2, "no unsupported note")
+        side.break_downloads()
+        side.document(b"hello", "report.txt", "text/plain")
+        await until(lambda: len(side.replies()) >= 3, "no failure note")
+
+    run(home, fake_llm, side, body)
+    oversize, unsupported, failed = side.replies()
+    assert "50.0 MB" in oversize or "KB" in oversize
+    assert "archive.zip" in unsupported and "PDF" in unsupported
+    assert "couldn't fetch" in failed
+    assert side.downloads() == 1  # only the last was tried: sizes are checked first
+    assert fake_llm.requests == []
+
+
+def test_auto_vision_falls_back_once_an_endpoint_refuses_image_parts(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
+) -> None:
+    side = _telegram(telegram)
+    answers = iter(["I can't see images, sorry.", "ok"])
+
+    def text_only(request: dict[str, Any]) -> Reply:  # an endpoint that refuses image parts
+        if isinstance(user_content_of(request), list):
+            return Reply(status=400)
+        return Reply(text=next(answers))
+
+    fake_llm.responder = text_only
+
+    async def body() -> None:
+        side.photo(jpeg(64, 64), "look")
+        await until(lambda: "I can't see images, sorry." in side.replies(), "no answer")
+        side.photo(jpeg(64, 64), "and this one?")
+        await until(lambda: "ok" in side.replies(), "no second answer")
+
+    run(home, fake_llm, side, body)
+    with_image = [r for r in fake_llm.requests if isinstance(user_content_of(r), list)]
+    without = [r for r in fake_llm.requests if not isinstance(user_content_of(r), list)]
+    assert with_image and all("look" in user_content_of(r)[0]["text"] for r in with_image)
+    assert "cannot see images" in user_content_of(without[0])  # told why, without it
+    assert "and this one?" in user_content_of(without[1])  # the next photo: not sent again
+    assert len(side.replies()) == 2
+
+
+def user_content_of(request: dict[str, Any]) -> Any:
+    return next(m for m in reversed(request["messages"]) if m["role"] == "user")["content"]
+
+
+def test_pruned_sessions_take_their_media_files_with_them(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
+) -> None:
+    side = _telegram(telegram)
+    fake_llm.push(Reply(text="Nice."))
+
+    async def body() -> None:
+        side.photo(jpeg(64, 64), "keep this?")
+        await until(lambda: "Nice." in side.replies(), "no answer")
+
+    run(home, fake_llm, side, body)
+    (photo,) = (home / "media").iterdir()
+    db = SessionDB.open(home)
+    try:
+        from gateway.media import collect_garbage
+
+        assert collect_garbage(home, db) == 0 and photo.exists()  # still referred to
+        assert db.upkeep.prune(0, dry_run=False) == 1  # the session goes ...
+        assert collect_garbage(home, db) == 1 and not photo.exists()  # ... and its photo
+    finally:
+        db.close()
