@@ -24,9 +24,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import hashlib
 import io
 import logging
+import mimetypes
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -122,6 +124,9 @@ class MediaIntake:
         self, adapter: PlatformAdapter, item: Attachment, parts: _Parts, *, has_caption: bool
     ) -> None:
         kind = item.kind
+        if not item.mime and item.name:  # the platform did not say: the name's type
+            guessed = mimetypes.guess_type(item.name)[0] or ""
+            item = dataclasses.replace(item, mime=guessed)
         if kind == "document" and item.mime.startswith("image/"):
             kind = "photo"
         if kind == "document" and item.mime.startswith("audio/"):

@@ -11,8 +11,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from gateway.events import ChatRef, ChatType, MessageEvent, OutboundMessage, SendResult
-from gateway.ports import Capabilities, EventSink
+from gateway.events import Attachment, ChatRef, ChatType, MessageEvent, OutboundMessage, SendResult
+from gateway.ports import Capabilities, DownloadError, EventSink
 
 
 @dataclass
@@ -29,6 +29,7 @@ class FakeAdapter:
     attempts: list[OutboundMessage] = field(default_factory=list)
     failures: deque[SendResult] = field(default_factory=deque)
     typing_calls: int = 0
+    files: dict[str, bytes] = field(default_factory=dict)  # Attachment.ref: data
     sink: EventSink | None = None
 
     async def start(self, sink: EventSink) -> None:
@@ -62,6 +63,14 @@ class FakeAdapter:
 
     async def direct_chat(self, platform_user_id: str) -> ChatRef | None:
         return ChatRef(platform_user_id, ChatType.DM)
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        data = self.files.get(attachment.ref)
+        if data is None:
+            raise DownloadError("the fake platform has no such file")
+        if len(data) > max_bytes:
+            raise DownloadError.too_big(len(data), max_bytes)
+        return data
 
     async def typing(self, chat: ChatRef) -> None:
         self.typing_calls += 1

@@ -227,13 +227,20 @@ def test_permanent_failure_is_recorded_not_retried(home: Path, fake_llm: FakeOpe
     db.close()
 
 
-def test_a_message_without_text_gets_a_short_reply(home: Path, fake_llm: FakeOpenAI) -> None:
+def test_a_message_without_anything_usable_gets_a_short_reply(
+    home: Path, fake_llm: FakeOpenAI
+) -> None:
     async def body(router: Router, adapter: FakeAdapter) -> list[str]:
-        await adapter.deliver(dm("alice", "", attachments=(Attachment("photo"),)))
-        await adapter.wait_for(1)
+        await adapter.deliver(dm("alice", "", attachments=(Attachment("sticker", ref="s1"),)))
+        await adapter.deliver(dm("alice", "", attachments=(Attachment("photo", ref="gone"),)))
+        await adapter.deliver(dm("alice", "   "))
+        await adapter.wait_for(3)
         return adapter.texts()
 
-    assert scenario(home, fake_llm, body) == [NO_TEXT_REPLY.format(what="photo")]
+    sticker, photo, empty = scenario(home, fake_llm, body)
+    assert "I can look at photos" in sticker and "sticker" in sticker
+    assert photo.startswith("I couldn't fetch a photo")
+    assert empty == NO_TEXT_REPLY.format(what="that")
     assert fake_llm.requests == []
 
 
