@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from gateway.events import (
+    Attachment,
     ChatRef,
     ChatType,
     MessageEvent,
@@ -22,7 +23,7 @@ from gateway.events import (
     SendResult,
     UserRef,
 )
-from gateway.ports import Answer, Capabilities, EventSink
+from gateway.ports import Answer, Capabilities, DownloadError, EventSink
 
 CLI_CHAT = ChatRef("local", ChatType.DM)
 CLI_USER = UserRef("local", "owner")
@@ -121,6 +122,9 @@ class CliAdapter:
 
     async def direct_chat(self, platform_user_id: str) -> ChatRef | None:
         return None  # the terminal is only ever the chat in front of it
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        raise DownloadError("the terminal chat does not take files")
 
     async def typing(self, chat: ChatRef) -> None:
         """The chat loop shows its own spinner."""

@@ -3,7 +3,7 @@
 The `schedule` tool stores a reminder in state.db (hermes/state/reminders.py). A process
 that has the reminder's platform attached runs it when due: the gateway, for Telegram,
 Slack and Discord (woken by an APScheduler job at the exact time, kept in the same job
-store as the maintenance jobs, and by a sweep every `SWEEP_S` that catches reminders
+store as the maintenance jobs, and by a sweep job every 30 s that catches reminders
 made by another process); `hermes chat`, for reminders made in the terminal, while it
 is open. Each run is claimed in state.db before anything is sent (two gateways, or a
 retry after a crash, never send it twice) and then:
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-SWEEP_S = 30.0
 RETRY_DELAYS = (timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=15))
 _CHAT_TYPES = {"dm": ChatType.DM, "group": ChatType.GROUP, "channel": ChatType.CHANNEL}
 
@@ -222,4 +221,4 @@ async def sweep_job(home: str) -> str:
     return f"{sent} reminder(s) delivered" if sent else "nothing due"
 
 
-__all__ = ["RETRY_DELAYS", "SWEEP_S", "ReminderRunner", "fire_job", "sweep_job"]
+__all__ = ["RETRY_DELAYS", "ReminderRunner", "fire_job", "sweep_job"]

@@ -23,13 +23,13 @@ from apscheduler.triggers.interval import IntervalTrigger
 from apscheduler.util import undefined
 
 from gateway.config import HermesConfig
-from gateway.reminders import SWEEP_S
 from hermes.state.db import SessionDB
 from hermes.state.models import Reminder
 
 logger = logging.getLogger(__name__)
 
 REMINDER_JOB = "reminder:"
+REMINDER_SWEEP_S = 30.0  # reminders made by another process are found this often
 RUN_AT_ONCE = ("consolidation_check", "reminders")  # first run at the first start
 
 
@@ -60,7 +60,7 @@ def job_specs(config: HermesConfig) -> list[JobSpec]:
         JobSpec("idle_sessions", "gateway.jobs:idle_sessions", timedelta(minutes=5)),
         JobSpec("maintenance", "gateway.jobs:maintenance", timedelta(days=1)),
         # reminders made by another process (or a wake-up lost): exact ones have own jobs
-        JobSpec("reminders", "gateway.reminders:sweep_job", timedelta(seconds=SWEEP_S)),
+        JobSpec("reminders", "gateway.reminders:sweep_job", timedelta(seconds=REMINDER_SWEEP_S)),
     ]
 
 

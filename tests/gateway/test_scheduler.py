@@ -14,7 +14,7 @@ from typing import Any
 
 from gateway import jobs
 from gateway.config import load_config
-from gateway.scheduler import Scheduler, read_status
+from gateway.scheduler import RUN_AT_ONCE, Scheduler, read_status
 from hermes.identity import owner_user_id
 from hermes.memory import entries as fmt
 from hermes.memory.consolidation import INSTRUCTIONS
@@ -65,7 +65,7 @@ def test_restart_keeps_the_schedule(home: Path, fake_llm: FakeOpenAI) -> None:
         db = SessionDB.open(home)
         scheduler = Scheduler(home, config, db)
         await scheduler.start()
-        times = {s.id: s.next_run for s in scheduler.status() if s.id != "consolidation_check"}
+        times = {s.id: s.next_run for s in scheduler.status() if s.id not in RUN_AT_ONCE}
         await scheduler.stop()
         db.close()
         return times
