@@ -10,6 +10,7 @@ unknown (the platform may have posted it) never is.
 from __future__ import annotations
 
 import secrets
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -22,6 +23,8 @@ from hermes.state.models import Reminder, ReminderRun, User, utcnow
 
 ID_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: typed from a phone
 LIVE = ("active", "paused")
+ZONE_TTL_S = 10.0
+MAX_CACHED_ZONES = 10_000
 
 
 def new_reminder_id() -> str:
@@ -38,6 +41,9 @@ class Claim:
 class RemindersDB:
     def __init__(self, db: eng.Handle) -> None:
         self.engine, self.patience = db.engine, db.patience
+        # every turn reads its person's zone: kept briefly (a change made by another
+        # process shows within ZONE_TTL_S; this process's own changes at once)
+        self._zones: dict[str, tuple[str | None, float]] = {}
 
     def _write(self, work: Any) -> Any:
         return eng.with_retry(self.engine, work, self.patience)
@@ -45,9 +51,16 @@ class RemindersDB:
     # -- time zones ----------------------------------------------------------------------
 
     def timezone(self, user_id: str) -> str | None:
+        cached = self._zones.get(user_id)
+        if cached is not None and time.monotonic() - cached[1] < ZONE_TTL_S:
+            return cached[0]
         with eng.reading(self.engine) as session:
             user = session.get(User, user_id)
-            return user.timezone if user is not None else None
+            zone = user.timezone if user is not None else None
+        if len(self._zones) >= MAX_CACHED_ZONES:
+            self._zones.clear()
+        self._zones[user_id] = (zone, time.monotonic())
+        return zone
 
     def set_timezone(self, user_id: str, timezone: str | None) -> bool:
         def work(session: Session) -> bool:
@@ -56,6 +69,7 @@ class RemindersDB:
             )
             return bool(getattr(result, "rowcount", 0))
 
+        self._zones.pop(user_id, None)
         return bool(self._write(work))
 
     # -- reminders -----------------------------------------------------------------------
