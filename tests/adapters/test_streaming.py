@@ -277,10 +277,11 @@ def test_tools_mid_turn_show_a_status_then_the_answer(
 
 
 def test_a_reply_longer_than_one_message_continues_in_a_new_one(
-    home: Path, fake_llm: FakeOpenAI, side: Side
+    home: Path, fake_llm: FakeOpenAI, discord_fake: FakeDiscord
 ) -> None:
-    if side.name != "discord":  # 2,000 characters: the only limit a test reaches quickly
-        pytest.skip("Telegram's 4,096 and Slack's 40,000 are covered by the chunking tests")
+    """On Discord (2,000 characters: a limit a stream reaches quickly; the same code
+    measures Telegram's 4,096 UTF-16 units and Slack's 40,000 through `parts`)."""
+    side = _discord(discord_fake)
     paragraphs = [f"Paragraph {n}: " + "words and more words " * 12 for n in range(12)]
     long = "\n\n".join(p.strip() for p in paragraphs)
     assert len(long) > 2000
