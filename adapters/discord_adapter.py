@@ -78,17 +78,7 @@ def to_event(data: dict[str, Any], bot_id: str) -> MessageEvent | None:
 def _attachment(item: dict[str, Any]) -> Attachment:
     mime = str(item.get("content_type") or "")
     voice = bool(int(item.get("flags") or 0) & 1 << 13) or "duration_secs" in item  # IS_VOICE
-    kind: Any = (
-        "photo"
-        if mime.startswith("image/")
-        else "voice"
-        if voice
-        else "audio"
-        if mime.startswith("audio/")
-        else "video"
-        if mime.startswith("video/")
-        else "document"
-    )
+    kind = Attachment.kind_for(mime, voice=voice)
     duration = item.get("duration_secs")
     return Attachment(
         kind,

@@ -103,17 +103,7 @@ def to_event(body: dict[str, Any], bot_user_id: str) -> MessageEvent | None:
 
 def _attachment(item: dict[str, Any]) -> Attachment:
     mime = str(item.get("mimetype") or "")
-    kind: Any = (
-        "photo"
-        if mime.startswith("image/")
-        else "voice"
-        if item.get("subtype") == "slack_audio"
-        else "audio"
-        if mime.startswith("audio/")
-        else "video"
-        if mime.startswith("video/")
-        else "document"
-    )
+    kind = Attachment.kind_for(mime, voice=item.get("subtype") == "slack_audio")
     duration = item.get("duration_ms")
     return Attachment(
         kind,

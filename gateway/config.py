@@ -193,15 +193,13 @@ def embeddings_endpoint(
 ) -> Endpoint | None:
     """The embeddings model (`search.embeddings`), or None when hybrid search is off."""
     emb: EmbeddingsConfig = config.search.embeddings
-    base_url = emb.base_url or config.llm.base_url
-    if not emb.model or not base_url:
-        return None
-    return Endpoint(
-        base_url=base_url,
+    return _beside_llm(
+        config,
+        env,
         model=emb.model,
-        api_key=_key(emb.api_key_env or config.llm.api_key_env, env),
+        base_url=emb.base_url,
+        api_key_env=emb.api_key_env,
         timeout=emb.timeout,
-        max_retries=config.llm.max_retries,
     )
 
 
@@ -210,15 +208,34 @@ def transcription_endpoint(
 ) -> Endpoint | None:
     """The speech-to-text model (`transcription`), or None when off or unplaceable."""
     section = config.transcription
-    base_url = section.base_url or config.llm.base_url
-    if not section.enabled or not base_url:
+    if not section.enabled:
         return None
-    return Endpoint(
-        base_url=base_url,
+    return _beside_llm(
+        config,
+        env,
         model=section.model,
-        api_key=_key(section.api_key_env or config.llm.api_key_env, env),
+        base_url=section.base_url,
+        api_key_env=section.api_key_env,
         timeout=section.timeout,
-        max_retries=config.llm.max_retries,
+    )
+
+
+def _beside_llm(
+    config: HermesConfig,
+    env: Mapping[str, str] | None,
+    *,
+    model: str | None,
+    base_url: str | None,
+    api_key_env: str | None,
+    timeout: float,
+) -> Endpoint | None:
+    """A side model's endpoint; its unset base URL and key fall back to the `llm` ones."""
+    url = base_url or config.llm.base_url
+    if not model or not url:
+        return None
+    key = _key(api_key_env or config.llm.api_key_env, env)
+    return Endpoint(
+        base_url=url, model=model, api_key=key, timeout=timeout, max_retries=config.llm.max_retries
     )
 
 

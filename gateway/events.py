@@ -29,14 +29,30 @@ class UserRef:
     is_bot: bool = False
 
 
+AttachmentKind = Literal["photo", "sticker", "voice", "audio", "video", "document", "other"]
+
+
 @dataclass(frozen=True, slots=True)
 class Attachment:
-    kind: Literal["photo", "sticker", "voice", "audio", "video", "document", "other"]
+    kind: AttachmentKind
     name: str = ""
     mime: str = ""
     size: int | None = None  # bytes, when the platform says (checked before downloading)
     ref: str = ""  # how the adapter fetches it: a Telegram file_id, a file URL
     duration: float | None = None  # seconds, for voice and audio when known
+
+    @staticmethod
+    def kind_for(mime: str, *, voice: bool = False) -> AttachmentKind:
+        """The kind of a file by its MIME type (`voice`: the platform marks it a voice
+        message)."""
+        if mime.startswith("image/"):
+            return "photo"
+        if voice:
+            return "voice"
+        for prefix, kind in (("audio/", "audio"), ("video/", "video")):
+            if mime.startswith(prefix):
+                return kind  # type: ignore[return-value]
+        return "document"
 
 
 @dataclass(frozen=True, slots=True)

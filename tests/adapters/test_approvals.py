@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -27,7 +26,7 @@ from gateway.router import APPROVED_REPLY
 from hermes.state.db import SessionDB
 from hermes.state.models import AccessRule, PairingRequest, utcnow
 from hermes.state.people import CODE_ALPHABET
-from tests.adapters.harness import run_gateway
+from tests.adapters.harness import run_gateway, until
 from tests.apps import app_config
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI
@@ -175,14 +174,6 @@ def seed(home: Path, side: Side) -> None:
         )
     finally:
         db.close()
-
-
-async def until(check: Callable[[], Any], what: str, timeout: float = 20) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.05)
-    return value
 
 
 def run(home: Path, fake_llm: FakeOpenAI, side: Side, body: Callable[[], Awaitable[Any]]) -> Any:

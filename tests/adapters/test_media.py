@@ -4,9 +4,7 @@ token) through the real SDKs against the fakes, with oversize and failed downloa
 
 from __future__ import annotations
 
-import asyncio
 import io
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +18,7 @@ from adapters.slack_adapter import SlackAdapter
 from adapters.telegram_adapter import TelegramAdapter
 from gateway.ports import MenuEntry, PlatformAdapter
 from hermes.state.db import SessionDB
-from tests.adapters.harness import run_gateway
+from tests.adapters.harness import run_gateway, until
 from tests.apps import app_config
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Reply
@@ -174,14 +172,6 @@ def run(
 ) -> Any:
     cfg = app_config(fake_llm, **config)
     return run_gateway(home, fake_llm, side.adapter, body, side.ready, config=cfg)
-
-
-async def until(check: Callable[[], Any], what: str, timeout: float = 20) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.05)
-    return value
 
 
 def jpeg(width: int = 3000, height: int = 2000) -> bytes:

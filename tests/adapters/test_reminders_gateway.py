@@ -18,6 +18,7 @@ from gateway.runtime import Gateway
 from hermes.state.db import SessionDB
 from hermes.state.models import Reminder, utcnow
 from hermes.state.reminders import new_reminder_id
+from tests.adapters.harness import until
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import FakeTelegram
 
@@ -56,14 +57,6 @@ def reminders_sent(tg: FakeTelegram) -> list[tuple[float, str]]:
         for (method, at), (_, params) in zip(tg.timeline, tg.calls, strict=True)
         if method == "sendMessage" and "Reminder" in str(params["text"])
     ]
-
-
-async def until(check: Callable[[], Any], what: str, timeout: float = 30) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.05)
-    return value
 
 
 def run(body: Callable[[], Awaitable[T]]) -> T:

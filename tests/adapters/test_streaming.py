@@ -25,7 +25,7 @@ from gateway.formatting import to_slack_mrkdwn, to_telegram_html
 from gateway.ports import MenuEntry, PlatformAdapter
 from gateway.streaming import CURSOR
 from hermes.state.db import SessionDB
-from tests.adapters.harness import run_gateway
+from tests.adapters.harness import run_gateway, until
 from tests.apps import app_config
 from tests.fakes.discord_server import DiscordFault, FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Reply
@@ -126,13 +126,6 @@ def run(
     return run_gateway(
         home, fake_llm, side.adapter, body, side.ready, config=app_config(fake_llm, **config)
     )
-
-
-async def until(check: Callable[[], bool], what: str, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.05)
 
 
 async def until_shown(side: Side, text: str, timeout: float = 20) -> None:
