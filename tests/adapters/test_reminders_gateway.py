@@ -152,9 +152,11 @@ def test_missed_runs_give_one_late_delivery_and_two_gateways_never_double(
 ) -> None:
     configure(home, fake_llm, telegram)
     once = seed(home, text="pay the rent", due_at=utcnow() - timedelta(minutes=30))
+    # hourly, half an hour away from now: two runs missed, none due while the test runs
+    minute = (utcnow().minute + 30) % 60
     every = seed(
-        home, text="stand up", cron="*/5 * * * *", due_at=utcnow() - timedelta(hours=2)
-    )  # 24 runs missed
+        home, text="stand up", cron=f"{minute} * * * *", due_at=utcnow() - timedelta(hours=2)
+    )
 
     async def body() -> None:
         first, db1 = await gateway(home)
