@@ -16,13 +16,13 @@ import functools
 import logging
 import re
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 
 from gateway.delivery import Delivery
 from gateway.events import Button, ChatRef, MessageEvent, OutboundMessage
 from gateway.people import People
 from gateway.ports import PlatformAdapter
-from hermes.state.models import PairingRequest, utcnow
+from hermes.state.models import PairingRequest, as_utc, utcnow
 
 logger = logging.getLogger(__name__)
 
@@ -124,17 +124,13 @@ def _outcome(request: PairingRequest, by: str) -> str | None:
         return f"✅ Approved by {by} at {when}."
     if request.status == "denied":
         return f"❌ Denied by {by} at {when}."
-    if _aware(request.expires_at) <= utcnow():
+    if as_utc(request.expires_at) <= utcnow():
         return "⌛ Expired: nobody decided within the hour. They can ask again."
     return None
 
 
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
 def _at(moment: datetime | None) -> str:
-    return _aware(moment).strftime("%H:%M UTC") if moment else "an unknown time"
+    return as_utc(moment).strftime("%H:%M UTC") if moment else "an unknown time"
 
 
 __all__ = ["Approvals", "buttons", "request_text"]

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from gateway.events import ChatRef, ChatType
 from hermes.agent.conversation import Surface
 from hermes.reminders import LATE_AFTER, TimeError, local, next_run, zone
-from hermes.state.models import Reminder
+from hermes.state.models import Reminder, as_utc
 from hermes.state.reminders import Claim
 
 if TYPE_CHECKING:
@@ -90,9 +90,9 @@ class ReminderRunner:
         if reminder is None or reminder.platform not in self.router.adapters:
             return "skipped"  # another process's platform: its sweep will run it
         now = self.clock()
-        if reminder.due_at is None or _utc(reminder.due_at) > now:
+        if reminder.due_at is None or as_utc(reminder.due_at) > now:
             return "skipped"  # not yet (a stale wake-up); its own job will come
-        if reminder.retry_at is not None and _utc(reminder.retry_at) > now:
+        if reminder.retry_at is not None and as_utc(reminder.retry_at) > now:
             return "skipped"
         claim = self.db.reminders.claim(reminder_id, self.name, len(RETRY_DELAYS) + 1)
         if claim is None:
@@ -108,7 +108,7 @@ class ReminderRunner:
         return outcome
 
     async def _run(self, claim: Claim, now: datetime) -> str:
-        reminder, due = claim.reminder, _utc(claim.due_at)
+        reminder, due = claim.reminder, as_utc(claim.due_at)
         person = self.db.people.get_user(reminder.user_id)
         if person is None or person.status == "blocked":
             self.db.reminders.pause(reminder.id, "the person who set it is blocked")
@@ -145,7 +145,7 @@ class ReminderRunner:
             self.db.reminders.finish(claim, "failed", next_due=None, error=error, retry_at=retry_at)
             return "failed"
         self.db.reminders.pause(claim.reminder.id, f"it could not be delivered ({error})")
-        self.db.reminders.finish(claim, "failed", next_due=_utc(claim.due_at), error=error)
+        self.db.reminders.finish(claim, "failed", next_due=as_utc(claim.due_at), error=error)
         logger.warning(
             "reminder %s paused after %d attempts: %s", claim.reminder.id, claim.attempt, error
         )
@@ -196,10 +196,6 @@ class ReminderRunner:
 def _chat(reminder: Reminder) -> ChatRef:
     kind = _CHAT_TYPES.get(reminder.chat_type, ChatType.GROUP)
     return ChatRef(reminder.chat_id, kind, reminder.thread_id)
-
-
-def _utc(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 # -- the scheduler's stored jobs: module functions with persistable arguments ------------

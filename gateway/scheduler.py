@@ -24,7 +24,7 @@ from apscheduler.util import undefined
 
 from gateway.config import HermesConfig
 from hermes.state.db import SessionDB
-from hermes.state.models import Reminder
+from hermes.state.models import Reminder, as_utc
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ class Scheduler:
         when = reminder.retry_at or reminder.due_at
         self._scheduler.add_job(
             "gateway.reminders:fire_job",
-            DateTrigger(run_date=when if when.tzinfo else when.replace(tzinfo=UTC)),
+            DateTrigger(run_date=as_utc(when)),
             id=f"{REMINDER_JOB}{reminder.id}",
             kwargs={"home": str(self.home), "reminder_id": reminder.id},
             replace_existing=True,

@@ -57,7 +57,6 @@ class StreamedReply:
     ) -> None:
         self.adapter, self.chat, self.reply_to = adapter, chat, reply_to
         self.delivery, self.interval = delivery, interval
-        self.edits = 0  # edits made (the bench reports the rate)
         self._answer, self._status = "", ""
         self._posted: list[_Posted] = []
         self._lost = False  # a post of unknown outcome: the live view stopped
@@ -123,7 +122,6 @@ class StreamedReply:
                     self._back_off(result)
                     return
                 posted.rendered = rendered
-                self.edits += 1
                 metrics.STREAM_EDITS.labels(self.adapter.name).inc()
                 continue
             reply = self.reply_to if index == 0 else None
@@ -205,7 +203,6 @@ class StreamedReply:
         )
         if result.ok:
             posted.rendered = rendered
-            self.edits += 1
             metrics.STREAM_EDITS.labels(self.adapter.name).inc()
             return True
         if result.retryable:  # still refused after the retries: it shows the draft

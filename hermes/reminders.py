@@ -12,7 +12,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from hermes.state.models import Reminder
+from hermes.state.models import Reminder, as_utc
 
 MIN_INTERVAL = timedelta(minutes=5)  # a recurring reminder runs at most this often
 MAX_AHEAD = timedelta(days=2 * 366)
@@ -133,8 +133,7 @@ def check_cron(cron: str, tz: ZoneInfo, now: datetime) -> datetime:
 
 def local(moment: datetime, tz_name: str) -> str:
     """'Tue 02 Dec 09:00' in that zone."""
-    aware = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-    return aware.astimezone(zone(tz_name)).strftime("%a %d %b %H:%M")
+    return as_utc(moment).astimezone(zone(tz_name)).strftime("%a %d %b %H:%M")
 
 
 def describe(reminder: Reminder) -> str:

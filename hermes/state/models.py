@@ -12,6 +12,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def as_utc(moment: datetime) -> datetime:
+    """A stored time as an aware UTC one (SQLite hands them back without their zone)."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
 class User(SQLModel, table=True):
     __tablename__ = "users"
 

@@ -145,16 +145,6 @@ class RemindersDB:
 
         self._write(work)
 
-    def resume(self, reminder_id: str, due_at: datetime) -> None:
-        def work(session: Session) -> None:
-            row = session.get(Reminder, reminder_id)
-            if row is not None and row.status == "paused":
-                row.status, row.reason, row.due_at, row.failures = "active", "", due_at, 0
-                row.retry_at = None
-                session.add(row)
-
-        self._write(work)
-
     # -- runs ------------------------------------------------------------------------------
 
     def claim(self, reminder_id: str, by: str, max_attempts: int) -> Claim | None:

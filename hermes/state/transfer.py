@@ -14,12 +14,12 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
-from hermes.state.models import ChatSession, Message
+from hermes.state.models import ChatSession, Message, as_utc
 
 ROLES = {"system", "user", "assistant", "tool"}
 CHAT_TYPES = {"dm", "group", "channel", "thread"}
@@ -149,8 +149,7 @@ def _add_record(sessions: dict[str, _PendingSession], record: Any) -> None:
 def _time(value: Any) -> datetime | None:
     if value in (None, ""):
         return None
-    stamp = datetime.fromisoformat(str(value))
-    return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
+    return as_utc(datetime.fromisoformat(str(value)))
 
 
 SESSION_ID = re.compile(r"[\w.:-]{1,64}")
