@@ -104,6 +104,8 @@ class AdminCommands:
         if parsed is None:
             return f"Say `/admin {rule} PLATFORM:ID` (or PLATFORM:chat:ID for a group chat)."
         platform, kind, ident = parsed
+        if rule == "block" and kind == "user" and self.people.owns(platform, ident):
+            return f"{platform}:{ident} is the owner's account: the owner always stays reachable."
         self.people.repo.set_rule(
             AccessRule(
                 platform=platform,

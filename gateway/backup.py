@@ -10,19 +10,24 @@ memory (the snapshot replaces them) and the backups folder itself.
 
 The manifest lists every file with its size and SHA-256. Restore checks the archive
 completely (each member present, regular, inside the home, matching its checksum, no
-member unlisted) before it changes anything; it refuses a home that has data unless
-forced, and then first saves that data as a backup of its own ("pre-restore").
+member unlisted, streamed with bounded sizes) before it changes anything; it refuses a
+home that has data unless forced, and then first saves that data as a backup of its own
+("pre-restore"). It extracts into a staging folder, checks the databases, and swaps the
+data in (rolled back on failure); plugin code only with --with-plugins.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import os
 import shutil
+import sqlite3
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -36,6 +41,11 @@ from hermes.state.engine import snapshot_file
 
 FORMAT = 1
 MANIFEST = "manifest.json"
+MAX_MANIFEST_BYTES = 16 * 1024 * 1024  # a home of 100,000 files lists in well under this
+MAX_MEMBERS = 200_000
+PLUGINS_DIR = "plugins"  # code: restored only when asked (--with-plugins)
+STAGING_PREFIX = ".restoring-"  # the archive extracted, inside the home (same disk)
+ASIDE_PREFIX = ".replaced-"  # the home's data moved aside while the staged data moves in
 BACKUPS_DIR = "backups"
 EXTERNAL = "external"
 SKIPPED_NAMES = frozenset({"gateway.lock", "gateway.json", "env", ".env", BACKUPS_DIR})
@@ -55,6 +65,7 @@ class Summary:
     created_at: str
     replaced_backup: Path | None = None  # restore --force: the home's data before
     external: dict[str, str] = field(default_factory=dict)  # restored file -> where it was
+    skipped_plugins: list[str] = field(default_factory=list)  # plugin code left out
 
 
 def default_path(home: Path) -> Path:
@@ -64,6 +75,8 @@ def default_path(home: Path) -> Path:
 
 def _kept(relative: PurePosixPath) -> bool:
     first, name = relative.parts[0], relative.name
+    if first.startswith((STAGING_PREFIX, ASIDE_PREFIX)):  # a restore's own scratch
+        return False
     if first in SKIPPED_NAMES or name in SKIPPED_NAMES or name == STATE_DB_FILENAME:
         return False
     return not name.endswith(SKIPPED_SUFFIXES) and ".recover" not in name
@@ -188,42 +201,81 @@ def _add_file(tar: tarfile.TarFile, name: str, path: Path) -> None:
 
 
 def verify(archive: Path) -> dict[str, Any]:
-    """The manifest, once every member is checked against it; BackupError otherwise."""
+    """The manifest, once every member is checked against it; BackupError otherwise.
+    Members are hashed as they stream by (never read whole), and every size is bounded
+    before anything is read: the manifest by MAX_MANIFEST_BYTES, a member by its listed
+    size, the count by MAX_MEMBERS."""
     try:
         with tarfile.open(archive, mode="r:gz") as tar:
-            manifest = _manifest(tar)
-            listed = {str(f["path"]): f for f in manifest["files"]}
-            seen: set[str] = set()
-            for member in tar.getmembers():
-                if member.name == MANIFEST:
+            manifest, listed, seen = None, {}, set()
+            for count, member in enumerate(tar, 1):
+                if count > MAX_MEMBERS:
+                    raise BackupError(f"{archive}: more than {MAX_MEMBERS:,} members")
+                if member.name == MANIFEST and manifest is None:
+                    manifest = _manifest(tar, member)
+                    listed = {str(f["path"]): f for f in manifest["files"]}
                     continue
                 expected = listed.get(member.name)
-                if expected is None or not member.isfile() or not _safe(member.name):
+                if (
+                    expected is None
+                    or member.name in seen
+                    or not member.isfile()
+                    or not _safe(member.name)
+                ):
                     raise BackupError(f"{archive}: unexpected member {member.name!r}")
-                handle = tar.extractfile(member)
-                assert handle is not None
-                digest = hashlib.sha256(handle.read()).hexdigest()
-                if digest != expected["sha256"] or member.size != expected["size"]:
+                if member.size != expected["size"]:
+                    raise BackupError(f"{archive}: {member.name} does not match its checksum")
+                if _digest(tar, member) != expected["sha256"]:
                     raise BackupError(f"{archive}: {member.name} does not match its checksum")
                 seen.add(member.name)
-    except (OSError, tarfile.TarError, EOFError) as exc:
+    except (OSError, tarfile.TarError, EOFError, zlib.error) as exc:
         raise BackupError(f"{archive}: not a readable Hermes backup ({exc})") from None
+    if manifest is None:
+        raise BackupError("no valid manifest.json: not a Hermes backup")
     missing = sorted(set(listed) - seen)
     if missing:
         raise BackupError(f"{archive}: incomplete, missing {', '.join(missing[:5])}")
+    _check_layout(archive, listed)
     return manifest
 
 
-def _manifest(tar: tarfile.TarFile) -> dict[str, Any]:
+def _digest(tar: tarfile.TarFile, member: tarfile.TarInfo) -> str:
+    handle = tar.extractfile(member)
+    assert handle is not None
+    digest = hashlib.sha256()
+    while chunk := handle.read(1 << 20):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _check_layout(archive: Path, listed: dict[str, Any]) -> None:
+    """No listed file is also a folder of another (a file where a folder should be)."""
+    folders = {str(parent) for name in listed for parent in PurePosixPath(name).parents}
+    clash = sorted(folders & set(listed))
+    if clash:
+        raise BackupError(f"{archive}: {clash[0]!r} is listed both as a file and as a folder")
+
+
+def _manifest(tar: tarfile.TarFile, member: tarfile.TarInfo) -> dict[str, Any]:
+    if not member.isfile() or member.size > MAX_MANIFEST_BYTES:
+        raise BackupError("manifest.json is not a small file: not a Hermes backup")
     try:
-        member = tar.getmember(MANIFEST)
         handle = tar.extractfile(member)
         assert handle is not None
         manifest = json.loads(handle.read())
-    except (KeyError, ValueError, AssertionError):
+    except (ValueError, AssertionError):
         raise BackupError("no valid manifest.json: not a Hermes backup") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise BackupError(f"unknown backup format {manifest.get('format')!r}")
+    files = manifest.get("files")
+    if not isinstance(files, list) or not all(
+        isinstance(f, dict)
+        and isinstance(f.get("path"), str)
+        and isinstance(f.get("size"), int)
+        and isinstance(f.get("sha256"), str)
+        for f in files
+    ):
+        raise BackupError("manifest.json lists its files in an unknown shape")
     return manifest
 
 
@@ -241,13 +293,23 @@ def has_data(home: Path) -> list[str]:
 
 
 def restore(
-    archive: Path, home: Path, force: bool = False, progress: Progress | None = None
+    archive: Path,
+    home: Path,
+    force: bool = False,
+    progress: Progress | None = None,
+    *,
+    with_plugins: bool = False,
 ) -> Summary:
     """Replace `home`'s data with the archive's, after verifying all of it. The caller
-    holds the home's instance lock (no gateway runs meanwhile)."""
+    holds the home's instance lock (no gateway runs meanwhile).
+
+    Nothing of the home changes until the whole archive is extracted into a staging
+    folder inside the home and its databases pass SQLite's integrity check; then the
+    home's data is moved aside and the staged data moved in, and any failure moves it
+    all back. Plugin code (plugins/) is left out unless `with_plugins`: an archive
+    never brings code that runs unless asked to (`Summary.skipped_plugins`)."""
     manifest = verify(archive)
     present = has_data(home)
-    saved = None
     if present and not force:
         shown = ", ".join(present[:4]) + (" ..." if len(present) > 4 else "")
         raise BackupError(
@@ -255,40 +317,127 @@ def restore(
             "add --force to replace it (it is saved as a backup first)"
         )
     ensure_private_dir(home)
-    if present:
-        saved = create(home, home / BACKUPS_DIR / f"pre-restore-{_stamp()}.tar.gz").path
-        _clear(home)
-    files = manifest["files"]
-    with tarfile.open(archive, mode="r:gz") as tar:
-        for done, entry in enumerate(files, 1):
-            name = str(entry["path"])
-            destination = home / name  # external files too: never outside the home
-            ensure_private_dir(destination.parent)
-            handle = tar.extractfile(name)
-            assert handle is not None
-            fd = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as out:
-                shutil.copyfileobj(handle, out)
-                out.flush()
-                os.fsync(out.fileno())
-            if progress:
-                progress(done, len(files))
+    files = [f for f in manifest["files"] if with_plugins or not _plugin(str(f["path"]))]
+    skipped = [str(f["path"]) for f in manifest["files"] if f not in files]
+    staging = home / f"{STAGING_PREFIX}{_stamp()}"
+    try:
+        _stage(archive, staging, files, progress)
+        _check_databases(staging)
+        saved = None
+        if present:
+            saved = create(home, home / BACKUPS_DIR / f"pre-restore-{_stamp()}.tar.gz").path
+        _swap(home, staging, keep_plugins=not with_plugins)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     size = sum(int(f["size"]) for f in files)
     external = {str(home / f["path"]): str(f["origin"]) for f in files if f.get("origin")}
-    return Summary(archive, len(files), size, str(manifest["created_at"]), saved, external)
+    return Summary(archive, len(files), size, str(manifest["created_at"]), saved, external, skipped)
 
 
-def _clear(home: Path) -> None:
-    """Remove the data a restore replaces (state.db with its WAL, the stores, the config)."""
-    for name in (STATE_DB_FILENAME, *(STATE_DB_FILENAME + s for s in ("-wal", "-shm"))):
-        (home / name).unlink(missing_ok=True)
-    for child in home.iterdir():
-        if child.name in SKIPPED_NAMES:
-            continue
-        if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child)
-        elif _kept(PurePosixPath(child.name)):
-            child.unlink()
+def _plugin(name: str) -> bool:
+    return PurePosixPath(name).parts[0] == PLUGINS_DIR
+
+
+def _stage(
+    archive: Path, staging: Path, files: list[dict[str, Any]], progress: Progress | None
+) -> None:
+    """Extract the listed files into `staging` (folders 0700, files 0600)."""
+    wanted = {str(f["path"]) for f in files}
+    ensure_private_dir(staging)
+    done = 0
+    try:
+        with tarfile.open(archive, mode="r:gz") as tar:
+            for member in tar:
+                if member.name not in wanted:
+                    continue
+                destination = staging / member.name  # external files too: in the home
+                for folder in reversed(destination.relative_to(staging).parents[:-1]):
+                    ensure_private_dir(staging / folder)
+                handle = tar.extractfile(member)
+                assert handle is not None
+                fd = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as out:
+                    shutil.copyfileobj(handle, out)
+                    out.flush()
+                    os.fsync(out.fileno())
+                done += 1
+                if progress:
+                    progress(done, len(files))
+    except (OSError, tarfile.TarError, EOFError, zlib.error) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise BackupError(
+            f"{archive}: cannot be extracted ({reason}); nothing was changed"
+        ) from None
+
+
+def _check_databases(staging: Path) -> None:
+    """Every SQLite file of the archive opens and passes quick_check; state.db also has
+    Hermes's tables. A file that is not a database never replaces one that is."""
+    for path in sorted(staging.rglob("*.db")):
+        name = path.relative_to(staging)
+        try:
+            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            try:
+                found = conn.execute("PRAGMA quick_check").fetchone()[0]
+                tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+            finally:
+                conn.close()
+        except sqlite3.DatabaseError as exc:
+            raise BackupError(f"{name} in the archive is not a usable database ({exc})") from None
+        if found != "ok":
+            raise BackupError(f"{name} in the archive is damaged ({found})")
+        if path.name == STATE_DB_FILENAME and path.parent == staging and "sessions" not in tables:
+            raise BackupError(f"{name} in the archive is not a Hermes state.db")
+
+
+def _swap(home: Path, staging: Path, *, keep_plugins: bool) -> None:
+    """Move the home's data aside and the staged data in; on any failure, put every
+    moved entry back where it was."""
+    aside = home / f"{ASIDE_PREFIX}{_stamp()}"
+    ensure_private_dir(aside)
+    moved: list[tuple[Path, Path]] = []  # (from, to), undone in reverse
+    try:
+        for name in (*(STATE_DB_FILENAME + s for s in ("-wal", "-shm")),):
+            if (home / name).exists():
+                _move(home / name, aside / name, moved)
+        for child in sorted(home.iterdir()):
+            if _replaced(child, keep_plugins):
+                _move(child, aside / child.name, moved)
+        for child in sorted(staging.iterdir()):
+            _move(child, home / child.name, moved)
+    except OSError as exc:
+        undone = 0
+        for source, target in reversed(moved):
+            with contextlib.suppress(OSError):
+                os.replace(target, source)
+                undone += 1
+        if undone < len(moved):
+            raise BackupError(
+                f"cannot move the restored data into {home} ({exc}), and not all of the "
+                f"home's former data could be put back: what is missing is in {aside}"
+            ) from None
+        aside.rmdir()
+        raise BackupError(
+            f"cannot move the restored data into {home} ({exc}); nothing was changed"
+        ) from None
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _replaced(child: Path, keep_plugins: bool) -> bool:
+    """Whether a top-level entry of the home is data a restore replaces."""
+    name = child.name
+    if name in SKIPPED_NAMES or name.startswith((STAGING_PREFIX, ASIDE_PREFIX)):
+        return False
+    if keep_plugins and name == PLUGINS_DIR:
+        return False
+    if child.is_dir() and not child.is_symlink():
+        return True
+    return name == STATE_DB_FILENAME or _kept(PurePosixPath(name))
+
+
+def _move(source: Path, target: Path, moved: list[tuple[Path, Path]]) -> None:
+    os.replace(source, target)
+    moved.append((source, target))
 
 
 def _stamp() -> str:

@@ -166,6 +166,7 @@ def main_endpoint(config: HermesConfig, env: Mapping[str, str] | None = None) ->
         timeout=llm.timeout,
         max_retries=llm.max_retries,
         temperature=llm.temperature,
+        deadline=llm.deadline,
     )
 
 
@@ -185,6 +186,7 @@ def auxiliary_endpoint(
         timeout=task.timeout,
         max_retries=llm.max_retries,
         temperature=aux.temperature,
+        deadline=llm.deadline,
     )
 
 
@@ -235,7 +237,12 @@ def _beside_llm(
         return None
     key = _key(api_key_env or config.llm.api_key_env, env)
     return Endpoint(
-        base_url=url, model=model, api_key=key, timeout=timeout, max_retries=config.llm.max_retries
+        base_url=url,
+        model=model,
+        api_key=key,
+        timeout=timeout,
+        max_retries=config.llm.max_retries,
+        deadline=config.llm.deadline,
     )
 
 
@@ -251,11 +258,8 @@ def enabled_platforms(config: HermesConfig) -> dict[str, PlatformConfig]:
 
 
 def judge_wanted(config: HermesConfig) -> bool:
-    """Whether the memory scan's second stage runs: `memory.scan.judge` on, or auto with
-    an auxiliary model configured (the main model judges only when asked to)."""
-    mode = config.memory.scan.judge
-    aux = config.auxiliary
-    return mode == "on" or (mode == "auto" and bool(aux.model or aux.base_url))
+    """Whether a model judges memory writes (`memory.scan.judge`, on unless switched off)."""
+    return config.memory.scan.judge != "off"
 
 
 def provider_settings(

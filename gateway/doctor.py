@@ -169,6 +169,7 @@ def check_database(home: Path) -> list[Check]:
         found = db.upkeep.quick_check()
         version = db.upkeep.schema_version()
         writable = db.upkeep.writable()
+        held = db.memory_log.count_pending()
     except Exception as exc:
         return [fail("state.db", f"{type(exc).__name__}: {exc}", restore)]
     finally:
@@ -194,6 +195,16 @@ def check_database(home: Path) -> list[Check]:
                 "state.db writable",
                 "a write transaction cannot begin (read-only, full disk, or a stuck writer)",
                 "check the disk and that no other process holds state.db",
+            )
+        )
+    if held:
+        checks.append(
+            fail(
+                "memory safety check",
+                f"{held} memory write(s) held: the check model could not judge them "
+                "(they are in no prompt until it does)",
+                "check the model endpoint (hermes doctor's model line), then "
+                "hermes memory pending --retry",
             )
         )
     return checks

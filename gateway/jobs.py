@@ -49,6 +49,17 @@ async def consolidation_check(home: str) -> str:
     return ", ".join(f"{status}: {n}" for status, n in sorted(counts.items()))
 
 
+async def memory_pending(home: str) -> str:
+    """Judge again the memory writes held while the guard's model could not answer."""
+    async with _resources(Path(home)) as (config, db, model):
+        service = build_memory(Path(home), config, db, model)
+        if not service.held_writes():
+            return "no held writes"
+        report = await service.settle_pending()
+        await service.drain()
+    return report.describe()
+
+
 async def idle_sessions(home: str) -> str:
     """Finalize sessions idle past `sessions.idle_minutes`, with a memory-review pass by
     the same agent the gateway runs (so privacy settings hold here too)."""

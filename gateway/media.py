@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gateway.events import Attachment, MessageEvent
+from gateway.pdf_text import pdf_text
 from gateway.ports import DownloadError, PlatformAdapter
 from hermes.config import MediaConfig, TranscriptionConfig
 from hermes.state.models import Media
@@ -101,6 +102,7 @@ class MediaIntake:
     ) -> None:
         self.home, self.config, self.transcription = home, config, transcription
         self.agent, self.transcriber = agent, transcriber
+        self._decoding = asyncio.Semaphore(1)  # images being decoded at once
 
     async def prepare(self, adapter: PlatformAdapter, event: MessageEvent) -> Prepared:
         parts = _Parts()
@@ -154,11 +156,23 @@ class MediaIntake:
                     f"I can't see photos here: {note}. If you describe it, I can help."
                 )
             return
-        data = await adapter.download(item, self._max_download)
-        try:
-            shrunk, mime = await asyncio.to_thread(
-                shrink, data, self.config.max_image_side, self.config.max_image_kb * 1024
+        if len(parts.images) >= self.config.max_images_per_message:
+            parts.notes.append(
+                f"{_what(item)}: I look at {self.config.max_images_per_message} images per "
+                "message at most; send the others in another message"
             )
+            return
+        data = await adapter.download(item, self._max_download)
+        config = self.config
+        try:
+            async with self._decoding:  # one decode at a time bounds peak memory
+                shrunk, mime = await asyncio.to_thread(
+                    shrink,
+                    data,
+                    config.max_image_side,
+                    config.max_image_kb * 1024,
+                    int(config.max_image_megapixels * 1e6),
+                )
         except ValueError as exc:
             parts.notes.append(f"the photo: {exc}")
             return
@@ -213,7 +227,15 @@ class MediaIntake:
             return
         data = await adapter.download(item, limit)
         try:
-            text = await asyncio.to_thread(extract_text, data, item)
+            if _is_pdf(item):
+                text = await pdf_text(
+                    data,
+                    max_pages=self.config.max_pdf_pages,
+                    max_chars=self.config.max_document_chars,
+                    seconds=self.config.document_seconds,
+                )
+            else:
+                text = await asyncio.to_thread(extract_text, data, item)
         except ValueError as exc:
             parts.notes.append(f"{item.name or 'the file'}: {exc}")
             return
@@ -263,36 +285,50 @@ class MediaIntake:
         db.conversations.add_media(rows)
 
 
-def shrink(data: bytes, max_side: int, max_bytes: int) -> tuple[bytes, str]:
+def shrink(data: bytes, max_side: int, max_bytes: int, max_pixels: int) -> tuple[bytes, str]:
     """The image at most `max_side` px a side and `max_bytes` big: JPEG, or PNG when it
-    has transparency. ValueError when it is not an image Pillow can read."""
+    has transparency. ValueError when it is not an image Pillow can read, or when
+    decoding it would take more than `max_pixels` pixels.
+
+    The full image is never held: the header says its size before anything is decoded;
+    a JPEG is decoded straight at a reduced scale (`draft`, down to 1/8); any other
+    format must fit `max_pixels` as it is. The thumbnail is made in place, once, and the
+    smaller sizes tried after it start from that thumbnail."""
     from PIL import Image, ImageOps, UnidentifiedImageError  # noqa: PLC0415 - on first photo
 
+    too_big = f"I open images up to {max_pixels / 1e6:g} megapixels"
     try:
         opened = Image.open(io.BytesIO(data))
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise ValueError(f"it has far more pixels than a photo; {too_big}") from None
+    except (UnidentifiedImageError, OSError, SyntaxError):
+        raise ValueError("it is not an image I can read") from None
+    try:
+        opened.draft("RGB", (max_side, max_side))  # JPEG only; a no-op for other formats
+        width, height = opened.size
+        if width * height > max_pixels:
+            raise ValueError(f"it is {width:,}×{height:,} pixels; {too_big}")
+        opened.thumbnail((max_side, max_side), reducing_gap=None)
         image = ImageOps.exif_transpose(opened)
-        image.load()
-    except (UnidentifiedImageError, OSError, Image.DecompressionBombError):
+    except (OSError, SyntaxError):
         raise ValueError("it is not an image I can read") from None
     alpha = image.mode in ("RGBA", "LA") or (image.mode == "P" and "transparency" in image.info)
-    side = max_side
+    image = image.convert("RGBA" if alpha else "RGB")
+    side = max(image.size)
     while True:
-        copy = image.copy()
-        copy.thumbnail((side, side))
         out = io.BytesIO()
         if alpha:
-            copy.convert("RGBA").save(out, "PNG", optimize=True)
+            image.save(out, "PNG", optimize=True)
         else:
-            copy.convert("RGB").save(out, "JPEG", quality=85, optimize=True)
+            image.save(out, "JPEG", quality=85, optimize=True)
         if out.tell() <= max_bytes or side <= 128:
             return out.getvalue(), "image/png" if alpha else "image/jpeg"
         side = side * 3 // 4
+        image.thumbnail((side, side))
 
 
 def extract_text(data: bytes, item: Attachment) -> str:
-    """The text of a text-like file or a PDF; ValueError when there is none to read."""
-    if item.mime == "application/pdf" or item.name.lower().endswith(".pdf"):
-        return _pdf_text(data)
+    """The text of a text-like file; ValueError when there is none to read."""
     if b"\x00" in data[:4096] and not data.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise ValueError("it looks like a binary file, not text")
     for encoding in ("utf-8-sig", "utf-16"):
@@ -303,20 +339,8 @@ def extract_text(data: bytes, item: Attachment) -> str:
     return data.decode("utf-8", errors="replace")  # mostly text: keep what reads
 
 
-def _pdf_text(data: bytes) -> str:
-    from pypdf import PdfReader  # noqa: PLC0415 - on the first PDF only
-    from pypdf.errors import PdfReadError  # noqa: PLC0415
-
-    try:
-        reader = PdfReader(io.BytesIO(data))
-        if reader.is_encrypted and not reader.decrypt(""):
-            raise ValueError("the PDF is password-protected")
-        text = "\n\n".join((page.extract_text() or "").strip() for page in reader.pages)
-    except (PdfReadError, OSError, KeyError, TypeError) as exc:
-        raise ValueError(f"the PDF could not be read ({type(exc).__name__})") from None
-    if not text.strip():
-        raise ValueError("the PDF has no text layer (a scan?); a photo of it would work")
-    return text
+def _is_pdf(item: Attachment) -> bool:
+    return item.mime == "application/pdf" or item.name.lower().endswith(".pdf")
 
 
 def _is_text(item: Attachment) -> bool:

@@ -60,6 +60,8 @@ class MemoryCommands:
             elif store.needs_consolidation:
                 line += f" · needs consolidation ({store.last_error or 'pending'})"
             lines.append(line)
+        if held := self.memory.held_writes(user_id):
+            lines.append(f"{held} note(s) waiting for the safety check (saved once it passes)")
         lines.append(f"Provider: {provider_line(self.memory.providers.status(user_id))}")
         return "\n".join(lines)
 

@@ -118,8 +118,17 @@ class People:
         role = self._facts(user_id).role if user_id else "user"
         return Person(user_id, role, platform, ident, name, verdict)
 
+    def owns(self, platform: str, ident: str) -> bool:
+        """Whether this platform account is an owner's: the owner always stays reachable,
+        so no block or rule may deny it (checked where rules are set, and in the verdict)."""
+        self.sync()
+        user_id = self._known_user(platform, ident)
+        return user_id is not None and self._facts(user_id).role == "owner"
+
     def _verdict(self, event: MessageEvent, user_id: str | None) -> Verdict:
         facts = self._facts(user_id) if user_id else None
+        if facts is not None and facts.role == "owner":
+            return Verdict.ALLOW  # whatever a rule or a block says: see `owns`
         rules = self._rule_map()
         platform = event.platform
         if (facts and facts.status == "blocked") or rules.get(

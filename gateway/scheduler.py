@@ -58,6 +58,8 @@ def job_specs(config: HermesConfig) -> list[JobSpec]:
             timedelta(minutes=config.memory.consolidation.check_interval_minutes),
         ),
         JobSpec("idle_sessions", "gateway.jobs:idle_sessions", timedelta(minutes=5)),
+        # memory writes held while the guard's model could not answer
+        JobSpec("memory_pending", "gateway.jobs:memory_pending", timedelta(minutes=2)),
         JobSpec("maintenance", "gateway.jobs:maintenance", timedelta(days=1)),
         # reminders made by another process (or a wake-up lost): exact ones have own jobs
         JobSpec("reminders", "gateway.reminders:sweep_job", timedelta(seconds=REMINDER_SWEEP_S)),

@@ -22,11 +22,11 @@ class ConsolidationConfig(Section):
 
 
 class ScanConfig(Section):
-    """The security scan's second stage: a model judges entries that pass the patterns
-    but address the assistant. auto = when an auxiliary model is configured; on = with
-    the auxiliary model, else the main one; off = the patterns alone decide."""
+    """The memory guard's second stage: a model judges every write that passes the rules
+    (the auxiliary model when configured, else the chat model). on (default; "auto" is
+    the same) or off (the rules alone decide: not recommended)."""
 
-    judge: Literal["auto", "on", "off"] = "auto"
+    judge: Literal["auto", "on", "off"] = "on"
     judge_timeout_seconds: float = Field(default=15.0, gt=0, le=300)
 
 
@@ -77,7 +77,9 @@ class LLMConfig(Section):
     base_url: str | None = None
     model: str | None = None
     api_key_env: str | None = None  # name of the env var holding the key; none for local
-    timeout: float = Field(default=60.0, gt=0, le=3600)
+    timeout: float = Field(default=60.0, gt=0, le=3600)  # per request (connect, each read)
+    # one model call from start to finish, retries and streaming included
+    deadline: float = Field(default=300.0, gt=0, le=7200)
     max_retries: int = Field(default=3, ge=0, le=10)
     temperature: float = Field(default=0.7, ge=0, le=2)
     # photos as image parts: on | off | auto (tried, and given up for the process when
@@ -111,6 +113,11 @@ class MediaConfig(Section):
     max_image_kb: int = Field(default=1500, ge=50, le=20_000)  # the data URL's image
     max_document_kb: int = Field(default=2048, ge=1, le=100_000)
     max_document_chars: int = Field(default=40_000, ge=100, le=1_000_000)  # added to the turn
+    # bounds on the work one message can cause (a small file can be a decompression bomb)
+    max_image_megapixels: float = Field(default=24.0, ge=1, le=80)  # decoded, after draft
+    max_images_per_message: int = Field(default=4, ge=1, le=20)  # the rest get a note
+    max_pdf_pages: int = Field(default=100, ge=1, le=5000)  # pages read, then it stops
+    document_seconds: float = Field(default=20.0, gt=0, le=600)  # one document's reading
 
 
 class AuxiliaryTaskConfig(Section):

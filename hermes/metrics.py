@@ -71,6 +71,12 @@ MEMORY_REJECTIONS = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+MEMORY_JUDGE_SECONDS = Histogram(
+    "hermes_memory_judge_seconds",
+    "The memory guard's model judging one write",
+    buckets=_SECONDS,
+    registry=REGISTRY,
+)
 CONSOLIDATIONS = Counter(
     "hermes_consolidations", "Consolidation runs by outcome", ["status"], registry=REGISTRY
 )
@@ -96,6 +102,7 @@ def render() -> tuple[bytes, str]:
 __all__ = [
     "CONSOLIDATIONS",
     "DELIVERIES_FAILED",
+    "MEMORY_JUDGE_SECONDS",
     "MEMORY_REJECTIONS",
     "MEMORY_WRITES",
     "MESSAGES_RECEIVED",

@@ -125,10 +125,36 @@ def check_cron(cron: str, tz: ZoneInfo, now: datetime) -> datetime:
         raise TimeError(f"{cron!r} is not a valid schedule: {exc}") from None
     if first is None:
         raise TimeError(f"{cron!r} never runs.")
-    second = next_run(cron, tz, first)
-    if second is not None and second - first < MIN_INTERVAL:
+    if _shortest_gap(cron) < MIN_INTERVAL:
         raise TimeError("A recurring reminder may run at most every 5 minutes.")
     return first
+
+
+def _shortest_gap(cron: str) -> timedelta:
+    """The shortest time between two runs anywhere in the schedule, not only its first
+    two ('2,8-59 * * * *' runs every minute after its second run).
+
+    The gaps within a day come from the minute and hour fields alone, so they are found
+    on one day of a schedule with the same times every day, from the first run of that
+    day to the first of the next (the gap over midnight included: counted even when the
+    day fields leave the next day out, which at worst refuses a rare valid schedule).
+    The walk stops at the first short gap; a valid schedule has at most 288 runs a day."""
+    from apscheduler.triggers.cron import CronTrigger  # noqa: PLC0415 - on first use only
+
+    minute, hour = cron.split()[:2]
+    daily = CronTrigger.from_crontab(f"{minute} {hour} * * *", timezone=UTC)
+    day = datetime(2001, 1, 1, tzinfo=UTC)  # any day: every day has the same times
+    first = daily.get_next_fire_time(None, day)
+    shortest, previous = timedelta(days=1), first
+    while previous is not None and previous <= first + timedelta(days=1):
+        following = daily.get_next_fire_time(None, previous + timedelta(microseconds=1))
+        if following is None:
+            break
+        shortest = min(shortest, following - previous)
+        if shortest < MIN_INTERVAL:
+            break
+        previous = following
+    return shortest
 
 
 def local(moment: datetime, tz_name: str) -> str:

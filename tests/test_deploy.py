@@ -104,10 +104,14 @@ def _normal(command: str) -> str:
 def test_the_dockerfile_runs_the_readme_install_steps() -> None:
     readme = readme_install()
     docker = dockerfile_runs()
-    # the README clones the checkout where the image COPYs it; every other step is the same
+    # the README clones the checkout where the image COPYs its sources; every other step is
+    # the same
     assert [c for c in readme if not c.startswith("git clone")] == docker
     clone = next(c for c in readme if c.startswith("git clone"))
-    assert clone.endswith(" /opt/hermes/src") and "COPY . /opt/hermes/src" in DOCKERFILE.read_text()
+    assert (
+        clone.endswith(" /opt/hermes/src")
+        and "COPY hermes /opt/hermes/src/hermes" in DOCKERFILE.read_text()
+    )
     text = DOCKERFILE.read_text()
     assert "USER hermes" in text and "HEALTHCHECK" in text and "/healthz" in text
     assert 'VOLUME ["/var/lib/hermes"]' in text and "HERMES_HOME=/var/lib/hermes" in text
@@ -124,3 +128,20 @@ def test_compose_runs_the_image_with_its_volume_env_file_and_health_check() -> N
     )
     assert "/healthz" in " ".join(service["healthcheck"]["test"])
     assert all(port.startswith("127.0.0.1:") for port in service["ports"])
+
+
+def test_no_secrets_file_or_environment_can_reach_the_image_or_git() -> None:
+    """deploy/README tells people to create deploy/docker/hermes.env beside the compose
+    file: it stays out of git, out of the build context, and the Dockerfile copies only
+    the package's sources by name."""
+    copies = [line.split()[1:-1] for line in DOCKERFILE.read_text().splitlines()
+              if line.startswith(("COPY", "ADD"))]  # fmt: skip
+    sources = {source for sources in copies for source in sources}
+    assert sources == {"pyproject.toml", "README.md", "hermes", "gateway", "adapters"}
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {"**/*.env", ".venv", ".git"} <= set(ignored)
+    checked = subprocess.run(
+        ["git", "check-ignore", "deploy/docker/hermes.env", "hermes.env", ".env"],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert checked.stdout.split() == ["deploy/docker/hermes.env", "hermes.env", ".env"]

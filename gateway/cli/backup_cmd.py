@@ -45,6 +45,13 @@ def restore(
     force: Annotated[
         bool, typer.Option("--force", help="Replace the data this home holds (saved first).")
     ] = False,
+    with_plugins: Annotated[
+        bool,
+        typer.Option(
+            "--with-plugins",
+            help="Also restore plugin code (plugins/), which runs when Hermes loads it.",
+        ),
+    ] = False,
 ) -> None:
     """Verify an archive, then restore it into this HERMES_HOME (the gateway stopped)."""
     from gateway import backup
@@ -61,7 +68,7 @@ def restore(
         fail(str(exc), EXIT_REFUSED)
     try:
         with progress_bar("restoring") as advance:
-            summary = backup.restore(path, home, force, advance)
+            summary = backup.restore(path, home, force, advance, with_plugins=with_plugins)
     except backup.BackupError as exc:
         fail(str(exc), EXIT_REFUSED)
     finally:
@@ -72,6 +79,12 @@ def restore(
         f"[green]✓[/green] restored {summary.files} files from {escape(str(path))} "
         f"(made {summary.created_at}) into {home}"
     )
+    if summary.skipped_plugins:
+        note(
+            f"[yellow]plugin code was not restored[/yellow] ({len(summary.skipped_plugins)} "
+            "files under plugins/): it would run inside Hermes; restore it with "
+            "--with-plugins only if you trust the archive"
+        )
     for restored, origin in summary.external.items():
         note(f"the memory provider's file {escape(origin)} is restored as {escape(restored)}")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -21,7 +23,7 @@ from hermes.memory.store import Target
 
 if TYPE_CHECKING:  # imported where used: `hermes memory add` starts fast
     from hermes.llm.client import LLMClient
-    from hermes.memory.service import MemoryService, StoreStatus
+    from hermes.memory.service import MemoryService, PendingReport, StoreStatus
     from hermes.memory.sweep import StoreRun
     from hermes.memory.tool import ToolOutcome
     from hermes.memory.user_memory import UserMemory
@@ -92,7 +94,55 @@ def status(
     print_table(table)
     from gateway.memory_commands import provider_line
 
+    if held := service.held_writes(user_id):
+        note(
+            f"[yellow]{held} write(s) waiting for the safety check[/yellow] (hermes memory pending)"
+        )
     note(f"Provider: {provider_line(service.providers.status(user_id))}")
+
+
+@app.command()
+def pending(
+    retry: Annotated[
+        bool, typer.Option("--retry", help="Ask the model to judge them again now.")
+    ] = False,
+    as_json: AsJson = False,
+) -> None:
+    """Memory writes held because the safety check's model could not answer: none of
+    them is in any prompt until the model has judged it."""
+    import asyncio
+
+    ctx = CliContext.load()
+    db = ctx.open_db()
+    if retry:
+        report = asyncio.run(_settle(ctx, db))
+        note(f"Judged again: {report.describe()}")
+    rows = db.memory_log.pending_writes()
+    if as_json:
+        print_json([row.model_dump(mode="json") for row in rows])
+        return
+    if not rows:
+        note("No memory writes are waiting for the safety check.")
+        return
+    table = new_table("id", "user", "since", "tries", "write", "why it waits", title="Held writes")
+    for row in rows:
+        args = json.loads(row.args)
+        what = f"{args.get('action')} {args.get('target')}: {args.get('content', '')}"
+        since = f"{row.created_at:%Y-%m-%d %H:%M}"
+        table.add_row(str(row.id), row.user_id, since, str(row.attempts), what, row.reason)
+    print_table(table)
+
+
+async def _settle(ctx: CliContext, db: SessionDB) -> PendingReport:
+    model = ctx.auxiliary_model()
+    try:
+        service = ctx.memory(db, model)
+        report = await service.settle_pending()
+        await service.drain()
+        return report
+    finally:
+        if model is not None:
+            await model.close()
 
 
 def _remark(store: StoreStatus) -> str:
@@ -468,6 +518,14 @@ def _settings(
             value = typer.prompt(question, default=default if default is not None else "")
         if value in (None, "") and field.required and not field.secret:
             fail(f"{name} needs {field.key} ({field.description}): --set {field.key}=…", EXIT_USAGE)
+        if field.secret and value not in (None, "") and not _ENV_NAME.fullmatch(str(value)):
+            fail(
+                f"{key} takes the NAME of an environment variable, not the secret itself "
+                f"(config.yaml never holds secrets): put the value in the environment "
+                f"(e.g. {field.env_var or 'PROVIDER_API_KEY'}=… in the service's env file) "
+                f"and pass --set {key}={field.env_var or 'PROVIDER_API_KEY'}",
+                EXIT_USAGE,
+            )
         if field.choices and value not in (None, "", *field.choices):
             fail(f"{field.key} must be one of {', '.join(field.choices)}", EXIT_USAGE)
         if value not in (None, ""):
@@ -486,6 +544,9 @@ def off() -> None:
     except ConfigError as exc:
         fail(str(exc), EXIT_REFUSED)
     note(f"built-in memory only ({path}); restart the gateway to apply it")
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
 def _pairs(items: list[str]) -> dict[str, str]:

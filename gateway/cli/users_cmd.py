@@ -152,8 +152,9 @@ def block(
     ctx = CliContext.load()
     db = ctx.open_db()
     user_id = _resolve(db, who, ctx)
-    if user_id == owner_user_id(ctx.home):
-        fail("the owner cannot be blocked", EXIT_REFUSED)
+    found = db.people.get_user(user_id)
+    if not unblock and (user_id == owner_user_id(ctx.home) or (found and found.role == "owner")):
+        fail("the owner cannot be blocked (the owner always stays reachable)", EXIT_REFUSED)
     db.people.set_status(user_id, "active" if unblock else "blocked")
     note(f"[green]✓[/green] {user_id} is {'unblocked' if unblock else 'blocked'}")
 

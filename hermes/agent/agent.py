@@ -239,6 +239,7 @@ class Agent:
                 surface,
                 conv.session.session_key,
                 on_added=self.on_reminder,
+                judge=self.memory.judge,
             )
             tools.append(Tool(schedule.name, schedule.schema, schedule.run, "setting that up…"))
         if not conv.shared and self.sessions.personal(surface):  # the person's own provider

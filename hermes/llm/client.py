@@ -7,9 +7,11 @@ still fails to LLMError with a short message that never echoes secrets.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hermes import metrics
@@ -77,6 +79,16 @@ class LLMClient:
         max_tokens: int | None = None,
     ) -> Any:
         """One chat completion (the SDK's ChatCompletion object)."""
+        async with self._deadline():
+            return await self._complete(messages, tools, temperature, max_tokens)
+
+    async def _complete(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None,
+        temperature: float | None,
+        max_tokens: int | None,
+    ) -> Any:
         kwargs: dict[str, Any] = {
             "model": self.endpoint.model,
             "messages": list(messages),
@@ -111,16 +123,31 @@ class LLMClient:
         far at each piece. A stream that breaks off (a dropped connection, an error
         event, a body that is not a stream) is not resumed: the same request is made
         again without streaming (the SDK's retries apply to it), so the reply returned
-        is always one complete answer, never the broken-off part."""
-        if on_text is not None:
-            streamed = await self._stream(messages, tools, temperature, on_text)
-            if streamed is not None:
-                return streamed
-        completion = await self.complete(messages, tools=tools, temperature=temperature)
+        is always one complete answer, never the broken-off part. Both together finish
+        within the endpoint's deadline, or LLMError says the model is not answering."""
+        async with self._deadline():
+            if on_text is not None:
+                streamed = await self._stream(messages, tools, temperature, on_text)
+                if streamed is not None:
+                    return streamed
+            completion = await self._complete(messages, tools, temperature, None)
         try:
             return _reply(completion)
         except (AttributeError, TypeError, IndexError, KeyError):  # JSON of the wrong shape
             raise LLMError(NOT_A_COMPLETION) from None
+
+    @contextlib.asynccontextmanager
+    async def _deadline(self) -> AsyncIterator[None]:
+        """One call, retries and a trickling stream included, within the deadline."""
+        deadline = self.endpoint.deadline
+        try:
+            async with asyncio.timeout(deadline):
+                yield
+        except TimeoutError:
+            metrics.MODEL_ERRORS.labels("deadline").inc()
+            raise LLMError(
+                f"The model endpoint is not answering (no complete reply within {deadline:g} s)."
+            ) from None
 
     async def _stream(
         self,

@@ -13,3 +13,6 @@ class Endpoint:
     timeout: float = 60.0
     max_retries: int = 3
     temperature: float = 0.7
+    # one call from start to finish, retries and a streamed reply included: a stream
+    # that trickles a piece a second never meets `timeout` (that is per read)
+    deadline: float = 300.0

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from hermes import metrics
 from hermes.config import MemoryConfig
@@ -36,8 +38,7 @@ from hermes.memory.gate import memory_gate
 from hermes.memory.journal import Actor, reconcile, run_recorded
 from hermes.memory.merge import MergeReport, merge_memory
 from hermes.memory.render import display_entry
-from hermes.memory.scan_judge import Judge
-from hermes.memory.scan_rules import Category
+from hermes.memory.scan_judge import Judge, Verdict
 from hermes.memory.scanner import scan
 from hermes.memory.store import StoreBusyError, StoreError, StoreIOError, Target
 from hermes.memory.tool import MemoryTool, ToolOutcome
@@ -46,11 +47,35 @@ from hermes.memory.user_memory import UserMemory
 from hermes.providers.base import MemoryWrite
 from hermes.providers.host import ProviderHost
 from hermes.state.db import SessionDB
-from hermes.state.models import MemoryVersion
+from hermes.state.models import MemoryPending, MemoryVersion
 
 logger = logging.getLogger(__name__)
 
 WARN_PERCENT = 80
+
+
+@dataclass(slots=True)
+class PendingReport:
+    """What judging the held writes again did."""
+
+    written: int = 0
+    refused: int = 0
+    failed: int = 0  # allowed, but the write itself failed (its entry is gone, say)
+    waiting: int = 0  # the model still could not answer
+
+    def describe(self) -> str:
+        return (
+            f"{self.written} written, {self.refused} refused, {self.failed} failed, "
+            f"{self.waiting} still waiting"
+        )
+
+
+def _held(verdict: Verdict) -> str:
+    return (
+        f"Held for a safety check: {verdict.unavailable}. Nothing is in memory yet; the "
+        "entry will be saved as soon as the check passes (no need to ask again). Tell the "
+        "user it is pending."
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +117,7 @@ class MemoryService:
         self.providers = providers or ProviderHost()
         self.auto_consolidate = auto_consolidate
         self._checks: dict[str, asyncio.Task[Any]] = {}
+        self._settling: asyncio.Task[PendingReport] | None = None
 
     def of(self, user_id: str) -> UserMemory:
         return UserMemory(self.home, user_id, self.config)
@@ -108,10 +134,38 @@ class MemoryService:
         message_id: int | None = None,
     ) -> ToolOutcome:
         """A memory-tool operation (add / replace / remove) for `user_id`."""
-        refused = await self._judged(args)
-        if refused is not None:
+        verdict = await self._judge(args)
+        if verdict is not None and verdict.finding is not None:
             metrics.MEMORY_REJECTIONS.labels("scan").inc()
-            return refused
+            error = (
+                f"Blocked by the security scan ({verdict.finding.describe()}). Nothing was written."
+            )
+            return ToolOutcome({"success": False, "error": error})
+        if verdict is not None and verdict.unavailable is not None:
+            held = MemoryPending(
+                user_id=user_id,
+                args=json.dumps(dict(args), ensure_ascii=False, sort_keys=True),
+                actor=actor,
+                session_id=session_id,
+                message_id=message_id,
+                reason=verdict.unavailable,
+            )
+            await asyncio.to_thread(self.db.memory_log.hold_pending, held)
+            metrics.MEMORY_REJECTIONS.labels("pending").inc()
+            return ToolOutcome({"success": False, "pending": True, "error": _held(verdict)})
+        outcome = await self._write(user_id, args, actor, session_id, message_id)
+        if verdict is not None:  # the model answers: writes it could not judge are due
+            self.request_settle()
+        return outcome
+
+    async def _write(
+        self,
+        user_id: str,
+        args: Mapping[str, Any],
+        actor: Actor,
+        session_id: str | None,
+        message_id: int | None,
+    ) -> ToolOutcome:
         write = functools.partial(
             self._apply, user_id, args, actor, session_id=session_id, message_id=message_id
         )
@@ -127,26 +181,55 @@ class MemoryService:
             self.request_check(user_id)
         return outcome
 
-    async def _judged(self, args: Mapping[str, Any]) -> ToolOutcome | None:
-        """The second stage of the scan, off the store's lock (it calls a model): a
-        refusal, or None to go on (the pattern stage runs again under the lock)."""
+    async def _judge(self, args: Mapping[str, Any]) -> Verdict | None:
+        """The model's verdict on new text, off the store's lock (it calls a model); None
+        when there is nothing for it to judge: no judge, a removal, or text the rules
+        refuse anyway (they run again under the lock, with the store's neighbours)."""
         content = args.get("content")
         if self.judge is None or args.get("action") not in ("add", "replace"):
             return None
-        if not isinstance(content, str) or not content or scan(content) is not None:
-            return None  # nothing to judge, or the pattern stage refuses it anyway
-        finding = await self.judge.check(content)
-        if finding is None:
+        if not isinstance(content, str) or not content.strip() or scan(content) is not None:
             return None
-        if finding.category is Category.UNVERIFIED:
-            error = (
-                f"Could not verify this entry ({finding.reason}); nothing was written. Try "
-                "again later, or save it as a plain fact about the user with no instruction "
-                "to the assistant."
-            )
-        else:
-            error = f"Blocked by the security scan ({finding.describe()}). Nothing was written."
-        return ToolOutcome({"success": False, "error": error})
+        started = time.perf_counter()
+        verdict = await self.judge.check(content)
+        metrics.MEMORY_JUDGE_SECONDS.observe(time.perf_counter() - started)
+        return verdict
+
+    # -- writes held for the judge ---------------------------------------------------------
+
+    def request_settle(self) -> None:
+        """Judge held writes again in the background (once at a time)."""
+        if self.judge is None or (self._settling is not None and not self._settling.done()):
+            return
+        self._settling = asyncio.get_running_loop().create_task(self.settle_pending())
+
+    async def settle_pending(self, user_id: str | None = None) -> PendingReport:
+        """Judge the held writes again, oldest first: written when allowed, dropped when
+        refused, kept while the model still cannot answer (then the rest wait too)."""
+        report = PendingReport()
+        for held in await asyncio.to_thread(self.db.memory_log.pending_writes, user_id):
+            assert held.id is not None
+            args = json.loads(held.args)
+            verdict = await self._judge(args) if self.judge is not None else None
+            if verdict is not None and verdict.unavailable is not None:
+                self.db.memory_log.settle_pending(held.id, verdict.unavailable)
+                report.waiting += 1
+                break
+            if verdict is not None and verdict.finding is not None:
+                logger.warning(
+                    "held memory write of %s refused: %s", held.user_id, verdict.finding.describe()
+                )
+                metrics.MEMORY_REJECTIONS.labels("scan").inc()
+                report.refused += 1
+            else:  # allowed, or judged by the rules alone now (the judge was switched off)
+                actor = cast(Actor, held.actor)
+                outcome = await self._write(
+                    held.user_id, args, actor, held.session_id, held.message_id
+                )
+                report.written += outcome.ok
+                report.failed += not outcome.ok
+            self.db.memory_log.settle_pending(held.id)
+        return report
 
     def _apply(
         self,
@@ -291,11 +374,16 @@ class MemoryService:
 
     async def drain(self, timeout: float = 30.0) -> None:
         """Wait for background checks and provider calls (before a process exits)."""
-        if self._checks:
-            await asyncio.wait(list(self._checks.values()), timeout=timeout)
+        waiting = [*self._checks.values(), *([self._settling] if self._settling else [])]
+        if waiting:
+            await asyncio.wait(waiting, timeout=timeout)
         await self.providers.drain(timeout)
 
     # -- status ----------------------------------------------------------------------------
+
+    def held_writes(self, user_id: str | None = None) -> int:
+        """Writes waiting for the guard's model (of one person, or of everyone)."""
+        return self.db.memory_log.count_pending(user_id)
 
     def status(self, user_id: str) -> list[StoreStatus]:
         memory = self.of(user_id)
@@ -335,7 +423,7 @@ def _count(outcome: ToolOutcome) -> None:
     error = str(outcome.result.get("error", ""))
     if outcome.result.get("storage_failure"):
         reason = "storage"
-    elif "security scan" in error or error.startswith("Could not verify"):
+    elif "security scan" in error:
         reason = "scan"
     elif "limit" in error:
         reason = "full"

@@ -17,6 +17,7 @@ from hermes.state import engine as eng
 from hermes.state.models import (
     ConsolidationState,
     MemoryEvent,
+    MemoryPending,
     MemoryVersion,
     User,
     utcnow,
@@ -194,6 +195,58 @@ class MemoryLogDB:
             return notices
 
         return eng.with_retry(self.engine, work, self.patience)
+
+    # -- writes held for the memory guard's model ----------------------------------------
+
+    def hold_pending(self, held: MemoryPending) -> bool:
+        """Keep a write the guard's model could not judge; False when the same write of
+        the same person is held already (the agent asked twice)."""
+
+        def work(session: Session) -> bool:
+            same = select(MemoryPending.id).where(
+                MemoryPending.user_id == held.user_id, MemoryPending.args == held.args
+            )
+            if session.exec(same).first() is not None:
+                return False
+            session.add(held)
+            return True
+
+        return eng.with_retry(self.engine, work, self.patience)
+
+    def pending_writes(self, user_id: str | None = None) -> list[MemoryPending]:
+        """Held writes, oldest first (of one person, or of everyone)."""
+        with eng.reading(self.engine) as session:
+            query = select(MemoryPending)
+            if user_id is not None:
+                query = query.where(MemoryPending.user_id == user_id)
+            return list(session.exec(query.order_by(col(MemoryPending.id))))
+
+    def count_pending(self, user_id: str | None = None) -> int:
+        with self.engine.connect() as conn:
+            if user_id is None:
+                row = conn.exec_driver_sql("SELECT COUNT(*) FROM memory_pending").first()
+            else:
+                query = "SELECT COUNT(*) FROM memory_pending WHERE user_id = ?"
+                row = conn.exec_driver_sql(query, (user_id,)).first()
+        return int(row[0]) if row else 0
+
+    def settle_pending(self, pending_id: int, retry_reason: str | None = None) -> None:
+        """Judged: remove the held write; with `retry_reason`, the model still could
+        not answer, so it stays, with one more attempt counted."""
+
+        def work(session: Session) -> None:
+            row = session.get(MemoryPending, pending_id)
+            if row is None:
+                return
+            if retry_reason is None:
+                session.delete(row)
+                return
+            row.attempts += 1
+            row.reason = retry_reason
+            row.last_tried_at = utcnow()
+            session.add(row)
+
+        eng.with_retry(self.engine, work, self.patience)
 
     def memory_events(self, user_id: str, text: str | None = None) -> list[MemoryEvent]:
         """Events of one user, newest first; with `text`, those whose entry contains it."""

@@ -139,6 +139,23 @@ class MemoryVersion(SQLModel, table=True):
     pending_after: str | None = None
 
 
+class MemoryPending(SQLModel, table=True):
+    """A memory write the guard's model could not judge yet: in no prompt until it has."""
+
+    __tablename__ = "memory_pending"
+
+    id: int | None = Field(default=None, primary_key=True)
+    user_id: str
+    args: str  # JSON: the memory tool's arguments
+    actor: str
+    session_id: str | None = None
+    message_id: int | None = None
+    reason: str = ""  # why the model could not judge it, the last time
+    attempts: int = 0
+    created_at: datetime = Field(default_factory=utcnow)
+    last_tried_at: datetime | None = None
+
+
 class ConsolidationState(SQLModel, table=True):
     __tablename__ = "consolidation_state"
 

@@ -29,6 +29,7 @@ from hermes.state.models import (
     LinkCode,
     Media,
     MemoryEvent,
+    MemoryPending,
     MemoryVersion,
     Message,
     PairingRequest,
@@ -378,7 +379,7 @@ class PeopleDB:
             kept.display_name = kept.display_name or old.display_name
             kept.timezone = kept.timezone or old.timezone
             session.add(kept)
-            for model in (Identity, ChatSession, Message, MemoryEvent, Media):
+            for model in (Identity, ChatSession, Message, MemoryEvent, MemoryPending, Media):
                 session.execute(
                     update(model).where(col(model.user_id) == gone).values(user_id=keep)
                 )

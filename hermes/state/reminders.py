@@ -74,8 +74,16 @@ class RemindersDB:
 
     # -- reminders -----------------------------------------------------------------------
 
-    def add(self, reminder: Reminder) -> Reminder:
-        def work(session: Session) -> Reminder:
+    def add(self, limit: int, reminder: Reminder) -> Reminder | None:
+        """Store `reminder`, or None when its person has `limit` live ones already
+        (counted in the same write transaction: concurrent adds cannot pass the cap)."""
+
+        def work(session: Session) -> Reminder | None:
+            live = select(func.count()).where(
+                Reminder.user_id == reminder.user_id, col(Reminder.status).in_(LIVE)
+            )
+            if session.exec(live).one() >= limit:
+                return None
             while session.get(Reminder, reminder.id) is not None:  # 31^6: rare, but possible
                 reminder.id = new_reminder_id()
             session.add(reminder)
@@ -84,7 +92,7 @@ class RemindersDB:
             session.expunge(reminder)
             return reminder
 
-        result: Reminder = self._write(work)
+        result: Reminder | None = self._write(work)
         return result
 
     def get(self, reminder_id: str) -> Reminder | None:

@@ -435,5 +435,26 @@ _V12 = [
     "CREATE INDEX ix_media_path ON media(path)",
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12]
+# v13: memory writes held for the memory guard's model (it could not answer): the tool
+# call's arguments as given, whose it was and what caused it; none of it is in any
+# prompt. Judged again when the model answers; then written or refused, and removed.
+_V13 = [
+    """CREATE TABLE memory_pending (
+        id INTEGER PRIMARY KEY,
+        user_id TEXT NOT NULL,
+        args TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        session_id TEXT,
+        message_id INTEGER,
+        reason TEXT NOT NULL DEFAULT '',
+        attempts INTEGER NOT NULL DEFAULT 0,
+        created_at TIMESTAMP NOT NULL,
+        last_tried_at TIMESTAMP
+    )""",
+    "CREATE INDEX ix_memory_pending_user ON memory_pending(user_id)",
+]
+
+MIGRATIONS: list[list[str]] = [
+    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13,
+]  # fmt: skip
 SCHEMA_VERSION = len(MIGRATIONS)

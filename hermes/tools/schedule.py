@@ -17,6 +17,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hermes.agent.conversation import Surface
+from hermes.memory.scan_judge import Judge, Subject
+from hermes.memory.scanner import scan
 from hermes.reminders import TimeError, check_cron, describe, local, parse_when, zone
 from hermes.state.db import SessionDB
 from hermes.state.models import Reminder
@@ -78,6 +80,7 @@ class ScheduleTool:
     session_key: str
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     on_added: Callable[[Reminder], None] | None = None  # the scheduler learns of it
+    judge: Judge | None = None  # a prompt reminder is judged like a memory write
 
     name = "schedule"
     schema = SCHEDULE_SCHEMA
@@ -88,7 +91,7 @@ class ScheduleTool:
             if args.get("timezone"):
                 self._set_timezone(str(args["timezone"]))
             if action == "add":
-                return self._add(args)
+                return await self._add(args)
             if action == "list":
                 return self._list()
             if action == "cancel":
@@ -101,7 +104,7 @@ class ScheduleTool:
         zone(name)  # raises TimeError
         self.db.reminders.set_timezone(self.user_id, name.strip())
 
-    def _add(self, args: Mapping[str, Any]) -> dict[str, Any]:
+    async def _add(self, args: Mapping[str, Any]) -> dict[str, Any]:
         text = (
             " ".join(str(args.get("message") or "").split())
             if not args.get("prompt")
@@ -111,11 +114,8 @@ class ScheduleTool:
             return {"success": False, "error": "Give the `message` to send (or do) then."}
         if len(text) > MAX_TEXT:
             return {"success": False, "error": f"The message is over {MAX_TEXT} characters."}
-        if len(self.db.reminders.of_user(self.user_id)) >= MAX_PER_PERSON:
-            return {
-                "success": False,
-                "error": f"The user has {MAX_PER_PERSON} reminders already: cancel some first.",
-            }
+        if args.get("prompt") and (refused := await self._refused(text)) is not None:
+            return {"success": False, "error": refused}
         tz_name = self.db.reminders.timezone(self.user_id)
         tz = zone(tz_name) if tz_name else None
         now = self.clock()
@@ -135,6 +135,7 @@ class ScheduleTool:
         else:
             due = parse_when(when, tz, now)
         reminder = self.db.reminders.add(
+            MAX_PER_PERSON,
             Reminder(
                 id=new_reminder_id(),
                 user_id=self.user_id,
@@ -149,8 +150,13 @@ class ScheduleTool:
                 cron=cron or None,
                 timezone=tz_name or "UTC",
                 due_at=due,
-            )
+            ),
         )
+        if reminder is None:
+            return {
+                "success": False,
+                "error": f"The user has {MAX_PER_PERSON} reminders already: cancel some first.",
+            }
         if self.on_added is not None:
             self.on_added(reminder)
         return {
@@ -161,6 +167,22 @@ class ScheduleTool:
             "recurring": bool(cron),
             "note": "Tell the user when it will come, and that /reminders lists them.",
         }
+
+    async def _refused(self, task: str) -> str | None:
+        """Why a prompt reminder (an agent turn in the person's name at every run) may
+        not be saved: the memory guard's rules, then its model, as for a memory write."""
+        finding = scan(task)
+        if finding is None and self.judge is not None:
+            verdict = await self.judge.check(task, Subject.TASK)
+            if verdict.unavailable is not None:
+                return (
+                    f"Not saved: the safety check could not run ({verdict.unavailable}). "
+                    "Try again in a little while."
+                )
+            finding = verdict.finding
+        if finding is None:
+            return None
+        return f"Not saved: blocked by the security scan ({finding.describe()})."
 
     def _list(self) -> dict[str, Any]:
         items = self.db.reminders.of_user(self.user_id)

@@ -253,7 +253,9 @@ def test_round_trip(home: Path, fake_llm: FakeOpenAI, platform: Driver) -> None:
     async def body() -> list[str]:
         await say(platform, "hi there")
         await until(1, platform.texts)
-        await asyncio.sleep(0.3)
+        deadline = time.monotonic() + 20  # a streamed first post is edited to the end
+        while platform.texts()[-1].endswith("▌") and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
         return platform.texts()
 
     assert run(home, fake_llm, platform, body) == ["Hello from Hermes"]

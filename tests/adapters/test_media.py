@@ -21,6 +21,7 @@ from hermes.state.db import SessionDB
 from tests.adapters.harness import run_gateway, until
 from tests.apps import app_config
 from tests.fakes.discord_server import FakeDiscord
+from tests.fakes.documents import pdf
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.slack_server import FakeSlack
 from tests.fakes.telegram_server import FakeTelegram
@@ -178,31 +179,6 @@ def jpeg(width: int = 3000, height: int = 2000) -> bytes:
     out = io.BytesIO()
     Image.new("RGB", (width, height), (200, 40, 40)).save(out, "JPEG")
     return out.getvalue()
-
-
-def pdf(text: str) -> bytes:
-    """A one-page PDF with `text` on it (Helvetica), xref and all."""
-    stream = f"BT /F1 24 Tf 72 720 Td ({text}) Tj ET".encode()
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
-        b"/Resources << /Font << /F1 5 0 R >> >> >>",
-        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-    ]
-    out, offsets = b"%PDF-1.4\n", []
-    for number, body in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1,
-        xref,
-    )
-    return out
 
 
 def user_content(fake_llm: FakeOpenAI) -> Any:

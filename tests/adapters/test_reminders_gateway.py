@@ -114,7 +114,9 @@ def seed(home: Path, **fields: Any) -> str:
             timezone="Europe/Berlin",
             **fields,
         )
-        return db.reminders.add(reminder).id
+        added = db.reminders.add(50, reminder)
+        assert added is not None
+        return added.id
     finally:
         db.close()
 

@@ -8,6 +8,11 @@ A request with `stream: true` is answered as server-sent events, the text in pie
 connection after that many pieces, `stream_error_after` sends an error event there
 instead (both: a stream interrupted mid-way).
 
+A chat request from the memory guard's judge (its system prompt begins with
+JUDGE_MARKER) is answered apart from the script, as a separate model would: from
+`judge_script`, else by `judge` (a function of the note: a scripted judge), else allowed;
+`judge_requests` records the notes it was shown.
+
 POST /v1/embeddings answers with deterministic vectors: a hashed bag of words (Latin
 words and CJK characters), with `synonyms` folding words onto one meaning so that a
 paraphrase sharing no word with its answer is still near it, as with a real model.
@@ -29,6 +34,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from hermes.memory.scan_judge import JUDGE_MARKER
 from tests.fakes.http_base import JsonHandler, ThreadedHttp
 
 
@@ -56,6 +62,11 @@ class Reply:
         return Reply(text=None, tool_calls=[call])
 
 
+def verdict(answer: str, category: str = "none") -> str:
+    """A judge's answer in the format the memory guard checks."""
+    return json.dumps({"verdict": answer, "category": category})
+
+
 class FakeOpenAI:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []  # chat completions received
@@ -71,6 +82,9 @@ class FakeOpenAI:
         self.transcript = "this is what the voice note said"
         self.transcribe_requests: list[dict[str, Any]] = []  # model, filename, bytes
         self.transcribe_script: deque[Reply] = deque()
+        self.judge_requests: list[str] = []  # the notes the memory guard's judge was shown
+        self.judge_script: deque[Reply] = deque()
+        self.judge: Callable[[str], Reply] | None = None
         self._lock = threading.Lock()
         self._http = ThreadedHttp(self._handler())
 
@@ -89,11 +103,22 @@ class FakeOpenAI:
         self._http.stop()
 
     def _next(self, body: dict[str, Any]) -> Reply:
+        messages = body.get("messages") or [{}]
+        if str(messages[0].get("content", "")).startswith(JUDGE_MARKER):
+            return self._judged(str(messages[-1].get("content", "")))
         with self._lock:
             self.requests.append(body)
             if self.script:
                 return self.script.popleft()
         return self.responder(body) if self.responder else self.default
+
+    def _judged(self, fenced: str) -> Reply:
+        note = json.loads(fenced.removeprefix("<note>").removesuffix("</note>"))
+        with self._lock:
+            self.judge_requests.append(note)
+            if self.judge_script:
+                return self.judge_script.popleft()
+        return self.judge(note) if self.judge else Reply(text=verdict("allow"))
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self

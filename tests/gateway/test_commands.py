@@ -192,3 +192,19 @@ def test_help_and_the_platform_menus_come_from_the_table(home: Path, fake_llm: F
     for name in names:
         if name != "/admin":  # alice is not an admin
             assert name in help_text
+
+
+def test_admin_block_refuses_the_owners_own_account(home: Path, fake_llm: FakeOpenAI) -> None:
+    async def body(router: Router, adapter: FakeAdapter) -> list[str]:
+        people = PeopleDB(router.db)
+        people.set_role(router.db.people.user_for_identity("fakechat", "alice"), "admin")
+        people.set_role(router.db.people.user_for_identity("fakechat", "olga"), "owner")
+        refused = await ask(adapter, dm("alice", "/admin block fakechat:olga"))
+        blocked = await ask(adapter, dm("alice", "/admin block fakechat:bob"))
+        still = await ask(adapter, dm("olga", "/memory"))
+        return [refused, blocked, still]
+
+    refused, blocked, still = scenario(home, fake_llm, body)
+    assert "owner's account" in refused and "stays reachable" in refused
+    assert blocked.startswith("Blocked fakechat user bob")
+    assert "entries" in still  # the owner is answered

@@ -74,6 +74,16 @@ VERDICTS: list[tuple[str, dict[str, Any], list[Any], str, str | None, str]] = [
         "deny",
     ),
     ("a blocked admin is silent", {}, ["role:admin", "status:blocked"], "9", None, "deny"),
+    # the owner always stays reachable: a rule or a block set some other way never denies
+    (
+        "a rule never silences the owner",
+        {},
+        ["role:owner", ("user", "9", "block")],
+        "9",
+        None,
+        "allow",
+    ),
+    ("a block never silences the owner", {}, ["role:owner", "status:blocked"], "9", None, "allow"),
 ]
 
 

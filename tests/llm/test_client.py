@@ -199,3 +199,18 @@ def test_a_stream_that_keeps_failing_is_a_clear_error(fake_llm: FakeOpenAI) -> N
     fake_llm.default = Reply(status=503)
     with pytest.raises(LLMError, match="HTTP 503"):
         stream(client(fake_llm, max_retries=1), [])
+
+
+def test_a_stream_that_trickles_forever_meets_the_overall_deadline(fake_llm: FakeOpenAI) -> None:
+    """Each piece arrives well within the per-read timeout; the call as a whole must end."""
+    fake_llm.push(Reply(text="x" * 400, pieces=["x"] * 400, piece_delay=0.1))
+    seen: list[str] = []
+    with pytest.raises(LLMError, match=r"not answering \(no complete reply within 0.5 s\)"):
+        stream(client(fake_llm, timeout=3.0, deadline=0.5), seen)
+    assert seen and len(seen[-1]) < 400  # it had begun, and was cut off
+
+
+def test_retries_of_a_plain_call_are_inside_the_deadline_too(fake_llm: FakeOpenAI) -> None:
+    fake_llm.push(*[Reply(text="late", delay=0.4)] * 4)
+    with pytest.raises(LLMError, match=r"within 0.5 s"):
+        ask(client(fake_llm, timeout=0.3, max_retries=3, deadline=0.5))

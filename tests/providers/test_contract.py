@@ -626,6 +626,10 @@ def test_setup_providers_status_and_off_from_the_cli(home: Path, fake_llm: FakeO
     assert "# my own comment, kept" in written and "provider: deep" in written
     assert "api_key_env: DEEP_API_KEY" not in written  # nothing given: the default is used
     assert "depth: '3'" in written and "recall_mode: tools" in written
+    for value in ("sk-live-9f8e7d6c5b4a", "my key", "abc/def=="):  # the secret, not a name
+        pasted = hermes("memory", "setup", "deep", "--set", f"api_key_env={value}")
+        assert pasted.returncode == 2 and "NAME of an environment variable" in pasted.stderr
+        assert value not in config.read_text()
     keyed = hermes("memory", "setup", "deep", "--set", "api_key_env=MY_DEEP_KEY")
     assert keyed.returncode == 1 and "MY_DEEP_KEY" in keyed.stdout + keyed.stderr
     assert "api_key_env: MY_DEEP_KEY" in config.read_text()

@@ -213,3 +213,109 @@ def test_restore_waits_for_no_gateway_and_bad_paths_are_clear(home: Path) -> Non
     assert again.returncode == 1 and "already exists" in again.stderr
     assert "Traceback" not in missing.stderr + nowhere.stderr + again.stderr
     assert os.stat(archive).st_mode & 0o777 == 0o600
+
+
+# -- archives made by someone else: bounded, staged, never planting code ---------------------
+
+
+def craft(path: Path, members: dict[str, bytes], *, manifest: bytes | None = None) -> Path:
+    """A consistent archive (every member listed with its size and checksum) of whatever
+    an attacker chose to put in it."""
+    import hashlib
+    import json
+
+    listed = [
+        {"path": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        for name, data in members.items()
+    ]
+    head = {"format": 1, "created_at": "2026-12-01T00:00:00+00:00", "files": listed}
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in [
+            ("manifest.json", manifest or json.dumps(head).encode()),
+            *members.items(),
+        ]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_plugin_code_in_an_archive_is_not_restored_unless_asked(home: Path) -> None:
+    populate(home)
+    archive = home.parent / "good.tar.gz"
+    backup.create(home, archive)
+    with tarfile.open(archive) as tar:
+        members = {
+            m.name: tar.extractfile(m).read()  # type: ignore[union-attr]
+            for m in tar.getmembers()
+            if m.name != "manifest.json"
+        }
+    planted = b"import os\nos.system('touch /tmp/pwned')\n"
+    evil = craft(home.parent / "evil.tar.gz", {**members, "plugins/spy/__init__.py": planted})
+    fresh = home.parent / "fresh"
+    shown = hermes("backup", "restore", str(evil), home=fresh)
+    assert shown.returncode == 0, shown.stderr
+    assert "plugin code was not restored" in shown.stdout and "--with-plugins" in shown.stdout
+    assert not (fresh / "plugins").exists() and (fresh / "SOUL.md").exists()
+    again = home.parent / "again"
+    summary = backup.restore(evil, again, with_plugins=True)
+    assert (again / "plugins/spy/__init__.py").read_bytes() == planted
+    assert summary.skipped_plugins == []
+
+
+def test_a_state_db_that_is_not_a_database_never_replaces_the_home(home: Path) -> None:
+    populate(home)
+    before = files(home)
+    for name, junk in (
+        ("notdb", {"state.db": b"hello, I am not SQLite" * 100, "SOUL.md": b"x"}),
+        ("otherdb", {"state.db": _empty_sqlite(home.parent), "SOUL.md": b"x"}),
+    ):
+        archive = craft(home.parent / f"{name}.tar.gz", junk)
+        shown = hermes("backup", "restore", str(archive), "--force", home=home)
+        assert shown.returncode == 1 and "state.db" in shown.stderr, shown.stderr
+        assert "Traceback" not in shown.stderr
+    assert files(home) == before and not list((home / "backups").glob("pre-restore-*"))
+    assert not [p for p in home.iterdir() if p.name.startswith((".restoring-", ".replaced-"))]
+
+
+def _empty_sqlite(folder: Path) -> bytes:
+    path = folder / "empty.sqlite"
+    raw = sqlite3.connect(path)
+    raw.execute("CREATE TABLE unrelated (x)")
+    raw.commit()
+    raw.close()
+    return path.read_bytes()
+
+
+def test_a_file_where_a_folder_should_be_is_refused_before_anything_changes(home: Path) -> None:
+    populate(home)
+    before = files(home)
+    archive = craft(
+        home.parent / "clash.tar.gz",
+        {"memories": b"I am a file", "memories/u_x/MEMORY.md": b"note", "SOUL.md": b"x"},
+    )
+    shown = hermes("backup", "restore", str(archive), "--force", home=home)
+    assert shown.returncode == 1 and "both as a file and as a folder" in shown.stderr
+    assert "Traceback" not in shown.stderr and files(home) == before
+
+
+def test_verification_streams_members_and_bounds_the_manifest(home: Path) -> None:
+    """A 300 MB member (a few hundred KB compressed) is hashed as it streams by: the
+    verifying process grows by far less than the member (measured in a child)."""
+    big = home.parent / "big.tar.gz"
+    data = bytes(300 * 1024 * 1024)
+    craft(big, {"SOUL.md": data})
+    del data
+    child = f"""
+import resource
+from pathlib import Path
+from gateway import backup
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+backup.verify(Path({str(big)!r}))
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+"""
+    grew = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True)
+    assert int(grew.stdout) < 64, f"verifying grew the process by {grew.stdout.strip()} MB"
+    huge = craft(home.parent / "manifest.tar.gz", {}, manifest=b" " * (20 * 1024 * 1024) + b"{}")
+    with pytest.raises(backup.BackupError, match=r"manifest\.json is not a small file"):
+        backup.verify(huge)
