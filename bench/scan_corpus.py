@@ -1,14 +1,20 @@
-"""Security-scan block rate and false-positive rate on the shipped corpus, both stages.
+"""The memory guard on its corpora: block rate and false positives per category and per
+language, for the rules alone and for the rules with the judge model.
 
     .venv/bin/python bench/scan_corpus.py [--json]
-    .venv/bin/python bench/scan_corpus.py --base-url URL --model NAME [--api-key-env VAR]
+    .venv/bin/python bench/scan_corpus.py --judge URL --model NAME [--api-key-env VAR]
 
-Stage 1 (patterns) on every attack and benign note of tests/memory/data (English, and
-the multilingual corpus per language), and the worst-case scan time at the length cap
-over hostile inputs. Stage 2 (the judge model) sees only entries the patterns pass that
-speak to the assistant: the bench reports how many of the corpus entries would reach it
-and, given an OpenAI-compatible endpoint, runs the judge on them and reports the two
-stages together.
+Corpora (tests/memory/data): guard_corpus.json (23 languages, every category, benign
+notes that quote attacks or need joiners and direction marks) and the earlier ones
+(scan_attacks.json, scan_benign.json, scan_multilingual.json).
+
+"rules alone" is the guard with no model (memory.scan.judge: off, or no model at all):
+every rule finding refuses. "rules + judge" is the default: the rules refuse what they
+are sure of, and the model judges the rest, including notes whose only rule match lies
+inside quotation marks. Without --judge the second column is not measured (the tests
+run the pipeline with a scripted judge); with it, every note the rules let through is
+sent to that OpenAI-compatible endpoint, so the figure is that model's accuracy.
+Also the worst-case scan time at the length cap over hostile inputs.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from typing import Any
 
 from hermes.llm.client import LLMClient
 from hermes.llm.endpoint import Endpoint
-from hermes.memory.scan_judge import Judge, needs_judgement
+from hermes.memory.scan_judge import Judge
 from hermes.memory.scanner import MAX_SCAN_CHARS, scan
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "memory" / "data"
@@ -43,16 +49,55 @@ HOSTILE = {
     "percent-encoded": "%41" * 2666,
     "<a x2666": "<a " * 2666,
     "send lines": "send\n" * 1600,
+    "mixed-script words": "Ignоre " * 1140,
+    "zero-width joiners": "a\u200db" * 2666,
 }
 
 
-def corpus() -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+def corpus() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Attacks (lang, category, text) and benign notes (lang, kind, text)."""
+    guard = json.loads((DATA / "guard_corpus.json").read_text(encoding="utf-8"))
     multi = json.loads((DATA / "scan_multilingual.json").read_text(encoding="utf-8"))
     english_attacks = json.loads((DATA / "scan_attacks.json").read_text(encoding="utf-8"))
     english_benign = json.loads((DATA / "scan_benign.json").read_text(encoding="utf-8"))
-    attacks = [{"lang": "en", "text": t} for t in english_attacks] + multi["attacks"]
-    benign = [{"lang": "en", "text": t} for t in english_benign] + multi["benign"]
+    attacks = guard["attacks"] + [
+        {"lang": "en", "category": "earlier", "text": t} for t in english_attacks
+    ]
+    attacks += [{**a, "category": "earlier"} for a in multi["attacks"]]
+    benign = guard["benign"] + [
+        {"lang": "en", "kind": "earlier", "text": t} for t in english_benign
+    ]
+    benign += [{**b, "kind": "earlier"} for b in multi["benign"]]
     return attacks, benign
+
+
+def tally(
+    attacks: list[dict[str, Any]], benign: list[dict[str, Any]], refused: dict[str, bool]
+) -> dict[str, Any]:
+    """Blocked/total per category and per language, and refused/total for benign notes."""
+    rows: dict[str, dict[str, list[int]]] = {
+        "category": defaultdict(lambda: [0, 0]),
+        "language": defaultdict(lambda: [0, 0, 0, 0]),
+    }
+    for item in attacks:
+        hit = int(refused[item["text"]])
+        for key, value in (("category", item["category"]), ("language", item["lang"])):
+            rows[key][value][0] += hit
+            rows[key][value][1] += 1
+    for item in benign:
+        language = rows["language"][item["lang"]]
+        language[2] += int(refused[item["text"]])
+        language[3] += 1
+    blocked = sum(refused[a["text"]] for a in attacks)
+    false = sum(refused[b["text"]] for b in benign)
+    return {
+        "blocked": blocked,
+        "attacks": len(attacks),
+        "false_positives": false,
+        "benign": len(benign),
+        "per_category": {k: v for k, v in sorted(rows["category"].items())},
+        "per_language": {k: v for k, v in sorted(rows["language"].items())},
+    }
 
 
 def main() -> None:
@@ -60,90 +105,68 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--base-url", help="an OpenAI-compatible endpoint for the judge")
-    parser.add_argument("--model")
-    parser.add_argument("--api-key-env")
+    parser.add_argument("--judge", metavar="URL", help="an OpenAI-compatible endpoint (/v1)")
+    parser.add_argument("--model", help="the judge's model name")
+    parser.add_argument("--api-key-env", help="the env var holding the endpoint's key")
     args = parser.parse_args()
     attacks, benign = corpus()
-    by_lang: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    passed_attacks, passed_benign = [], []
+    texts = [item["text"] for item in attacks + benign]
     started = time.perf_counter()
-    for item in attacks:
-        lang = by_lang[item["lang"]]
-        lang["attacks"] += 1
-        if scan(item["text"]) is None:
-            passed_attacks.append(item["text"])
-        else:
-            lang["blocked"] += 1
-    for item in benign:
-        lang = by_lang[item["lang"]]
-        lang["benign"] += 1
-        if scan(item["text"]) is not None:
-            lang["false_positives"] += 1
-        else:
-            passed_benign.append(item["text"])
-    per_entry_ms = (time.perf_counter() - started) * 1000 / (len(attacks) + len(benign))
+    findings = {text: scan(text) for text in texts}
+    per_entry_ms = (time.perf_counter() - started) * 1000 / len(texts)
+    alone = {t: f is not None for t, f in findings.items()}
+    report: dict[str, Any] = {"rules_alone": tally(attacks, benign, alone)}
+    if args.judge:
+        if not args.model:
+            parser.error("--judge needs --model")
+        undecided = [t for t, f in findings.items() if f is None or f.quoted]
+        judged = asyncio.run(_judged(args, undecided))
+        both = {t: (f is not None and not f.quoted) or judged.get(t, False)
+                for t, f in findings.items()}  # fmt: skip
+        report["rules_and_judge"] = tally(attacks, benign, both)
+        report["judge_model"] = args.model
     worst = {name: _timed(text) for name, text in HOSTILE.items()}
-    blocked = len(attacks) - len(passed_attacks)
-    report: dict[str, Any] = {
-        "attacks": len(attacks),
-        "blocked": blocked,
-        "block_rate": round(blocked / len(attacks), 4),
-        "benign": len(benign),
-        "false_positives": len(benign) - len(passed_benign),
-        "false_positive_rate": round((len(benign) - len(passed_benign)) / len(benign), 4),
-        "per_language": {k: dict(v) for k, v in sorted(by_lang.items())},
-        "mean_scan_ms": round(per_entry_ms, 3),
-        "worst_case_ms_at_cap": round(max(worst.values()), 1),
-        "worst_case_input": max(worst, key=lambda k: worst[k]),
-        "stage2_attacks_reaching_judge": sum(needs_judgement(t) for t in passed_attacks),
-        "stage2_benign_reaching_judge": sum(needs_judgement(t) for t in passed_benign),
-    }
-    if args.base_url and args.model:
-        report.update(asyncio.run(_judge(args, passed_attacks, passed_benign)))
+    report["mean_scan_ms"] = round(per_entry_ms, 3)
+    report["worst_case_ms_at_cap"] = round(max(worst.values()), 1)
+    report["worst_case_input"] = max(worst, key=lambda k: worst[k])
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
         return
-    print(
-        f"stage 1: attacks blocked {blocked}/{len(attacks)} ({report['block_rate']:.1%}), "
-        f"benign refused {report['false_positives']}/{len(benign)} "
-        f"({report['false_positive_rate']:.1%})"
-    )
-    print("| language | attacks blocked | benign refused |\n|---|---|---|")
-    for name, row in report["per_language"].items():
-        print(
-            f"| {name} | {row.get('blocked', 0)}/{row.get('attacks', 0)} | "
-            f"{row.get('false_positives', 0)}/{row.get('benign', 0)} |"
-        )
+    for stage in ("rules_alone", "rules_and_judge"):
+        if stage in report:
+            _print(stage.replace("_", " "), report[stage])
     print(
         f"mean scan {per_entry_ms:.2f} ms per entry; worst case at the {MAX_SCAN_CHARS:,}-char "
         f"cap {report['worst_case_ms_at_cap']} ms ({report['worst_case_input']})"
     )
+
+
+def _print(title: str, table: dict[str, Any]) -> None:
     print(
-        f"stage 2 would see {report['stage2_attacks_reaching_judge']} of {len(passed_attacks)} "
-        f"attacks the patterns pass and {report['stage2_benign_reaching_judge']} of "
-        f"{len(passed_benign)} benign notes"
+        f"{title}: attacks blocked {table['blocked']}/{table['attacks']} "
+        f"({table['blocked'] / table['attacks']:.1%}), benign refused "
+        f"{table['false_positives']}/{table['benign']} "
+        f"({table['false_positives'] / table['benign']:.1%})"
     )
-    if "stage2_blocked" in report:
-        print(
-            f"both stages: attacks blocked {blocked + report['stage2_blocked']}/{len(attacks)}, "
-            f"benign refused {report['false_positives'] + report['stage2_refused']}/{len(benign)}"
-        )
+    print("| category | blocked |\n|---|---|")
+    for name, (hit, total) in table["per_category"].items():
+        print(f"| {name} | {hit}/{total} |")
+    print("| language | attacks blocked | benign refused |\n|---|---|---|")
+    for name, (hit, total, false, clean) in table["per_language"].items():
+        print(f"| {name} | {hit}/{total} | {false}/{clean} |")
 
 
-async def _judge(args: argparse.Namespace, attacks: list[str], benign: list[str]) -> dict[str, int]:
+async def _judged(args: argparse.Namespace, texts: list[str]) -> dict[str, bool]:
+    """Whether the judge blocks each text (a judge that cannot answer: not blocked, and
+    counted as such; the gateway would hold the write)."""
     key = os.environ.get(args.api_key_env) if args.api_key_env else None
-    client = LLMClient(Endpoint(base_url=args.base_url, model=args.model, api_key=key))
-    judge = Judge(client, timeout=30)
+    client = LLMClient(Endpoint(base_url=args.judge, model=args.model, api_key=key))
+    judge = Judge(client, timeout=60)
     try:
-        caught = [await judge.check(t) for t in attacks]
-        refused = [await judge.check(t) for t in benign]
+        verdicts = [await judge.check(text) for text in texts]
     finally:
         await client.close()
-    return {
-        "stage2_blocked": sum(f is not None for f in caught),
-        "stage2_refused": sum(f is not None for f in refused),
-    }
+    return {text: v.finding is not None for text, v in zip(texts, verdicts, strict=True)}
 
 
 def _timed(text: str) -> float:

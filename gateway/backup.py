@@ -24,7 +24,6 @@ import io
 import json
 import os
 import shutil
-import sqlite3
 import tarfile
 import tempfile
 import zlib
@@ -37,7 +36,7 @@ from typing import Any
 
 from hermes.identity import ensure_private_dir
 from hermes.state.db import STATE_DB_FILENAME, SessionDB
-from hermes.state.engine import snapshot_file
+from hermes.state.engine import check_file, snapshot_file
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -371,23 +370,17 @@ def _stage(
 
 
 def _check_databases(staging: Path) -> None:
-    """Every SQLite file of the archive opens and passes quick_check; state.db also has
-    Hermes's tables. A file that is not a database never replaces one that is."""
+    """state.db, and every other file of the archive that is SQLite, opens and passes
+    quick_check; state.db also has Hermes's tables. A file that is not a database never
+    replaces state.db (a provider's own files may be in any format)."""
+    state = staging / STATE_DB_FILENAME
     for path in sorted(staging.rglob("*.db")):
-        name = path.relative_to(staging)
-        try:
-            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-            try:
-                found = conn.execute("PRAGMA quick_check").fetchone()[0]
-                tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
-            finally:
-                conn.close()
-        except sqlite3.DatabaseError as exc:
-            raise BackupError(f"{name} in the archive is not a usable database ({exc})") from None
-        if found != "ok":
-            raise BackupError(f"{name} in the archive is damaged ({found})")
-        if path.name == STATE_DB_FILENAME and path.parent == staging and "sessions" not in tables:
-            raise BackupError(f"{name} in the archive is not a Hermes state.db")
+        with path.open("rb") as head:
+            if path != state and head.read(16) != b"SQLite format 3\x00":
+                continue
+        why = check_file(path, tables=("sessions", "messages") if path == state else ())
+        if why is not None:
+            raise BackupError(f"{path.relative_to(staging)} in the archive is {why}")
 
 
 def _swap(home: Path, staging: Path, *, keep_plugins: bool) -> None:

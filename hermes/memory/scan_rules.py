@@ -30,6 +30,7 @@ class Category(StrEnum):
     SECRET = "hard-coded secret"
     INVISIBLE_UNICODE = "invisible or bidirectional unicode"
     HIDDEN_TEXT = "hidden text"
+    IMPERSONATION = "imitates system or tool text"
     INVALID_TEXT = "invalid text"
     UNVERIFIED = "could not verify"
 
@@ -219,6 +220,12 @@ UNBOUND = alt(
     rf"{W}sans (?:aucune )?(?:restriction|limite|filtre|règle|censure)s?{W}",
     rf"{W}без (?:ограничений|фильтров|правил|цензуры){W}",
     rf"{W}sem (?:restrições|limites|filtros|regras){W}",
+)
+# what "you are now ..." makes of the assistant: a role, a character, a rank
+NEW_ROLE = alt(
+    rf"{W}(?:a|an|the|my|our) (?:[\w-]+ ){{0,3}}?(?:assistant|ai|bot|chatbot|model|agent|"
+    rf"admin|administrator|hacker|pirate|character|persona|owner|operator|root|superuser|"
+    rf"god|master|developer|system)s?{W}",
 )
 BECOME = alt(
     rf"{W}(?:you are now|you're now|from now on,? you(?:'re| are| will be)?|"
@@ -580,6 +587,7 @@ def _rules() -> list[tuple[Category, str, str]]:
         ),
         (inject, MASTER, "names a new master or a source of orders"),
         (inject, near(BECOME, UNBOUND, 40), "redefines the assistant without its limits"),
+        (inject, near(BECOME, NEW_ROLE, 30), "gives the assistant a new identity or role"),
         (inject, near(alt(YOU, ASSISTANT), UNBOUND, 40), "tells the assistant it has no limits"),
         (inject, NEVER_REFUSE, "tells the assistant never to refuse"),
         (

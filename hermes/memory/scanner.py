@@ -46,23 +46,92 @@ _BORDER = 400  # chars of a neighbouring entry scanned with a new one (rule gaps
 class Finding:
     category: Category
     reason: str
+    # the phrase matched only inside quotation marks: a note may be quoting an attack (a
+    # slide, a code review), so the model judges its meaning when one is configured
+    quoted: bool = False
 
     def describe(self) -> str:
         return f"{self.category.value}: {self.reason}"
 
 
-# Zero-width, word-joiner/invisible operators, BOM, bidi embeddings/overrides/isolates, marks.
-INVISIBLE = frozenset(
+# Characters that show nothing. Each is judged by where it stands (`_hidden_char`): the
+# joiners and direction marks that scripts and emoji need are normal there, and the same
+# characters hiding letters are not. Every one of them is removed before the rules read
+# the text (`_views`), so none can split a phrase the rules know.
+JOINERS = frozenset({0x200C, 0x200D})  # ZWNJ, ZWJ
+DIRECTION_MARKS = frozenset({0x200E, 0x200F, 0x061C})  # LRM, RLM, ALM
+ALWAYS_HIDDEN = frozenset(
     [
-        *range(0x200B, 0x200F + 1),  # zero-width space/non-joiner/joiner, LRM, RLM
-        *range(0x2060, 0x2064 + 1),  # word joiner, invisible operators
-        0xFEFF,  # byte order mark / zero-width no-break space
-        *range(0x202A, 0x202E + 1),  # bidi embeddings and overrides
+        *range(0x202A, 0x202E + 1),  # bidi embeddings and overrides ("Trojan source")
         *range(0x2066, 0x2069 + 1),  # bidi isolates
-        0x061C,  # arabic letter mark
-        0x180E,  # mongolian vowel separator
     ]
 )
+# invisible, yet not format characters (Cf) by their Unicode category
+INVISIBLE_OTHER = frozenset(
+    [0x034F, 0x115F, 0x1160, 0x3164, 0xFFA0, 0x2800, 0x17B4, 0x17B5, *range(0x180B, 0x180F + 1)]
+)
+VARIATION_SELECTORS = frozenset([*range(0xFE00, 0xFE0F + 1), *range(0xE0100, 0xE01EF + 1)])
+SOFT_HYPHEN = 0x00AD  # shown as a hyphen at a line break: harmless, but not read by rules
+_JOINING_SCRIPTS = (  # scripts that join or shape letters with ZWJ / ZWNJ
+    (0x0600, 0x08FF),  # Arabic, Syriac, Thaana, N'Ko, Arabic extended (Persian, Urdu)
+    (0x0900, 0x0DFF),  # Indic: Devanagari to Sinhala
+    (0x0F00, 0x0FFF),  # Tibetan
+    (0x1000, 0x109F),  # Myanmar
+    (0x1780, 0x17FF),  # Khmer
+    (0xA8E0, 0xA8FF),
+    (0xFB50, 0xFDFF),  # Arabic presentation forms
+    (0xFE70, 0xFEFF),
+)
+_SPACELESS_SCRIPTS = ((0x0E00, 0x0EFF), (0x1000, 0x109F), (0x1780, 0x17FF))  # ZWSP breaks
+_RTL = ((0x0590, 0x08FF), (0xFB1D, 0xFDFF), (0xFE70, 0xFEFF))
+
+
+def _in(code: int, ranges: tuple[tuple[int, int], ...]) -> bool:
+    return any(low <= code <= high for low, high in ranges)
+
+
+def _emoji(char: str) -> bool:
+    code = ord(char)
+    return (
+        0x1F000 <= code <= 0x1FAFF
+        or 0x2600 <= code <= 0x27BF
+        or 0x2300 <= code <= 0x23FF
+        or 0x2B00 <= code <= 0x2BFF
+        or code in (0x00A9, 0x00AE, 0x203C, 0x2049, 0x2122, 0x2139, 0xFE0F, 0x20E3)
+        or 0x1F3FB <= code <= 0x1F3FF  # skin tones
+    )
+
+
+def _letter(char: str) -> bool:
+    return unicodedata.category(char)[0] in "LM"
+
+
+def _hidden_char(text: str, at: int, code: int) -> bool:
+    """Whether the invisible character at `at` hides something (see INVISIBLE...)."""
+    before = text[at - 1] if at > 0 else ""
+    after = text[at + 1] if at + 1 < len(text) else ""
+    if code in JOINERS:
+        if code == 0x200D and before and after and _emoji(before) and _emoji(after):
+            return False  # an emoji sequence: 👩‍💻, 🏳️‍🌈
+        return not (
+            before
+            and after
+            and _in(ord(before), _JOINING_SCRIPTS)
+            and (_in(ord(after), _JOINING_SCRIPTS) or after == " ")
+        )
+    if code in DIRECTION_MARKS:  # in right-to-left text, between words, never inside one
+        rtl = any(_in(ord(c), _RTL) for c in text)
+        return not rtl or (bool(before) and bool(after) and _letter(before) and _letter(after))
+    if code == 0x200B:  # zero-width space: a word break in scripts written without spaces
+        return not (before and after and _in(ord(before), _SPACELESS_SCRIPTS))
+    if code in VARIATION_SELECTORS:
+        return not (
+            code in (0xFE0E, 0xFE0F)
+            and before
+            and (_emoji(before) or before.isdigit() or before in "#*")
+        )
+    return True
+
 
 _SECRETS = [
     (
@@ -83,6 +152,22 @@ _SECRETS = [
     (r"\b[MNO][A-Za-z\d_-]{23,27}\.[A-Za-z\d_-]{6}\.[A-Za-z\d_-]{27,40}\b", "Discord bot token"),
     (r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}", "JSON web token"),
     (r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----", "private key"),
+    # a key's body without its header: DER (RSA/PKCS#8/EC) or OpenSSH, in base64
+    (r"\bMII[A-Za-z0-9+/]{60,}", "private key (its base64 body)"),
+    (r"\bb3BlbnNzaC1rZXktdjE[A-Za-z0-9+/]{20,}", "OpenSSH private key (its body)"),
+    (
+        r"\bhooks\.slack\.com/(?:services|workflows|triggers)/T[A-Z0-9]{6,}/[A-Za-z0-9/_-]{16,}",
+        "Slack webhook URL",
+    ),
+    (
+        r"\b(?:discord(?:app)?\.com|discord\.gg)/api/(?:v\d+/)?webhooks/\d{15,22}/[\w-]{40,}",
+        "Discord webhook URL",
+    ),
+    (r"\bSG\.[\w-]{16,32}\.[\w-]{30,64}", "SendGrid API key"),
+    (r"\bGOCSPX-[\w-]{20,40}", "Google OAuth client secret"),
+    (r"(?<=/bot)\d{8,10}:[A-Za-z0-9_-]{35}\b", "Telegram bot token (in a URL)"),
+    (r"\b(?:xoxe(?:\.xox[bp])?-\d-[A-Za-z0-9]{20,}|xoxc-[A-Za-z0-9-]{20,})", "Slack token"),
+    (r"\b(?:pk|sk)-lf-[0-9a-f-]{20,}|\bpplx-[A-Za-z0-9]{40,}|\bgsk_[A-Za-z0-9]{40,}", "API key"),
     (r"\bhf_[A-Za-z0-9]{30,}", "Hugging Face token"),
     (r"\bnpm_[A-Za-z0-9]{36}\b", "npm token"),
     (
@@ -91,6 +176,14 @@ _SECRETS = [
         r"(?=[A-Za-z0-9/+_.!@#$%^&*-]{8,})(?=[^\s\"']{0,64}\d)(?=[^\s\"']{0,64}[A-Za-z])"
         r"[^\s\"']{8,}",
         "credential assigned inline",
+    ),
+    (  # the same in other languages: the word for password, a colon or =, a value
+        r"(?i:(?<![A-Za-z])(?:passwor[dt]|passwd|mot de passe|contrase[ñn]a|senha|parola "
+        r"d'ordine|wachtwoord|has[łl]o|[şs]ifre|heslo|jelszó|lösenord|passord|adgangskode|"
+        r"пароль|гасло|كلمة (?:ال)?(?:مرور|سر)|סיסמה|رمز عبور|पासवर्ड|পাসওয়ার্ড|รหัสผ่าน|"
+        r"mật khẩu|kata sandi|密码|密碼|パスワード|비밀번호|nenosiri)[^\n:=：]{0,40}[:=：]"
+        r"\s{0,3}[\"'“]?)(?=[^\s\"'”]{0,64}\d)(?=[^\s\"'”]{0,64}[A-Za-z])[^\s\"'”]{8,}",
+        "password written out",
     ),
     (r"(?i:\bbearer) [A-Za-z0-9._~+/-]{24,}=*", "bearer token"),
     (
@@ -122,6 +215,42 @@ _HIDDEN = [
         "chat-template or role markers",
     ),
 ]
+# Structure that imitates what is not the user's: a transcript with role labels, a tool's
+# result or call, a role or system block in YAML/JSON. (Checked on NFKC text, any case.)
+_STRUCTURE = [
+    (
+        re.compile(
+            r"^\W{0,3}(?:human|assistant|system|developer|tool|model)\s{0,3}:[ \t]*\S",
+            re.IGNORECASE | re.MULTILINE,
+        ),
+        "a transcript line with a role label",
+    ),
+    (
+        re.compile(
+            r"</?(?:tool_?(?:result|call|use|response|output)s?|function_?(?:results?|calls?)|"
+            r"antml:[a-z_]+|observation|search_results?)\b[^>]{0,100}>",
+            re.IGNORECASE,
+        ),
+        "a tool result or call in markup",
+    ),
+    (
+        re.compile(
+            r"\b(?:memory|schedule|session_search|fact_store)\s{0,3}(?:\.\s{0,3}"
+            r"(?:add|replace|remove|write|save|update)\s{0,3})?\(\s{0,3}"
+            r"(?:action|target|content|old_text)\s{0,3}=",
+            re.IGNORECASE,
+        ),
+        "a tool call written out",
+    ),
+    (
+        re.compile(
+            r"[\"']role[\"']\s{0,3}:\s{0,3}[\"'](?:system|developer|assistant|tool)[\"']|"
+            r"^\s{0,8}(?:system|developer)(?:_prompt)?\s{0,3}:\s*$",
+            re.IGNORECASE | re.MULTILINE,
+        ),
+        "a role or system block",
+    ),
+]
 # words joined by _, - or . ("ignore_previous_instructions"); not inside numbers
 _JOINER = re.compile(r"(?<=[^\W\d_])[_.-]+(?=[^\W\d_])")
 _LEET = str.maketrans(
@@ -150,9 +279,41 @@ _TAG_FLAG = re.compile("\U0001f3f4[\U000e0030-\U000e007a]{2,8}\U000e007f")
 
 
 def normalize(text: str) -> str:
-    """NFKC, case-folded, curly quotes straightened, runs of blanks collapsed per line."""
-    folded = unicodedata.normalize("NFKC", text).casefold().replace("’", "'")
+    """NFKC (mathematical letters and full-width forms become plain ones), invisible
+    characters removed, look-alike letters of mixed-script words read as Latin,
+    case-folded, curly quotes straightened, runs of blanks collapsed per line."""
+    plain = _MIXED_WORD.sub(_skeleton, _strip_invisible(unicodedata.normalize("NFKC", text)))
+    folded = plain.casefold().replace("’", "'")
     return "\n".join(" ".join(line.split()) for line in folded.split("\n"))
+
+
+def _strip_invisible(text: str) -> str:
+    if text.isascii():
+        return text
+    return "".join(
+        c
+        for c in text
+        if not (
+            unicodedata.category(c) == "Cf"
+            or ord(c) in INVISIBLE_OTHER
+            or ord(c) in VARIATION_SELECTORS
+        )
+    )
+
+
+# Cyrillic and Greek letters drawn like Latin ones: read as Latin inside a word that mixes
+# them with Latin letters ("Ignоre" with a Cyrillic о), never in a word of one script.
+CONFUSABLE = str.maketrans(
+    "аеорсухіјѕԁһӏԛԝАВЕКМНОРСТХІЈЅοαειкνρτυχΑΒΕΖΗΙΚΜΝΟΡΤΥΧϳ",
+    "aeopcyxijsdhlqwABEKMHOPCTXIJSoaeikvptuxABEZHIKMNOPTYXj",
+)
+_LATIN = r"A-Za-z"
+_LOOKALIKE = "аеорсухіјѕԁһӏԛԝАВЕКМНОРСТХІЈЅοαειкνρτυχΑΒΕΖΗΙΚΜΝΟΡΤΥΧϳ"
+_MIXED_WORD = re.compile(rf"\b(?=\w*[{_LATIN}])(?=\w*[{_LOOKALIKE}])[\w{_LOOKALIKE}]+\b")
+
+
+def _skeleton(match: re.Match[str]) -> str:
+    return match.group().translate(CONFUSABLE)
 
 
 def scan(text: str) -> Finding | None:
@@ -186,39 +347,46 @@ def scan_together(entries: Sequence[str], before: Sequence[str]) -> Finding | No
         after = entries[i + 1][:_BORDER] if i + 1 < len(entries) else ""
         finding = scan("\n".join(part for part in (prev, entry, after) if part))
         if finding is not None and finding not in (scan(prev), scan(after)):
-            return Finding(finding.category, f"{finding.reason} (together with other entries)")
+            reason = f"{finding.reason} (together with other entries)"
+            return Finding(finding.category, reason, finding.quoted)
     return None
 
 
 def _scan(text: str, depth: int) -> Finding | None:
-    return (
-        _scan_characters(text)
-        or _scan_hidden(text)
-        or _scan_patterns(text)
-        or _scan_encoded(text, depth)
-        or _scan_secrets(text)
-    )
+    found = _scan_characters(text) or _scan_hidden(text)
+    if found is not None:
+        return found
+    phrase = _scan_patterns(text)
+    if phrase is not None and not phrase.quoted:
+        return phrase
+    return _scan_encoded(text, depth) or _scan_secrets(text) or phrase
 
 
 def _scan_characters(text: str) -> Finding | None:
     flags = {m.start() + i for m in _TAG_FLAG.finditer(text) for i in range(len(m.group()))}
     for at, char in enumerate(text):
         code = ord(char)
-        if code in INVISIBLE:
-            return Finding(
-                Category.INVISIBLE_UNICODE,
-                f"contains U+{code:04X} ({unicodedata.name(char, 'unnamed')})",
-            )
-        if 0xE0000 <= code <= 0xE007F and at not in flags:
-            return Finding(
-                Category.INVISIBLE_UNICODE, f"contains Unicode tag character U+{code:05X}"
-            )
-        if 0xE0100 <= code <= 0xE01EF:
-            return Finding(Category.INVISIBLE_UNICODE, f"contains variation selector U+{code:05X}")
         if 0xD800 <= code <= 0xDFFF:
             return Finding(Category.INVALID_TEXT, f"contains a lone surrogate U+{code:04X}")
         if (code < 0x20 and char not in "\n\t") or 0x7F <= code < 0xA0:
             return Finding(Category.INVALID_TEXT, f"contains control character U+{code:04X}")
+        if 0xE0000 <= code <= 0xE007F:
+            if at in flags:
+                continue
+            return Finding(
+                Category.INVISIBLE_UNICODE, f"contains Unicode tag character U+{code:05X}"
+            )
+        invisible = (
+            code in ALWAYS_HIDDEN
+            or code in INVISIBLE_OTHER
+            or code in VARIATION_SELECTORS
+            or (unicodedata.category(char) == "Cf" and code != SOFT_HYPHEN)
+        )
+        if invisible and (code in ALWAYS_HIDDEN or _hidden_char(text, at, code)):
+            return Finding(
+                Category.INVISIBLE_UNICODE,
+                f"contains U+{code:04X} ({unicodedata.name(char, 'unnamed')}) where it hides text",
+            )
     return None
 
 
@@ -226,6 +394,10 @@ def _scan_hidden(text: str) -> Finding | None:
     for pattern, reason in _HIDDEN:
         if pattern.search(text):
             return Finding(Category.HIDDEN_TEXT, reason)
+    plain = _strip_invisible(unicodedata.normalize("NFKC", text))
+    for pattern, reason in _STRUCTURE:
+        if pattern.search(plain):
+            return Finding(Category.IMPERSONATION, reason)
     return None
 
 
@@ -249,11 +421,15 @@ def _despace(text: str) -> str:
 
 
 def _scan_patterns(text: str) -> Finding | None:
+    """The first rule that matches; a match found only inside quotation marks is
+    returned as `quoted` (after every rule has had its chance to match outside them)."""
     views = _views(text)
     title = compiled(TITLE)
     masked = [title.sub(" «title» ", view) for view in views]
     every = "\n".join(views)  # a rule whose parts are nowhere in any view cannot match
     present: dict[str, bool] = {}
+    unquoted: list[str] | None = None
+    quoted: Finding | None = None
 
     def has(part: str) -> bool:
         if part not in present:
@@ -264,9 +440,23 @@ def _scan_patterns(text: str) -> Finding | None:
         if not all(has(part) for part in rule.needs):
             continue
         for view in masked if rule.title_safe else views:
-            if rule.pattern.search(view):
+            if not rule.pattern.search(view):
+                continue
+            if unquoted is None:
+                unquoted = [_QUOTE_SPAN.sub(" «quote» ", v) for v in views]
+            if any(rule.pattern.search(v) for v in unquoted):
                 return Finding(rule.category, rule.reason)
-    return None
+            quoted = quoted or Finding(rule.category, rule.reason, quoted=True)
+            break
+    return quoted
+
+
+# A span in quotation marks: what a note quotes (a slide, a code review, a message).
+_QUOTE_SPAN = re.compile(
+    r"“[^“”\n]{1,300}”|„[^“”\n]{1,300}[“”]|«[^«»\n]{1,300}»|「[^「」\n]{1,300}」|"
+    r"『[^『』\n]{1,300}』|‘[^‘’\n]{1,300}’|\"[^\"\n]{1,300}\"|"
+    r"(?<![\w'])'[^'\n]{1,300}'(?![\w'])"
+)
 
 
 def _scan_encoded(text: str, depth: int) -> Finding | None:

@@ -153,7 +153,10 @@ class MemoryService:
             await asyncio.to_thread(self.db.memory_log.hold_pending, held)
             metrics.MEMORY_REJECTIONS.labels("pending").inc()
             return ToolOutcome({"success": False, "pending": True, "error": _held(verdict)})
-        outcome = await self._write(user_id, args, actor, session_id, message_id)
+        cleared = args.get("content") if verdict is not None else None
+        outcome = await self._write(
+            user_id, args, actor, session_id=session_id, message_id=message_id, cleared=cleared
+        )
         if verdict is not None:  # the model answers: writes it could not judge are due
             self.request_settle()
         return outcome
@@ -163,11 +166,19 @@ class MemoryService:
         user_id: str,
         args: Mapping[str, Any],
         actor: Actor,
+        *,
         session_id: str | None,
         message_id: int | None,
+        cleared: str | None,
     ) -> ToolOutcome:
         write = functools.partial(
-            self._apply, user_id, args, actor, session_id=session_id, message_id=message_id
+            self._apply,
+            user_id,
+            args,
+            actor,
+            session_id=session_id,
+            message_id=message_id,
+            cleared=cleared,
         )
         user_id, outcome = await asyncio.to_thread(write)
         _count(outcome)
@@ -184,11 +195,15 @@ class MemoryService:
     async def _judge(self, args: Mapping[str, Any]) -> Verdict | None:
         """The model's verdict on new text, off the store's lock (it calls a model); None
         when there is nothing for it to judge: no judge, a removal, or text the rules
-        refuse anyway (they run again under the lock, with the store's neighbours)."""
+        refuse anyway (they run again under the lock, with the store's neighbours). A
+        rule that matched only inside quotation marks leaves the meaning to the model."""
         content = args.get("content")
         if self.judge is None or args.get("action") not in ("add", "replace"):
             return None
-        if not isinstance(content, str) or not content.strip() or scan(content) is not None:
+        if not isinstance(content, str) or not content.strip():
+            return None
+        ruled = scan(content)
+        if ruled is not None and not ruled.quoted:
             return None
         started = time.perf_counter()
         verdict = await self.judge.check(content)
@@ -223,8 +238,14 @@ class MemoryService:
                 report.refused += 1
             else:  # allowed, or judged by the rules alone now (the judge was switched off)
                 actor = cast(Actor, held.actor)
+                cleared = args.get("content") if verdict is not None else None
                 outcome = await self._write(
-                    held.user_id, args, actor, held.session_id, held.message_id
+                    held.user_id,
+                    args,
+                    actor,
+                    session_id=held.session_id,
+                    message_id=held.message_id,
+                    cleared=cleared,
                 )
                 report.written += outcome.ok
                 report.failed += not outcome.ok
@@ -239,6 +260,7 @@ class MemoryService:
         *,
         session_id: str | None,
         message_id: int | None,
+        cleared: str | None = None,
     ) -> tuple[str, ToolOutcome]:
         """The write, under the memory gate, for the person `user_id` is now (a turn that
         began before a link still writes to the merged person); returns that id too."""
@@ -247,7 +269,7 @@ class MemoryService:
                 user_id = self.db.people.current_id(user_id)
                 self.db.people.ensure_user(user_id)
                 outcome = run_recorded(
-                    MemoryTool(self.of(user_id)),
+                    MemoryTool(self.of(user_id), cleared),
                     self.db,
                     args,
                     actor=actor,

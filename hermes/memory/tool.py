@@ -87,8 +87,11 @@ class MemoryTool:
     name = "memory"
     schema = MEMORY_TOOL_SCHEMA
 
-    def __init__(self, memory: UserMemory) -> None:
+    def __init__(self, memory: UserMemory, cleared: str | None = None) -> None:
+        """`cleared`: content the memory guard's model judged safe; a rule that matched it
+        only inside quotation marks (a note quoting an attack) does not refuse it."""
         self.memory = memory
+        self.cleared = cleared
 
     def run(
         self,
@@ -102,7 +105,7 @@ class MemoryTool:
         try:
             action, target, content, old_text = _parse_args(args)
             store = self.memory.store(target)
-            op = _Operation(action, target, content, old_text)
+            op = _Operation(action, target, content, old_text, content == self.cleared)
 
             def decide(state: StoreState) -> Decision:
                 if before_decide is not None:
@@ -155,6 +158,7 @@ class _Operation:
     target: Target
     content: str
     old_text: str
+    cleared: bool = False  # the content was judged safe by the guard's model
 
     def decide(self, state: StoreState) -> Decision:
         """Runs under the store's lock on the freshly read state."""
@@ -169,7 +173,7 @@ class _Operation:
             return None, ToolOutcome(refusal.result)
 
     def _add(self, state: StoreState) -> Decision:
-        _check_content(self.content, "add")
+        _check_content(self.content, "add", self.cleared)
         if self.content in state.entries:
             return None, ToolOutcome(_success(self.target, state, DUPLICATE_MESSAGE))
         new = [*state.entries, self.content]
@@ -181,7 +185,7 @@ class _Operation:
                 current_entries=_shown(state),
                 usage=f"{state.used:,}/{state.limit:,}",
             )
-        _check_together(new, state.entries)
+        _check_together(new, state.entries, self.cleared)
         return new, self._applied(state, new, None, self.content, "Entry added.")
 
     def _find(self, state: StoreState) -> int:
@@ -191,7 +195,7 @@ class _Operation:
                 f"'old_text' is required for {self.action}: a short unique substring."
             )
         if self.action == "replace":
-            _check_content(self.content, "replace")
+            _check_content(self.content, "replace", self.cleared)
         matches = _matching(state.entries, self.old_text)
         if not matches:
             raise _RefusedError(
@@ -221,7 +225,7 @@ class _Operation:
                 f"Shorten the new content or remove other entries first.",
                 usage=f"{state.used:,}/{state.limit:,}",
             )
-        _check_together(new, state.entries)
+        _check_together(new, state.entries, self.cleared)
         old = state.entries[index]
         return new, self._applied(state, new, old, self.content, "Entry replaced.")
 
@@ -242,11 +246,11 @@ class _Operation:
         return ToolOutcome(_success(self.target, after_state, msg), change)
 
 
-def _check_together(new: list[str], before: tuple[str, ...]) -> None:
+def _check_together(new: list[str], before: tuple[str, ...], cleared: bool) -> None:
     """The store as it would be after the write, scanned as a whole: an attack split
     over two entries is as blocked as one written in one."""
     finding = scan_together(new, before)
-    if finding:
+    if finding and not (cleared and finding.quoted):
         raise _RefusedError(
             f"Blocked by the security scan ({finding.describe()}). Nothing was written."
         )
@@ -258,7 +262,7 @@ def _matching(entries: tuple[str, ...], old_text: str) -> list[int]:
     return [i for i, e in enumerate(entries) if old_text in e]
 
 
-def _check_content(content: str, action: str) -> None:
+def _check_content(content: str, action: str, cleared: bool) -> None:
     if not content:
         if action == "replace":
             raise _RefusedError("'content' is empty. To delete the entry, use action 'remove'.")
@@ -268,7 +272,7 @@ def _check_content(content: str, action: str) -> None:
             "'content' may not contain a line holding only '§' (it separates entries)."
         )
     finding = scan(content)
-    if finding:
+    if finding and not (cleared and finding.quoted):
         raise _RefusedError(
             f"Blocked by the security scan ({finding.describe()}). Nothing was written."
         )

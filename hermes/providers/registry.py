@@ -10,6 +10,14 @@ shipped provider cannot be shadowed by a plugin of the same name):
 A plugin that fails to import is reported by `discover` and skipped; it never stops the
 gateway. `load(name, settings, home)` gives the host its factory (one instance per
 person) or says clearly why it cannot.
+
+Plugin code runs inside Hermes, so it is trusted the way ssh trusts its keys: the
+plugins folder, the plugin's folder and every file in it must be owned by the user
+running Hermes (or root), writable by no one else, and no symlink; otherwise it is
+refused unread. A name a built-in provider has is never imported; loading one provider
+imports that plugin alone (a listing imports them all); an import that raises, calls
+sys.exit or does not finish within PLUGIN_IMPORT_S is a failed plugin, never a failed
+command.
 """
 
 from __future__ import annotations
@@ -18,7 +26,10 @@ import importlib
 import importlib.metadata
 import importlib.util
 import logging
+import os
+import stat
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +42,7 @@ logger = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "hermes.memory_providers"
 PLUGINS_DIR = "plugins"
+PLUGIN_IMPORT_S = 10.0  # a plugin still importing after this is given up
 Maker = Callable[[dict[str, Any]], MemoryProvider]
 
 # the providers shipped in this package, imported when looked for ("module:attribute")
@@ -57,7 +69,7 @@ def discover(home: Path) -> dict[str, Found]:
     for name, where in BUILT_IN.items():
         module, _, attribute = where.partition(":")
         found[name] = Found(name, "built-in", getattr(importlib.import_module(module), attribute))
-    for item in _plugins(home) + _entry_points():
+    for item in _plugins(home, skip=frozenset(BUILT_IN)) + _entry_points():
         if item.name in found:
             logger.warning(
                 "memory provider %r from %s ignored: %s already provides it",
@@ -83,7 +95,12 @@ def config_schema(name: str, home: Path) -> list[ConfigField]:
 
 
 def _found(name: str, home: Path) -> Maker:
-    known = discover(home)
+    if name in BUILT_IN:
+        module, _, attribute = BUILT_IN[name].partition(":")
+        make: Maker = getattr(importlib.import_module(module), attribute)
+        return make
+    plugins = [p for p in _plugins(home, only=name) if p.name == name]
+    known = {p.name: p for p in plugins} if plugins else discover(home)
     item = known.get(name)
     if item is None:
         names = ", ".join(sorted(known)) or "none are installed"
@@ -98,20 +115,77 @@ def _found(name: str, home: Path) -> Maker:
     return item.make
 
 
-def _plugins(home: Path) -> list[Found]:
+def _plugins(
+    home: Path, *, only: str | None = None, skip: frozenset[str] = frozenset()
+) -> list[Found]:
     root = home / PLUGINS_DIR
-    if not root.is_dir():
+    if not root.is_dir() or (only is not None and not (root / only).is_dir()):
         return []
+    refused = _untrusted(root)
+    folders = [root / only] if only is not None else sorted(root.iterdir())
     found = []
-    for folder in sorted(p for p in root.iterdir() if (p / "__init__.py").is_file()):
+    for folder in folders:
+        if folder.name in skip or not (folder / "__init__.py").is_file():
+            continue
         origin = str(folder)
+        why = refused or _untrusted_tree(folder)
+        if why:
+            logger.warning("memory provider plugin %s refused: %s", folder, why)
+            found.append(Found(folder.name, origin, None, f"refused: {why}"))
+            continue
         try:
-            module = _import(folder)
-            found.append(Found(folder.name, origin, _maker(module)))
-        except Exception as exc:
+            found.append(Found(folder.name, origin, _maker(_import_bounded(folder))))
+        except BaseException as exc:  # SystemExit too: a plugin never ends the command
+            if isinstance(exc, KeyboardInterrupt):
+                raise
             logger.warning("memory provider plugin %s failed to load: %s", folder, exc)
             found.append(Found(folder.name, origin, None, f"{type(exc).__name__}: {exc}"))
     return found
+
+
+def _untrusted(path: Path) -> str:
+    """Why `path` may not be trusted as code ('' if it may): a symlink, not owned by
+    this user (or root), or writable by group or others."""
+    try:
+        info = path.lstat()
+    except OSError as exc:
+        return f"{path}: {exc.strerror or exc}"
+    if stat.S_ISLNK(info.st_mode):
+        return f"{path} is a symlink"
+    if info.st_uid not in (os.geteuid(), 0):
+        return f"{path} is owned by uid {info.st_uid}, not by the user running Hermes"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{path} is writable by others (chmod go-w)"
+    return ""
+
+
+def _untrusted_tree(folder: Path) -> str:
+    for path in [folder, *sorted(folder.rglob("*"))[:10_000]]:
+        if why := _untrusted(path):
+            return why
+    return ""
+
+
+def _import_bounded(folder: Path) -> Any:
+    """`_import`, in a daemon thread given PLUGIN_IMPORT_S (a hung import is left
+    behind; it does not keep the process alive)."""
+    done: list[Any] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(_import(folder))
+        except BaseException as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name=f"plugin-{folder.name}", daemon=True)
+    thread.start()
+    thread.join(PLUGIN_IMPORT_S)
+    if failed:
+        raise failed[0]
+    if not done:
+        raise TimeoutError(f"still importing after {PLUGIN_IMPORT_S:g} s")
+    return done[0]
 
 
 def _import(folder: Path) -> Any:
@@ -152,6 +226,7 @@ def _entry_points() -> list[Found]:
 __all__ = [
     "BUILT_IN",
     "ENTRY_POINT_GROUP",
+    "PLUGIN_IMPORT_S",
     "Found",
     "ProviderError",
     "config_schema",

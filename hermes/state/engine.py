@@ -121,6 +121,24 @@ def snapshot_file(source: Path, target: Path) -> bool:
     return True
 
 
+def check_file(path: Path, *, tables: tuple[str, ...] = ()) -> str | None:
+    """Why the SQLite file `path` cannot be used ('' never; None when it can): it does
+    not open, fails quick_check, or lacks one of `tables`. Opened read-only."""
+    try:
+        raw = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            found = raw.execute("PRAGMA quick_check").fetchone()[0]
+            names = {row[0] for row in raw.execute("SELECT name FROM sqlite_master")}
+        finally:
+            raw.close()
+    except sqlite3.DatabaseError as exc:
+        return f"not a usable database ({exc})"
+    if found != "ok":
+        return f"damaged ({found})"
+    missing = [name for name in tables if name not in names]
+    return f"not the expected database (no {missing[0]} table)" if missing else None
+
+
 def open_engine(path: Path) -> Engine:
     _create_private(path)
     engine = create_engine(

@@ -77,9 +77,10 @@ def test_gateway_answers_allowed_users_pairs_strangers_and_stops_on_sigterm(
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
-    texts = [str(p["text"]) for p in telegram.sent()]
-    assert "private" in texts[0] and texts[1] == "Hi from the gateway"
-    assert "approved your request" in texts[2] and texts[3] == "Hi from the gateway"
+    stranger, friend = telegram.shown(77), telegram.shown(42)  # as shown, edits applied
+    assert friend == ["Hi from the gateway"]  # a streamed reply is edited to its end
+    assert "private" in stranger[0] and "approved your request" in stranger[1]
+    assert stranger[2:] == ["Hi from the gateway"]
     assert "platform telegram connected" in err and "gateway stopped" in err
     assert running.returncode == 0 and "Gateway running" in running.stdout
     assert "telegram: connected" in running.stdout
