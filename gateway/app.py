@@ -223,7 +223,12 @@ def router_policy(config: HermesConfig) -> RouterPolicy:
     enabled = list(enabled_platforms(config).items())
     always = frozenset(c for _, p in enabled for c in p.answer_without_mention)
     scopes = {name: Scope(p.group_scope) for name, p in enabled}
-    intake = IntakePolicy(scopes=scopes, always_answer_chats=always)
+    intake = IntakePolicy(
+        scopes=scopes,
+        always_answer_chats=always,
+        per_person_burst=config.gateway.per_person_burst,
+        per_person_per_minute=config.gateway.per_person_per_minute,
+    )
     streaming = {name: p.streaming for name, p in enabled if p.streaming is not None}
     return RouterPolicy(
         intake=intake,

@@ -9,14 +9,18 @@ The steps, in this order (each one may end the event's way here):
 4. admit the person (gateway/people.py): allowed -> on; a stranger's DM -> a pairing
    reply (rate limited) and nothing else, unless the message is a command open to
    strangers (`/link CODE`); everyone else -> silence;
-5. decide the session key, once: it travels with the event down to storage.
+5. the person's rate: a burst, then so many events a minute, messages, commands and
+   button presses alike (a forged flood of presses is a flood like any other); past it
+   an event is dropped, with one notice a minute;
+6. decide the session key, once: it travels with the event down to storage.
 
-Only an event that passed all five becomes `Admitted`; everything after (the no-text
+Only an event that passed all six becomes `Admitted`; everything after (the no-text
 note, commands, the lanes, merged batches) sees admitted events only.
 """
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -32,6 +36,8 @@ class IntakePolicy:
     scopes: Mapping[str, Scope] = field(default_factory=dict)  # per platform, overrides
     always_answer_chats: frozenset[str] = frozenset()  # groups answered without a mention
     remembered_deliveries: int = 10_000
+    per_person_burst: int = 30
+    per_person_per_minute: float = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +49,18 @@ class Admitted:
     key: SessionKey
 
 
+SLOW_DOWN = (
+    "You're sending faster than I can keep up with, so I skipped some of it. Give me a moment."
+)
+
+
+@dataclass
+class _Budget:
+    tokens: float
+    at: float
+    warned_at: float = float("-inf")
+
+
 class Intake:
     def __init__(
         self,
@@ -51,18 +69,17 @@ class Intake:
         *,
         open_to_strangers: Callable[[str], bool],
         reply: Callable[[MessageEvent, str], None],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.people, self.policy = people, policy
         self._open_to_strangers = open_to_strangers  # from the command table
         self._reply = reply  # sends a reply beside the lanes (pairing codes)
         self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._budgets: OrderedDict[str, _Budget] = OrderedDict()
+        self.clock = clock
 
     def admit(self, event: MessageEvent) -> Admitted | None:
-        if event.user.is_bot:  # 1
-            return None
-        if self._duplicate(event):  # 2
-            return None
-        if not self._addressed(event):  # 3
+        if event.user.is_bot or self._duplicate(event) or not self._addressed(event):  # 1-3
             return None
         person = self.people.resolve(event)  # 4
         if not person.admitted:
@@ -74,8 +91,29 @@ class Intake:
                     self._reply(event, reply)
                 return None
             person = self.people.resolve(event, create=True)  # /link CODE needs a user
+        if not self._within_rate(person.user_id, event):  # 5
+            return None
         scope = self.policy.scopes.get(event.platform, self.policy.group_scope)
-        return Admitted(event, person, session_key(event, scope))  # 5
+        return Admitted(event, person, session_key(event, scope))  # 6
+
+    def _within_rate(self, user_id: str, event: MessageEvent) -> bool:
+        """A token bucket per person: `per_person_burst` tokens, refilled at
+        `per_person_per_minute`; one token an event."""
+        now, policy = self.clock(), self.policy
+        budget = self._budgets.pop(user_id, None) or _Budget(policy.per_person_burst, now)
+        self._budgets[user_id] = budget  # the most recent last: the oldest are forgotten
+        while len(self._budgets) > self.policy.remembered_deliveries:
+            self._budgets.popitem(last=False)
+        refill = (now - budget.at) * policy.per_person_per_minute / 60
+        budget.tokens = min(policy.per_person_burst, budget.tokens + refill)
+        budget.at = now
+        if budget.tokens >= 1:
+            budget.tokens -= 1
+            return True
+        if now - budget.warned_at >= 60:
+            budget.warned_at = now
+            self._reply(event, SLOW_DOWN)
+        return False
 
     def _duplicate(self, event: MessageEvent) -> bool:
         keys = [(event.platform, f"e:{event.event_id}"), (event.platform, f"m:{event.message_id}")]

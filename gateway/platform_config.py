@@ -62,11 +62,21 @@ class PrivacyConfig(Section):
 class HttpConfig(Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8787, ge=0, le=65535)  # 0: any free port
+    # connections open at once; past it new ones are closed at once (well under the
+    # process's file limit, so a flood of slow clients cannot exhaust it)
+    max_connections: int = Field(default=512, ge=1, le=100_000)
+    # each request's headers and body must arrive, and its response begin, within this
+    # long (from the connection's start or the last response): slow clients are cut off
+    read_timeout_seconds: float = Field(default=15.0, gt=0, le=600)
 
 
 class GatewaySection(Section):
     http: HttpConfig = HttpConfig()
     queue_mode: Literal["queue", "merge"] = "queue"
+    # what one person may send: a burst, then this many per minute (messages, commands
+    # and button presses alike); past it events are dropped with one notice a minute
+    per_person_burst: int = Field(default=30, ge=1, le=10_000)
+    per_person_per_minute: float = Field(default=60.0, gt=0, le=100_000)
     # replies appear as the model writes them (one message edited in place); `off`:
     # each reply arrives whole. Per platform: platforms.<name>.streaming
     streaming: bool = True

@@ -107,6 +107,7 @@ class Router(SessionControl):
         self.policy, self.media = policy, media
         self.adapters: dict[str, PlatformAdapter] = {}
         self.delivery = Delivery(db)
+        self._pressing: set[tuple[str, str]] = set()  # (person, command) of presses running
         self.intake = Intake(
             people,
             policy.intake,
@@ -394,7 +395,19 @@ class Router(SessionControl):
 
     async def _press(self, item: Admitted) -> None:
         """A button press runs its command as the presser (the command table's guards
-        apply); a decided access request then shows its outcome on its messages."""
+        apply); a decided access request then shows its outcome on its messages. The
+        same button pressed again by the same person while its command runs is ignored
+        (single flight: twenty presses of "consolidate" are one consolidation)."""
+        flight = (item.person.user_id, item.event.text)
+        if flight in self._pressing:
+            return
+        self._pressing.add(flight)
+        try:
+            await self._run_press(item)
+        finally:
+            self._pressing.discard(flight)
+
+    async def _run_press(self, item: Admitted) -> None:
         event = item.event
         adapter = self.adapters[event.platform]
         context = CommandContext(item.person, _surface(event), None, item)

@@ -52,7 +52,14 @@ class Gateway:
             raise StateDBError(explain(db.path, Exception(damage)))
         self.scheduler = Scheduler(home, config, db)
         http = config.gateway.http
-        self.http = HttpServer(http.host, http.port, self.status, self.readiness)
+        self.http = HttpServer(
+            http.host,
+            http.port,
+            self.status,
+            self.readiness,
+            max_connections=http.max_connections,
+            read_timeout=http.read_timeout_seconds,
+        )
         self.adapters: dict[str, PlatformAdapter] = {}
         self.failed: dict[str, str] = {}
         self.retrying: dict[str, str] = {}

@@ -208,3 +208,41 @@ def test_admin_block_refuses_the_owners_own_account(home: Path, fake_llm: FakeOp
     assert "owner's account" in refused and "stays reachable" in refused
     assert blocked.startswith("Blocked fakechat user bob")
     assert "entries" in still  # the owner is answered
+
+
+def test_a_flood_of_forged_presses_meets_the_persons_rate_limit(
+    home: Path, fake_llm: FakeOpenAI
+) -> None:
+    from gateway.intake import SLOW_DOWN, IntakePolicy
+    from gateway.router import RouterPolicy
+
+    tight = RouterPolicy(intake=IntakePolicy(per_person_burst=5, per_person_per_minute=0.001))
+
+    async def body(router: Router, adapter: FakeAdapter) -> FakeAdapter:
+        for _ in range(100):
+            await adapter.deliver(dm("alice", "/whoami", pressed=True))
+        return adapter  # the router stops after this and waits for every press
+
+    adapter = scenario(home, fake_llm, body, policy=tight)
+    texts = adapter.texts()
+    assert texts.count(SLOW_DOWN) == 1 and len(texts) == 6  # five presses and one notice
+
+
+def test_the_same_button_pressed_twenty_times_runs_its_command_once(
+    home: Path, fake_llm: FakeOpenAI
+) -> None:
+    entries = [f"Fact {i}: the user keeps notes in the blue folder" for i in range(3)]
+    merged = {"entries": [{"text": "Fact 0, 1, 2: the user keeps notes in the blue folder",
+                           "sources": [1, 2, 3]}], "dropped": []}  # fmt: skip
+    fake_llm.responder = lambda body: Reply(text=json.dumps(merged))
+
+    async def body(router: Router, adapter: FakeAdapter) -> FakeAdapter:
+        await ask(adapter, dm("alice", "/whoami"))
+        seed(home, router.db.people.user_for_identity("fakechat", "alice"), *entries)
+        for _ in range(20):
+            await adapter.deliver(dm("alice", "/memory consolidate", pressed=True))
+        return adapter
+
+    adapter = scenario(home, fake_llm, body)
+    assert len(fake_llm.requests) == 1  # one consolidation, one model call
+    assert sum("3 → 1 entries" in t for t in adapter.texts()) == 1
