@@ -53,6 +53,10 @@ def index(
         f"{report.skipped} skipped, {report.vanished} gone (marked stale); chunks: "
         f"{report.inserted} new, {report.staled} stale (still cited), {report.deleted} removed"
     )
+    for path, why in report.skipped_files[:20]:
+        note(f"  skipped {escape(path)}: {escape(why)}")
+    if len(report.skipped_files) > 20:
+        note(f"  … and {len(report.skipped_files) - 20} more skipped")
 
 
 @app.command()

@@ -18,10 +18,11 @@ import os
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hermes.memory.scanner import find_secret
 from hermes.providers.base import BaseProvider, ConfigField
 from hermes.state.cjk import query_terms
 from hermes.state.cjk import runs as cjk_runs
@@ -32,6 +33,13 @@ CHUNK_LINES, CHUNK_CHARS = 40, 1_500
 MAX_FILE_BYTES = 2 * 1024 * 1024
 PREFETCH_CHUNKS, PREFETCH_FACTS = 3, 5
 SKIPPED_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv"})
+# files never indexed, whatever they hold: their keys would become searchable
+SECRET_NAMES = frozenset({
+    "env", ".netrc", ".pgpass", ".npmrc", ".pypirc", ".git-credentials", ".htpasswd",
+    "credentials", "credentials.json", "secrets.json", "secrets.yaml", "secrets.yml",
+    "service-account.json", ".dockercfg", "config.json.secret",
+})  # fmt: skip
+SECRET_SUFFIXES = (".env", ".pem", ".key", ".p12", ".pfx", ".jks", ".keystore", ".kdbx", ".asc")
 _WORD = re.compile(r"[^\W_]{2,}", re.UNICODE)
 
 TOOLS: list[dict[str, Any]] = [
@@ -133,7 +141,8 @@ class IndexReport:
     files: int = 0  # looked at
     indexed: int = 0  # new or changed, (re)chunked
     unchanged: int = 0
-    skipped: int = 0  # binary, too big, unreadable
+    skipped: int = 0  # binary, too big, unreadable, a secrets file, a name not UTF-8
+    skipped_files: list[tuple[str, str]] = field(default_factory=list)  # (path, why)
     vanished: int = 0
     inserted: int = 0
     staled: int = 0
@@ -153,11 +162,19 @@ def index_paths(
     over `max_bytes` skipped; a file indexed before under a given folder that is gone
     now (deleted or renamed) is marked stale, provenance kept."""
     report = IndexReport()
-    roots = [Path(p).resolve() for p in paths]
-    files = [f for root in roots for f in _walk(root)]
+    roots = []
+    for given in paths:
+        try:
+            roots.append(Path(given).resolve())
+        except (OSError, RuntimeError) as exc:  # a symlink loop, a folder gone
+            _skip(report, Path(given), f"cannot be followed ({exc})")
+    files = [f for root in roots for f in _walk(root, report)]
     for done, path in enumerate(files, 1):
         report.files += 1
-        _index_file(store, user_id, path, max_bytes, report)
+        try:
+            _index_file(store, user_id, path, max_bytes, report)
+        except Exception as exc:  # one file never ends the run
+            _skip(report, path, f"failed: {type(exc).__name__}: {exc}")
         if progress is not None:
             progress(done, len(files))
     seen = {str(f) for f in files}
@@ -170,13 +187,14 @@ def index_paths(
     return report
 
 
-def _walk(root: Path) -> Iterator[Path]:
+def _walk(root: Path, report: IndexReport) -> Iterator[Path]:
     if root.is_file():
         yield root
         return
     if not root.is_dir():
         return
-    for folder, dirs, names in os.walk(root):
+    for folder, dirs, names in os.walk(root, onerror=lambda exc: _skip(report, Path(
+            exc.filename or root), f"unreadable ({exc.strerror})")):  # fmt: skip
         dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not d.startswith("."))
         for name in sorted(names):
             path = Path(folder) / name
@@ -184,9 +202,44 @@ def _walk(root: Path) -> Iterator[Path]:
                 yield path
 
 
+def _skip(report: IndexReport, path: Path, why: str) -> None:
+    report.skipped += 1
+    report.skipped_files.append((_shown_path(path), why))
+
+
+def _shown_path(path: Path) -> str:
+    return os.fsencode(path).decode("utf-8", errors="replace")
+
+
+def secrets_file(path: Path) -> bool:
+    """A file that holds credentials by its name: env files, keys, password stores."""
+    name = path.name.lower()
+    return (
+        name in SECRET_NAMES
+        or name.startswith(".env")
+        or name.endswith(SECRET_SUFFIXES)
+        or (
+            name.startswith(("id_rsa", "id_ed25519", "id_ecdsa", "id_dsa"))
+            and not name.endswith(".pub")
+        )
+    )
+
+
+def _unnamed(path: Path) -> str | None:
+    """Why a file is not indexed by its name alone (None: it may be)."""
+    try:
+        os.fsencode(path).decode("utf-8")
+    except UnicodeDecodeError:
+        return "its name is not valid UTF-8"
+    return "a secrets file (by its name)" if secrets_file(path) else None
+
+
 def _index_file(
     store: EvidenceStore, user_id: str, path: Path, max_bytes: int, report: IndexReport
 ) -> None:
+    if (why := _unnamed(path)) is not None:
+        _skip(report, path, why)
+        return
     try:
         stat = path.stat()
         if stat.st_size > max_bytes:
@@ -203,6 +256,9 @@ def _index_file(
     text = _text(data)
     if text is None:
         report.skipped += 1
+        return
+    if (found := find_secret(text)) is not None:
+        _skip(report, path, f"holds a secret ({found.reason})")
         return
     digest = hashlib.sha256(data).hexdigest()
     result = store.index(

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, delete, insert
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DatabaseError, SQLAlchemyError
 from sqlmodel import Session, col, select
 
 from hermes.state import engine as eng
@@ -65,9 +65,13 @@ class UpkeepDB:
         eng.with_retry(self.engine, lambda session: create(session.connection()), self.patience)
 
     def quick_check(self) -> str:
-        """'ok', or what SQLite found damaged (pages overwritten, broken indexes)."""
-        with eng.reading(self.engine) as session:
-            rows = session.connection().exec_driver_sql("PRAGMA quick_check(5)").all()
+        """'ok', or what SQLite found damaged (pages overwritten, broken indexes; a file
+        too damaged to check at all says so too, never raises)."""
+        try:
+            with eng.reading(self.engine) as session:
+                rows = session.connection().exec_driver_sql("PRAGMA quick_check(5)").all()
+        except DatabaseError as exc:
+            return str(getattr(exc, "orig", None) or exc).strip()
         return "; ".join(str(row[0]) for row in rows)
 
     def snapshot(self, target: Path) -> None:

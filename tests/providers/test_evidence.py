@@ -304,3 +304,26 @@ def test_events_and_artifacts_keep_to_the_same_rules(home: Path, tmp_path: Path)
     assert kept.stale and "8000" in kept.text
     counts = alice.store.verify(ALICE)
     assert counts["artifacts"] == 1 and counts["orphan_artifacts"] == 0
+
+
+def test_indexing_skips_secrets_and_bad_names_reports_them_and_never_aborts(
+    home: Path, tmp_path: Path
+) -> None:
+    docs = tmp_path / "docs"
+    write_files(docs, 3)
+    (docs / ".env").write_text("OPENAI_API_KEY=sk-proj-Ab12Cd34Ef56Gh78Ij90Kl12Mn34Op56\n")
+    (docs / "deploy.key").write_text("not even a key, but named like one\n")
+    (docs / "notes-ops.md").write_text("prod db: postgres://admin:S3cretPass@db:5432/prod\n")
+    os.mkdir(os.fsencode(docs) + b"/caf\xe9-latin1")  # a folder name that is not UTF-8
+    (Path(os.fsdecode(os.fsencode(docs) + b"/caf\xe9-latin1")) / "x.md").write_text("port 9\n")
+    (docs / "loop").symlink_to(docs / "loop")  # a symlink to itself
+    result = hermes("evidence", "index", str(docs), str(docs / "loop"))
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    shown = result.stdout + result.stderr
+    assert "7 files: 3 indexed" in " ".join(shown.split()), shown
+    for why in ("a secrets file", "holds a secret", "not valid UTF-8", "cannot be followed"):
+        assert why in shown, shown
+    searched = hermes("evidence", "search", "OPENAI_API_KEY S3cretPass", "--json").stdout
+    assert "sk-proj" not in searched and "S3cretPass" not in searched
+    assert "note001.md" in hermes("evidence", "search", "port 8001").stdout

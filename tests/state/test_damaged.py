@@ -83,3 +83,34 @@ def test_the_gateway_refuses_to_start_on_damage_inside_the_file(home: Path) -> N
     assert result.returncode == 2, result.stderr
     assert "damaged" in result.stderr and ".recover" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def _noise_in_the_middle(path: Path) -> None:
+    """Random bytes over whole pages in the middle of the file (tables and indexes
+    alike), the header left intact: SQLite opens it, and only reading finds it."""
+    import random
+
+    data = bytearray(path.read_bytes())
+    page = 4096
+    pages = len(data) // page
+    noise = random.Random(7)
+    for number in range(pages // 3, pages // 3 + 6):
+        data[number * page : (number + 1) * page] = noise.randbytes(page)
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["sessions", "list"], ["memory", "status"], ["users", "list"], ["gateway", "run"]],
+)
+def test_noise_over_pages_inside_the_file_is_one_clear_message_everywhere(
+    home: Path, command: list[str]
+) -> None:
+    path = _healthy(home)
+    _noise_in_the_middle(path)
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    result = hermes(*command)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert "damaged" in result.stderr and ".recover" in result.stderr and "backup" in result.stderr
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
