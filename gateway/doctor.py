@@ -121,16 +121,30 @@ def check_home(home: Path) -> Check:
     if not home.exists():
         return skip(name, f"{home} does not exist yet (the first command creates it)")
     loose: list[str] = []
+    strangers: list[str] = []
+    owner = home.stat().st_uid
     for path in [home, *sorted(home.rglob("*"))[:10_000]]:
         try:
-            mode = path.lstat().st_mode
+            info = path.lstat()
         except OSError:
             continue
-        if stat.S_ISLNK(mode):
+        if stat.S_ISLNK(info.st_mode):
             continue
-        if mode & (stat.S_IRWXG | stat.S_IRWXO):
-            kind = "folder" if stat.S_ISDIR(mode) else "file"
-            loose.append(f"{path.relative_to(home.parent)} ({kind} {stat.S_IMODE(mode):o})")
+        kind = "folder" if stat.S_ISDIR(info.st_mode) else "file"
+        if info.st_uid != owner:
+            strangers.append(f"{path.relative_to(home.parent)} ({kind} of uid {info.st_uid})")
+        if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            loose.append(f"{path.relative_to(home.parent)} ({kind} {stat.S_IMODE(info.st_mode):o})")
+    if strangers:
+        shown = ", ".join(strangers[:5]) + (
+            f" and {len(strangers) - 5} more" if len(strangers) > 5 else ""
+        )
+        return fail(
+            name,
+            f"not owned by the home's owner (uid {owner}), so the service may not be able "
+            f"to write them: {shown}",
+            f"chown -R {owner}: {home}  (as root); run admin commands as the service user",
+        )
     if loose:
         shown = ", ".join(loose[:5]) + (f" and {len(loose) - 5} more" if len(loose) > 5 else "")
         return fail(name, f"readable by others: {shown}", HOME_FIX.format(home=home))

@@ -37,6 +37,7 @@ class CliContext:
         from gateway.config import ConfigError, load_config, resolve_home
 
         home = resolve_home()
+        check_owner(home)
         try:
             return cls(home, load_config(home))
         except ConfigError as exc:
@@ -47,7 +48,9 @@ class CliContext:
         """The home folder, for commands that must work before a config exists."""
         from gateway.config import resolve_home
 
-        return resolve_home()
+        home = resolve_home()
+        check_owner(home)
+        return home
 
     def open_db(self) -> SessionDB:
         """state.db, with the owner registered as a user."""
@@ -124,6 +127,45 @@ class CliContext:
             return validate_user_id(requested) if requested else owner_user_id(self.home)
         except InvalidUserIdError as exc:
             fail(str(exc), EXIT_USAGE)
+
+
+_ALLOWED: set[str] = set()  # what the command line allowed, for this process only
+
+
+def allow_foreign_home() -> None:
+    """`hermes --as-owner-of-home ...`."""
+    _ALLOWED.add("foreign home")
+
+
+def check_owner(home: Path) -> None:
+    """Refuse to work on a home that belongs to another user (root running an admin
+    command on the service's home would leave files the service cannot write), unless
+    `--as-owner-of-home` says so."""
+    import os
+
+    try:
+        owner = home.stat().st_uid
+    except OSError:
+        return  # not there yet: whoever makes it owns it
+    if owner == os.geteuid() or "foreign home" in _ALLOWED:
+        return
+    name = _user_name(owner)
+    fail(
+        f"{home} belongs to {name} (uid {owner}), and this command runs as "
+        f"{_user_name(os.geteuid())}: files it writes there would not be writable by the "
+        f"service. Run it as that user (sudo -u {name} hermes ...), or add "
+        "--as-owner-of-home (before the command) to go on anyway.",
+        EXIT_REFUSED,
+    )
+
+
+def _user_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def _check_damage(db: SessionDB) -> None:

@@ -52,8 +52,20 @@ def _root(
             "--version", callback=_version, is_eager=True, help="Print the version and exit."
         ),
     ] = False,
+    as_owner_of_home: Annotated[
+        bool,
+        typer.Option(
+            "--as-owner-of-home",
+            help="Run even though HERMES_HOME belongs to another user (files it writes "
+            "will be yours, not the service's).",
+        ),
+    ] = False,
 ) -> None:
     """Hermes: a self-hosted assistant that remembers you."""
+    if as_owner_of_home:
+        from gateway.cli.context import allow_foreign_home
+
+        allow_foreign_home()
 
 
 app.add_typer(memory_cmd.app, name="memory")
