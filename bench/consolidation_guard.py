@@ -2,10 +2,11 @@
 
     .venv/bin/python bench/consolidation_guard.py [--json]
 
-Runs every proposal in tests/memory/data/hostile_consolidations.json through the
-validator (the same `validate` consolidation calls, with the store's protected entries
-worked out as consolidation does) and prints, per attack, whether it was rejected and
-why; then the good proposals, which must all pass.
+Runs every proposal in tests/memory/data/hostile_consolidations.json and
+hostile_swaps.json (words swapped, six languages) through the validator (the same
+`validate` consolidation calls, with the store's protected entries worked out as
+consolidation does) and prints, per attack, whether it was rejected and why; then the
+good proposals, which must all pass.
 """
 
 from __future__ import annotations
@@ -54,9 +55,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    data = json.loads((DATA / "hostile_consolidations.json").read_text(encoding="utf-8"))
-    attacks = [(c["name"], c["category"], judge(c, data)) for c in data["attacks"]]
-    good = [(c["name"], judge(c, data)) for c in data["good"]]
+    attacks, good = [], []
+    for name in ("hostile_consolidations.json", "hostile_swaps.json"):
+        data = json.loads((DATA / name).read_text(encoding="utf-8"))
+        attacks += [(c["name"], c["category"], judge(c, data)) for c in data["attacks"]]
+        good += [(c["name"], judge(c, data)) for c in data["good"]]
     report = {
         "attacks": len(attacks),
         "rejected": sum(reason is not None for *_, reason in attacks),

@@ -8,6 +8,11 @@ entries merged into it, in any language the memory is written in:
 - **numbers stay attached** to what they measure: a number keeps the nearest content
   words it had on each side in its clause (so "laptop 32 GB, server 64 GB" cannot become
   "laptop 64 GB, server 32 GB");
+- **words keep their order and their role**: two content words of a source clause
+  never change places around a word that stays between them, and a clause of the new
+  text that takes words from two clauses of one source takes those clauses whole ("back up before deploy" cannot
+  become "deploy before back up"; "db-a is production, db-b is staging" cannot become
+  "db-a is staging, db-b is production"; tea in the morning cannot swap with coffee);
 - **polarity holds**: negations and modal words (not, never, always, must, only... and
   their equivalents in Korean, Chinese, Japanese, Spanish, German, French, Russian,
   Italian, Portuguese) keep their count, and each keeps its scope: the content words
@@ -352,7 +357,7 @@ def meaning_changes(text: str, sources: list[str]) -> list[str]:
             what = ", ".join([*lost_numbers, *lost][:6])
             problems.append(f"loses what {_quote(source)} said ({what})")
             continue
-        problems += _detached(source, toks, new)
+        problems += _detached(source, toks, new) or _rearranged(source, toks, new)
     problems += _polarity_changes(old, new, sources)
     return problems
 
@@ -372,6 +377,60 @@ def _detached(source: str, toks: list[Token], new: list[Token]) -> list[str]:
         if not any(all(_known(w, _clause_words(new, h.clause)) for w in near) for h in homes):
             problems.append(f"moves {value.value} away from {' / '.join(near)} ({_quote(source)})")
     return problems
+
+
+def _rearranged(source: str, toks: list[Token], new: list[Token]) -> list[str]:
+    """Content words of one source clause out of their order, or clauses of one source
+    split and recombined (see the module's docstring). Only words that occur in one
+    clause of the source are followed: a word it repeats has no single place."""
+    clauses: dict[int, list[str]] = {}
+    for t in toks:
+        if t.kind == "word" and t.value not in _CONNECTIVES:
+            clauses.setdefault(t.clause, []).append(t.value)
+    places: dict[str, set[int]] = {}
+    for clause, words in clauses.items():
+        for word in words:
+            places.setdefault(word, set()).add(clause)
+    home = {word: next(iter(found)) for word, found in places.items() if len(found) == 1}
+    for clause in sorted({t.clause for t in new}):
+        here = [t.value for t in new if t.clause == clause and t.kind == "word"]
+        drawn = [(word, home[word]) for word in map(lambda w: _source_word(w, home), here)
+                 if word is not None]  # fmt: skip
+        from_clauses = {c for _, c in drawn}
+        for origin in from_clauses:
+            expected = [w for w in clauses[origin] if w in home]
+            seen = list(dict.fromkeys(w for w, c in drawn if c == origin))
+            if (swapped := _swapped(expected, seen)) is not None:
+                return [f"swaps {swapped} ({_quote(source)})"]
+            if len(from_clauses) > 1 and len(seen) < len(set(expected)):
+                missing = [w for w in expected if w not in seen]
+                return [f"recombines parts of its clauses, away from {' / '.join(missing)} "
+                        f"({_quote(source)})"]  # fmt: skip
+    return []
+
+
+def _swapped(expected: list[str], seen: list[str]) -> str | None:
+    """Two words that changed places around a word that stayed between them ("tea in
+    the morning, coffee after lunch" -> "coffee in the morning, tea after lunch"); a
+    pair with nothing between them may turn ("laptop is a ThinkPad" -> "ThinkPad
+    laptop"). `expected`: the source's order; `seen`: the new text's."""
+    was = {w: i for i, w in enumerate(expected)}
+    now = {w: i for i, w in enumerate(seen)}
+    for a in seen:
+        for b in seen:
+            if not (was[a] < was[b] and now[a] > now[b]):
+                continue
+            for c in seen:
+                if was[a] < was[c] < was[b] and now[b] < now[c] < now[a]:
+                    return f"{a} and {b} around {c}"
+    return None
+
+
+def _source_word(word: str, home: dict[str, int]) -> str | None:
+    """The source word (followed in `home`) that `word` is, if any."""
+    if word in home:
+        return word
+    return next((w for w in home if same_word(word, w)), None)
 
 
 def _polarity_changes(old: list[list[Token]], new: list[Token], sources: list[str]) -> list[str]:

@@ -35,6 +35,7 @@ import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hermes.memory.scan_literals import Prefilter, may_match
 from hermes.memory.scan_rules import RULES, TITLE, Category, compiled
 
 MAX_SCAN_CHARS = 8000
@@ -288,17 +289,20 @@ def normalize(text: str) -> str:
 
 
 def _strip_invisible(text: str) -> str:
-    if text.isascii():
-        return text
-    return "".join(
-        c
-        for c in text
-        if not (
-            unicodedata.category(c) == "Cf"
-            or ord(c) in INVISIBLE_OTHER
-            or ord(c) in VARIATION_SELECTORS
-        )
-    )
+    return text if text.isascii() else _INVISIBLE.sub("", text)
+
+
+# Every format character (Unicode category Cf, as of Unicode 14: the soft hyphen, joiners,
+# direction marks and isolates, invisible operators, tags...), and the characters that
+# show nothing without being Cf (INVISIBLE_OTHER, VARIATION_SELECTORS). Generated from
+# unicodedata; tests/memory/test_scan_shapes.py checks it against the running Python's.
+_INVISIBLE = re.compile(
+    "[\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u115f\u1160"
+    "\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f"
+    "\u2800\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U00013438\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
+    "\U000e0020-\U000e007f\U000e0100-\U000e01ef]"
+)
 
 
 # Cyrillic and Greek letters drawn like Latin ones: read as Latin inside a word that mixes
@@ -363,26 +367,29 @@ def _scan(text: str, depth: int) -> Finding | None:
 
 
 def _scan_characters(text: str) -> Finding | None:
-    flags = {m.start() + i for m in _TAG_FLAG.finditer(text) for i in range(len(m.group()))}
-    for at, char in enumerate(text):
+    """Characters that are never text (controls, lone surrogates) and invisible ones
+    where they hide something; only the positions `_SUSPECT` finds are looked at."""
+    flags: set[int] | None = None
+    for match in _SUSPECT.finditer(text):
+        at, char = match.start(), match.group()
         code = ord(char)
         if 0xD800 <= code <= 0xDFFF:
             return Finding(Category.INVALID_TEXT, f"contains a lone surrogate U+{code:04X}")
         if (code < 0x20 and char not in "\n\t") or 0x7F <= code < 0xA0:
             return Finding(Category.INVALID_TEXT, f"contains control character U+{code:04X}")
         if 0xE0000 <= code <= 0xE007F:
+            if flags is None:
+                flags = {
+                    m.start() + i for m in _TAG_FLAG.finditer(text) for i in range(len(m.group()))
+                }
             if at in flags:
                 continue
             return Finding(
                 Category.INVISIBLE_UNICODE, f"contains Unicode tag character U+{code:05X}"
             )
-        invisible = (
-            code in ALWAYS_HIDDEN
-            or code in INVISIBLE_OTHER
-            or code in VARIATION_SELECTORS
-            or (unicodedata.category(char) == "Cf" and code != SOFT_HYPHEN)
-        )
-        if invisible and (code in ALWAYS_HIDDEN or _hidden_char(text, at, code)):
+        if code == SOFT_HYPHEN:
+            continue
+        if code in ALWAYS_HIDDEN or _hidden_char(text, at, code):
             return Finding(
                 Category.INVISIBLE_UNICODE,
                 f"contains U+{code:04X} ({unicodedata.name(char, 'unnamed')}) where it hides text",
@@ -424,9 +431,12 @@ def _scan_patterns(text: str) -> Finding | None:
     """The first rule that matches; a match found only inside quotation marks is
     returned as `quoted` (after every rule has had its chance to match outside them)."""
     views = _views(text)
-    title = compiled(TITLE)
-    masked = [title.sub(" «title» ", view) for view in views]
     every = "\n".join(views)  # a rule whose parts are nowhere in any view cannot match
+    literals = _prefilter().present(every)
+    title = compiled(TITLE)
+    masked = views
+    if may_match(TITLE, literals):
+        masked = [title.sub(" «title» ", v) for v in views]
     present: dict[str, bool] = {}
     unquoted: list[str] | None = None
     quoted: Finding | None = None
@@ -437,7 +447,12 @@ def _scan_patterns(text: str) -> Finding | None:
         return present[part]
 
     for rule in RULES:
-        if not all(has(part) for part in rule.needs):
+        if rule.needs:  # every part's words first (set lookups), then the parts' patterns
+            if not all(may_match(part, literals) for part in rule.needs):
+                continue
+            if not all(has(part) for part in rule.needs):
+                continue
+        elif not may_match(rule.source, literals):
             continue
         for view in masked if rule.title_safe else views:
             if not rule.pattern.search(view):
@@ -449,6 +464,19 @@ def _scan_patterns(text: str) -> Finding | None:
             quoted = quoted or Finding(rule.category, rule.reason, quoted=True)
             break
     return quoted
+
+
+@functools.cache
+def _prefilter() -> Prefilter:
+    """The literal prefilter of every rule's parts (and of the rules that have none),
+    built at the first scan (about 40 ms: the parts are parsed once)."""
+    parts = {part for rule in RULES for part in rule.needs}
+    return Prefilter([TITLE, *parts, *(rule.source for rule in RULES if not rule.needs)])
+
+
+# Every character `_scan_characters` must look at: controls (but tab and newline), lone
+# surrogates, and the invisible ones (_INVISIBLE's class).
+_SUSPECT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff" + _INVISIBLE.pattern[1:-1] + "]")
 
 
 # A span in quotation marks: what a note quotes (a slide, a code review, a message).
@@ -519,7 +547,13 @@ def find_secret(text: str) -> Finding | None:
 
 def _scan_secrets(text: str) -> Finding | None:
     nfkc = unicodedata.normalize("NFKC", text)
+    present = _secret_prefilter().present(nfkc)
     for pattern, reason in _SECRET_RULES:
-        if pattern.search(nfkc):
+        if may_match(pattern.pattern, present) and pattern.search(nfkc):
             return Finding(Category.SECRET, reason)
     return None
+
+
+@functools.cache
+def _secret_prefilter() -> Prefilter:
+    return Prefilter(pattern for pattern, _ in _SECRETS)

@@ -32,6 +32,7 @@ from typing import Any, cast
 
 from hermes import metrics
 from hermes.config import MemoryConfig
+from hermes.identity import validate_user_id
 from hermes.llm.types import ChatModel
 from hermes.memory import sweep
 from hermes.memory.gate import memory_gate
@@ -267,7 +268,7 @@ class MemoryService:
         try:
             with memory_gate(self.home):
                 user_id = self.db.people.current_id(user_id)
-                self.db.people.ensure_user(user_id)
+                validate_user_id(user_id)  # its row is made with the change's record
                 outcome = run_recorded(
                     MemoryTool(self.of(user_id), cleared),
                     self.db,

@@ -39,6 +39,7 @@ from hermes.state.models import (
     utcnow,
 )
 
+_ALIAS_OF = "SELECT user_id FROM user_aliases WHERE old_id = ?"
 CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
 CODE_LENGTH = 8
 LINK_CODE_TTL = timedelta(minutes=10)
@@ -139,10 +140,11 @@ class PeopleDB:
         return eng.with_retry(self.engine, work, self.patience)
 
     def current_id(self, user_id: str) -> str:
-        """The id `user_id` has now: the survivor's if it was merged away, else itself."""
-        with eng.reading(self.engine) as session:
-            alias = session.get(UserAlias, user_id)
-        return alias.user_id if alias is not None else user_id
+        """The id `user_id` has now: the survivor's if it was merged away, else itself.
+        (Plain SQL on the pooled connection: every memory write asks.)"""
+        with self.engine.connect() as conn:
+            row = conn.exec_driver_sql(_ALIAS_OF, (user_id,)).first()
+        return str(row[0]) if row is not None else user_id
 
     def get_user(self, user_id: str) -> User | None:
         with eng.reading(self.engine) as session:

@@ -1,6 +1,6 @@
 """The consolidation validator against a hostile model: every proposal in
-tests/memory/data/hostile_consolidations.json that loses, inverts or moves what a
-source said is rejected (the store byte-identical, the reason recorded); every good one
+tests/memory/data/hostile_consolidations.json and hostile_swaps.json that loses,
+inverts, moves or swaps what a source said is rejected (the store byte-identical, the reason recorded); every good one
 applies and undo restores the exact bytes. The model is the fake OpenAI-compatible
 server behind the real client, answering with each proposal in turn."""
 
@@ -29,16 +29,19 @@ from tests.fakes.openai_server import FakeOpenAI, Reply
 DATA = json.loads(
     (Path(__file__).parent / "data" / "hostile_consolidations.json").read_text("utf-8")
 )
+SWAPS = json.loads((Path(__file__).parent / "data" / "hostile_swaps.json").read_text("utf-8"))
 CONFIG = ConsolidationConfig()
+ATTACKS = [(DATA, c) for c in DATA["attacks"]] + [(SWAPS, c) for c in SWAPS["attacks"]]
+GOOD = [(DATA, c) for c in DATA["good"]] + [(SWAPS, c) for c in SWAPS["good"]]
 
 
-def build_proposal(case: dict[str, Any]) -> dict[str, Any]:
+def build_proposal(case: dict[str, Any], data: dict[str, Any] = DATA) -> dict[str, Any]:
     """The case's entries and drops; every entry it does not mention carried verbatim."""
     dropped = {int(i): reason for i, reason in case.get("dropped", {}).items()}
     mentioned = {s for item in case["entries"] for s in item["sources"]} | set(dropped)
     items = [*case["entries"]] + [
         {"text": text, "sources": [i]}
-        for i, text in enumerate(DATA["entries"], 1)
+        for i, text in enumerate(data["entries"], 1)
         if i not in mentioned
     ]
     items.sort(key=lambda item: min(item["sources"]))
@@ -48,13 +51,13 @@ def build_proposal(case: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def write_store(home: Path, db: SessionDB) -> UserMemory:
+def write_store(home: Path, db: SessionDB, data: dict[str, Any] = DATA) -> UserMemory:
     """The store as its people wrote it: the user's own entries with actor 'user'."""
     user = db.people.ensure_user(owner_user_id(home), role="owner").id
     memory = UserMemory(home, user, MemoryConfig())
     tool = MemoryTool(memory)
-    for i, text in enumerate(DATA["entries"], 1):
-        actor = "user" if i in DATA["user_written"] else "agent"
+    for i, text in enumerate(data["entries"], 1):
+        actor = "user" if i in data["user_written"] else "agent"
         args = {"action": "add", "target": "memory", "content": text}
         assert run_recorded(tool, db, args, actor=actor).ok, text
     return memory
@@ -73,17 +76,19 @@ def consolidate_with(fake: FakeOpenAI, memory: UserMemory, db: SessionDB, body: 
     return asyncio.run(go())
 
 
-@pytest.mark.parametrize("case", DATA["attacks"], ids=[c["name"] for c in DATA["attacks"]])
+@pytest.mark.parametrize(("data", "case"), ATTACKS, ids=[c["name"] for _, c in ATTACKS])
 def test_every_hostile_proposal_is_rejected_and_changes_nothing(
-    home: Path, fake_llm: FakeOpenAI, case: dict[str, Any]
+    home: Path, fake_llm: FakeOpenAI, data: dict[str, Any], case: dict[str, Any]
 ) -> None:
     db = SessionDB.open(home)
     try:
-        memory = write_store(home, db)
+        memory = write_store(home, db, data)
         path = memory.file_store(Target.MEMORY).path
         before = path.read_bytes()
-        outcome = consolidate_with(fake_llm, memory, db, build_proposal(case))
+        outcome = consolidate_with(fake_llm, memory, db, build_proposal(case, data))
         assert outcome.status == "rejected", (case["name"], outcome)
+        if case["category"] == "swap":  # by the meaning check, not by another rule
+            assert any(w in outcome.detail for w in ("swaps", "recombines", "moves")), outcome
         assert path.read_bytes() == before
         book = db.memory_log.consolidation_state(memory.user_id, "memory")
         assert book.needs_consolidation and outcome.detail in (book.last_error or "")
@@ -91,16 +96,16 @@ def test_every_hostile_proposal_is_rejected_and_changes_nothing(
         db.close()
 
 
-@pytest.mark.parametrize("case", DATA["good"], ids=[c["name"] for c in DATA["good"]])
+@pytest.mark.parametrize(("data", "case"), GOOD, ids=[c["name"] for _, c in GOOD])
 def test_a_faithful_proposal_applies_and_undo_restores_the_bytes(
-    home: Path, fake_llm: FakeOpenAI, case: dict[str, Any]
+    home: Path, fake_llm: FakeOpenAI, data: dict[str, Any], case: dict[str, Any]
 ) -> None:
     db = SessionDB.open(home)
     try:
-        memory = write_store(home, db)
+        memory = write_store(home, db, data)
         path = memory.file_store(Target.MEMORY).path
         before = path.read_bytes()
-        outcome = consolidate_with(fake_llm, memory, db, build_proposal(case))
+        outcome = consolidate_with(fake_llm, memory, db, build_proposal(case, data))
         assert outcome.status == "applied", (case["name"], outcome.detail)
         assert path.read_bytes() != before
         done, _ = undo_last(memory, db)

@@ -135,3 +135,43 @@ def test_an_attack_only_quoted_is_left_to_the_model(text: str) -> None:
 )
 def test_near_misses_stay_clean(text: str) -> None:
     assert scan(text) is None
+
+
+def test_the_invisible_characters_removed_before_matching_are_every_format_character() -> None:
+    """The scanner's generated class against this Python's own Unicode database."""
+    import sys
+    import unicodedata
+
+    from hermes.memory.scanner import _INVISIBLE
+
+    missing = [
+        f"U+{code:04X}"
+        for code in range(sys.maxunicode + 1)
+        if unicodedata.category(chr(code)) == "Cf" and not _INVISIBLE.fullmatch(chr(code))
+    ]
+    assert missing == []
+
+
+def test_a_literal_prefilter_never_hides_a_match() -> None:
+    """Each rule (and part) with a prefilter matches only texts holding one of its
+    required strings: checked on the corpora the rules are measured on."""
+    import json
+    from pathlib import Path
+
+    from hermes.memory.scan_literals import required
+    from hermes.memory.scan_rules import RULES, compiled
+    from hermes.memory.scanner import _views
+
+    data = Path(__file__).parent / "data"
+    texts = [a["text"] for a in json.loads((data / "guard_corpus.json").read_text())["attacks"]]
+    texts += json.loads((data / "scan_attacks.json").read_text())
+    texts += [
+        a["text"] for a in json.loads((data / "scan_multilingual.json").read_text())["attacks"]
+    ]
+    patterns = {r.source for r in RULES} | {p for r in RULES for p in r.needs}
+    for text in texts:
+        every = "\n".join(_views(text))
+        for pattern in patterns:
+            found = required(pattern)
+            if found is not None and compiled(pattern).search(every):
+                assert any(s in every for s in found), (pattern[:60], text)
