@@ -10,9 +10,10 @@ entries merged into it, in any language the memory is written in:
   "laptop 64 GB, server 32 GB");
 - **words keep their order and their role**: two content words of a source clause
   never change places around a word that stays between them, and a clause of the new
-  text that takes words from two clauses of one source takes those clauses whole ("back up before deploy" cannot
-  become "deploy before back up"; "db-a is production, db-b is staging" cannot become
-  "db-a is staging, db-b is production"; tea in the morning cannot swap with coffee);
+  text that takes words from two clauses of one source takes those clauses whole
+  ("back up the database before every deploy" cannot become "deploy before every
+  database back up"; "the orders database is production, the analytics one staging"
+  cannot swap the two; tea in the morning cannot swap with coffee after lunch);
 - **polarity holds**: negations and modal words (not, never, always, must, only... and
   their equivalents in Korean, Chinese, Japanese, Spanish, German, French, Russian,
   Italian, Portuguese) keep their count, and each keeps its scope: the content words
