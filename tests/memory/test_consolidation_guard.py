@@ -1,8 +1,9 @@
 """The consolidation validator against a hostile model: every proposal in
 tests/memory/data/hostile_consolidations.json and hostile_swaps.json that loses,
 inverts, moves or swaps what a source said is rejected (the store byte-identical, the
-reason recorded); every good one applies and undo restores the exact bytes. The model is the fake OpenAI-compatible
-server behind the real client, answering with each proposal in turn."""
+reason recorded); every good one applies and undo restores the exact bytes. The model
+is the fake OpenAI-compatible server behind the real client, answering with each
+proposal in turn."""
 
 from __future__ import annotations
 
