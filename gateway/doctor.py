@@ -24,14 +24,17 @@ from gateway.config import (
     CONFIG_FILENAME,
     ConfigError,
     HermesConfig,
+    auxiliary_endpoint,
     embeddings_endpoint,
     enabled_platforms,
+    judge_wanted,
     load_config,
     main_endpoint,
 )
 from gateway.platform_config import PlatformConfig, SlackConfig, TelegramConfig
 from gateway.scheduler import read_status
 from gateway.status_file import read_status_file
+from hermes.config import AuxiliaryTaskConfig
 from hermes.llm.client import LLMClient, LLMError
 from hermes.state.db import STATE_DB_FILENAME, SessionDB
 from hermes.state.engine import stored_version
@@ -89,7 +92,23 @@ async def run_checks(
     checks.extend(check_webhooks(config, enabled))
     checks.append(check_scheduler(home, config))
     checks.append(check_provider(home, config, env))
+    checks.append(check_guard(config, env))
     return checks
+
+
+def check_guard(config: HermesConfig, env: Mapping[str, str] | None) -> Check:
+    """Whether a model judges memory writes (the rules alone miss what they do not know)."""
+    name = "memory guard"
+    if not judge_wanted(config):
+        return fail(
+            name,
+            "memory.scan.judge is off: the rules alone judge memory writes",
+            "set memory.scan.judge: on (the auxiliary model, else the chat model, judges)",
+        )
+    endpoint = auxiliary_endpoint(config, AuxiliaryTaskConfig(), env)
+    if endpoint is None:
+        return skip(name, "no model configured: the rules alone judge memory writes")
+    return ok(name, f"the model {endpoint.model} judges every memory write")
 
 
 def check_provider(home: Path, config: HermesConfig, env: Mapping[str, str] | None) -> Check:

@@ -237,6 +237,8 @@ def _run(user: str | None, as_json: bool, **args: str) -> None:
         print_json(outcome.result)
     elif outcome.ok:
         note(f"[green]✓[/green] {escape(outcome.result['message'])} ({outcome.result['usage']})")
+    elif outcome.result.get("pending"):
+        note(f"[yellow]held[/yellow] {escape(outcome.result['error'])} (hermes memory pending)")
     else:
         note(f"[red]✗[/red] {escape(outcome.result['error'])}")
         for entry in outcome.result.get("current_entries", []) or outcome.result.get("matches", []):

@@ -219,3 +219,16 @@ def test_the_judge_is_on_by_default_with_the_model_there_is(
 def test_the_verdict_format_is_checked_strictly(answer: str, allowed: bool, blocked: bool) -> None:
     result = parse_verdict(answer)
     assert result.allowed is allowed and (result.finding is not None) is blocked
+
+
+def test_doctor_says_whether_a_model_judges_memory_writes(home: Path, fake_llm: FakeOpenAI) -> None:
+    from gateway.doctor import check_guard
+
+    configured = {"llm": {"base_url": fake_llm.base_url, "model": "m"}}
+    on = check_guard(HermesConfig.model_validate(configured), {})
+    off = check_guard(
+        HermesConfig.model_validate({**configured, "memory": {"scan": {"judge": "off"}}}), {}
+    )
+    none = check_guard(HermesConfig(), {})
+    assert (on.status, off.status, none.status) == ("ok", "fail", "skip")
+    assert "m judges every memory write" in on.detail and "judge: on" in off.fix
