@@ -35,8 +35,8 @@ import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hermes.memory.scan_literals import Prefilter, may_match
-from hermes.memory.scan_rules import RULES, TITLE, Category, compiled
+from hermes.memory.scan_literals import Prefilter, may_match, required
+from hermes.memory.scan_rules import RULES, TITLE, Category, Rule, compiled
 
 MAX_SCAN_CHARS = 8000
 MAX_DECODE_DEPTH = 2
@@ -446,13 +446,11 @@ def _scan_patterns(text: str) -> Finding | None:
             present[part] = compiled(part).search(every) is not None
         return present[part]
 
-    for rule in RULES:
-        if rule.needs:  # every part's words first (set lookups), then the parts' patterns
-            if not all(may_match(part, literals) for part in rule.needs):
-                continue
-            if not all(has(part) for part in rule.needs):
-                continue
-        elif not may_match(rule.source, literals):
+    for rule, words in _filters():
+        # every part's words first (set lookups), then the parts' patterns
+        if not all(not found.isdisjoint(literals) for found in words):
+            continue
+        if not all(has(part) for part in rule.needs):
             continue
         for view in masked if rule.title_safe else views:
             if not rule.pattern.search(view):
@@ -464,6 +462,18 @@ def _scan_patterns(text: str) -> Finding | None:
             quoted = quoted or Finding(rule.category, rule.reason, quoted=True)
             break
     return quoted
+
+
+@functools.cache
+def _filters() -> list[tuple[Rule, tuple[frozenset[str], ...]]]:
+    """Each rule with the word sets it cannot match without: one per part that has one
+    (or the rule's own, when it has no parts)."""
+    out = []
+    for rule in RULES:
+        sources = rule.needs or (rule.source,)
+        words = tuple(found for s in sources if (found := required(s)) is not None)
+        out.append((rule, words))
+    return out
 
 
 @functools.cache
