@@ -295,10 +295,8 @@ def test_a_reply_is_shown_as_it_is_written(home: Path, fake_llm: FakeOpenAI) -> 
     try:
         term.expect("you ›")
         term.send("talk to me\r")
-        asked = time.monotonic()
         term.expect("word3", new=True)
-        assert time.monotonic() - asked < 4.0  # the whole reply takes 4.5 s to write
-        assert "word29" not in term.screen
+        assert "word29" not in term.screen  # the rest is still being written (4.5 s in all)
         term.answered("word29")
         term.send("/exit\r")
         assert term.close() == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -168,17 +169,21 @@ def test_merge_mode_answers_queued_messages_together(home: Path, fake_llm: FakeO
 
 
 def test_two_users_at_once_keep_separate_sessions(home: Path, fake_llm: FakeOpenAI) -> None:
-    fake_llm.responder = lambda r: Reply(text=echo(r).text, delay=0.3)
+    both = threading.Barrier(2, timeout=20)  # each model call waits until the other began
 
-    async def body(router: Router, adapter: FakeAdapter) -> float:
-        started = time.monotonic()
+    def in_parallel(request: dict[str, Any]) -> Reply:
+        both.wait()  # turns one after the other would break the barrier, not pass it
+        return echo(request)
+
+    fake_llm.responder = in_parallel
+
+    async def body(router: Router, adapter: FakeAdapter) -> None:
         await adapter.deliver(dm("alice", "I am alice"))
         await adapter.deliver(dm("bob", "I am bob"))
         await adapter.wait_for(2)
-        return time.monotonic() - started
 
-    elapsed = scenario(home, fake_llm, body)
-    assert elapsed < 0.55  # in parallel, not one after the other
+    scenario(home, fake_llm, body)
+    assert not both.broken  # the two turns ran at the same time
     histories = [[m["content"] for m in r["messages"][1:]] for r in fake_llm.requests]
     assert all(len(h) == 1 for h in histories)  # neither saw the other's message
     db = SessionDB.open(home)
