@@ -32,13 +32,15 @@ from hermes.agent.agent import Surface
 from hermes.agent.conversation import to_new_message
 from hermes.identity import new_user_id
 from hermes.llm.types import ModelReply, ToolCall
+from hermes.memory.scan_judge import JUDGE_MARKER
 from hermes.state.db import SessionDB
 
 CLI = Surface("cli")
 
 
 class InstantModel:
-    """Answers at once; every `tool_every`-th turn first calls the memory tool."""
+    """Answers at once; every `tool_every`-th turn first calls the memory tool; as the
+    memory guard's judge (on by default) it allows every note at once."""
 
     def __init__(self, tool_every: int) -> None:
         self.tool_every, self.turn = tool_every, 0
@@ -51,6 +53,9 @@ class InstantModel:
         on_text: Callable[[str], None] | None = None,
     ) -> ModelReply:
         tokens = 30 * len(messages)
+        if str(messages[0].get("content", "")).startswith(JUDGE_MARKER):
+            verdict = '{"verdict": "allow", "category": "none"}'
+            return ModelReply(verdict, prompt_tokens=tokens, completion_tokens=15)
         if messages[-1]["role"] == "user":
             self.turn += 1
             if self.tool_every and self.turn % self.tool_every == 0:
