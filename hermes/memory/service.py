@@ -72,10 +72,10 @@ class PendingReport:
 
 
 def _held(verdict: Verdict) -> str:
+    why = (verdict.unavailable or "").rstrip(". ")
     return (
-        f"Held for a safety check: {verdict.unavailable}. Nothing is in memory yet; the "
-        "entry will be saved as soon as the check passes (no need to ask again). Tell the "
-        "user it is pending."
+        f"Held for a safety check ({why}): nothing is in memory yet, and the entry is "
+        "saved as soon as the check passes, with no need to ask again. It is pending."
     )
 
 
