@@ -90,21 +90,11 @@ def main() -> None:
     try:
         app()
     except Exception as exc:  # damage found mid-command: the same message as at open
-        if not _damaged(exc):
+        from hermes.state.engine import explain, is_damage
+
+        if not is_damage(exc):
             raise
         from gateway.cli.context import EXIT_USAGE, CliContext, fail
         from hermes.state.db import STATE_DB_FILENAME
-        from hermes.state.engine import explain
 
         fail(explain(CliContext.home_only() / STATE_DB_FILENAME, exc), EXIT_USAGE)
-
-
-def _damaged(exc: BaseException) -> bool:
-    """An SQLite error that means the file is damaged (not busy, not full)."""
-    import sqlite3
-
-    cause = getattr(exc, "orig", None) or exc
-    text = str(cause).lower()
-    return isinstance(cause, sqlite3.DatabaseError) and (
-        "malformed" in text or "not a database" in text or "corrupt" in text
-    )

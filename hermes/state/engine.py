@@ -89,6 +89,15 @@ def explain(path: Path, exc: BaseException) -> str:
     )
 
 
+def is_damage(exc: BaseException) -> bool:
+    """An SQLite error that means the file is damaged (not busy, not full)."""
+    cause = getattr(exc, "orig", None) or exc
+    text = str(cause).lower()
+    return isinstance(cause, sqlite3.DatabaseError) and (
+        "malformed" in text or "not a database" in text or "corrupt" in text
+    )
+
+
 def stored_version(path: Path) -> int | None:
     """The schema version in the file, read without opening it for writing (None when it
     cannot be read): what `hermes doctor` reports before deciding to open it."""

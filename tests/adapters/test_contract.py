@@ -54,6 +54,9 @@ class Driver:
     records_refused: bool = True  # `texts` includes a send the platform refused (429)
     stopper: Callable[[], None] = lambda: None
     state: dict[str, Any] = field(default_factory=dict)
+    # what the bot's messages show now, in the order posted (a streamed reply edited to
+    # its end; a deleted one gone)
+    shown: Callable[[], list[str]] = lambda: []
 
     def replies_to(self, user: str) -> list[str]:
         return self.state["replies_to"](user)
@@ -84,6 +87,7 @@ def _telegram() -> Driver:
             extra={"photo": [{"file_id": "p", "file_unique_id": "u", "width": 1, "height": 1}]},
         ),
         texts=lambda: [str(p["text"]) for p in tg.sent()],
+        shown=lambda: list(tg.messages.values()),
         fail_next_send=lambda s: tg.faults.append(
             Fault("sendMessage", 429, "Too Many Requests", retry_after=int(s))
         ),
@@ -133,6 +137,7 @@ def _slack() -> Driver:
         redeliver=lambda body: slack.push(body, 1),
         send_photo=photo,
         texts=lambda: [str(p["text"]) for p in slack.posted()],
+        shown=lambda: list(slack.messages.values()),
         fail_next_send=lambda s: slack.faults.append(
             SlackFault("chat.postMessage", 429, "ratelimited", retry_after=int(s))
         ),
@@ -176,6 +181,7 @@ def _discord() -> Driver:
             "", user=user, attachments=[{"id": "9", "filename": "cat.png", "size": 10}]
         ),
         texts=lambda: [str(p["content"]) for p in fake.posted],
+        shown=lambda: list(fake.messages.values()),
         fail_next_send=lambda s: fake.faults.append(DiscordFault("/messages", 429, s)),
         fail_next_send_5xx=lambda: fake.faults.append(DiscordFault("/messages", 502, 0)),
         drop=drop,
@@ -253,10 +259,10 @@ def test_round_trip(home: Path, fake_llm: FakeOpenAI, platform: Driver) -> None:
     async def body() -> list[str]:
         await say(platform, "hi there")
         await until(1, platform.texts)
-        deadline = time.monotonic() + 20  # a streamed first post is edited to the end
-        while platform.texts()[-1].endswith("▌") and time.monotonic() < deadline:
+        deadline = time.monotonic() + 20  # a streamed first post is edited to its end
+        while platform.shown() != ["Hello from Hermes"] and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        return platform.texts()
+        return platform.shown()
 
     assert run(home, fake_llm, platform, body) == ["Hello from Hermes"]
     assert fake_llm.requests[0]["messages"][-1]["content"].startswith("hi there")
