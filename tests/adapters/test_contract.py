@@ -218,7 +218,9 @@ def run(
         llm,
         access={"allow_all": allow_all},
         platforms={driver.name: section},
-        gateway={"http": {"port": 0}},
+        # whole replies: what is delivered, retried and chunked here is the finished text
+        # (a slow machine would otherwise stream a first part; test_streaming.py covers that)
+        gateway={"http": {"port": 0}, "streaming": False},
     )
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json")))
