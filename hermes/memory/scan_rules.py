@@ -32,7 +32,6 @@ class Category(StrEnum):
     HIDDEN_TEXT = "hidden text"
     IMPERSONATION = "imitates system or tool text"
     INVALID_TEXT = "invalid text"
-    UNVERIFIED = "could not verify"
 
 
 # What a combined pattern cannot match without: its parts. A rule whose parts are not all

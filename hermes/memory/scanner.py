@@ -67,10 +67,6 @@ ALWAYS_HIDDEN = frozenset(
         *range(0x2066, 0x2069 + 1),  # bidi isolates
     ]
 )
-# invisible, yet not format characters (Cf) by their Unicode category
-INVISIBLE_OTHER = frozenset(
-    [0x034F, 0x115F, 0x1160, 0x3164, 0xFFA0, 0x2800, 0x17B4, 0x17B5, *range(0x180B, 0x180F + 1)]
-)
 VARIATION_SELECTORS = frozenset([*range(0xFE00, 0xFE0F + 1), *range(0xE0100, 0xE01EF + 1)])
 SOFT_HYPHEN = 0x00AD  # shown as a hyphen at a line break: harmless, but not read by rules
 _JOINING_SCRIPTS = (  # scripts that join or shape letters with ZWJ / ZWNJ
@@ -108,7 +104,8 @@ def _letter(char: str) -> bool:
 
 
 def _hidden_char(text: str, at: int, code: int) -> bool:
-    """Whether the invisible character at `at` hides something (see INVISIBLE...)."""
+    """Whether the invisible character at `at` hides something (the joiners and marks
+    where their script needs them do not)."""
     before = text[at - 1] if at > 0 else ""
     after = text[at + 1] if at + 1 < len(text) else ""
     if code in JOINERS:
@@ -294,7 +291,8 @@ def _strip_invisible(text: str) -> str:
 
 # Every format character (Unicode category Cf, as of Unicode 14: the soft hyphen, joiners,
 # direction marks and isolates, invisible operators, tags...), and the characters that
-# show nothing without being Cf (INVISIBLE_OTHER, VARIATION_SELECTORS). Generated from
+# show nothing without being Cf (the grapheme joiner, Hangul fillers, the braille blank,
+# Khmer inherent vowels, Mongolian selectors, VARIATION_SELECTORS). Generated from
 # unicodedata; tests/memory/test_scan_shapes.py checks it against the running Python's.
 _INVISIBLE = re.compile(
     "[\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u115f\u1160"
