@@ -407,12 +407,31 @@ def _scan_hidden(text: str) -> Finding | None:
 
 
 def _views(text: str) -> list[str]:
-    """The normalized text, and the same with the usual disguises undone."""
-    base = normalize(text)
+    """The normalized text, and the same with the usual disguises undone.
+
+    Each is made line by line (no step looks across a line break), so a store's
+    entries, scanned again beside every new one, are normalized once."""
+    per_line = [_line_views(line) for line in text.split("\n")]
+    base, joined, unleet, despaced = ("\n".join(parts) for parts in zip(*per_line, strict=True))
+    views = [base, base.replace("\n", " "), joined, unleet, despaced]
+    return list(dict.fromkeys(views))
+
+
+def _line_views(line: str) -> tuple[str, str, str, str]:
+    return _line_views_cached(line) if len(line) <= _CACHED_LINE else _line_views_of(line)
+
+
+_CACHED_LINE = 2_000  # longer lines are rare and not worth keeping
+
+
+def _line_views_of(line: str) -> tuple[str, str, str, str]:
+    base = normalize(line)
     joined = _JOINER.sub(" ", base)
     unleet = _LEET_WORD.sub(lambda m: m.group().translate(_LEET), joined)
-    views = [base, base.replace("\n", " "), joined, unleet, _despace(text)]
-    return list(dict.fromkeys(views))
+    return base, joined, unleet, _despace(line)
+
+
+_line_views_cached = functools.lru_cache(maxsize=4096)(_line_views_of)
 
 
 def _despace(text: str) -> str:
@@ -444,10 +463,7 @@ def _scan_patterns(text: str) -> Finding | None:
             present[part] = compiled(part).search(every) is not None
         return present[part]
 
-    for rule, words in _filters():
-        # every part's words first (set lookups), then the parts' patterns
-        if not all(not found.isdisjoint(literals) for found in words):
-            continue
+    for rule in _candidates(literals):
         if not all(has(part) for part in rule.needs):
             continue
         for view in masked if rule.title_safe else views:
@@ -462,16 +478,34 @@ def _scan_patterns(text: str) -> Finding | None:
     return quoted
 
 
+def _candidates(literals: frozenset[str]) -> list[Rule]:
+    """The rules, in order, that may match a text whose required words present are
+    `literals`: each of a rule's word sets (one per part that has one, or the rule's
+    own when it has no parts) has a word in it. Found from the words present, so a
+    plain note looks at a few rules, not at every one."""
+    index, sets, always = _rule_index()
+    met: dict[int, set[int]] = {}
+    for literal in literals:
+        for rule_at, set_at in index.get(literal, ()):
+            met.setdefault(rule_at, set()).add(set_at)
+    chosen = always + [at for at, found in met.items() if len(found) == sets[at]]
+    return [RULES[at] for at in sorted(chosen)]
+
+
 @functools.cache
-def _filters() -> list[tuple[Rule, tuple[frozenset[str], ...]]]:
-    """Each rule with the word sets it cannot match without: one per part that has one
-    (or the rule's own, when it has no parts)."""
-    out = []
-    for rule in RULES:
+def _rule_index() -> tuple[dict[str, list[tuple[int, int]]], list[int], list[int]]:
+    """(word -> the (rule, word set) pairs it is in, each rule's number of word sets,
+    the rules with none: they always run)."""
+    index: dict[str, list[tuple[int, int]]] = {}
+    sets: list[int] = []
+    for rule_at, rule in enumerate(RULES):
         sources = rule.needs or (rule.source,)
-        words = tuple(found for s in sources if (found := required(s)) is not None)
-        out.append((rule, words))
-    return out
+        words = [found for s in sources if (found := required(s)) is not None]
+        sets.append(len(words))
+        for set_at, found in enumerate(words):
+            for literal in found:
+                index.setdefault(literal, []).append((rule_at, set_at))
+    return index, sets, [at for at, count in enumerate(sets) if count == 0]
 
 
 @functools.cache

@@ -121,6 +121,10 @@ class MemoryService:
         self._settling: asyncio.Task[PendingReport] | None = None
 
     def of(self, user_id: str) -> UserMemory:
+        return self._memory_of(user_id)
+
+    @functools.lru_cache(maxsize=4096)  # noqa: B019 - one service per process; paths only
+    def _memory_of(self, user_id: str) -> UserMemory:
         return UserMemory(self.home, user_id, self.config)
 
     # -- changes ---------------------------------------------------------------------------

@@ -77,8 +77,12 @@ class MemoryLogDB:
     def begin_change(self, events: Sequence[MemoryEventRecord], version: VersionRecord) -> int:
         """Record what is about to be written; returns the intent's id. (Plain SQL on
         the pooled connection: every memory write pays for this and complete_change.)"""
+        # the texts are the intent's own columns, never copied into `planned`: every
+        # byte here is written twice (the intent, then its completion)
+        version_fields = _fields(version)
+        del version_fields["text_before"], version_fields["text_after"]
         planned = json.dumps(
-            {"events": [_fields(e) for e in events], "version": _fields(version)},
+            {"events": [_fields(e) for e in events], "version": version_fields},
             ensure_ascii=False,
         )
         row = (
@@ -106,7 +110,7 @@ class MemoryLogDB:
             if found is None:
                 return False
             planned = json.loads(found[0])
-            version = planned["version"]
+            version = {**planned["version"], "text_before": found[1], "text_after": found[2]}
             now = eng.sql_time(utcnow())
             raw.execute(_ENSURE_USER, (version["user_id"], now))
             raw.executemany(_INSERT_EVENT, [(*_event_row(e), now) for e in planned["events"]])
@@ -128,9 +132,12 @@ class MemoryLogDB:
 
     def unsettled(self, user_id: str, target: str) -> tuple[list[tuple[int, str]], str | None]:
         """(open intents, expected text) of one store, in one read."""
-        with self.engine.connect() as conn:
-            intents = conn.exec_driver_sql(_OPEN_INTENTS, (user_id, target)).all()
-            last = conn.exec_driver_sql(_LAST_VERSION, (user_id, target)).first()
+
+        def read(raw: sqlite3.Connection) -> tuple[list[Any], Any]:
+            intents = raw.execute(_OPEN_INTENTS, (user_id, target)).fetchall()
+            return intents, raw.execute(_LAST_VERSION, (user_id, target)).fetchone()
+
+        intents, last = eng.with_raw_retry(self.engine, read, self.patience, begin="DEFERRED")
         expected = None if last is None else (last[0] if last[2] else last[1])
         return [(int(i), str(text)) for i, text in intents], expected
 
@@ -284,7 +291,7 @@ _INSERT_INTENT = (
     "INSERT INTO memory_intents (user_id, target, text_before, text_after, planned, "
     "created_at) VALUES (?, ?, ?, ?, ?, ?)"
 )
-_PLANNED = "SELECT planned FROM memory_intents WHERE id = ?"
+_PLANNED = "SELECT planned, text_before, text_after FROM memory_intents WHERE id = ?"
 _DELETE_INTENT = "DELETE FROM memory_intents WHERE id = ?"
 _ENSURE_USER = "INSERT OR IGNORE INTO users (id, created_at) VALUES (?, ?)"
 _INSERT_EVENT = (

@@ -142,8 +142,12 @@ class PeopleDB:
     def current_id(self, user_id: str) -> str:
         """The id `user_id` has now: the survivor's if it was merged away, else itself.
         (Plain SQL on the pooled connection: every memory write asks.)"""
-        with self.engine.connect() as conn:
-            row = conn.exec_driver_sql(_ALIAS_OF, (user_id,)).first()
+        row = eng.with_raw_retry(
+            self.engine,
+            lambda raw: raw.execute(_ALIAS_OF, (user_id,)).fetchone(),
+            self.patience,
+            begin="DEFERRED",
+        )
         return str(row[0]) if row is not None else user_id
 
     def get_user(self, user_id: str) -> User | None:

@@ -175,3 +175,21 @@ def test_a_literal_prefilter_never_hides_a_match() -> None:
             found = required(pattern)
             if found is not None and compiled(pattern).search(every):
                 assert any(s in every for s in found), (pattern[:60], text)
+
+
+def test_views_made_line_by_line_are_the_views_of_the_whole_text() -> None:
+    """The scan normalizes line by line (a store's lines once, however often they are
+    scanned again beside new entries); no step may look across a line break, so the
+    result must be the whole text's, on texts built of every kind of character the
+    steps treat specially."""
+    import random
+
+    from hermes.memory.scanner import _line_views_of, _views
+
+    rng = random.Random(3)
+    pieces = "ab c1 0@$|_.-\n\t  IgnorеΑ\u200b\u200d\ufb01\uff21ß\u0301é漢字 i g n\u2028\r\x0c"
+    for _ in range(20_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 40)))
+        base, joined, unleet, despaced = _line_views_of(text)  # every step on the whole
+        whole = list(dict.fromkeys([base, base.replace("\n", " "), joined, unleet, despaced]))
+        assert _views(text) == whole, repr(text)
