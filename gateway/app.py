@@ -41,6 +41,7 @@ from hermes.llm.client import LLMClient
 from hermes.memory.scan_judge import Judge
 from hermes.memory.service import MemoryService
 from hermes.providers import registry
+from hermes.providers.base import MemoryProvider
 from hermes.providers.host import ProviderFactory, ProviderHost
 
 if TYPE_CHECKING:  # steps 3 to 6 are imported by build_app itself: a CLI command that
@@ -129,7 +130,10 @@ def build_app(
             aux = LLMClient(aux_endpoint)
             clients.append(aux)
         model = main
+    if provider is None:  # the gateway needs it: a provider that cannot load stops it here
+        provider = provider_factory(home, config, env)
     memory = build_memory(home, config, db, aux or model, provider=provider, env=env)  # 2
+    memory.providers.probe()  # made now, and said in the log if it cannot answer
     people = People(config, db, memory)  # 3
     task = config.auxiliary.session_search
     embedder = build_embedder(config, db, env)
@@ -187,7 +191,7 @@ def build_memory(
         judge = Judge(model, config.memory.scan.judge_timeout_seconds)
     section = config.memory
     if provider is None:
-        provider = provider_factory(home, config, env)
+        provider = _on_first_use(home, config, env)
     host = ProviderHost(
         provider,
         home=home,
@@ -195,6 +199,25 @@ def build_memory(
         prefetch_timeout=section.prefetch_timeout_ms / 1000,
     )
     return MemoryService(home, section, db, model=model, providers=host, judge=judge)
+
+
+def _on_first_use(
+    home: Path, config: HermesConfig, env: Mapping[str, str] | None
+) -> ProviderFactory | None:
+    """The configured provider's factory, found (its plugin imported) when the provider
+    is first needed: a command that never touches it never runs plugin code."""
+    if not config.memory.provider:
+        return None
+    found: list[ProviderFactory] = []
+
+    def make() -> MemoryProvider:
+        if not found:
+            factory = provider_factory(home, config, env)
+            assert factory is not None
+            found.append(factory)
+        return found[0]()
+
+    return make
 
 
 def provider_factory(

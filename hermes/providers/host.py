@@ -96,22 +96,8 @@ class ProviderHost:
         self.recall_mode = RecallMode(recall_mode)
         self.prefetch_timeout, self.call_timeout = prefetch_timeout, call_timeout
         self.core_tools = frozenset(core_tools)
-        probe: MemoryProvider = NoProvider()
-        if factory is not None:
-            try:
-                probe = factory()
-            except Exception:
-                logger.exception("memory provider could not be created: built-in memory only")
-        self.name = probe.name
-        self.available, self.reason = _availability(probe)
-        self.active = factory is not None and not isinstance(probe, NoProvider)
-        if self.active and not self.available:
-            logger.warning(
-                "memory provider %s is not available (%s): built-in memory only",
-                self.name,
-                self.reason,
-            )
-            self.active = False
+        self._probed: _Probe | None = None  # the provider is made when first needed
+        self._probing = threading.Lock()
         self._instances: dict[str, MemoryProvider] = {}
         self._workers: dict[str, _Worker] = {}
         self._lock = threading.Lock()
@@ -122,6 +108,34 @@ class ProviderHost:
         self._refused_tools: set[str] = set()
         self.last_recall: dict[str, int] = {}
         self.skipped = 0
+
+    # -- which provider, and can it answer (asked once, when first needed: a command
+    # -- that never touches the provider never imports its plugin) -------------------
+
+    @property
+    def name(self) -> str:
+        return self.probe().name
+
+    @property
+    def available(self) -> bool:
+        return self.probe().available
+
+    @property
+    def reason(self) -> str:
+        return self.probe().reason
+
+    @property
+    def active(self) -> bool:
+        return self.probe().active
+
+    def probe(self) -> _Probe:
+        """Make the provider once and ask whether it can answer (the gateway asks at start)."""
+        if self._probed is not None:
+            return self._probed
+        with self._probing:
+            if self._probed is None:
+                self._probed = _probe(self.factory)
+        return self._probed
 
     # -- sessions ----------------------------------------------------------------------
 
@@ -448,6 +462,31 @@ class _Worker:
                 logger.exception("memory provider %s: %s failed", self.host.name, what)
             finally:
                 self.queue.task_done()
+
+
+@dataclass(frozen=True, slots=True)
+class _Probe:
+    name: str
+    available: bool
+    reason: str
+    active: bool  # a provider is configured and can answer
+
+
+def _probe(factory: ProviderFactory | None) -> _Probe:
+    probe: MemoryProvider = NoProvider()
+    if factory is not None:
+        try:
+            probe = factory()
+        except Exception:
+            logger.exception("memory provider could not be created: built-in memory only")
+    available, reason = _availability(probe)
+    active = factory is not None and not isinstance(probe, NoProvider)
+    if active and not available:
+        logger.warning(
+            "memory provider %s is not available (%s): built-in memory only", probe.name, reason
+        )
+        active = False
+    return _Probe(probe.name, available, reason, active)
 
 
 def _availability(provider: MemoryProvider) -> tuple[bool, str]:

@@ -84,3 +84,18 @@ def test_a_plugin_that_exits_or_hangs_never_takes_the_command_with_it(home: Path
     listed = {row["name"]: row for row in json.loads(shown.stdout)}
     assert listed["deep"]["available"] is True
     assert "SystemExit" in str(listed["quitter"]) and "still importing" in str(listed["sleeper"])
+
+
+def test_commands_that_never_touch_the_provider_never_run_its_plugin(home: Path) -> None:
+    """A configured provider's plugin runs only when the provider is needed: `memory
+    show`, `why` and `pending` read the built-in memory and its record; a write tells
+    the provider, so it is made then."""
+    assert hermes("memory", "add", "Runs Fedora 41", home=home).returncode == 0
+    marker = plugin(home, "spy")
+    (home / "config.yaml").write_text("memory:\n  provider: spy\n")
+    for args in (("memory", "show"), ("memory", "why", "Fedora"), ("memory", "pending")):
+        done = hermes(*args, home=home)
+        assert done.returncode == 0, (args, done.stderr)
+        assert not marker.exists(), f"hermes {' '.join(args)} imported the provider's plugin"
+    assert hermes("memory", "add", "Prefers tea", home=home).returncode == 0
+    assert marker.exists()
