@@ -49,16 +49,14 @@ class MemoryCommands:
                 continue
             line = (
                 f"**{noun}**: {store.used:,}/{store.limit:,} chars ({store.percent}%), "
-                f"{store.entries} entries"
+                f"{store.entries} {'entry' if store.entries == 1 else 'entries'}"
             )
             if store.waiting:
                 line += f", {store.waiting} merged entries waiting"
             if store.last_consolidated_at:
                 line += f" · last consolidated {store.last_consolidated_at:%Y-%m-%d %H:%M} UTC"
-            if store.damage:
-                line += f" · needs fixing by hand: {store.damage}"
-            elif store.needs_consolidation:
-                line += f" · needs consolidation ({store.last_error or 'pending'})"
+            if remark := store.remark():
+                line += f" · {remark}"
             lines.append(line)
         if held := self.memory.held_writes(user_id):
             lines.append(f"{held} note(s) waiting for the safety check (saved once it passes)")

@@ -146,16 +146,10 @@ async def _settle(ctx: CliContext, db: SessionDB) -> PendingReport:
 
 
 def _remark(store: StoreStatus) -> str:
-    if store.damage:
-        return f"[red]needs fixing by hand: {escape(store.damage)}[/red]"
-    if store.needs_consolidation:
-        why = store.last_error or (
-            f"{store.waiting} merged entries waiting" if store.waiting else ""
-        )
-        return f"[yellow]needs consolidation ({escape(why)})[/yellow]"
-    if store.nearly_full:
-        return f"[yellow]{store.percent}% full: merge or remove entries[/yellow]"
-    return ""
+    remark = escape(store.remark())
+    if not remark:
+        return ""
+    return f"[red]{remark}[/red]" if store.damage else f"[yellow]{remark}[/yellow]"
 
 
 def _status_all(ctx: CliContext, service: MemoryService) -> None:
@@ -179,10 +173,8 @@ def _status_all(ctx: CliContext, service: MemoryService) -> None:
     for _, user_id, stores in sorted(rows, key=lambda row: (-row[0], row[1])):
         notes = []
         for target, store in stores.items():
-            if store.damage:
-                notes.append(f"{target.value}: needs fixing by hand")
-            elif store.needs_consolidation:
-                notes.append(f"{target.value}: needs consolidation")
+            if remark := store.remark():
+                notes.append(f"{target.value}: {escape(remark)}")
         mem, prof = stores[Target.MEMORY], stores[Target.USER]
         table.add_row(
             user_id,
@@ -308,9 +300,21 @@ def consolidate(
     db = ctx.open_db()
     model = ctx.auxiliary_model()
     users = None if all_users else [ctx.user_id(user)]
+    from hermes.memory import sweep
+
     runs = asyncio.run(_consolidate(ctx, db, model, users, force))
     if not runs:
-        note("[dim]Nothing to consolidate: every store is under the threshold.[/dim]")
+        service = ctx.memory(db)
+        waiting = [
+            f"{user_id} {store.target.value}: {store.remark()}"
+            for user_id in users or sweep.users_with_memory(ctx.home)
+            for store in service.status(user_id)
+            if store.needs_consolidation
+        ]
+        if not waiting:
+            note("[dim]Nothing to consolidate: every store is under the threshold.[/dim]")
+        for line in waiting:  # over it, but waiting out the pause after a failed attempt
+            note(f"[yellow]{escape(line)}[/yellow]: retried later by itself; --force tries now")
     for run in runs:
         colour = "green" if run.outcome.status == "applied" else "yellow"
         detail = f" — {escape(run.outcome.detail)}" if run.outcome.detail else ""

@@ -35,7 +35,7 @@ with the `memory` tool (add / replace / remove by a short unique substring).
   details that only matter for this conversation.
 - Write dense, declarative facts ("Runs Fedora 41; prefers podman over docker"), one
   topic per entry; merge related facts into one entry.
-- When a store is over 80 % full (see its header), consolidate: merge entries with
+- When a store is over {threshold} % full (see its header), consolidate: merge entries with
   `replace` before adding more. When an add fails for space, merge or shorten entries
   with `replace` (or `remove` stale ones), then add.
 - Changes are saved at once but this snapshot does not change during the session.
@@ -51,8 +51,9 @@ def load_persona(home: Path) -> str:
     return text or DEFAULT_PERSONA
 
 
-def build_system_prompt(persona: str, memory_snapshot: str) -> str:
-    parts = [persona.strip(), MEMORY_GUIDANCE]
+def build_system_prompt(persona: str, memory_snapshot: str, threshold: float) -> str:
+    """`threshold`: memory.consolidation.threshold, the fill the guidance names."""
+    parts = [persona.strip(), MEMORY_GUIDANCE.format(threshold=round(threshold * 100))]
     if memory_snapshot:
         parts.append(memory_snapshot)
     return "\n\n".join(parts)

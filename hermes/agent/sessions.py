@@ -47,7 +47,8 @@ class Sessions:
         """A shared session belongs to a chat, not a person: no personal store in it."""
         personal = self.personal(surface) and not shared
         snapshot = self.memory.of(user_id).snapshot() if personal else ""
-        return build_system_prompt(load_persona(self.home), snapshot)
+        threshold = self.memory.config.consolidation.threshold
+        return build_system_prompt(load_persona(self.home), snapshot, threshold)
 
     def open(
         self,

@@ -35,6 +35,7 @@ from hermes.config import MemoryConfig
 from hermes.identity import validate_user_id
 from hermes.llm.types import ChatModel
 from hermes.memory import sweep
+from hermes.memory.consolidation import over_threshold
 from hermes.memory.gate import memory_gate
 from hermes.memory.journal import Actor, reconcile, run_recorded
 from hermes.memory.merge import MergeReport, merge_memory
@@ -51,8 +52,6 @@ from hermes.state.db import SessionDB
 from hermes.state.models import MemoryPending, MemoryVersion
 
 logger = logging.getLogger(__name__)
-
-WARN_PERCENT = 80
 
 
 @dataclass(slots=True)
@@ -93,12 +92,22 @@ class StoreStatus:
     last_consolidated_at: datetime | None = None
     last_summary: str = ""
     damage: str | None = None  # why the file must be fixed by hand
-    needs_consolidation: bool = False
-    last_error: str | None = None
+    needs_consolidation: bool = False  # over the threshold (waiting entries counted)
+    last_error: str | None = None  # of the last consolidation attempt
+    threshold: int = 80  # percent: memory.consolidation.threshold
 
-    @property
-    def nearly_full(self) -> bool:
-        return self.percent >= WARN_PERCENT
+    def remark(self) -> str:
+        """What needs doing, in the words every status display uses ('' when nothing)."""
+        if self.damage:
+            return f"needs fixing by hand: {self.damage}"
+        if not self.needs_consolidation:
+            return ""
+        why = self.last_error or (
+            f"{self.waiting} merged entries waiting"
+            if self.waiting
+            else f"over the {self.threshold}% threshold"
+        )
+        return f"needs consolidation ({why})"
 
 
 class MemoryService:
@@ -414,6 +423,7 @@ class MemoryService:
 
     def status(self, user_id: str) -> list[StoreStatus]:
         memory = self.of(user_id)
+        consolidation = self.config.consolidation
         out = []
         for target in Target:
             if not memory.enabled(target):
@@ -433,8 +443,9 @@ class MemoryService:
                     last_consolidated_at=book.last_consolidated_at,
                     last_summary=book.last_summary or "",
                     damage=state.damage,
-                    needs_consolidation=bool(book.needs_consolidation or state.pending),
+                    needs_consolidation=over_threshold(state.with_pending(), consolidation),
                     last_error=book.last_error,
+                    threshold=round(consolidation.threshold * 100),
                 )
             )
         return out
