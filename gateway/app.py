@@ -29,12 +29,13 @@ from typing import TYPE_CHECKING
 from gateway.config import (
     ConfigError,
     HermesConfig,
-    auxiliary_endpoint,
+    SideTask,
     embeddings_endpoint,
     enabled_platforms,
     judge_wanted,
     main_endpoint,
     provider_settings,
+    side_endpoint,
     transcription_endpoint,
 )
 from hermes.llm.client import LLMClient
@@ -117,22 +118,20 @@ def build_app(
     from hermes.tools.session_search import SummaryPolicy
 
     clients: list[LLMClient] = []
-    aux: LLMClient | None = None
+    search_model: LLMClient | None = None  # None with a given model: it does everything
+    memory_model: LLMClient | None = None
     if model is None:  # 1
         endpoint = main_endpoint(config, env)
         if endpoint is None:
             raise ConfigError("no model is configured (llm.base_url, llm.model)")
         main = LLMClient(endpoint)
         clients.append(main)
-        aux_endpoint = auxiliary_endpoint(config, config.auxiliary.session_search, env)
-        aux = main
-        if aux_endpoint is not None and aux_endpoint != endpoint:
-            aux = LLMClient(aux_endpoint)
-            clients.append(aux)
+        search_model = _side_client(config, SideTask.SESSION_SEARCH, env, clients)
+        memory_model = _side_client(config, SideTask.MEMORY, env, clients)
         model = main
     if provider is None:  # the gateway needs it: a provider that cannot load stops it here
         provider = provider_factory(home, config, env)
-    memory = build_memory(home, config, db, aux or model, provider=provider, env=env)  # 2
+    memory = build_memory(home, config, db, memory_model or model, provider=provider, env=env)
     memory.providers.probe()  # made now, and said in the log if it cannot answer
     people = People(config, db, memory)  # 3
     task = config.auxiliary.session_search
@@ -145,8 +144,8 @@ def build_app(
         home,
         memory,
         config.agent,
-        aux_model=aux,
-        search_summarizer=LLMSummarizer(aux) if aux is not None else None,
+        aux_model=memory_model,
+        search_summarizer=LLMSummarizer(search_model) if search_model is not None else None,
         search_policy=SummaryPolicy(concurrency=task.max_concurrency, timeout_s=task.timeout),
         group_memory=config.privacy.group_memory == "full",
         embedder=embedder,
@@ -160,6 +159,30 @@ def build_app(
     media = MediaIntake(home, config.media, config.transcription, agent, transcriber)
     router = Router(agent, db, people, commands, policy or router_policy(config), media=media)  # 6
     return App(home, config, db, people, agent, commands, router, clients, embedder)
+
+
+def side_model(
+    config: HermesConfig, task: SideTask, env: Mapping[str, str] | None = None
+) -> LLMClient | None:
+    """A client for a side task's model (the caller closes it), None when no model is
+    configured: what the CLI and the scheduler's jobs run consolidation with."""
+    endpoint = side_endpoint(config, task, env)
+    return LLMClient(endpoint) if endpoint is not None else None
+
+
+def _side_client(
+    config: HermesConfig, task: SideTask, env: Mapping[str, str] | None, clients: list[LLMClient]
+) -> LLMClient:
+    """The side task's client, shared with any of `clients` (the main one first) that
+    has the same endpoint; a new one is added to them."""
+    endpoint = side_endpoint(config, task, env)
+    for client in clients:
+        if endpoint is None or client.endpoint == endpoint:
+            return client
+    assert endpoint is not None
+    client = LLMClient(endpoint)
+    clients.append(client)
+    return client
 
 
 def build_embedder(
@@ -268,4 +291,5 @@ __all__ = [
     "build_memory",
     "provider_factory",
     "router_policy",
+    "side_model",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Mapping
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
@@ -170,20 +171,29 @@ def main_endpoint(config: HermesConfig, env: Mapping[str, str] | None = None) ->
     )
 
 
-def auxiliary_endpoint(
-    config: HermesConfig, task: AuxiliaryTaskConfig, env: Mapping[str, str] | None = None
+class SideTask(StrEnum):
+    """The work done beside a turn, each with its section under `auxiliary`."""
+
+    SESSION_SEARCH = "session_search"  # summaries of search hits
+    MEMORY = "memory"  # consolidation, the guard's judge, compression, the session review
+
+
+def side_endpoint(
+    config: HermesConfig, task: SideTask, env: Mapping[str, str] | None = None
 ) -> Endpoint | None:
-    """The model for a side task: the task's model, else auxiliary's, else the main one."""
+    """The one place that decides which model (and timeout) a side task uses: the
+    task's model, else auxiliary's, else the main one; None when none is configured."""
+    section: AuxiliaryTaskConfig = getattr(config.auxiliary, task.value)
     aux, llm = config.auxiliary, config.llm
     base_url = aux.base_url or llm.base_url
-    model = task.model or aux.model or llm.model
+    model = section.model or aux.model or llm.model
     if not base_url or not model:
         return None
     return Endpoint(
         base_url=base_url,
         model=model,
         api_key=_key(aux.api_key_env or llm.api_key_env, env),
-        timeout=task.timeout,
+        timeout=section.timeout,
         max_retries=llm.max_retries,
         temperature=aux.temperature,
         deadline=llm.deadline,

@@ -24,17 +24,17 @@ from gateway.config import (
     CONFIG_FILENAME,
     ConfigError,
     HermesConfig,
-    auxiliary_endpoint,
+    SideTask,
     embeddings_endpoint,
     enabled_platforms,
     judge_wanted,
     load_config,
     main_endpoint,
+    side_endpoint,
 )
 from gateway.platform_config import PlatformConfig, SlackConfig, TelegramConfig
 from gateway.scheduler import read_status
 from gateway.status_file import read_status_file
-from hermes.config import AuxiliaryTaskConfig
 from hermes.llm.client import LLMClient, LLMError
 from hermes.state.db import STATE_DB_FILENAME, SessionDB
 from hermes.state.engine import stored_version
@@ -105,7 +105,7 @@ def check_guard(config: HermesConfig, env: Mapping[str, str] | None) -> Check:
             "memory.scan.judge is off: the rules alone judge memory writes",
             "set memory.scan.judge: on (the auxiliary model, else the chat model, judges)",
         )
-    endpoint = auxiliary_endpoint(config, AuxiliaryTaskConfig(), env)
+    endpoint = side_endpoint(config, SideTask.MEMORY, env)
     if endpoint is None:
         return skip(name, "no model configured: the rules alone judge memory writes")
     return ok(name, f"the model {endpoint.model} judges every memory write")

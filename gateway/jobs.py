@@ -13,10 +13,9 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 
-from gateway.app import build_app, build_memory
-from gateway.config import HermesConfig, auxiliary_endpoint, load_config, main_endpoint
+from gateway.app import build_app, build_memory, side_model
+from gateway.config import HermesConfig, SideTask, load_config, main_endpoint
 from gateway.media import collect_garbage
-from hermes.config import AuxiliaryTaskConfig
 from hermes.llm.client import LLMClient
 from hermes.state.db import SessionDB
 
@@ -27,8 +26,7 @@ logger = logging.getLogger(__name__)
 async def _resources(home: Path) -> AsyncIterator[tuple[HermesConfig, SessionDB, LLMClient | None]]:
     config = load_config(home)
     db = SessionDB.open(home)
-    endpoint = auxiliary_endpoint(config, AuxiliaryTaskConfig()) or main_endpoint(config)
-    model = LLMClient(endpoint) if endpoint else None
+    model = side_model(config, SideTask.MEMORY)
     try:
         yield config, db, model
     finally:

@@ -123,6 +123,9 @@ class MediaConfig(Section):
 class AuxiliaryTaskConfig(Section):
     model: str | None = None  # default: auxiliary.model, then llm.model
     timeout: float = Field(default=20.0, gt=0, le=600)
+
+
+class SearchSummaryConfig(AuxiliaryTaskConfig):
     max_concurrency: int = Field(default=3, ge=1, le=32)
 
 
@@ -133,7 +136,9 @@ class AuxiliaryConfig(Section):
     model: str | None = None
     api_key_env: str | None = None
     temperature: float = Field(default=0.2, ge=0, le=2)
-    session_search: AuxiliaryTaskConfig = AuxiliaryTaskConfig()
+    session_search: SearchSummaryConfig = SearchSummaryConfig()  # summaries of search hits
+    # consolidation, the memory guard's judge, compression summaries, the session review
+    memory: AuxiliaryTaskConfig = AuxiliaryTaskConfig()
 
 
 class EmbeddingsConfig(Section):

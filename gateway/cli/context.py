@@ -81,22 +81,21 @@ class CliContext:
         return People(self.config, db, self.memory(db))
 
     def summarizer(self) -> Summarizer | None:
-        """The auxiliary model for search summaries, if one is configured."""
-        from gateway.config import auxiliary_endpoint
-        from hermes.llm.client import LLMClient
+        """The model for search summaries (the session_search side task), if any."""
+        from gateway.app import side_model
+        from gateway.config import SideTask
         from hermes.llm.summarizer import LLMSummarizer
 
-        endpoint = auxiliary_endpoint(self.config, self.config.auxiliary.session_search)
-        return LLMSummarizer(LLMClient(endpoint)) if endpoint else None
+        model = side_model(self.config, SideTask.SESSION_SEARCH)
+        return LLMSummarizer(model) if model is not None else None
 
     def auxiliary_model(self) -> LLMClient | None:
-        """The model for side tasks (consolidation, review): auxiliary, else main."""
-        from gateway.config import auxiliary_endpoint
-        from hermes.config import AuxiliaryTaskConfig
-        from hermes.llm.client import LLMClient
+        """The model for memory's side tasks (consolidation, the guard's judge), chosen
+        as the gateway chooses it (gateway.app.side_model)."""
+        from gateway.app import side_model
+        from gateway.config import SideTask
 
-        endpoint = auxiliary_endpoint(self.config, AuxiliaryTaskConfig())
-        return LLMClient(endpoint) if endpoint else None
+        return side_model(self.config, SideTask.MEMORY)
 
     def summary_policy(self) -> SummaryPolicy:
         from hermes.tools.session_search import SummaryPolicy

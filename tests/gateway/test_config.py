@@ -77,7 +77,7 @@ def test_example_config_matches_the_defaults() -> None:
 
 
 def test_endpoints_fall_back_from_auxiliary_to_main() -> None:
-    from gateway.config import auxiliary_endpoint, main_endpoint, parse_config
+    from gateway.config import SideTask, main_endpoint, parse_config, side_endpoint
 
     assert main_endpoint(HermesConfig()) is None
     config = parse_config(
@@ -88,7 +88,7 @@ def test_endpoints_fall_back_from_auxiliary_to_main() -> None:
     main = main_endpoint(config, {"MY_KEY": "sk-secret"})
     assert main is not None and (main.model, main.api_key) == ("big", "sk-secret")
     assert "sk-secret" not in repr(main)
-    aux = auxiliary_endpoint(config, config.auxiliary.session_search, {})
+    aux = side_endpoint(config, SideTask.SESSION_SEARCH, {})
     assert aux is not None and aux.model == "small" and aux.api_key is None
     assert aux.base_url == "http://127.0.0.1:11434/v1" and aux.temperature == 0.2
 

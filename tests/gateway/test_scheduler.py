@@ -16,6 +16,8 @@ from gateway import jobs
 from gateway.config import load_config
 from gateway.scheduler import RUN_AT_ONCE, Scheduler, read_status
 from hermes.identity import owner_user_id
+from hermes.llm.client import LLMClient
+from hermes.llm.summarizer import LLMSummarizer
 from hermes.memory import entries as fmt
 from hermes.memory.consolidation import INSTRUCTIONS
 from hermes.state.conversations import NewMessage
@@ -177,4 +179,51 @@ def test_the_idle_job_writes_no_personal_memory_from_a_group_when_group_memory_i
     assert asyncio.run(jobs.idle_sessions(str(home))) == "finalized 2 idle session(s)"
     sources = {e.session_id for e in db.memory_log.memory_events(user)}
     assert sources == {sessions["dm"]}  # the DM was reviewed and saved; the group was not
+    db.close()
+
+
+def test_every_path_consolidates_on_the_same_side_model(home: Path, fake_llm: FakeOpenAI) -> None:
+    """The side model has one home (gateway.config.side_endpoint): with a tiny model
+    for search summaries, consolidation runs on the memory task's model in the gateway,
+    in the scheduler's job and from the CLI alike."""
+    from gateway.app import build_app
+
+    configure(home, fake_llm)
+    with (home / "config.yaml").open("a") as config:
+        config.write(
+            "auxiliary:\n  session_search:\n    model: tiny\n    timeout: 5\n"
+            "  memory:\n    model: careful\n    timeout: 30\n"
+        )
+    consolidations: list[str] = []
+
+    def answer(request: dict[str, Any]) -> Reply:
+        consolidations.append(request["model"])
+        return good_proposal()
+
+    db = SessionDB.open(home)
+    app = build_app(home, load_config(home), db)
+    summarizer = app.agent.search_summarizer
+    assert isinstance(summarizer, LLMSummarizer) and isinstance(app.agent.memory.model, LLMClient)
+    chosen = {
+        "gateway's memory": app.agent.memory.model.endpoint,
+        "search summaries": summarizer.client.endpoint,
+    }
+    assert {use: (e.model, e.timeout) for use, e in chosen.items()} == {
+        "gateway's memory": ("careful", 30.0),
+        "search summaries": ("tiny", 5.0),
+    }
+    fake_llm.responder = answer
+
+    async def in_the_gateway() -> None:
+        await app.agent.memory.check()
+        await app.close()
+
+    for run in (
+        lambda: asyncio.run(in_the_gateway()),
+        lambda: asyncio.run(jobs.consolidation_check(str(home))),
+        lambda: hermes("memory", "consolidate", home=home),
+    ):
+        fill_store(home)
+        run()
+    assert consolidations == ["careful", "careful", "careful"]
     db.close()
