@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import random
 from collections.abc import Awaitable, Callable
 
 from gateway.chunking import chunk
 from gateway.events import ChatRef, OutboundMessage, SendResult
 from gateway.ports import Capabilities, PlatformAdapter
 from hermes import metrics
+from hermes.backoff import Backoff
 from hermes.state.db import SessionDB
 
 logger = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ class Delivery:
     async def attempt(self, call: Callable[[], Awaitable[SendResult]]) -> tuple[SendResult, int]:
         """`call` (a send or an edit) with bounded retries: only what the adapter marks
         retryable is made again; a 429 is waited out exactly as long as asked."""
-        delay = FIRST_BACKOFF_S
+        waits = Backoff(FIRST_BACKOFF_S, MAX_BACKOFF_S)
         result = SendResult(False, error="not sent")
         for attempt in range(1, self.max_attempts + 1):
             result = await call()
@@ -117,8 +117,7 @@ class Delivery:
             if result.retry_after is not None:
                 await asyncio.sleep(result.retry_after)  # exactly what the platform asked
             else:
-                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
-                delay = min(delay * 2, MAX_BACKOFF_S)
+                await asyncio.sleep(waits.next())
         return result, self.max_attempts
 
 

@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import random
 import signal
 import time
 from collections.abc import Mapping
@@ -31,6 +30,7 @@ from gateway.ports import MenuEntry, PlatformAdapter
 from gateway.reminders import ReminderRunner
 from gateway.scheduler import Scheduler
 from gateway.status_file import remove_status_file, write_status_file
+from hermes.backoff import Backoff
 from hermes.memory.sweep import users_with_memory
 from hermes.state.db import SessionDB
 from hermes.state.engine import StateDBError, explain
@@ -182,10 +182,9 @@ class Gateway:
     async def _retry(self, name: str, adapter: PlatformAdapter) -> None:
         """Start `name` again and again, 1 s, 2 s, 4 s... apart (at most
         `gateway.retry_max_seconds`, with jitter so restarts do not march in step)."""
-        cap = self.config.gateway.retry_max_seconds
-        delay = RETRY_FIRST_S
+        waits = Backoff(RETRY_FIRST_S, self.config.gateway.retry_max_seconds)  # cap >= 1 s
         while not self._stopping.is_set():
-            wait = min(cap, delay) * random.uniform(0.8, 1.2)
+            wait = waits.next()
             self.retrying[name] = f"retrying in {wait:.0f} s"
             logger.warning("platform %s: retrying in %.1f s", name, wait)
             if self.started_at is not None:  # keep `hermes gateway status` current
@@ -197,7 +196,6 @@ class Gateway:
                 adapter = registry.build(name, self.platforms[name], self.env, self._menu())
             if await self._start_platform(name, adapter):
                 return
-            delay *= 2
 
     async def _supervise(self) -> None:
         """Every SUPERVISE_S, ask each started platform how its connection is."""

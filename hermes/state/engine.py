@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import random
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +24,7 @@ from sqlalchemy.exc import DatabaseError, OperationalError
 from sqlalchemy.pool import ConnectionPoolEntry
 from sqlmodel import Session, create_engine
 
+from hermes.backoff import Backoff
 from hermes.state import cjk
 from hermes.state.schema import MIGRATIONS, SCHEMA_VERSION
 
@@ -212,19 +212,18 @@ class _Backoff:
     def __init__(self, patience: float) -> None:
         self.patience = patience
         self.deadline = time.monotonic() + patience
-        self.delay = 0.005
+        self.waits = Backoff(first=0.005, cap=0.25, jitter=0.5)
 
     def wait(self, exc: Exception) -> None:
         """Sleep before the next attempt; re-raise `exc` if it is not a lock, give up
         with DatabaseBusyError when the patience is spent."""
         if not is_locked(exc):
             raise exc
-        if time.monotonic() + self.delay > self.deadline:
+        if time.monotonic() + self.waits.peek() > self.deadline:
             raise DatabaseBusyError(
                 f"state.db stayed locked for over {self.patience:g} s; try again"
             ) from exc
-        time.sleep(self.delay * random.uniform(0.5, 1.5))
-        self.delay = min(self.delay * 2, 0.25)
+        time.sleep(self.waits.next())
 
 
 def with_retry(engine: Engine, work: Callable[[Session], T], patience: float) -> T:
