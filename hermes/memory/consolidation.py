@@ -35,6 +35,7 @@ from hermes.llm.client import LLMError
 from hermes.llm.types import ChatModel
 from hermes.memory import entries as fmt
 from hermes.memory.fidelity import is_instruction, meaning_changes
+from hermes.memory.journal import swap_recorded
 from hermes.memory.scanner import scan
 from hermes.memory.store import MemoryStore, StoreState, Target
 from hermes.memory.user_memory import UserMemory
@@ -162,8 +163,9 @@ async def _consolidate_locked(
             return Outcome("rejected", str(exc), **base)
         new_text = fmt.serialize(new_entries)
         pending = (read.pending_raw, "") if read.pending else None
-        if store.compare_and_swap(state.raw, new_text, pending):
-            _journal(db, memory.user_id, store.target, read, proposal, new_text)
+        events, version = _record_of(memory.user_id, store.target, read, proposal, new_text)
+        change = (state.raw, new_text, pending)
+        if swap_recorded(store, db, memory.user_id, change, events=events, version=version):
             return Outcome(
                 "applied", "", len(state.entries), len(new_entries), state.used, len(new_text)
             )
@@ -320,14 +322,10 @@ def _check(ok: bool, problem: str) -> None:
         raise ProposalError(problem)
 
 
-def _journal(  # noqa: PLR0917 - one record of one consolidation, every part needed
-    db: SessionDB,
-    user_id: str,
-    target: Target,
-    state: StoreState,
-    proposal: Proposal,
-    new_text: str,
-) -> None:
+def _record_of(
+    user_id: str, target: Target, state: StoreState, proposal: Proposal, new_text: str
+) -> tuple[list[MemoryEventRecord], VersionRecord]:
+    """The events and version a consolidation is recorded with."""
     old = {i: entry for i, entry in enumerate(state.with_pending().entries, 1)}
     events = [
         MemoryEventRecord(
@@ -352,7 +350,7 @@ def _journal(  # noqa: PLR0917 - one record of one consolidation, every part nee
     version = VersionRecord(user_id, target.value, state.raw, new_text, "consolidator", reason)
     if state.pending:
         version = replace(version, pending_before=state.pending_raw, pending_after="")
-    db.memory_log.record_memory_change(events, version)
+    return events, version
 
 
 def _record(

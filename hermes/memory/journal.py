@@ -1,28 +1,31 @@
-"""Memory writes with provenance that survives a crash.
+"""Memory changes with provenance that survives a crash: one protocol for all of them.
 
-Every change made through the memory service is recorded in state.db (the events with
-their cause, the store's whole text before and after), so `memory why` can say where an
-entry came from and `memory undo` can restore exact bytes. The file and its record are
-kept whole across a crash, in this order:
+Every change of a store, whoever makes it (the tool, `forget`, consolidation, a merge
+of linked accounts, undo), is recorded in state.db (the events with their cause, the
+store's whole text before and after), so `memory why` can say where an entry came from
+and `memory undo` can restore exact bytes. The files and their record are kept whole
+across a crash, in this order:
 
-1. under the store's lock, after the change is decided and before the file is replaced,
-   an *intent* is recorded: the text the file will hold and the events and version to
-   log (one transaction);
-2. the file is replaced (temp file, fsync, rename);
+1. under the store's lock, once the change is decided (the tool decides there; the
+   others decided earlier and check that the store still holds what they read) and
+   before the files are replaced, an *intent* is recorded: the text the file (and the
+   waiting-entries file) will hold and the events and version to log, or the version
+   an undo marks undone (one transaction);
+2. the files are replaced (temp file, fsync, rename);
 3. the intent is completed into its events and version (one transaction).
 
 A process killed between 1 and 3 leaves an intent. `reconcile`, run under the same
-lock before the store is next used, settles it: the file holds the intent's text ->
-completed; it does not -> dropped (the write never happened). Then, if the file differs
-from what its last recorded version says it should hold (a hand edit, or a change by a
-path that crashed between its write and its record: consolidation, merge, undo), the
-difference is recorded as a change made outside Hermes, entry by entry, with a version,
-so `why` explains every entry and `undo` can go back past it.
+lock before the store is next used (every change runs it first), settles it: the files
+hold the intent's text -> completed; they do not -> dropped (the change never
+happened). Then, if the file differs from what its last recorded version says it
+should hold (a hand edit: no path of Hermes writes unrecorded), the difference is
+recorded as a change made outside Hermes, entry by entry, with a version, so `why`
+explains every entry and `undo` can go back past it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from hermes.memory import entries as fmt
@@ -80,6 +83,41 @@ def run_recorded(
     return outcome
 
 
+def swap_recorded(
+    store: MemoryStore,
+    db: SessionDB,
+    user_id: str,
+    change: tuple[str, str, tuple[str, str] | None],
+    *,
+    events: Sequence[MemoryEventRecord],
+    version: VersionRecord,
+    undoes: int | None = None,
+) -> bool:
+    """A change decided away from the lock (consolidation, a merge, undo), made through
+    the same journal as the tool's: `change` = (expected text, new text, pending as
+    (expected, new) or None), written only if the store still holds what was expected;
+    its intent recorded before the files are replaced and completed after, so a crash
+    in between is settled as this change, never as one made outside Hermes. `version`
+    is logged, or with `undoes` that version is marked undone. False: the store changed
+    meanwhile, nothing was written or recorded."""
+    expected, text, pending = change
+    intents: list[int] = []
+
+    def settle(state: StoreState) -> None:
+        _settle(state, store.target, db, user_id)
+
+    def record_intent() -> None:
+        intents.append(db.memory_log.begin_change(events, version, undoes=undoes))
+
+    try:
+        return store.compare_and_swap(
+            expected, text, pending, before_check=settle, before_write=record_intent
+        )
+    finally:
+        for intent in intents:
+            db.memory_log.complete_change(intent)
+
+
 def reconcile(store: MemoryStore, db: SessionDB, user_id: str) -> None:
     """Settle what a crash left between a store and its record (see the module doc)."""
 
@@ -96,11 +134,11 @@ def reconcile(store: MemoryStore, db: SessionDB, user_id: str) -> None:
 def _settle(state: StoreState, store_target: Target, db: SessionDB, user_id: str) -> None:
     log, target = db.memory_log, store_target.value
     intents, expected = log.unsettled(user_id, target)  # one read, nothing to do mostly
-    for intent_id, text_after in intents:
-        if state.raw == text_after:
-            log.complete_change(intent_id)
+    for intent in intents:
+        if intent.made(state.raw, state.pending_raw):
+            log.complete_change(intent.id)
         else:
-            log.drop_change(intent_id)
+            log.drop_change(intent.id)
     if intents:
         expected = log.expected_text(user_id, target)
     if expected is None or expected == state.raw:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from hermes.config import MemoryConfig
 from hermes.memory import entries as fmt
+from hermes.memory.journal import swap_recorded
 from hermes.memory.store import MemoryStore, Target
 from hermes.memory.user_memory import UserMemory
 from hermes.state.db import SessionDB
@@ -124,28 +125,26 @@ def _merge_store(
                 waiting.append(entry)
         new_text = fmt.serialize(entries)
         new_pending = fmt.serialize(waiting) if waiting else ""
-        if store.compare_and_swap(state.raw, new_text, (state.pending_raw, new_pending)):
-            parked = waiting[len(state.pending) :]
-            events = [
-                MemoryEventRecord(user_id, store.target.value, "merge", None, e, "user")
-                for e in added
-            ] + [
-                MemoryEventRecord(user_id, store.target.value, "merge_pending", None, e, "user")
-                for e in parked
-            ]
-            if events:
-                db.memory_log.record_memory_change(
-                    events,
-                    VersionRecord(
-                        user_id,
-                        store.target.value,
-                        state.raw,
-                        new_text,
-                        "user",
-                        reason="merge of a linked account",
-                        pending_before=state.pending_raw,
-                        pending_after=new_pending,
-                    ),
-                )
+        parked = waiting[len(state.pending) :]
+        if not added and not parked:
+            return 0, 0  # everything incoming is there already: nothing to write
+        events = [
+            MemoryEventRecord(user_id, store.target.value, "merge", None, e, "user") for e in added
+        ] + [
+            MemoryEventRecord(user_id, store.target.value, "merge_pending", None, e, "user")
+            for e in parked
+        ]
+        version = VersionRecord(
+            user_id,
+            store.target.value,
+            state.raw,
+            new_text,
+            "user",
+            reason="merge of a linked account",
+            pending_before=state.pending_raw,
+            pending_after=new_pending,
+        )
+        change = (state.raw, new_text, (state.pending_raw, new_pending))
+        if swap_recorded(store, db, user_id, change, events=events, version=version):
             return len(added), len(parked)
     raise MergeError(f"{store.path} kept changing during the merge; try again")

@@ -167,14 +167,25 @@ class MemoryStore:
             return result
 
     def compare_and_swap(
-        self, expected: str, text: str, pending: tuple[str, str] | None = None
+        self,
+        expected: str,
+        text: str,
+        pending: tuple[str, str] | None = None,
+        *,
+        before_check: Callable[[StoreState], None] | None = None,
+        before_write: Callable[[], None] | None = None,
     ) -> bool:
         """Write `text` only if the file still reads exactly `expected`; under the lock.
 
         With `pending` = (expected, new), the waiting-entries file must match too and is
-        replaced in the same critical section ('' means no file).
+        replaced in the same critical section ('' means no file). Under the lock,
+        `before_check` gets the store as read first, and `before_write` runs once the
+        comparison holds, just before the files are replaced (the journal's hooks, as
+        for `mutate`).
         """
         with self._io(), self._locked():
+            if before_check is not None:
+                before_check(self.read())
             try:
                 current = _read_text(self.path)
                 waiting = _read_text(self.pending_path)
@@ -182,6 +193,8 @@ class MemoryStore:
                 return False
             if current != expected or (pending is not None and waiting != pending[0]):
                 return False
+            if before_write is not None:
+                before_write()
             if pending is not None and pending[1] != waiting:
                 if pending[1]:
                     self._atomic_write(pending[1], self.pending_path)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from hermes.memory.journal import swap_recorded
 from hermes.memory.store import Target
 from hermes.memory.user_memory import UserMemory
 from hermes.state.db import SessionDB
-from hermes.state.memory_log import MemoryEventRecord
+from hermes.state.memory_log import MemoryEventRecord, VersionRecord
 
 
 def undo_last(memory: UserMemory, db: SessionDB, actor: str = "user") -> tuple[bool, str]:
@@ -18,17 +19,28 @@ def undo_last(memory: UserMemory, db: SessionDB, actor: str = "user") -> tuple[b
     pending = None
     if version.pending_before is not None or version.pending_after is not None:
         pending = (version.pending_after or "", version.pending_before or "")
-    if not store.compare_and_swap(version.text_after, version.text_before, pending):
+    event = MemoryEventRecord(
+        memory.user_id, target.value, "undo", version.text_after, version.text_before, actor
+    )
+    swap = VersionRecord(  # what the files go from and to: the version, backwards
+        memory.user_id,
+        target.value,
+        version.text_after,
+        version.text_before,
+        actor,
+        reason="undo",
+        pending_before=None if pending is None else pending[0],
+        pending_after=None if pending is None else pending[1],
+    )
+    change = (version.text_after, version.text_before, pending)
+    done = swap_recorded(
+        store, db, memory.user_id, change, events=[event], version=swap, undoes=version.id
+    )
+    if not done:
         return False, (
             f"The {target.noun.lower()} changed after the last recorded change "
             "(edited by hand?); nothing was undone."
         )
-    db.memory_log.mark_undone(
-        version.id,
-        MemoryEventRecord(
-            memory.user_id, target.value, "undo", version.text_after, version.text_before, actor
-        ),
-    )
     what = "consolidation" if version.actor == "consolidator" else version.reason or "change"
     when = f"{version.created_at:%Y-%m-%d %H:%M} UTC"
     return True, f"Undid the last {what} of the {target.noun.lower()} ({when})."

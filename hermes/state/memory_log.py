@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import or_, update
+from sqlalchemy import or_
 from sqlmodel import Session, col, select
 
 from hermes.state import engine as eng
@@ -34,6 +34,24 @@ class VersionRecord:
     reason: str = ""
     pending_before: str | None = None  # the waiting-entries file, when the change touched it
     pending_after: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    """A change recorded before its files were replaced, not yet completed."""
+
+    id: int
+    text_after: str  # what the store's file holds once the change is made
+    pending_after: str | None  # and its waiting-entries file, when the change touched it
+
+    def made(self, raw: str, pending_raw: str) -> bool:
+        """Whether files reading `raw` (and `pending_raw`) hold this change."""
+        return raw == self.text_after and self.pending_after in (None, pending_raw)
+
+
+def _intent(intent_id: int, text_after: str, planned: str) -> Intent:
+    pending = json.loads(planned).get("version", {}).get("pending_after")
+    return Intent(int(intent_id), str(text_after), pending)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,23 +92,31 @@ class MemoryLogDB:
 
     # -- crash-safe changes: intent first, completed once the file holds the new text ----
 
-    def begin_change(self, events: Sequence[MemoryEventRecord], version: VersionRecord) -> int:
-        """Record what is about to be written; returns the intent's id. (Plain SQL on
-        the pooled connection: every memory write pays for this and complete_change.)"""
+    def begin_change(
+        self,
+        events: Sequence[MemoryEventRecord],
+        version: VersionRecord,
+        *,
+        undoes: int | None = None,
+    ) -> int:
+        """Record what is about to be written; returns the intent's id. `version` says
+        what the store(s) go from and to; it is logged as a new version, or, with
+        `undoes`, that version is marked undone instead. (Plain SQL on the pooled
+        connection: every memory change pays for this and complete_change.)"""
         # the texts are the intent's own columns, never copied into `planned`: every
         # byte here is written twice (the intent, then its completion)
         version_fields = _fields(version)
         del version_fields["text_before"], version_fields["text_after"]
-        planned = json.dumps(
-            {"events": [_fields(e) for e in events], "version": version_fields},
-            ensure_ascii=False,
-        )
+        planned: dict[str, Any] = {"events": [_fields(e) for e in events]}
+        planned["version"] = version_fields
+        if undoes is not None:
+            planned["undoes"] = undoes
         row = (
             version.user_id,
             version.target,
             version.text_before,
             version.text_after,
-            planned,
+            json.dumps(planned, ensure_ascii=False),
             eng.sql_time(utcnow()),
         )
 
@@ -114,7 +140,10 @@ class MemoryLogDB:
             now = eng.sql_time(utcnow())
             raw.execute(_ENSURE_USER, (version["user_id"], now))
             raw.executemany(_INSERT_EVENT, [(*_event_row(e), now) for e in planned["events"]])
-            raw.execute(_INSERT_VERSION, (*_version_row(version), now))
+            if "undoes" in planned:
+                raw.execute(_MARK_UNDONE, (now, planned["undoes"]))
+            else:
+                raw.execute(_INSERT_VERSION, (*_version_row(version), now))
             raw.execute(_DELETE_INTENT, (intent_id,))
             return True
 
@@ -130,7 +159,7 @@ class MemoryLogDB:
         """What the store should hold after its last recorded change (None: no history)."""
         return self.unsettled(user_id, target)[1]
 
-    def unsettled(self, user_id: str, target: str) -> tuple[list[tuple[int, str]], str | None]:
+    def unsettled(self, user_id: str, target: str) -> tuple[list[Intent], str | None]:
         """(open intents, expected text) of one store, in one read."""
 
         def read(raw: sqlite3.Connection) -> tuple[list[Any], Any]:
@@ -139,7 +168,7 @@ class MemoryLogDB:
 
         intents, last = eng.with_raw_retry(self.engine, read, self.patience, begin="DEFERRED")
         expected = None if last is None else (last[0] if last[2] else last[1])
-        return [(int(i), str(text)) for i, text in intents], expected
+        return [_intent(*row) for row in intents], expected
 
     def last_version(self, user_id: str) -> MemoryVersion | None:
         with eng.reading(self.engine) as session:
@@ -150,17 +179,6 @@ class MemoryLogDB:
                 .limit(1)
             )
             return session.exec(query).first()
-
-    def mark_undone(self, version_id: int, event: MemoryEventRecord) -> None:
-        def work(session: Session) -> None:
-            session.execute(
-                update(MemoryVersion)
-                .where(col(MemoryVersion.id) == version_id)
-                .values(undone_at=utcnow())
-            )
-            session.add(MemoryEvent(**_fields(event)))
-
-        eng.with_retry(self.engine, work, self.patience)
 
     def consolidation_state(self, user_id: str, target: str) -> ConsolidationState:
         with eng.reading(self.engine) as session:
@@ -303,8 +321,10 @@ _INSERT_VERSION = (
     f"VALUES ({', '.join('?' * (len(_VERSION_COLUMNS) + 1))})"
 )
 _OPEN_INTENTS = (
-    "SELECT id, text_after FROM memory_intents WHERE user_id = ? AND target = ? ORDER BY id"
+    "SELECT id, text_after, planned FROM memory_intents WHERE user_id = ? AND target = ? "
+    "ORDER BY id"
 )
+_MARK_UNDONE = "UPDATE memory_versions SET undone_at = ? WHERE id = ?"
 _LAST_VERSION = (
     "SELECT text_before, text_after, undone_at IS NOT NULL FROM memory_versions "
     "WHERE user_id = ? AND target = ? ORDER BY id DESC LIMIT 1"

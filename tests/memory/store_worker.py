@@ -67,6 +67,27 @@ def journal_forever(home: Path, user_id: str) -> None:
         print(n, flush=True)
 
 
+def undo_forever(home: Path, user_id: str) -> None:
+    """A recorded add, then its undo (a change decided before the lock, made by
+    compare-and-swap), again and again until killed."""
+    from hermes.memory.journal import run_recorded
+    from hermes.memory.undo import undo_last
+    from hermes.state.db import SessionDB
+
+    db = SessionDB.open(home)
+    tool = MemoryTool(UserMemory(home, user_id, MemoryConfig()))
+    n = int(time.time() * 1000) % 10_000_000
+    while True:
+        n += 1
+        args = {"target": "memory", "action": "add", "content": f"fact number {n}"}
+        if not run_recorded(tool, db, args, actor="agent").ok:
+            raise SystemExit("add failed")
+        done, message = undo_last(tool.memory, db)
+        if not done:
+            raise SystemExit(f"undo failed: {message}")
+        print(n, flush=True)
+
+
 def _wait_until(start_at: float) -> None:
     time.sleep(max(0.0, start_at - time.time()))
 
@@ -117,6 +138,8 @@ if __name__ == "__main__":
         rewrite_forever(Path(rest[0]), int(rest[1]))
     elif command == "journal":
         journal_forever(Path(rest[0]), rest[1])
+    elif command == "undo":
+        undo_forever(Path(rest[0]), rest[1])
     elif command == "link":
         link(Path(rest[0]), rest[1], rest[2], rest[3], float(rest[4]))
     elif command == "remember":
