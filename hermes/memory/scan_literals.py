@@ -31,25 +31,68 @@ _MIN_SELECTIVE = 2  # a one-letter ASCII literal filters nothing
 
 
 @functools.cache
-def required(pattern: str) -> Literals | None:
-    """Strings one of which occurs in every match of `pattern` (None: no prefilter)."""
+def required(pattern: str, *, folded: bool = False) -> Literals | None:
+    """Strings one of which occurs in every match of `pattern` (None: no prefilter).
+
+    A pattern with case-insensitive parts has none, unless `folded`: then its strings
+    are case-folded (`fold`), and one of them occurs in every match's `fold`."""
     try:
         tree = parser.parse(pattern)
-        if tree.state.flags & c.SRE_FLAG_IGNORECASE:
+        if tree.state.flags & c.SRE_FLAG_IGNORECASE and not folded:
             return None
     except (re.error, RecursionError, ValueError):
         return None
-    found = _sequence(list(tree))
+    found = _sequence(list(tree), folded)
     if found is None or not all(_selective(s) for s in found):
         return None
-    return found
+    return frozenset(fold(s) for s in found) if folded else found
+
+
+FOLDED = "\0"  # marks a folded string in what Prefilter.present returns
+
+
+def needs(pattern: str | re.Pattern[str]) -> Literals | None:
+    """What `pattern` needs among what `Prefilter.present` returns: its required strings,
+    else its folded ones (marked with FOLDED), else None (it may match anything). A
+    compiled pattern's own IGNORECASE flag counts."""
+    source, flags = (pattern, 0) if isinstance(pattern, str) else (pattern.pattern, pattern.flags)
+    found = None if flags & re.IGNORECASE else required(source)
+    if found is not None:
+        return found
+    loose = required(source, folded=True)
+    return None if loose is None else frozenset(FOLDED + s for s in loose)
+
+
+def fold(text: str) -> str:
+    """`text` with every character the regex engine's IGNORECASE takes as equal made
+    the same, one character for one: U+0130 (whose full lowercase is two characters)
+    read as the 'i' the engine lowers it to, lowercased, and each class of the
+    engine's extra equivalences (re._casefix: ı and i, ſ and s, the Greek and Cyrillic
+    variant forms) read as one of its members. Checked against every code point in
+    tests/memory/test_scan_shapes.py."""
+    return text.translate(_BEFORE_LOWER).lower().translate(_same_case())
+
+
+_BEFORE_LOWER = {0x130: "i"}
+
+
+@functools.cache
+def _same_case() -> dict[int, int]:
+    import re._casefix as casefix  # noqa: PLC0415 - the engine's own table, read once
+
+    table: dict[int, int] = {}
+    for code, others in casefix._EXTRA_CASES.items():
+        members = {code, *others}
+        first = min(members)
+        table.update({member: first for member in members if member != first})
+    return table
 
 
 def _selective(text: str) -> bool:
     return len(text) >= _MIN_SELECTIVE or not text.isascii()
 
 
-def _sequence(items: list[tuple[Any, Any]]) -> Literals | None:
+def _sequence(items: list[tuple[Any, Any]], folded: bool) -> Literals | None:
     candidates: list[Literals] = []
     run = ""
     for op, value in items:
@@ -61,7 +104,7 @@ def _sequence(items: list[tuple[Any, Any]]) -> Literals | None:
         if run:
             candidates.append(frozenset({run}))
             run = ""
-        inner = _node(op, value)
+        inner = _node(op, value, folded)
         if inner is not None:
             candidates.append(inner)
     if run:
@@ -69,22 +112,22 @@ def _sequence(items: list[tuple[Any, Any]]) -> Literals | None:
     return max(candidates, key=_selectivity, default=None)
 
 
-def _node(op: Any, value: Any) -> Literals | None:
+def _node(op: Any, value: Any, folded: bool) -> Literals | None:
     if op is c.ATOMIC_GROUP:  # (?>...): a group like any other here
         op, value = c.SUBPATTERN, (None, 0, 0, value)
     if op is c.SUBPATTERN:
         _, added, _, content = value
-        if added & c.SRE_FLAG_IGNORECASE:  # its letters may come in either case
+        if added & c.SRE_FLAG_IGNORECASE and not folded:  # letters may come in either case
             return None
-        return _sequence(list(content))
+        return _sequence(list(content), folded)
     if op is c.BRANCH:
-        branches = [_sequence(list(branch)) for branch in value[1]]
+        branches = [_sequence(list(branch), folded) for branch in value[1]]
         if any(b is None for b in branches):
             return None
         return frozenset().union(*(b for b in branches if b is not None))
     if op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT):
         least, _, content = value
-        return _sequence(list(content)) if least >= 1 else None
+        return _sequence(list(content), folded) if least >= 1 else None
     return None  # a character class, any character, a back reference: nothing literal
 
 
@@ -95,25 +138,34 @@ def _selectivity(found: Literals) -> tuple[int, int]:
 class Prefilter:
     """Which of the required strings of `patterns` occur in a text, found in one pass."""
 
-    def __init__(self, patterns: Iterable[str]) -> None:
+    def __init__(self, patterns: Iterable[str | re.Pattern[str]]) -> None:
         import ahocorasick  # noqa: PLC0415 - on the first scan only
 
-        self._automaton = ahocorasick.Automaton()
+        self._exact = ahocorasick.Automaton()
+        self._folded = ahocorasick.Automaton()
         for pattern in patterns:
-            for text in required(pattern) or ():
-                self._automaton.add_word(text, text)
-        self._automaton.make_automaton()
+            for text in needs(pattern) or ():
+                if text.startswith(FOLDED):
+                    self._folded.add_word(text.removeprefix(FOLDED), text)
+                else:
+                    self._exact.add_word(text, text)
+        for automaton in (self._exact, self._folded):
+            if len(automaton):
+                automaton.make_automaton()
 
     def present(self, text: str) -> frozenset[str]:
-        """The required strings that occur in `text`."""
-        return frozenset(found for _, found in self._automaton.iter(text))
+        """The strings `needs` names that occur in `text` (folded ones in its `fold`)."""
+        found = {found for _, found in self._exact.iter(text)} if len(self._exact) else set()
+        if len(self._folded):
+            found.update(found for _, found in self._folded.iter(fold(text)))
+        return frozenset(found)
 
 
 def may_match(pattern: str, present: frozenset[str]) -> bool:
-    """False only when `pattern` cannot match the text whose required strings that
-    occur are `present` (Prefilter.present); True when it may."""
-    found = required(pattern)
+    """False only when `pattern` cannot match the text whose strings found are
+    `present` (Prefilter.present); True when it may."""
+    found = needs(pattern)
     return found is None or not found.isdisjoint(present)
 
 
-__all__ = ["Prefilter", "may_match", "required"]
+__all__ = ["FOLDED", "Prefilter", "fold", "may_match", "needs", "required"]

@@ -35,7 +35,7 @@ import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hermes.memory.scan_literals import Prefilter, may_match, required
+from hermes.memory.scan_literals import Prefilter, may_match, needs, required
 from hermes.memory.scan_rules import RULES, TITLE, Category, Rule, compiled
 
 MAX_SCAN_CHARS = 8000
@@ -406,6 +406,24 @@ def _scan_hidden(text: str) -> Finding | None:
     return None
 
 
+_Rules = tuple[Prefilter, list[tuple[re.Pattern[str], str, frozenset[str] | None]]]
+
+
+def _first(rules: _Rules, text: str) -> str:
+    """The reason of the first rule that matches `text` ('' if none), each rule run only
+    when the strings it needs are there."""
+    prefilter, listed = rules
+    present = prefilter.present(text)
+    for pattern, reason, words in listed:
+        if (words is None or not words.isdisjoint(present)) and pattern.search(text):
+            return reason
+    return ""
+
+
+def _rules(patterns: list[tuple[re.Pattern[str], str]]) -> _Rules:
+    return Prefilter(p for p, _ in patterns), [(p, reason, needs(p)) for p, reason in patterns]
+
+
 def _views(text: str) -> list[str]:
     """The normalized text, and the same with the usual disguises undone.
 
@@ -560,11 +578,12 @@ def _decodings(text: str) -> list[tuple[str, str]]:
             decoded = _printable(bytes.fromhex(digits))
             if decoded:
                 out.append(("hex", decoded))
-    if _PERCENT.search(text):
+    # each of these needs its one sign (or number): looked for first, it is far cheaper
+    if "%" in text and _PERCENT.search(text):
         out.append(("percent", urllib.parse.unquote(text)))
-    if _ENTITY.search(text):
+    if "&" in text and _ENTITY.search(text):
         out.append(("HTML-entity", html.unescape(text)))
-    if _ROT13.search(text):
+    if "13" in text and _ROT13.search(text):
         out.append(("rot13", codecs.decode(text, "rot13")))
     return out
 
@@ -588,14 +607,12 @@ def find_secret(text: str) -> Finding | None:
 
 
 def _scan_secrets(text: str) -> Finding | None:
-    nfkc = unicodedata.normalize("NFKC", text)
-    present = _secret_prefilter().present(nfkc)
-    for pattern, reason in _SECRET_RULES:
-        if may_match(pattern.pattern, present) and pattern.search(nfkc):
-            return Finding(Category.SECRET, reason)
-    return None
+    found = _first(_secret_rules(), unicodedata.normalize("NFKC", text))
+    return Finding(Category.SECRET, found) if found else None
 
 
 @functools.cache
-def _secret_prefilter() -> Prefilter:
-    return Prefilter(pattern for pattern, _ in _SECRETS)
+def _secret_rules() -> _Rules:
+    """The secrets' prefilter, and each rule with the strings it needs (case-insensitive
+    ones folded): read once, at the first scan."""
+    return _rules(_SECRET_RULES)

@@ -193,3 +193,62 @@ def test_views_made_line_by_line_are_the_views_of_the_whole_text() -> None:
         base, joined, unleet, despaced = _line_views_of(text)  # every step on the whole
         whole = list(dict.fromkeys([base, base.replace("\n", " "), joined, unleet, despaced]))
         assert _views(text) == whole, repr(text)
+
+
+def test_folding_makes_equal_every_character_the_engine_takes_as_equal() -> None:
+    """The secrets' case-insensitive rules are prefiltered on folded text: for every
+    character of their folded strings, each code point that IGNORECASE matches to it
+    must fold to the same character, or the prefilter could hide a match."""
+    import re
+
+    from hermes.memory.scan_literals import FOLDED, fold
+    from hermes.memory.scanner import _secret_rules
+
+    listed = _secret_rules()[1]
+    strings = {w for _, _, words in listed for w in words or () if w[0] == FOLDED}
+    assert strings, "no case-insensitive rule is prefiltered: this test checks nothing"
+    letters = {ch for w in strings for ch in w.removeprefix(FOLDED)}
+    every = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF)
+    for letter in sorted(letters):
+        for match in re.finditer(re.escape(letter), every, re.IGNORECASE):
+            assert fold(match.group()) == fold(letter), (letter, f"U+{ord(match.group()):04X}")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "PASSWORD: Hunter2Hunter2",
+        "Paſſword: Hunter2Hunter2",  # a long s, which IGNORECASE takes for an s
+        "MOT DE PASSE : Soleil2024x",
+        "ПАРОЛЬ: Zima2024zima",
+        "Bearer abcdefghijklmnopqrstuvwxyz0123",
+        "POSTGRES://admin:s3cretpw@db.internal/prod",
+    ],
+)
+def test_case_insensitive_secrets_are_found_in_any_case(text: str) -> None:
+    found = scan(text)
+    assert found is not None and found.category is Category.SECRET, text
+
+
+def test_the_secret_prefilter_never_hides_a_match() -> None:
+    """Every secret rule that matches a text of the corpora (and their upper- and
+    title-cased forms) finds one of the strings it needs there."""
+    import json
+    from pathlib import Path
+
+    from hermes.memory.scanner import _secret_rules
+
+    data = Path(__file__).parent / "data"
+    texts = [a["text"] for a in json.loads((data / "guard_corpus.json").read_text())["attacks"]]
+    texts += json.loads((data / "scan_attacks.json").read_text())
+    texts += [a["text"] for a in json.loads((data / "guard_corpus.json").read_text())["benign"]]
+    texts += [t.upper() for t in texts] + [t.title() for t in texts]
+    checked = 0
+    for prefilter, listed in [_secret_rules()]:
+        for text in texts:
+            present = prefilter.present(text)
+            for pattern, _, words in listed:
+                if words is not None and pattern.search(text):
+                    checked += 1
+                    assert not words.isdisjoint(present), (pattern.pattern[:60], text)
+    assert checked > 40, f"only {checked} matches: the corpora do not exercise the rules"
