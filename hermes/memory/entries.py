@@ -44,6 +44,9 @@ def has_separator_line(content: str) -> bool:
 def _split(text: str) -> list[str]:
     # A separator line may carry stray spaces when edited by hand ("§ "), and the
     # file may start or end with one; split on any line whose stripped text is "§".
+    parts_fast = text.split(SEPARATOR)
+    if text.count("§") == len(parts_fast) - 1:  # every § is in a plain separator
+        return parts_fast
     parts: list[list[str]] = [[]]
     for line in text.split("\n"):
         if line.strip() == "§":

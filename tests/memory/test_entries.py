@@ -42,3 +42,26 @@ def test_separator_line_detection() -> None:
     assert fmt.has_separator_line("a\n§\nb")
     assert fmt.has_separator_line("a\n  §  \nb")
     assert not fmt.has_separator_line("cost § 5")
+
+
+def test_the_quick_split_agrees_with_the_line_by_line_one() -> None:
+    """Files Hermes writes split on the plain separator; any other '§' (hand-edited
+    separators with spaces, one at the start or end, a '§' inside an entry) takes the
+    line-by-line way: both must give the same entries, on texts made of every piece."""
+    import random
+
+    rng = random.Random(9)
+    pieces = ["a", "b c", "\n", "§", " § ", "\n§\n", "\r\n", "§x", "\t§", " "]
+
+    def by_lines(text: str) -> list[str]:
+        parts: list[list[str]] = [[]]
+        for line in text.replace("\r\n", "\n").split("\n"):
+            if line.strip() == "§":
+                parts.append([])
+            else:
+                parts[-1].append(line)
+        return fmt.dedupe("\n".join(lines).strip() for lines in parts)
+
+    for _ in range(20_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        assert fmt.parse(text) == by_lines(text), repr(text)
