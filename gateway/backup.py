@@ -106,7 +106,11 @@ def create(
         if target.parent == home / BACKUPS_DIR:
             ensure_private_dir(target.parent)
         else:
-            raise BackupError(f"{target.parent} is not a folder")
+            what = "is not a folder" if target.parent.exists() else "does not exist"
+            raise BackupError(
+                f"{target.parent} {what}: create it (owned by the user Hermes runs as) "
+                "or choose another path"
+            )
     with tempfile.TemporaryDirectory(prefix="hermes-backup-") as scratch:
         entries: list[tuple[str, Path]] = []
         if (home / STATE_DB_FILENAME).exists():

@@ -30,7 +30,7 @@ class InstanceLock:
             os.close(fd)
             raise AlreadyRunningError(
                 f"a gateway is already running for {self.path.parent} (pid {held}); stop it "
-                "first (systemctl stop hermes, or kill that pid) or use another HERMES_HOME"
+                "first (systemctl stop hermes-gateway, or kill that pid) or use another HERMES_HOME"
             ) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())

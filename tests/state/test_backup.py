@@ -203,12 +203,18 @@ def test_restore_waits_for_no_gateway_and_bad_paths_are_clear(home: Path) -> Non
     try:
         shown = hermes("backup", "restore", str(archive), "--force", home=home)
         assert shown.returncode == 1 and "already running" in shown.stderr
+        unit = "hermes-gateway"  # deploy/hermes-gateway.service: the name to stop it by
+        assert (Path(__file__).parents[2] / "deploy" / f"{unit}.service").exists()
+        assert f"systemctl stop {unit}" in " ".join(shown.stderr.split())
     finally:
         lock.release()
     missing = hermes("backup", "restore", str(home.parent / "nope.tar.gz"), home=home)
     assert missing.returncode == 2 and "no such file" in missing.stderr
     nowhere = hermes("backup", "create", str(home.parent / "no" / "dir" / "b.tgz"), home=home)
-    assert nowhere.returncode == 1 and "not a folder" in nowhere.stderr
+    assert nowhere.returncode == 1 and "no/dir does not exist: create it" in nowhere.stderr
+    (home.parent / "file").write_text("")
+    a_file = hermes("backup", "create", str(home.parent / "file" / "b.tgz"), home=home)
+    assert a_file.returncode == 1 and "is not a folder" in a_file.stderr
     again = hermes("backup", "create", str(archive), home=home)
     assert again.returncode == 1 and "already exists" in again.stderr
     assert "Traceback" not in missing.stderr + nowhere.stderr + again.stderr
