@@ -33,22 +33,29 @@ class CliContext:
     config: HermesConfig
 
     @classmethod
-    def load(cls) -> CliContext:
-        from gateway.config import ConfigError, load_config, resolve_home
+    def load(cls, *, reading: bool = False) -> CliContext:
+        """The home and its config. `reading`: a command that only shows what is there,
+        which never creates a home that does not exist (it says where it looked)."""
+        from gateway.config import ConfigError, load_config
 
-        home = resolve_home()
-        check_owner(home)
+        home = CliContext.home_only(reading=reading)
         try:
             return cls(home, load_config(home))
         except ConfigError as exc:
             fail(str(exc), EXIT_USAGE)
 
     @staticmethod
-    def home_only() -> Path:
+    def home_only(*, reading: bool = False) -> Path:
         """The home folder, for commands that must work before a config exists."""
         from gateway.config import resolve_home
 
         home = resolve_home()
+        if reading and not home.exists():
+            fail(
+                f"there is no Hermes home at {home} (HERMES_HOME): nothing to show. Is "
+                "HERMES_HOME right? (`hermes init` makes a new home.)",
+                EXIT_USAGE,
+            )
         check_owner(home)
         return home
 

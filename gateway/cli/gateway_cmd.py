@@ -65,7 +65,7 @@ def run(
 @gateway_app.command("status")
 def gateway_status(as_json: AsJson = False) -> None:
     """Whether a gateway is running for this HERMES_HOME, its platforms and uptime."""
-    home = CliContext.home_only()
+    home = CliContext.home_only(reading=True)
     found = read_status_file(home)
     if as_json:
         print_json({"home": str(home), "running": bool(found and found.running), "last": found})
@@ -97,7 +97,7 @@ def status(as_json: AsJson = False) -> None:
     """Jobs with their interval, next run and last result."""
     from gateway.scheduler import read_status
 
-    ctx = CliContext.load()
+    ctx = CliContext.load(reading=True)
     db = ctx.open_db()
     if as_json:
         print_json(read_status(ctx.home, ctx.config, db))

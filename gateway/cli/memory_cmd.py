@@ -57,7 +57,7 @@ def status(
     """Usage per store: chars used / limit, percent and entry count."""
     from hermes.memory import sweep
 
-    ctx = CliContext.load()
+    ctx = CliContext.load(reading=True)
     service = ctx.memory(ctx.open_db())
     if as_json:
         users = sweep.users_with_memory(ctx.home) if all_users else [ctx.user_id(user)]
@@ -112,7 +112,7 @@ def pending(
     them is in any prompt until the model has judged it."""
     import asyncio
 
-    ctx = CliContext.load()
+    ctx = CliContext.load(reading=not retry)
     db = ctx.open_db()
     if retry:
         report = asyncio.run(_settle(ctx, db))
@@ -199,7 +199,7 @@ def show(
     from hermes.memory.render import render
     from hermes.memory.scanner import scan
 
-    memory = _memory(user)
+    memory = _memory(user, CliContext.load(reading=True))
     targets = [target] if target else memory.enabled_targets()
     for one in targets:
         state = memory.store(one).read() if memory.enabled(one) else None
@@ -352,7 +352,7 @@ def why(
     user: UserOpt = None,
 ) -> None:
     """Provenance: which conversation produced an entry, and every change to it."""
-    ctx = CliContext.load()
+    ctx = CliContext.load(reading=True)
     db = ctx.open_db()
     user_id = ctx.user_id(user)
     ctx.memory(db).reconcile(user_id)
@@ -400,7 +400,7 @@ def providers(as_json: AsJson = False) -> None:
     """Every memory provider Hermes can find, what it needs, and whether it can run."""
     from hermes.providers import registry
 
-    ctx = CliContext.load()
+    ctx = CliContext.load(reading=True)
     rows = []
     for found in registry.discover(ctx.home).values():
         available, reason, needs = False, found.error, ""

@@ -24,7 +24,7 @@ def list_(
     """Reminders with their next run, where they go and whose they are."""
     from hermes.reminders import local
 
-    ctx = CliContext.load()
+    ctx = CliContext.load(reading=True)
     db = ctx.open_db()
     user_id = None
     if user is not None:

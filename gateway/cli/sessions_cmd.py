@@ -28,7 +28,7 @@ def list_(
     as_json: AsJson = False,
 ) -> None:
     """The most recent sessions."""
-    ctx = CliContext.load()
+    ctx = CliContext.load(reading=True)
     db = ctx.open_db()
     chats = db.conversations.list_sessions(ctx.user_id(user), platform, limit)
     if as_json:
@@ -77,7 +77,7 @@ def search(
     from hermes.state.search import SearchScope
     from hermes.tools.session_search import SessionSearchTool
 
-    ctx = CliContext.load()
+    ctx = CliContext.load(reading=True)
     db = ctx.open_db()
     summarizer = None if no_summary else ctx.summarizer()
     scope = SearchScope(ctx.user_id(user))
@@ -120,7 +120,7 @@ def show(session_id: str, user: UserOpt = None) -> None:
     """Every message of one session."""
     from hermes.state.transfer import export_markdown
 
-    ctx = CliContext.load()
+    ctx = CliContext.load(reading=True)
     db = ctx.open_db()
     user_id = ctx.user_id(user)
     chat = db.conversations.get_session(session_id, user_id)
@@ -147,7 +147,7 @@ def export(
 
     if fmt not in ("jsonl", "md") or bool(session_id) == all_:
         fail("give one SESSION_ID or --all, and --format jsonl|md", EXIT_USAGE)
-    ctx = CliContext.load()
+    ctx = CliContext.load(reading=True)
     db = ctx.open_db()
     user_id = ctx.user_id(user)
     chats = (

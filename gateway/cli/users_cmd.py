@@ -49,7 +49,7 @@ def _resolve(db: SessionDB, who: str, ctx: CliContext, create: bool = False) -> 
 @users_app.command("list")
 def list_(as_json: AsJson = False) -> None:
     """Everyone known, with their linked accounts and activity."""
-    ctx = CliContext.load()
+    ctx = CliContext.load(reading=True)
     db = ctx.open_db()
     if as_json:
         print_json(
@@ -85,7 +85,7 @@ def list_(as_json: AsJson = False) -> None:
 @users_app.command()
 def show(who: UserArg) -> None:
     """One user: role, accounts and sessions."""
-    ctx = CliContext.load()
+    ctx = CliContext.load(reading=True)
     db = ctx.open_db()
     user_id = _resolve(db, who, ctx)
     summary = next(s for s in db.people.users() if s.user.id == user_id)
@@ -162,7 +162,7 @@ def block(
 @pairing_app.command("list")
 def pairing_list(as_json: AsJson = False) -> None:
     """Pending requests (codes last 1 hour)."""
-    ctx = CliContext.load()
+    ctx = CliContext.load(reading=True)
     db = ctx.open_db()
     pending = db.people.pending_pairings()
     if as_json:

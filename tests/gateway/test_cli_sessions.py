@@ -176,6 +176,7 @@ def test_search_summaries_use_the_configured_auxiliary_model(
 
 
 def test_bad_paths_formats_and_users_get_a_clear_message(home: Path, tmp_path: Path) -> None:
+    home.mkdir(parents=True, exist_ok=True)  # a home with nothing in it yet
     empty = hermes("sessions", "list")
     assert empty.returncode == 0 and str(home) in empty.stdout  # where it looked
     hermes("sessions", "import", str(write_jsonl(tmp_path / "a.jsonl", [OLD])))
