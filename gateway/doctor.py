@@ -329,12 +329,32 @@ async def check_platform(
     except TimeoutError:
         return fail(label, f"no answer within {timeout:g} s", "check the server's network")
     except Exception as exc:
+        if (cause := _network_cause(exc)) is not None:
+            return fail(
+                label,
+                f"cannot reach the {name} API: {type(cause).__name__}: {cause}",
+                "check the server's network, DNS and proxy (the token was not tried)",
+            )
         return fail(
             label,
-            f"the credentials were refused or the API is unreachable: {type(exc).__name__}: {exc}",
+            f"the credentials were refused: {type(exc).__name__}: {exc}",
             f"create a new token for the bot (deploy/README.md, {name}) and update the env file",
         )
     return ok(label, f"signed in as {who}")
+
+
+def _network_cause(exc: BaseException) -> OSError | None:
+    """The connection failure under `exc`, if that is what it is: a name that does not
+    resolve, a refused or reset connection, TLS (every SDK wraps the socket's OSError,
+    so its chain of causes is followed); None for an answer from the API."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, OSError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def check_webhooks(config: HermesConfig, enabled: Mapping[str, PlatformConfig]) -> list[Check]:

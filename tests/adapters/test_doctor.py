@@ -184,3 +184,33 @@ def test_an_older_database_is_reported_and_left_as_it_is(home: Path) -> None:
     raw = sqlite3.connect(home / "state.db")
     assert raw.execute("PRAGMA user_version").fetchone()[0] == 8  # doctor changed nothing
     raw.close()
+
+
+def test_an_unreachable_platform_is_a_network_problem_not_a_bad_token(
+    home: Path, fake_llm: FakeOpenAI
+) -> None:
+    """Nothing listens where the platforms' APIs should be (a firewall, DNS, a proxy):
+    doctor says it cannot reach them and never tells the operator to replace a token
+    that was not even tried."""
+    import socket
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{closed.getsockname()[1]}"  # bound, never listening
+        home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        config = home / "config.yaml"
+        config.write_text(
+            f"llm:\n  base_url: {fake_llm.base_url}\n  model: m\n  api_key_env: ''\n"
+            "platforms:\n"
+            f"  telegram:\n    enabled: true\n    base_url: {dead}/bot\n"
+            f"  slack:\n    enabled: true\n    api_base: {dead}/api/\n"
+            f"  discord:\n    enabled: true\n    api_base: {dead}/api/v10\n"
+            f"    gateway_url: ws://127.0.0.1:{closed.getsockname()[1]}\n"
+            "gateway:\n  http:\n    port: 0\n"
+        )
+        config.chmod(0o600)
+        checks = by_name(asyncio.run(run_checks(home, ENV, timeout=10)))
+    for name in ("telegram", "slack", "discord"):
+        check = checks[f"platform {name}"]
+        assert check.status == "fail" and "cannot reach" in check.detail, check
+        assert "token" not in check.fix.replace("the token was not tried", ""), check.fix
