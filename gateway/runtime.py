@@ -20,6 +20,7 @@ import logging
 import signal
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 
 from gateway import registry
@@ -75,6 +76,7 @@ class Gateway:
                 "platforms are enabled but no model is configured (llm.base_url, llm.model)"
             )
         self.started_at: float | None = None
+        self.started_wall: datetime | None = None  # the same moment, for gateway.json
         self._stopping = asyncio.Event()
         self._watcher: asyncio.Task[None] | None = None
         self.reminders: ReminderRunner | None = None
@@ -93,6 +95,8 @@ class Gateway:
         return await self.app.health()
 
     async def start(self) -> None:
+        self._refuse_unstartable()
+        self.started_wall = datetime.now(UTC)
         if self.app is not None:  # settle what a crash left between stores and state.db
             for user_id in users_with_memory(self.home):
                 await asyncio.to_thread(self.app.agent.memory.reconcile, user_id)
@@ -124,8 +128,8 @@ class Gateway:
         if self.platforms:
             self._tasks.append(asyncio.create_task(self._supervise()))
         self.started_at = time.monotonic()
-        write_status_file(self.home, self.status(), f"{self.http.host}:{self.http.port}")
-        logger.info("gateway started: %s", ", ".join(self.adapters) or "no platforms")
+        self._publish()
+        logger.info("gateway started: %s", self._summary())
 
     def _start_reminders(self, app: App) -> None:
         """The reminder runner of this process, woken by the scheduler's jobs; every
@@ -137,6 +141,23 @@ class Gateway:
         for reminder in self.db.reminders.of_user(None):
             if reminder.status == "active" and reminder.platform in self.adapters:
                 self.scheduler.schedule_reminder(reminder)
+
+    def _refuse_unstartable(self) -> None:
+        """Every enabled platform lacks a credential or has a malformed one: nothing can
+        connect until someone fixes the env file or the config, so retrying (and being
+        restarted by the supervisor, again and again) helps no one. ConfigError: the
+        process exits once, naming every problem."""
+        problems = {
+            name: found
+            for name, section in self.platforms.items()
+            if (found := registry.credential_problems(name, section, self.env))
+        }
+        if self.platforms and len(problems) == len(self.platforms):
+            listed = "; ".join(p for found in problems.values() for p in found)
+            raise ConfigError(
+                f"no enabled platform can start: {listed}. Fix the env file or config.yaml, "
+                "then start the gateway again (it is not restarted for this: exit code 2)"
+            )
 
     def _build_platforms(self) -> dict[str, PlatformAdapter]:
         """Every enabled platform's adapter; what cannot be built (a missing or malformed
@@ -176,7 +197,7 @@ class Gateway:
         self.links.pop(name, None)
         self.adapters[name] = adapter
         logger.info("platform %s connected", name)
-        write_status_file(self.home, self.status(), f"{self.http.host}:{self.http.port}")
+        self._publish()
         return True
 
     async def _retry(self, name: str, adapter: PlatformAdapter) -> None:
@@ -188,7 +209,7 @@ class Gateway:
             self.retrying[name] = f"retrying in {wait:.0f} s"
             logger.warning("platform %s: retrying in %.1f s", name, wait)
             if self.started_at is not None:  # keep `hermes gateway status` current
-                write_status_file(self.home, self.status(), f"{self.http.host}:{self.http.port}")
+                self._publish()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), wait)
                 return  # stopping
@@ -229,7 +250,25 @@ class Gateway:
             self.failed[name] = state.split(": ", 1)[-1]
             self.retrying[name] = "retrying"
             self._tasks.append(asyncio.create_task(self._retry(name, adapter)))
-        write_status_file(self.home, self.status(), f"{self.http.host}:{self.http.port}")
+        self._publish()
+
+    def _publish(self) -> None:
+        """What `hermes gateway status` reads: the platforms now, since the start."""
+        assert self.started_wall is not None
+        where = f"{self.http.host}:{self.http.port}"
+        write_status_file(self.home, self.status(), where, started_at=self.started_wall)
+
+    def _summary(self) -> str:
+        """The platforms as the start line says them: connected, retrying, off."""
+        if not self.platforms:
+            return "no platforms enabled"
+        connected = ", ".join(self.adapters) or "none"
+        parts = [f"connected: {connected}"]
+        if waiting := [name for name in self.platforms if name in self.retrying]:
+            parts.append(f"retrying: {', '.join(waiting)}")
+        if off := [n for n in self.platforms if n not in self.adapters and n not in waiting]:
+            parts.append(f"off: {', '.join(off)}")
+        return "; ".join(parts)
 
     def _menu(self) -> list[MenuEntry]:
         return self.app.commands.menu() if self.app is not None else []

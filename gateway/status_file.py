@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +25,13 @@ class GatewayStatus:
     running: bool  # False: the process that wrote the file is gone
 
 
-def write_status_file(home: Path, platforms: dict[str, str], http: str = "") -> None:
+def write_status_file(
+    home: Path, platforms: dict[str, str], http: str = "", *, started_at: datetime
+) -> None:
+    """`started_at`: when the gateway started (every rewrite keeps it: uptime)."""
     data = {
         "pid": os.getpid(),
-        "started_at": datetime.now(UTC).isoformat(),
+        "started_at": started_at.isoformat(),
         "platforms": platforms,
         "http": http,
     }

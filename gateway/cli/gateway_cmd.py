@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.markup import escape
@@ -38,26 +39,34 @@ def run(
     if log_level is not None and log_level.lower() not in LEVELS:
         fail(f"--log-level: {log_level!r} is not one of {', '.join(LEVELS)}", EXIT_USAGE)
     logs.configure(ctx.config, log_level)
+    # from here on every line is a log record, in the configured format (a json log
+    # holds nothing else): the process's own words included, on stderr like the rest
+    logger = logging.getLogger("gateway")
+
+    def fatal(message: str, code: int) -> NoReturn:
+        logger.critical("%s", message)
+        raise typer.Exit(code)
+
     instance = InstanceLock(ctx.home)
     try:
         instance.acquire()
     except AlreadyRunningError as exc:
-        fail(str(exc), EXIT_REFUSED)
+        fatal(str(exc), EXIT_REFUSED)
     db = ctx.open_db()
     code = 0
     try:
         gateway = Gateway(ctx.home, ctx.config, db)
         platforms = ", ".join(gateway.platforms) or "no platforms enabled"
-        note(f"[bold]Hermes gateway[/bold] starting ({platforms}). Ctrl-C or SIGTERM stops it.")
+        logger.info("Hermes gateway starting (%s); SIGTERM or Ctrl-C stops it", platforms)
         code = asyncio.run(gateway.serve())
     except (ConfigError, StateDBError) as exc:
-        fail(str(exc), EXIT_USAGE)
+        fatal(str(exc), EXIT_USAGE)
     except HttpServerError as exc:
-        fail(str(exc), EXIT_REFUSED)
+        fatal(str(exc), EXIT_REFUSED)
     finally:
         db.close()
         instance.release()
-    note("gateway stopped")
+    logger.info("gateway stopped")
     if code:
         raise typer.Exit(code)
 

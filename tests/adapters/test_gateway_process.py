@@ -88,19 +88,47 @@ def test_gateway_answers_allowed_users_pairs_strangers_and_stops_on_sigterm(
     assert stopped.returncode == 1 and "No gateway is running" in stopped.stdout
 
 
-def test_a_platform_that_cannot_start_does_not_stop_the_gateway(
+@pytest.mark.parametrize(
+    "token", [None, "bot123456789:AAH-not-a-token"], ids=["missing", "malformed"]
+)
+def test_a_gateway_none_of_whose_platforms_can_start_exits_once_with_the_reason(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram, token: str | None
+) -> None:
+    """A missing or malformed token cannot fix itself: the gateway exits at once with
+    code 2, which the systemd unit does not restart (no restart loop)."""
+    write_config(home, fake_llm, telegram, token_env="HERMES_TEST_BAD_TOKEN")
+    proc = start(home, **({"HERMES_TEST_BAD_TOKEN": token} if token else {}))
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2, err
+    said = " ".join(err.split())
+    assert "no enabled platform can start" in said and "HERMES_TEST_BAD_TOKEN" in said
+    assert "Traceback" not in err and not telegram.sent("getMe")
+    unit = (Path(__file__).parents[2] / "deploy" / "hermes-gateway.service").read_text()
+    assert "RestartPreventExitStatus=2" in unit
+
+
+def test_a_platform_that_cannot_start_does_not_stop_the_others(
     home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
 ) -> None:
-    write_config(home, fake_llm, telegram, token_env="HERMES_TEST_MISSING_TOKEN")
-    proc = start(home)
+    write_config(home, fake_llm, telegram)
+    text = (
+        (home / "config.yaml")
+        .read_text()
+        .replace(
+            "platforms:\n", "platforms:\n  discord:\n    enabled: true\n    token_env: NOT_SET_X\n"
+        )
+    )
+    (home / "config.yaml").write_text(text)
+    proc = start(home, HERMES_TEST_TG_TOKEN="123:ABC")
     try:
-        time.sleep(4)
-        assert proc.poll() is None  # still running (the scheduler works)
+        wait_connected(proc, telegram, 30)
+        assert proc.poll() is None  # running, with the platform that can
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0
-    assert "HERMES_TEST_MISSING_TOKEN" in err and "platform telegram failed to start" in err
+    assert proc.returncode == 0, err
+    assert "NOT_SET_X" in err and "platform discord failed to start" in err
+    assert "connected: telegram; off: discord" in err
 
 
 def test_sigterm_during_a_turn_lets_it_finish(
@@ -147,12 +175,16 @@ def test_a_platform_that_fails_to_start_is_retried_until_it_connects_and_readyz_
     try:
         deadline = time.monotonic() + 60
         states: list[str] = []
+        since: set[str] = set()  # the start time each rewrite of the file says
         while not telegram.sent("setMyCommands"):
             assert time.monotonic() < deadline and proc.poll() is None
             status = home / "gateway.json"  # what `hermes gateway status` shows
             if status.exists():
-                states.append(str(json.loads(status.read_text())["platforms"]))
+                shown = json.loads(status.read_text())
+                states.append(str(shown["platforms"]))
+                since.add(shown["started_at"])
             time.sleep(0.05)
+        since.add(json.loads((home / "gateway.json").read_text())["started_at"])
         port = json.loads((home / "gateway.json").read_text())["http"].rsplit(":", 1)[1]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as ready:
             body = json.loads(ready.read())
@@ -165,6 +197,8 @@ def test_a_platform_that_fails_to_start_is_retried_until_it_connects_and_readyz_
     assert proc.returncode == 0, err
     assert "retrying in" in err and "platform telegram connected" in err
     assert any("failed" in s and "retrying" in s for s in states), states
+    assert len(since) == 1, since  # a retry is not a restart: the uptime goes on
+    assert "gateway started: connected: none; retrying: telegram" in err
     assert body["ready"] is True and all(body["checks"].values()), body
     assert second.returncode == 1 and "already running" in second.stderr
     assert f"pid {proc.pid}" in second.stderr
@@ -210,15 +244,16 @@ def test_the_log_never_holds_a_token_or_a_message_body(
         telegram.wait_sent(1)
     finally:
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert "platform telegram connected" in err
     assert TOKEN not in err and TOKEN.split(":")[1] not in err
     assert "my private diary entry" not in err and "the secret answer" not in err
     assert "HTTP Request" not in err  # httpx is quiet unless logging.third_party asks
-    if log_format == "json":
-        lines = [line for line in err.splitlines() if line.startswith("{")]
-        assert lines and all(json.loads(line)["level"] for line in lines)
+    if log_format == "json":  # every line a record, the gateway's own words included
+        lines = err.splitlines()
+        assert lines and all(json.loads(line)["level"] for line in lines), err
+        assert out == "", out
 
 
 def test_every_line_of_a_turn_carries_the_turn_id(
