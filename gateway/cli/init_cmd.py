@@ -124,15 +124,20 @@ def init(
     if path.exists() and not force:
         fail(f"{path} already exists (use --force to overwrite)", EXIT_REFUSED)
     ask = _asker()
+    asked = {"base_url": base_url is None, "api_key_env": api_key_env is None}
     base_url = base_url or ask("Model endpoint (OpenAI-compatible)", "https://api.openai.com/v1")
     model = model or ask("Model name", "gpt-4o-mini")
     if api_key_env is None:
-        api_key_env = ask("Env var with the API key ('' for none)", "OPENAI_API_KEY")
-    problems = _endpoint_problems(base_url, api_key_env)
+        answer = ask("Env var with the API key (- for none)", "OPENAI_API_KEY")
+        api_key_env = "" if answer in NONE_ANSWERS else answer
+    problems = _endpoint_problems(base_url, api_key_env, asked)
     text = MODEL_SECTION.format(base_url=base_url, model=model, api_key_env=api_key_env or "null")
     if gateway:
         chosen = _platforms(platform, ask)
         accounts = _accounts(allow or [], chosen, problems)
+        for name in chosen:  # the person setting it up is let in, or pairs later
+            if not accounts[name] and (own := _own_account(name, ask)):
+                accounts[name].append(own)
         modes = {"telegram": telegram_mode, "slack": slack_mode}
         problems += _mode_problems(modes, webhook_url, log_format)
         if problems:
@@ -177,16 +182,37 @@ def _asker() -> Ask:
     return ask
 
 
-def _endpoint_problems(base_url: str, api_key_env: str) -> list[str]:
+NONE_ANSWERS = frozenset({"", "-", "''", '""', "none"})  # "no key" (a local model)
+
+
+def _endpoint_problems(base_url: str, api_key_env: str, asked: dict[str, bool]) -> list[str]:
+    """What is wrong, named as the person gave it: the flag they typed, or the question
+    they answered."""
     problems = []
     parsed = urlparse(base_url)
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        problems.append(f"--base-url {base_url!r} is not an http(s) URL")
+        given = "the model endpoint" if asked["base_url"] else "--base-url"
+        problems.append(f"{given} {base_url!r} is not an http(s) URL")
     if api_key_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", api_key_env):
+        given = "the API key's variable" if asked["api_key_env"] else "--api-key-env"
         problems.append(
-            f"--api-key-env {api_key_env!r} is not a variable name (give the NAME, not the key)"
+            f"{given} {api_key_env!r} is not a variable name (give the NAME of the "
+            "environment variable that holds the key, not the key; - for none)"
         )
     return problems
+
+
+ACCOUNT_HINT = {
+    "telegram": "your Telegram user id (message @userinfobot)",
+    "discord": "your Discord user id (Developer Mode, then Copy User ID)",
+    "slack": "your Slack member id (profile, then Copy member ID: U...)",
+}
+
+
+def _own_account(platform: str, ask: Ask) -> str:
+    """The account of the person setting up, asked on a terminal ('' when none)."""
+    answer = ask(f"Let yourself in on {platform}: {ACCOUNT_HINT[platform]}; empty: pair later", "")
+    return answer.removeprefix(f"{platform}:").strip()
 
 
 def _platforms(given: list[str] | None, ask: Ask) -> list[str]:
@@ -247,6 +273,13 @@ def _next_steps(config: HermesConfig, gateway: bool) -> None:
         "Then: [bold]hermes doctor[/bold] checks it all, "
         + ("[bold]hermes gateway run[/bold] starts the bots." if gateway else "`hermes chat`.")
     )
+    if gateway:
+        note(
+            "Anyone not in allowed_users who messages a bot gets a pairing code: "
+            "[bold]hermes pairing approve CODE[/bold] lets them in (list: hermes pairing "
+            "list). To be one person everywhere, send /link in a chat and run "
+            "[bold]hermes users link CODE[/bold] here."
+        )
 
 
 def _write_private(path: Path, text: str) -> None:

@@ -15,7 +15,7 @@ from tests.fakes.discord_server import DiscordFault, FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.slack_server import FakeSlack, SlackFault
 from tests.fakes.telegram_server import FakeTelegram, Fault
-from tests.gateway.test_cli_memory import hermes
+from tests.harness.cli import hermes
 from tests.state.test_damaged import _healthy, _overwrite_pages
 
 TG_TOKEN = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw1"

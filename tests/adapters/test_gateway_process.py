@@ -15,7 +15,7 @@ from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.slack_server import FakeSlack
 from tests.fakes.telegram_server import FakeTelegram
-from tests.gateway.test_cli_memory import HERMES, hermes
+from tests.harness.cli import HERMES, hermes
 
 
 def write_config(

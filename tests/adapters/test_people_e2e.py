@@ -20,7 +20,7 @@ from hermes.state.people import CODE_ALPHABET, PeopleDB
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.slack_server import FakeSlack
 from tests.fakes.telegram_server import FakeTelegram
-from tests.gateway.test_cli_memory import hermes
+from tests.harness.cli import hermes
 
 T = TypeVar("T")
 CODE = re.compile(f"[{CODE_ALPHABET}]{{8}}")

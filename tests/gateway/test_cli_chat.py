@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import pty
 import re
-import select
-import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +11,7 @@ from typing import Any
 from hermes.identity import owner_user_id
 from hermes.state.db import SessionDB
 from tests.fakes.openai_server import FakeOpenAI, Reply
-from tests.gateway.test_cli_memory import HERMES, hermes
+from tests.harness.cli import Terminal, hermes
 
 
 def configure(home: Path, fake: FakeOpenAI, key_env: str | None = None) -> None:
@@ -95,67 +90,6 @@ def test_resume_of_unknown_session_fails_cleanly(home: Path, fake_llm: FakeOpenA
     configure(home, fake_llm)
     result = hermes("chat", "-q", "x", "--resume", "s_0000000000000000")
     assert result.returncode == 1 and "no session" in result.stderr
-
-
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-class Terminal:
-    """The chat in a pseudo-terminal, driven like a person at a keyboard."""
-
-    def __init__(self, home: Path, *args: str) -> None:
-        env = dict(os.environ, HERMES_HOME=str(home), COLUMNS="100", TERM="xterm", NO_COLOR="1")
-        # pty.fork makes the terminal the child's controlling tty, so Ctrl-C is a real SIGINT
-        self.pid, self.master = pty.fork()
-        if self.pid == 0:  # the child
-            os.execvpe(HERMES[0], [*HERMES, "chat", *args], env)
-        self.seen = ""
-
-    def expect(self, needle: str, timeout: float = 20, *, new: bool = False, after: int = 0) -> str:
-        """Wait for `needle` on the screen (`new`: printed after this call began;
-        `after`: past that position of the screen)."""
-        deadline = time.monotonic() + timeout
-        start = len(self.screen) if new else after
-        while needle not in self.screen[start:]:
-            remaining = deadline - time.monotonic()
-            assert remaining > 0, f"{needle!r} not seen; screen so far:\n{self.screen[-2000:]}"
-            ready, _, _ = select.select([self.master], [], [], remaining)
-            if ready:
-                try:
-                    self.seen += os.read(self.master, 4096).decode(errors="replace")
-                except OSError:
-                    break
-        return self.screen
-
-    def answered(self, reply: str) -> None:
-        """Wait for a new `reply`, then for the prompt after it."""
-        start = len(self.screen)
-        self.expect(reply, new=True)
-        self.expect("you ›", after=self.screen.index(reply, start) + len(reply))
-        time.sleep(0.2)  # keys typed ahead in cooked mode are translated by the tty
-
-    @property
-    def screen(self) -> str:
-        return ANSI.sub("", self.seen)
-
-    def send(self, text: str) -> None:
-        os.write(self.master, text.encode())
-
-    def close(self) -> int:
-        deadline = time.monotonic() + 20
-        try:
-            while time.monotonic() < deadline:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-                if pid:
-                    return os.waitstatus_to_exitcode(status)
-                with contextlib.suppress(OSError):  # keep draining output so it can exit
-                    if select.select([self.master], [], [], 0.1)[0]:
-                        self.seen += os.read(self.master, 4096).decode(errors="replace")
-            os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
-            return -9
-        finally:
-            os.close(self.master)
 
 
 def test_interactive_chat_with_cancel_and_commands(home: Path, fake_llm: FakeOpenAI) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gateway.config import load_config
-from tests.gateway.test_cli_memory import hermes
+from tests.harness.cli import Terminal, hermes
 
 TOKEN = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw1"
 
@@ -80,3 +80,36 @@ def test_tokens_are_never_written_and_mistakes_write_nothing(
     assert again.returncode == 1 and "--force" in again.stderr
     assert hermes("init", "--force", "--model", "m2", home=home).returncode == 0
     assert load_config(home).llm.model == "m2"
+
+
+def test_on_a_terminal_init_asks_names_problems_as_asked_and_lets_the_owner_in(
+    home: Path,
+) -> None:
+    """A person at a terminal: every question answered (the key's variable with '' for
+    none), then their own account; a wrong answer is named by its question, never by
+    a flag they did not type; the next steps say how others get in."""
+    term = Terminal(home, "--gateway", command="init")
+    for question, answer in (
+        ("Model endpoint", ""),
+        ("Model name", ""),
+        ("API key", "''"),
+        ("Platforms", "telegram"),
+        ("Let yourself in on telegram", "12345"),
+    ):
+        term.expect(question)
+        term.send(answer + "\n")
+    term.expect("hermes pairing approve")
+    assert term.close() == 0, term.screen
+    config = load_config(home)
+    assert config.llm.api_key_env is None
+    assert config.platforms.telegram.allowed_users == ["12345"]
+
+    wrong = Terminal(home.parent / "second", command="init")
+    for question, answer in (("Model endpoint", ""), ("Model name", ""), ("API key", "sk-123")):
+        wrong.expect(question)
+        wrong.send(answer + "\n")
+    wrong.expect("nothing was written")
+    assert wrong.close() == 2
+    said = " ".join(wrong.screen.split())
+    assert "the API key's variable 'sk-123' is not a variable name" in said
+    assert "--api-key-env" not in said

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from hermes.identity import owner_user_id
-from tests.gateway.test_cli_memory import hermes
+from tests.harness.cli import hermes
 
 
 def test_list_and_status_commands_speak_json(home: Path) -> None:

@@ -9,7 +9,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from tests.gateway.test_cli_memory import hermes
+from tests.harness.cli import hermes
 
 
 def test_version_and_bare_help() -> None:

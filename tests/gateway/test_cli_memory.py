@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,26 +12,7 @@ from hermes.identity import new_user_id, owner_user_id
 from hermes.memory.tool import MemoryTool
 from hermes.memory.user_memory import UserMemory
 from tests.fakes.openai_server import FakeOpenAI
-
-HERMES = [sys.executable, "-c", "from gateway.cli.main import main; main()"]
-
-
-def hermes(
-    *args: str, home: Path | None = None, answer: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    """`hermes ARGS` as a subprocess; `answer` is typed on its stdin (else it has none)."""
-    env = dict(os.environ, COLUMNS="200", NO_COLOR="1")
-    if home is not None:
-        env["HERMES_HOME"] = str(home)
-    return subprocess.run(
-        [*HERMES, *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-        input=answer if answer is not None else "",
-    )
+from tests.harness.cli import hermes
 
 
 def test_add_show_status_round_trip(home: Path) -> None:

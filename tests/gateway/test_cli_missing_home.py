@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gateway.test_cli_memory import hermes
+from tests.harness.cli import hermes
 
 READ_ONLY = [
     ("memory", "status"),

@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from tests.gateway.test_cli_memory import hermes
+from tests.harness.cli import hermes
 
 SERVICE_UID = 65534  # "nobody": the service user, as the tests run as root
 

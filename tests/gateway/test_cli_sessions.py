@@ -10,7 +10,7 @@ from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
 from hermes.state.memory_log import MemoryEventRecord
 from tests.fakes.openai_server import FakeOpenAI, Reply
-from tests.gateway.test_cli_memory import hermes
+from tests.harness.cli import hermes
 
 
 def write_jsonl(path: Path, records: list[dict[str, object]]) -> Path:

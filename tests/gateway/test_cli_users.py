@@ -10,7 +10,7 @@ from hermes.memory import entries as fmt
 from hermes.memory.user_memory import UserMemory
 from hermes.state.db import SessionDB
 from hermes.state.people import PeopleDB
-from tests.gateway.test_cli_memory import hermes
+from tests.harness.cli import hermes
 
 
 def people(home: Path) -> tuple[str, str]:

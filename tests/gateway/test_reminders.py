@@ -355,7 +355,7 @@ def test_timezone_command_sets_and_refuses(home: Path, fake_llm: FakeOpenAI) -> 
 
 
 def test_the_operator_lists_and_cancels_reminders_from_the_shell(home: Path) -> None:
-    from tests.gateway.test_cli_memory import hermes
+    from tests.harness.cli import hermes
 
     db = SessionDB.open(home)
     db.people.ensure_user(USER, display_name="Ann")

@@ -24,7 +24,7 @@ from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
 from hermes.state.models import utcnow
 from tests.fakes.openai_server import FakeOpenAI, Reply
-from tests.gateway.test_cli_memory import HERMES, hermes
+from tests.harness.cli import HERMES, hermes
 
 FULL = [f"Note {i}: the staging cluster runs Postgres replica number {i}" for i in range(1, 9)]
 

@@ -601,7 +601,7 @@ class Provider(BaseProvider):
 
 
 def test_setup_providers_status_and_off_from_the_cli(home: Path, fake_llm: FakeOpenAI) -> None:
-    from tests.gateway.test_cli_memory import hermes
+    from tests.harness.cli import hermes
 
     folder = home / "plugins" / "deep"
     folder.mkdir(parents=True)
@@ -664,7 +664,7 @@ def test_a_secret_setting_comes_from_the_named_environment_variable(
 
 
 def test_backup_includes_the_providers_files_outside_the_home(home: Path, tmp_path: Path) -> None:
-    from tests.gateway.test_cli_memory import hermes
+    from tests.harness.cli import hermes
 
     outside = tmp_path / "elsewhere" / "deep.db"
     outside.parent.mkdir()

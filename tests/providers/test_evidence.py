@@ -20,7 +20,7 @@ import pytest
 
 from hermes.providers.evidence import EvidenceProvider, chunk_text, index_paths
 from hermes.state.evidence import FILENAME, EvidenceError
-from tests.gateway.test_cli_memory import hermes
+from tests.harness.cli import hermes
 
 ALICE, BOB = "u_00000000000000a1", "u_00000000000000b2"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hermes.providers import registry
-from tests.gateway.test_cli_memory import hermes
+from tests.harness.cli import hermes
 
 GOOD = (
     "from hermes.providers.base import BaseProvider\n"

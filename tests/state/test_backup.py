@@ -25,7 +25,7 @@ from hermes.memory.user_memory import UserMemory
 from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
 from hermes.state.search import SearchScope
-from tests.gateway.test_cli_memory import hermes
+from tests.harness.cli import hermes
 
 WRITER = """
 import sys, time

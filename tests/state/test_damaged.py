@@ -11,7 +11,7 @@ import pytest
 
 from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
-from tests.gateway.test_cli_memory import hermes
+from tests.harness.cli import hermes
 
 
 def _healthy(home: Path) -> Path:

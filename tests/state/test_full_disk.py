@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hermes.identity import owner_user_id
-from tests.gateway.test_cli_memory import hermes
+from tests.harness.cli import hermes
 
 
 def _mount(path: Path, size: str) -> None:

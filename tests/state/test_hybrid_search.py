@@ -26,7 +26,7 @@ from hermes.state.search import SearchScope
 from hermes.state.vectors import ModelChangedError, QueryVector
 from hermes.tools.session_search import SessionSearchTool
 from tests.fakes.openai_server import FakeOpenAI, Reply
-from tests.gateway.test_cli_memory import hermes
+from tests.harness.cli import hermes
 
 T = TypeVar("T")
 SYNONYMS = {"automobile": "car", "vehicle": "car", "sedan": "car", "physician": "doctor"}

@@ -1,0 +1,1 @@
+"""What tests share: ways to run Hermes and to wait for what it does."""
