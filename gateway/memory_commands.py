@@ -91,39 +91,28 @@ class MemoryCommands:
     async def why(self, ctx: CommandContext, text: str) -> str:
         if not text:
             return "Say which entry: `/memory why TEXT` (part of the entry)."
-        user_id = ctx.person.user_id
-        self.memory.reconcile(user_id)
-        events = self.db.memory_log.memory_events(user_id, text)[:5]
-        if not events:
+        changes = self.memory.why(ctx.person.user_id, text, limit=5)
+        if not changes:
             return f"No recorded change mentions “{text}”."
         lines = []
-        for event in events:
-            entry = event.entry_after or event.entry_before or ""
-            action = _ACTIONS.get(event.action, event.action)
+        for change in changes:
+            entry = change.after or change.before or ""
+            action = _ACTIONS.get(change.action, change.action)
             lines.append(
-                f"• {event.created_at:%Y-%m-%d %H:%M} UTC — {action} in {event.target} "
-                f"by {_ACTORS.get(event.actor, event.actor)}: “{entry[:160]}”"
+                f"• {change.at:%Y-%m-%d %H:%M} UTC — {action} in {change.target} "
+                f"by {_ACTORS.get(change.actor, change.actor)}: “{entry[:160]}”"
             )
-            chat = (
-                self.db.conversations.get_session(event.session_id, user_id)
-                if event.session_id
-                else None
-            )
-            if chat is None:
+            source = change.source
+            if source is None:
                 lines.append("  source: not from a conversation")
                 continue
             lines.append(
-                f"  source: {chat.platform} conversation `{chat.id}` of "
-                f"{chat.started_at:%Y-%m-%d} — {chat.title or '(untitled)'}"
+                f"  source: {source.platform} conversation `{source.session_id}` of "
+                f"{source.started_at:%Y-%m-%d} — {source.title or '(untitled)'}"
             )
-            message = (
-                self.db.conversations.message(event.message_id, user_id)
-                if event.message_id
-                else None
-            )
-            if message is not None and message.content:
-                speaker = "you" if message.role == "user" else "I"
-                lines.append(f"  {speaker} said: “{message.content[:200]}”")
+            if source.message:
+                speaker = "you" if source.message_role == "user" else "I"
+                lines.append(f"  {speaker} said: “{source.message[:200]}”")
         return "\n".join(lines)
 
     async def undo(self, ctx: CommandContext, _arg: str) -> str:

@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
-from gateway.cli.output import note, progress_bar
+from gateway.cli.output import AsJson, note, print_json, progress_bar
 
 app = typer.Typer(
     help="One verifiable archive of state.db, the memories and the config.", no_args_is_help=True
@@ -22,6 +22,7 @@ def create(
         Path | None,
         typer.Argument(help="Archive to write (default: HERMES_HOME/backups/...tar.gz)."),
     ] = None,
+    as_json: AsJson = False,
 ) -> None:
     """Back up this HERMES_HOME (safe while the gateway runs; never the secrets)."""
     from gateway import backup
@@ -35,6 +36,9 @@ def create(
             summary = backup.create(home, path, advance, extra)
     except backup.BackupError as exc:
         fail(str(exc), EXIT_REFUSED)
+    if as_json:
+        print_json({"path": summary.path, "files": summary.files, "bytes": summary.bytes})
+        return
     size = f"{summary.bytes / 2**20:.1f} MiB"
     note(f"[green]✓[/green] {summary.files} files ({size}) from {home} -> {summary.path}")
 

@@ -151,6 +151,7 @@ def pack(
     name: str,
     query: Annotated[str | None, typer.Argument(help="Build it from this (else read it).")] = None,
     user: UserOpt = None,
+    as_json: AsJson = False,
 ) -> None:
     """Build a named context pack (the verified facts and chunks for QUERY), or read one
     back as it was built."""
@@ -158,7 +159,20 @@ def pack(
     result = provider.context_pack(name, query)
     if not result["success"]:
         fail(str(result["error"]), EXIT_REFUSED)
-    print_json(result)
+    if as_json:
+        print_json(result)
+        return
+    note(f"[bold]{escape(name)}[/bold]: {escape(str(result['query']))}")
+    for fact in result["facts"]:
+        flag = " [yellow](flagged)[/yellow]" if fact["flagged"] else ""
+        cites = ", ".join(str(c) for c in fact["cites"])
+        note(f"  fact {fact['fact_id']} ({fact['status']}{flag}): {escape(fact['text'])} [{cites}]")
+    for chunk in result["chunks"]:
+        stale = " [yellow](stale)[/yellow]" if chunk["stale"] else ""
+        note(f"  chunk {chunk['chunk_id']} {escape(chunk['where'])}{stale}")
+        note(f"    [dim]{escape(chunk['text'][:200])}[/dim]")
+    if not result["facts"] and not result["chunks"]:
+        note("  [dim](nothing found)[/dim]")
 
 
 __all__ = ["app"]

@@ -194,6 +194,7 @@ def show(
         bool, typer.Option("--rendered", help="Print the exact block the prompt gets.")
     ] = False,
     user: UserOpt = None,
+    as_json: AsJson = False,
 ) -> None:
     """List the entries of a store (or both)."""
     from hermes.memory.render import render
@@ -201,6 +202,23 @@ def show(
 
     memory = _memory(user, CliContext.load(reading=True))
     targets = [target] if target else memory.enabled_targets()
+    if as_json:
+        shown: dict[str, object] = {}
+        for one in targets:
+            state = memory.store(one).read() if memory.enabled(one) else None
+            shown[one.value] = (
+                None
+                if state is None
+                else {
+                    "entries": list(state.entries),
+                    "used": state.used,
+                    "limit": state.limit,
+                    "percent": state.percent,
+                    "blocked": [e for e in state.entries if scan(e) is not None],
+                }
+            )
+        print_json(shown)
+        return
     for one in targets:
         state = memory.store(one).read() if memory.enabled(one) else None
         if state is None:
@@ -218,10 +236,10 @@ def show(
 
 
 def _run(user: str | None, as_json: bool, **args: str) -> None:
-    import asyncio
-
     """One tool operation through the memory service; a write that crosses the
     consolidation threshold runs the check before the command exits."""
+    import asyncio
+
     ctx = CliContext.load()
     user_id = ctx.user_id(user)
     outcome = asyncio.run(_apply(ctx, user_id, args))
@@ -335,13 +353,17 @@ async def _consolidate(
 
 
 @app.command()
-def undo(user: UserOpt = None) -> None:
+def undo(user: UserOpt = None, as_json: AsJson = False) -> None:
     """Revert the last change to memory (a consolidation included), exactly."""
     import asyncio
 
     ctx = CliContext.load()
     done, message = asyncio.run(ctx.memory(ctx.open_db()).undo(ctx.user_id(user)))
-    note(f"[green]✓[/green] {escape(message)}" if done else f"[yellow]{escape(message)}[/yellow]")
+    if as_json:
+        print_json({"done": done, "message": message})
+    else:
+        tick = f"[green]✓[/green] {escape(message)}"
+        note(tick if done else f"[yellow]{escape(message)}[/yellow]")
     if not done:
         raise typer.Exit(EXIT_REFUSED)
 
@@ -350,38 +372,34 @@ def undo(user: UserOpt = None) -> None:
 def why(
     text: Annotated[str, typer.Argument(help="Text of (part of) an entry.")],
     user: UserOpt = None,
+    as_json: AsJson = False,
 ) -> None:
     """Provenance: which conversation produced an entry, and every change to it."""
     ctx = CliContext.load(reading=True)
     db = ctx.open_db()
-    user_id = ctx.user_id(user)
-    ctx.memory(db).reconcile(user_id)
-    events = db.memory_log.memory_events(user_id, text)
-    if not events:
+    changes = ctx.memory(db).why(ctx.user_id(user), text)
+    if as_json:
+        print_json([change.as_json() for change in changes])
+        raise typer.Exit(0 if changes else EXIT_REFUSED)
+    if not changes:
         note(f"[dim]No recorded change mentions {escape(repr(text))}.[/dim]")
         raise typer.Exit(EXIT_REFUSED)
-    for event in events:
-        stamp = event.created_at.strftime("%Y-%m-%d %H:%M UTC")
-        note(f"[bold]{stamp}[/bold] {event.action} in {event.target} by {event.actor}")
-        if event.entry_before:
-            note(f"  [red]- {escape(event.entry_before)}[/red]")
-        if event.entry_after:
-            note(f"  [green]+ {escape(event.entry_after)}[/green]")
-        _explain_source(db, user_id, event.session_id, event.message_id)
-
-
-def _explain_source(
-    db: SessionDB, user_id: str, session_id: str | None, message_id: int | None
-) -> None:
-    chat = db.conversations.get_session(session_id, user_id) if session_id else None
-    if chat is None:
-        note("  [dim]source: not from a conversation (CLI or unknown)[/dim]")
-        return
-    started = f"{chat.started_at:%Y-%m-%d}"
-    note(f"  source: session {chat.id} on {chat.platform}, {started} — {escape(chat.title)}")
-    message = db.conversations.message(message_id, user_id) if message_id else None
-    if message is not None:
-        note(f"  message: {escape(message.role)}: {escape(message.content[:200])}")
+    for change in changes:
+        what = f"{change.action} in {change.target} by {change.actor}"
+        note(f"[bold]{change.at:%Y-%m-%d %H:%M UTC}[/bold] {what}")
+        if change.before:
+            note(f"  [red]- {escape(change.before)}[/red]")
+        if change.after:
+            note(f"  [green]+ {escape(change.after)}[/green]")
+        source = change.source
+        if source is None:
+            note("  [dim]source: not from a conversation (CLI or unknown)[/dim]")
+            continue
+        started = f"{source.started_at:%Y-%m-%d}"
+        title = escape(source.title)
+        note(f"  source: session {source.session_id} on {source.platform}, {started} — {title}")
+        if source.message is not None:
+            note(f"  message: {escape(source.message_role or '')}: {escape(source.message[:200])}")
 
 
 __all__ = ["EXIT_USAGE", "app", "fail"]

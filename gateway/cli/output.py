@@ -8,6 +8,7 @@ import json
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from enum import Enum
+from pathlib import PurePath
 from typing import Annotated, Any
 
 import typer
@@ -29,7 +30,10 @@ def print_json(data: Any) -> None:
 
 
 def _plain(value: Any) -> Any:
-    """Dates as ISO 8601, durations in seconds, enums by value, dataclasses as objects."""
+    """Dates as ISO 8601, durations in seconds, enums by value, dataclasses as objects,
+    paths as text."""
+    if isinstance(value, PurePath):
+        return str(value)
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, timedelta):

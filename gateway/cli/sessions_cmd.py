@@ -116,9 +116,11 @@ def _print_result(item: dict[str, Any]) -> None:
 
 
 @app.command()
-def show(session_id: str, user: UserOpt = None) -> None:
+def show(session_id: str, user: UserOpt = None, as_json: AsJson = False) -> None:
     """Every message of one session."""
-    from hermes.state.transfer import export_markdown
+    import json
+
+    from hermes.state.transfer import export_lines, export_markdown
 
     ctx = CliContext.load(reading=True)
     db = ctx.open_db()
@@ -126,7 +128,11 @@ def show(session_id: str, user: UserOpt = None) -> None:
     chat = db.conversations.get_session(session_id, user_id)
     if chat is None:
         fail(f"no session {session_id!r} for user {user_id} in {ctx.home}", EXIT_REFUSED)
-    say(export_markdown(chat, db.conversations.messages(chat.id, user_id)))
+    messages = db.conversations.messages(chat.id, user_id)
+    if as_json:  # the lines `export` writes for it: one object per message
+        print_json([json.loads(line) for line in export_lines(chat, messages)])
+        return
+    say(export_markdown(chat, messages))
 
 
 @app.command()
@@ -203,6 +209,7 @@ def _export_memory(ctx: CliContext, user_id: str, fmt: str, sink: TextIO) -> Non
 def import_(
     file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
     user: UserOpt = None,
+    as_json: AsJson = False,
 ) -> None:
     """Load a JSONL export (or any JSONL of OpenAI-shape messages with session ids).
 
@@ -223,12 +230,29 @@ def import_(
         fail(f"{file}: {exc}; nothing was imported", EXIT_REFUSED)
     with progress_bar("importing") as advance:
         report = import_sessions(db, user_id, parsed.sessions, advance)
+    added, present, refused = 0, 0, list[tuple[str, str]]()
+    if parsed.memory:
+        added, present, refused = asyncio.run(_import_memory(ctx, db, user_id, parsed.memory))
+    if as_json:
+        print_json(
+            {
+                "sessions": report.sessions,
+                "new_sessions": report.new_sessions,
+                "messages_stored": report.stored,
+                "messages_already_there": report.skipped,
+                "memory": {
+                    "added": added,
+                    "already_there": present,
+                    "refused": [{"entry": e, "why": why} for e, why in refused],
+                },
+            }
+        )
+        return
     note(
         f"[green]✓[/green] imported {report.sessions} sessions, {report.stored} messages "
         f"({report.new_sessions} new sessions, {report.skipped} messages already there)"
     )
     if parsed.memory:
-        added, present, refused = asyncio.run(_import_memory(ctx, db, user_id, parsed.memory))
         note(f"memory: {added} entries added, {present} already there, {len(refused)} refused")
         for entry, why in refused:
             note(f"  [yellow]✗[/yellow] {escape(entry[:80])}: {escape(why)}")

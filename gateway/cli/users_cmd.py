@@ -83,13 +83,33 @@ def list_(as_json: AsJson = False) -> None:
 
 
 @users_app.command()
-def show(who: UserArg) -> None:
+def show(who: UserArg, as_json: AsJson = False) -> None:
     """One user: role, accounts and sessions."""
     ctx = CliContext.load(reading=True)
     db = ctx.open_db()
     user_id = _resolve(db, who, ctx)
     summary = next(s for s in db.people.users() if s.user.id == user_id)
     user = summary.user
+    if as_json:
+        print_json(
+            {
+                "id": user.id,
+                "display_name": user.display_name,
+                "role": user.role,
+                "status": user.status,
+                "sessions": summary.sessions,
+                "accounts": [
+                    {
+                        "platform": i.platform,
+                        "id": i.platform_user_id,
+                        "display_name": i.display_name,
+                        "last_seen": i.last_seen,
+                    }
+                    for i in summary.identities
+                ],
+            }
+        )
+        return
     note(f"[bold]{user.id}[/bold] {escape(user.display_name)} · {user.role} · {user.status}")
     for identity in summary.identities:
         note(

@@ -39,6 +39,7 @@ from hermes.memory.consolidation import over_threshold
 from hermes.memory.gate import memory_gate
 from hermes.memory.journal import Actor, reconcile, run_recorded
 from hermes.memory.merge import MergeReport, merge_memory
+from hermes.memory.provenance import Change, explain
 from hermes.memory.render import display_entry
 from hermes.memory.scan_judge import Judge, Verdict
 from hermes.memory.scanner import scan
@@ -331,6 +332,12 @@ class MemoryService:
         if not outcome.ok:
             return str(outcome.result.get("error"))
         return f"Forgotten: “{display_entry(entry)}”. (/memory undo brings it back.)"
+
+    def why(self, user_id: str, text: str, limit: int | None = None) -> list[Change]:
+        """Every recorded change of this user's memory that mentions `text`, with its
+        conversation and message (settled first, so a crash's leftovers are in it)."""
+        self.reconcile(user_id)
+        return explain(self.db, user_id, text, limit)
 
     def reconcile(self, user_id: str) -> None:
         """Settle what a crash left between this user's stores and their record (and

@@ -183,6 +183,10 @@ def test_verify_from_the_cli_exits_nonzero_on_an_orphan(home: Path, tmp_path: Pa
     assert hermes("evidence", "verify").returncode == 0
     owner_search = hermes("evidence", "search", "port 8001")
     assert "note001.md" in owner_search.stdout
+    pack = hermes("evidence", "pack", "ports", "port 8001")  # read by a person
+    assert pack.returncode == 0 and "note001.md" in pack.stdout and not pack.stdout.startswith("{")
+    packed = json.loads(hermes("evidence", "pack", "ports", "--json").stdout)  # by a script
+    assert packed["name"] == "ports" and packed["chunks"]
     with sqlite3.connect(home / FILENAME) as raw:  # damage made by hand, rules bypassed
         raw.execute("PRAGMA foreign_keys=OFF")
         raw.execute(
