@@ -86,12 +86,8 @@ class AdminCommands:
     def _decide(self, ctx: CommandContext, code: str, *, approve: bool) -> str:
         if not code:
             return "Give the pairing code: `/admin approve CODE`."
-        row = self.people.repo.decide_pairing(code, approve, by=ctx.person.user_id)
-        if row is None:
-            return "No pending request has that code (it may have expired after 1 hour)."
-        self.people.changed()
-        verb = "Approved" if approve else "Denied"
-        return f"{verb}: {row.platform} user {row.display_name or row.platform_user_id}."
+        done = self.people.decide_pairing(code, approve=approve, by=ctx.person.user_id)
+        return done or "No pending request has that code (it may have expired after 1 hour)."
 
     async def allow(self, ctx: CommandContext, subject: str) -> str:
         return self._rule(ctx, subject, "allow")

@@ -284,6 +284,18 @@ class People:
         """Call `listener` whenever identities, roles or access rules change."""
         self._listeners.append(listener)
 
+    def decide_pairing(self, code: str, *, approve: bool, by: str) -> str | None:
+        """Let a pairing requester in (or refuse them), for the chat's `/admin approve`
+        and `hermes pairing approve` alike: what was done, in words; None when no
+        pending request has `code` (codes expire)."""
+        row = self.repo.decide_pairing(code, approve, by=by)
+        if row is None:
+            return None
+        self.changed()
+        verb = "Approved" if approve else "Denied"
+        who = row.display_name or row.platform_user_id
+        return f"{verb}: {row.platform} user {who} ({row.platform_user_id})."
+
     def changed(self) -> None:
         """Identities, roles or rules changed (here or elsewhere): re-read them."""
         self._stamp = self.repo.stamp()

@@ -218,13 +218,11 @@ def pairing_list(as_json: AsJson = False) -> None:
 
 def _decide(code: str, approve: bool) -> None:
     ctx = CliContext.load()
-    db = ctx.open_db()
-    row = db.people.decide_pairing(code, approve, by=owner_user_id(ctx.home))
-    if row is None:
+    people = ctx.people(ctx.open_db())
+    done = people.decide_pairing(code, approve=approve, by=owner_user_id(ctx.home))
+    if done is None:
         fail(f"no pending request has code {code!r} (codes expire after 1 hour)", EXIT_REFUSED)
-    verb = "approved" if approve else "denied"
-    who = escape(row.display_name or row.platform_user_id)
-    note(f"[green]✓[/green] {verb}: {row.platform} user {who} ({escape(row.platform_user_id)})")
+    note(f"[green]✓[/green] {escape(done)}")
 
 
 @pairing_app.command()

@@ -63,8 +63,11 @@ def test_pairing_list_approve_and_deny(home: Path) -> None:
     listed = hermes("pairing", "list", home=home)
     assert first.code in listed.stdout and second.code in listed.stdout
     assert hermes("pairing", "approve", "NOTACODE", home=home).returncode == 1
-    assert hermes("pairing", "approve", first.code.lower(), home=home).returncode == 0
-    assert hermes("pairing", "deny", second.code, home=home).returncode == 0
+    approved = hermes("pairing", "approve", first.code.lower(), home=home)
+    # the words of the chat's /admin approve (gateway.people.People.decide_pairing)
+    assert approved.returncode == 0 and "Approved: telegram user Stranger (77)." in approved.stdout
+    denied = hermes("pairing", "deny", second.code, home=home)
+    assert denied.returncode == 0 and "Denied: slack user Other (U9)." in denied.stdout
     assert "No pending requests" in hermes("pairing", "list", home=home).stdout
     db = SessionDB.open(home)
     assert PeopleDB(db).rules() == {("telegram", "user", "77"): "allow"}
