@@ -38,7 +38,7 @@ from hermes.memory import sweep
 from hermes.memory.consolidation import over_threshold
 from hermes.memory.gate import memory_gate
 from hermes.memory.journal import Actor, reconcile, run_recorded
-from hermes.memory.merge import MergeReport, merge_memory
+from hermes.memory.merge import MergeError, MergeReport, merge_memory
 from hermes.memory.provenance import Change, explain
 from hermes.memory.render import display_entry
 from hermes.memory.scan_judge import Judge, Verdict
@@ -48,7 +48,7 @@ from hermes.memory.tool import MemoryTool, ToolOutcome
 from hermes.memory.undo import undo_last
 from hermes.memory.user_memory import UserMemory
 from hermes.providers.base import MemoryWrite
-from hermes.providers.host import ProviderHost
+from hermes.providers.host import ProviderHost, ProviderMergeError
 from hermes.state.db import SessionDB
 from hermes.state.models import MemoryPending, MemoryVersion
 
@@ -368,8 +368,14 @@ class MemoryService:
         return user_id, version, done, message
 
     def merge(self, keep: str, gone: str) -> MergeReport:
-        """Fold `gone`'s stores into `keep`'s (linking); raises MergeError untouched.
-        The caller holds the memory gate exclusively (gateway/people.py `link`)."""
+        """Fold `gone`'s stores into `keep`'s (linking), and every provider's data of
+        `gone` (first: a provider that fails stops the link before anything else moved);
+        raises MergeError. The caller holds the memory gate exclusively
+        (gateway/people.py `link`)."""
+        try:
+            self.providers.people_merged(keep, gone)
+        except ProviderMergeError as exc:
+            raise MergeError(f"{exc}; the accounts were not linked, try again") from exc
         report = merge_memory(self.home, self.config, self.db, keep, gone)
         for target in Target if self.providers.active else ():
             if report.added.get(target) or report.waiting.get(target):

@@ -28,6 +28,7 @@ When the host calls what (each person's instance):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -158,6 +159,15 @@ class MemoryProvider(Protocol):
     def backup_paths(self) -> list[Path]:
         """Files outside HERMES_HOME that `hermes backup` must include."""
 
+    def merge_people(self, keep: str, gone: str, hermes_home: Path) -> None:
+        """Two people were linked: from now on `gone` is `keep`. Whatever the provider
+        keeps for `gone` (rows, a namespace, a peer) becomes `keep`'s, before this
+        returns (it runs inside the link's lock; an error fails the link, reported).
+        Called on an instance that was never initialized."""
+
+
+ProviderFactory = Callable[[], MemoryProvider]  # a new, unconfigured instance
+
 
 class BaseProvider:
     """Defaults for every member: a provider overrides what it does."""
@@ -242,6 +252,9 @@ class BaseProvider:
 
     def backup_paths(self) -> list[Path]:
         return []
+
+    def merge_people(self, keep: str, gone: str, hermes_home: Path) -> None:
+        return None  # nothing kept per person
 
 
 class NoProvider(BaseProvider):

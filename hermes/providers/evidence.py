@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import unicodedata
@@ -28,6 +29,8 @@ from hermes.state.cjk import query_terms
 from hermes.state.cjk import runs as cjk_runs
 from hermes.state.evidence import Chunk, EvidenceError, EvidenceStore, FactRow
 from hermes.state.search import STOPWORDS
+
+logger = logging.getLogger(__name__)
 
 CHUNK_LINES, CHUNK_CHARS = 40, 1_500
 MAX_FILE_BYTES = 2 * 1024 * 1024
@@ -300,6 +303,11 @@ class EvidenceProvider(BaseProvider):
     def initialize(self, session_id: str, **kw: Any) -> None:
         super().initialize(session_id, **kw)
         self._store = EvidenceStore.at(Path(kw["hermes_home"]))
+
+    def merge_people(self, keep: str, gone: str, hermes_home: Path) -> None:
+        if (hermes_home / EvidenceStore.FILENAME).exists():
+            moved = EvidenceStore.at(hermes_home).merge_people(keep, gone)
+            logger.info("evidence: %d chunks of %s are now %s's", moved, gone, keep)
 
     @property
     def store(self) -> EvidenceStore:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import unicodedata
 from functools import lru_cache
@@ -33,6 +34,8 @@ from hermes.providers.base import BaseProvider
 from hermes.state.cjk import CJK_CLASS, index_terms, runs
 from hermes.state.factstore import Fact, FactStore
 from hermes.state.search import STOPWORDS
+
+logger = logging.getLogger(__name__)
 
 HRR_DIM = 256  # enough for the dozen bound pairs of a short fact
 PREFETCH_FACTS = 5
@@ -253,6 +256,11 @@ class HolographicProvider(BaseProvider):
 
     def backup_paths(self) -> list[Path]:
         return []  # holographic.db lives in HERMES_HOME: the backup has it already
+
+    def merge_people(self, keep: str, gone: str, hermes_home: Path) -> None:
+        if (hermes_home / FactStore.FILENAME).exists():
+            moved = FactStore.at(hermes_home).merge_people(keep, gone)
+            logger.info("holographic: %d facts of %s are now %s's", moved, gone, keep)
 
     # -- the store's operations ----------------------------------------------------------
 

@@ -28,18 +28,19 @@ from pathlib import Path
 from typing import Any
 
 from hermes import metrics
+from hermes.providers import registry
 from hermes.providers.base import (
     AgentContext,
     MemoryProvider,
     MemoryWrite,
     NoProvider,
+    ProviderFactory,
     ProviderSession,
     RecallMode,
 )
 
 logger = logging.getLogger(__name__)
 
-ProviderFactory = Callable[[], MemoryProvider]
 
 PREFETCH_TIMEOUT_S = 0.8
 CALL_TIMEOUT_S = 30.0
@@ -78,6 +79,10 @@ class ProviderStatus:
     recall_mode: RecallMode
     last_recall: int | None  # items the person's last prefetch returned (None: none yet)
     skipped: int  # prefetches skipped (timeout or failure) since start
+
+
+class ProviderMergeError(Exception):
+    """A provider could not move a linked person's data."""
 
 
 class ProviderHost:
@@ -247,6 +252,25 @@ class ProviderHost:
                 "queue_prefetch",
                 lambda: provider.queue_prefetch(user_text, session_id=sid),
             )
+
+    def people_merged(self, keep: str, gone: str) -> None:
+        """Two people were linked (`gone` is `keep` from now on): every provider that keeps
+        something per person moves it, the configured one and each shipped one that has
+        a store in this home, before the link finishes (it holds the memory gate). An
+        error is raised: the link reports it."""
+        providers: dict[str, MemoryProvider] = {}
+        if self.active and self.factory is not None:
+            providers[self.name] = self.factory()
+        for name in registry.BUILT_IN:
+            if name not in providers:
+                providers[name] = registry.load(name, {}, self.home)()
+        for name, provider in providers.items():
+            try:
+                provider.merge_people(keep, gone, self.home)
+            except Exception as exc:
+                raise ProviderMergeError(f"memory provider {name}: {exc}") from exc
+        with self._lock:
+            self._instances.pop(gone, None)  # its instance acted for a person who is gone
 
     def memory_written(self, write: MemoryWrite) -> None:
         """A built-in store changed (add, replace, remove, undo, merge, consolidation);

@@ -35,8 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hermes.providers.base import ConfigField, MemoryProvider
-from hermes.providers.host import ProviderFactory
+from hermes.providers.base import ConfigField, MemoryProvider, ProviderFactory
 
 logger = logging.getLogger(__name__)
 

@@ -470,6 +470,88 @@ class EvidenceStore(SidecarDB):
             )
             return artifact_id
 
+    def merge_people(self, keep: str, gone: str) -> int:
+        """Everything of `gone` becomes `keep`'s (a link merged the two), in one
+        transaction; returns how many chunks moved. Chunks are renamed to the ids `keep`
+        would give them (so indexing the same file again finds them unchanged), with
+        every citation, event, artifact and pack following; a source both indexed keeps
+        `keep`'s chunks, and `gone`'s old ones stay (stale) only where something cites
+        them. A pack name both used gets `gone`'s id added to it."""
+        moved = 0
+        with self._write() as conn:
+            conn.execute("PRAGMA defer_foreign_keys = ON")  # ids change with their citations
+            renamed: dict[str, str] = {}
+            sources = conn.execute(
+                "SELECT id, kind, locator FROM sources WHERE user_id = ?", (gone,)
+            ).fetchall()
+            for source_id, kind, locator in sources:
+                twin = conn.execute(
+                    "SELECT id FROM sources WHERE user_id = ? AND kind = ? AND locator = ?",
+                    (keep, kind, locator),
+                ).fetchone()
+                target = int(twin[0]) if twin is not None else int(source_id)
+                key = f"{keep}\0{kind}\0{locator}"
+                chunks = conn.execute(
+                    "SELECT id, rowid, position, text, stale FROM chunks WHERE source_id = ?",
+                    (source_id,),
+                ).fetchall()
+                for cid, rowid, position, text, stale in chunks:
+                    conn.execute(
+                        "INSERT INTO chunks_fts(chunks_fts, rowid, body, scope) "
+                        "VALUES ('delete', ?, ?, ?)",
+                        (rowid, _body(text), scope_token(gone)),
+                    )
+                    new = chunk_id(key, position, text)
+                    if conn.execute("SELECT 1 FROM chunks WHERE id = ?", (new,)).fetchone():
+                        renamed[cid] = new  # `keep` has this very chunk: cite it instead
+                        continue
+                    if twin is not None and not _cited(conn, cid):
+                        conn.execute("DELETE FROM chunks WHERE id = ?", (cid,))
+                        continue
+                    conn.execute(
+                        "UPDATE chunks SET id = ?, user_id = ?, source_id = ?, stale = ? "
+                        "WHERE id = ?",
+                        (new, keep, target, 1 if twin is not None else stale, cid),
+                    )
+                    conn.execute(
+                        "INSERT INTO chunks_fts(rowid, body, scope) VALUES (?, ?, ?)",
+                        (rowid, _body(text), scope_token(keep)),
+                    )
+                    renamed[cid] = new
+                    moved += 1
+                if twin is None:
+                    conn.execute("UPDATE sources SET user_id = ? WHERE id = ?", (keep, source_id))
+            for old, new in renamed.items():
+                for table, column in (
+                    ("fact_chunks", "fact_id"),
+                    ("artifact_chunks", "artifact_id"),
+                ):
+                    conn.execute(
+                        f"INSERT OR IGNORE INTO {table}({column}, chunk_id) "
+                        f"SELECT {column}, ? FROM {table} WHERE chunk_id = ?",
+                        (new, old),
+                    )
+                    conn.execute(f"DELETE FROM {table} WHERE chunk_id = ?", (old,))
+                conn.execute("UPDATE events SET chunk_id = ? WHERE chunk_id = ?", (new, old))
+            for duplicate in set(renamed) - set(renamed.values()):  # cited elsewhere now
+                conn.execute("DELETE FROM chunks WHERE id = ?", (duplicate,))
+            conn.execute("DELETE FROM sources WHERE user_id = ?", (gone,))
+            for table in ("facts", "events", "artifacts"):
+                conn.execute(f"UPDATE {table} SET user_id = ? WHERE user_id = ?", (keep, gone))
+            packs = conn.execute(
+                "SELECT id, name, chunk_ids FROM context_packs WHERE user_id = ?", (gone,)
+            ).fetchall()
+            for pack_id, name, chunk_ids in packs:
+                taken = conn.execute(
+                    "SELECT 1 FROM context_packs WHERE user_id = ? AND name = ?", (keep, name)
+                ).fetchone()
+                cited = [renamed.get(c, c) for c in json.loads(chunk_ids)]
+                conn.execute(
+                    "UPDATE context_packs SET user_id = ?, name = ?, chunk_ids = ? WHERE id = ?",
+                    (keep, f"{name} ({gone})" if taken else name, json.dumps(cited), pack_id),
+                )
+        return moved
+
     def save_pack(
         self, user_id: str, name: str, query: str, fact_ids: list[int], chunk_ids: list[str]
     ) -> None:

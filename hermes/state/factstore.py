@@ -133,6 +133,62 @@ class FactStore(SidecarDB):
                 removed += 1
         return removed
 
+    def merge_people(self, keep: str, gone: str) -> int:
+        """Every fact and entity of `gone` becomes `keep`'s (a link merged the two): a
+        fact `keep` already has is kept once (the higher trust, the feedback of both),
+        the rest move with their search index and entities. One transaction; returns
+        how many facts moved."""
+        moved = 0
+        with self._write() as conn:
+            facts = conn.execute(
+                "SELECT id, content, body, trust, helpful, unhelpful FROM facts WHERE user_id = ?",
+                (gone,),
+            ).fetchall()
+            for fact_id, content, body, trust, helpful, unhelpful in facts:
+                conn.execute(
+                    "INSERT INTO facts_fts(facts_fts, rowid, body, scope) "
+                    "VALUES ('delete', ?, ?, ?)",
+                    (fact_id, body, scope_token(gone)),
+                )
+                twin = conn.execute(
+                    "SELECT id FROM facts WHERE user_id = ? AND content = ?", (keep, content)
+                ).fetchone()
+                if twin is not None:  # the same fact: one, with what both learned of it
+                    conn.execute(
+                        "UPDATE facts SET trust = max(trust, ?), helpful = helpful + ?, "
+                        "unhelpful = unhelpful + ? WHERE id = ?",
+                        (trust, helpful, unhelpful, twin[0]),
+                    )
+                    conn.execute(
+                        "INSERT OR IGNORE INTO fact_entities(fact_id, entity_id) "
+                        "SELECT ?, entity_id FROM fact_entities WHERE fact_id = ?",
+                        (twin[0], fact_id),
+                    )
+                    conn.execute("DELETE FROM facts WHERE id = ?", (fact_id,))
+                    continue
+                conn.execute("UPDATE facts SET user_id = ? WHERE id = ?", (keep, fact_id))
+                conn.execute(
+                    "INSERT INTO facts_fts(rowid, body, scope) VALUES (?, ?, ?)",
+                    (fact_id, body, scope_token(keep)),
+                )
+                moved += 1
+            for entity_id, name in conn.execute(
+                "SELECT id, name FROM entities WHERE user_id = ?", (gone,)
+            ).fetchall():
+                twin = conn.execute(
+                    "SELECT id FROM entities WHERE user_id = ? AND name = ?", (keep, name)
+                ).fetchone()
+                if twin is None:
+                    conn.execute("UPDATE entities SET user_id = ? WHERE id = ?", (keep, entity_id))
+                    continue
+                conn.execute(
+                    "INSERT OR IGNORE INTO fact_entities(fact_id, entity_id) "
+                    "SELECT fact_id, ? FROM fact_entities WHERE entity_id = ?",
+                    (twin[0], entity_id),
+                )
+                conn.execute("DELETE FROM entities WHERE id = ?", (entity_id,))
+        return moved
+
     def adjust_trust(
         self, user_id: str, fact_id: int, delta: float, helpful: bool | None
     ) -> float | None:

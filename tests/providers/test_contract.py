@@ -751,3 +751,67 @@ def test_every_provider_keeps_two_people_apart(
     assert "4471" in own  # the person themself recalls it
     assert "4471" not in theirs and found_by_tools
     assert not any("4471" in text for text in found_by_tools)
+
+
+@pytest.mark.parametrize(
+    "make", [HolographicProvider, EvidenceProvider], ids=["holographic", "evidence"]
+)
+def test_a_link_moves_every_providers_data_of_the_person_who_is_gone(
+    make: Callable[[], MemoryProvider], home: Path, tmp_path: Path
+) -> None:
+    """Bob links his account into Alice's: what every shipped provider kept for Bob (the
+    configured one and the one that is not) is Alice's now and recalled for her; the
+    old id keeps nothing; what both had (a fact, a file both indexed) is there once, and
+    the evidence store still verifies (every fact cites a live chunk of its owner)."""
+    from hermes.providers.evidence import index_paths
+    from hermes.state.evidence import EvidenceStore
+    from hermes.state.factstore import FactStore
+
+    secret = "Kestrel-7 vault code 4471 in Lisbon"
+    both = "Prefers green tea in the morning"
+    shared_file = tmp_path / "notes" / "ports.md"
+    shared_file.parent.mkdir()
+    shared_file.write_text("The staging port is 8443.\n\nThe prod port is 9443.\n")
+    alice = ProviderSession("s_a", "u_000000000000000a", "cli")
+    bob = ProviderSession("s_b", "u_000000000000000b", "cli")
+
+    async def go() -> tuple[str, str]:
+        host = ProviderHost(make, home=home)
+        for session in (alice, bob):
+            host.session_started(session, parent_session_id=None, reason="new")
+            host.memory_written(MemoryWrite("add", "user", both, None, session.user_id, "agent"))
+        host.turn_done(f"remember: {secret}", "noted", bob, [])
+        host.memory_written(MemoryWrite("add", "user", secret, None, bob.user_id, "agent"))
+        await host.drain(5)
+        evidence = EvidenceStore.at(home)  # the other shipped store has Bob too
+        for person in (alice, bob):
+            index_paths(evidence, person.user_id, [shared_file.parent])
+        chunk = evidence.search_chunks(bob.user_id, ["8443"], 1)[0]
+        evidence.add_fact(bob.user_id, "Staging listens on 8443", [chunk.id])
+        facts = FactStore.at(home)  # and so has the holographic one, configured or not
+        for user_id, content in ((alice.user_id, both), (bob.user_id, both), (bob.user_id, secret)):
+            facts.add(
+                user_id, content, category="general", source="tool", entities=[], body=content
+            )
+        host.people_merged(alice.user_id, bob.user_id)
+        mine = await host.recall(f"what is the {secret}?", alice)
+        gone = await host.recall(f"what is the {secret}?", bob)
+        await host.shutdown(5)
+        return mine, gone
+
+    mine, gone = asyncio.run(go())
+    assert "4471" in mine and "4471" not in gone
+    facts = FactStore.at(home)
+    assert facts.facts(bob.user_id) == []
+    assert [f.content for f in facts.facts(alice.user_id)].count(both) == 1
+    assert any(f.content == secret for f in facts.facts(alice.user_id))
+    evidence = EvidenceStore.at(home)
+    assert (
+        evidence.verify(bob.user_id)["chunks"] == 0 and evidence.verify(bob.user_id)["facts"] == 0
+    )
+    counted = evidence.verify()
+    assert counted["orphan_facts"] == 0 and counted["facts"] == 1
+    assert len(evidence.search_chunks(alice.user_id, ["8443"], 5)) == 1  # the file once
+    again = index_paths(evidence, alice.user_id, [shared_file.parent])  # nothing changed
+    assert again.indexed == 0 and again.unchanged == 1
+    assert evidence.verify()["flagged_facts"] == 0
