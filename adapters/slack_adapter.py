@@ -223,17 +223,19 @@ class SlackAdapter:
             )
         self.path = path
         self.bot_user_id = ""
-        self._sink: EventSink | None = None
+        self._sink: EventSink | None = None  # set once started: until then, Slack retries
         self._closed = False
-
-    async def start(self, sink: EventSink) -> None:
-        self._sink = sink
-        auth = await self.client.auth_test()
-        self.bot_user_id = str(auth["user_id"])
+        # listeners from the start: the gateway's server may receive an event before
+        # `start` is done (auth.test); bolt must never answer "no listener" (404) to it
         self.app.event("message")(self._on_event)
         self.app.event("app_mention")(self._on_event)
         self.app.command(SLASH_COMMAND)(self._on_command)
         self.app.action(re.compile(f"^{ACTION_PREFIX}"))(self._on_action)
+
+    async def start(self, sink: EventSink) -> None:
+        auth = await self.client.auth_test()
+        self.bot_user_id = str(auth["user_id"])
+        self._sink = sink
         if self.handler is not None:
             await self.handler.connect_async()  # type: ignore[no-untyped-call]
 
@@ -270,6 +272,8 @@ class SlackAdapter:
         return [] if self.handler is not None else [Route("POST", self.path, self._on_http)]
 
     async def _on_http(self, request: web.Request) -> web.Response:
+        if self._sink is None:  # not started yet (or the start failed): Slack retries
+            return web.Response(status=503, text="starting", headers={"Retry-After": "1"})
         body = await request.text()
         bolt = AsyncBoltRequest(
             body=body,

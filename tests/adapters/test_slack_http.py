@@ -102,3 +102,31 @@ def test_signed_events_are_answered_and_forgeries_refused(
     assert results[1:] == [401, 200, 200]
     assert [p["text"] for p in slack.posted()] == ["hello over http"]
     assert len(fake_llm.requests) == 1
+
+
+def test_an_event_that_arrives_before_the_adapter_has_started_is_retried_not_lost(
+    slack: FakeSlack,
+) -> None:
+    """The gateway's server listens before each platform has started (auth.test takes a
+    moment): an event in that window gets 503 and Retry-After, so Slack sends it again,
+    never 404 (which Slack takes as a final answer, and the event is lost)."""
+    adapter = SlackAdapter("xoxb-test", api_base=slack.api_base, signing_secret=SECRET)
+    http = HttpServer("127.0.0.1", 0, lambda: {"slack": "starting"})
+    for route in adapter.routes():
+        http.add(route)
+
+    async def early() -> tuple[int, str | None]:
+        await http.start()
+        try:
+            real = event_body("hi before start", "2.1")
+            async with (
+                aiohttp.ClientSession() as client,
+                client.post(
+                    f"http://127.0.0.1:{http.port}/slack/events", data=real, headers=signed(real)
+                ) as r,
+            ):
+                return r.status, r.headers.get("Retry-After")
+        finally:
+            await http.stop()
+
+    assert asyncio.run(early()) == (503, "1")
