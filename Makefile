@@ -1,15 +1,21 @@
 # Two commands do all the set-up on a fresh machine:
 #   make test   - create .venv, install, lint, type-check, run the tests
-#   make chat   - create .venv, install, start the CLI chat (configure a model first:
-#                 .venv/bin/hermes init, or see config.example.yaml)
+#   make chat   - create .venv, install what the chat needs (not the dev tools), start
+#                 the CLI chat (configure a model first: .venv/bin/hermes init, or see
+#                 config.example.yaml)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $(RUN_STAMP)
+
+$(STAMP): $(RUN_STAMP)
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
@@ -29,8 +35,9 @@ pytest: $(STAMP)
 
 test: lint typecheck pytest
 
-chat: $(STAMP)
-	$(BIN)/hermes chat
+# exit 1 or 2: Hermes has said what is wrong (no model configured, say); make adds nothing
+chat: $(RUN_STAMP)
+	@$(BIN)/hermes chat || [ $$? -le 2 ]
 
 bench: $(STAMP)
 	$(BIN)/python bench/memory_ops.py

@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from gateway.cli.chat_input import EXIT_ASKED, ChatInput, chat_input
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
-from gateway.cli.output import console, err_console, note, say
+from gateway.cli.output import console, err_console, hermes_command, note, say
 from gateway.status_file import read_status_file
 
 if TYPE_CHECKING:  # imported by `chat` itself: the rest of the CLI starts without them
@@ -36,7 +36,7 @@ CLI_NOTE = (
 )
 SETUP_HELP = """\
 No model is configured. Hermes talks to any OpenAI-compatible endpoint: set one in
-{config} (`hermes init` writes a starter file), for example:
+{config} (`{hermes} init` writes a starter file), for example:
 
   OpenAI      llm:
                 base_url: https://api.openai.com/v1
@@ -92,7 +92,8 @@ def _check_endpoint(ctx: CliContext) -> Endpoint:
 
     endpoint = main_endpoint(ctx.config)
     if endpoint is None:
-        err_console.print(SETUP_HELP.format(config=ctx.home / CONFIG_FILENAME), markup=False)
+        shown = SETUP_HELP.format(config=ctx.home / CONFIG_FILENAME, hermes=hermes_command())
+        err_console.print(shown, markup=False)
         raise typer.Exit(EXIT_USAGE)
     key_env = ctx.config.llm.api_key_env
     if key_env and not endpoint.api_key:
@@ -118,7 +119,7 @@ def chat(
     from hermes.identity import owner_user_id
 
     ctx = CliContext.load()
-    _check_endpoint(ctx)
+    hint = _model_hint(_check_endpoint(ctx))
     db = ctx.open_db()
     owner = owner_user_id(ctx.home)
     runtime = Runtime()
@@ -137,16 +138,17 @@ def chat(
         app.router.pin(key, conv)
         runtime.run(adapter.start(app.router.handle))
         if query is not None:
-            _one_shot(runtime, adapter, query)
+            _one_shot(runtime, adapter, query, hint)
         else:
             if resume is not None:
                 _recap(conv)
             names = [n for c in app.commands.table for n in (c.name, *c.aliases)]
             reader = chat_input(ctx.home, [*names, "/exit", "/quit"])
             sweeps = runtime.run(_sweep_reminders(app, db, str(ctx.home)))
-            _interactive(runtime, adapter, reader, conv.id, resumed=resume is not None)
+            _interactive(runtime, adapter, reader, conv.id, resumed=resume is not None, hint=hint)
             latest = db.conversations.latest_session(owner)
-            note(f"[dim]resume with: hermes chat --resume {latest.id if latest else conv.id}[/dim]")
+            again = f"{hermes_command()} chat --resume {latest.id if latest else conv.id}"
+            note(f"[dim]resume with: {escape(again)}[/dim]")
     finally:
         if sweeps is not None:
             runtime.loop.call_soon_threadsafe(sweeps.cancel)
@@ -198,18 +200,29 @@ def _conversation(
     return conv
 
 
-def _one_shot(runtime: Runtime, adapter: LocalChat, query: str) -> None:
+def _one_shot(runtime: Runtime, adapter: LocalChat, query: str, hint: str) -> None:
     try:
         answer = runtime.run(adapter.ask(query))
     except TurnCancelledError:
         raise typer.Exit(130) from None
     if answer.failed:
-        fail(answer.text, EXIT_REFUSED)
+        fail(f"{answer.text} {hint}", EXIT_REFUSED)
     say(answer.text)
 
 
+def _model_hint(endpoint: Endpoint) -> str:
+    """Which model a failed answer came from, and the command that checks it."""
+    return f"(model {endpoint.model} at {endpoint.base_url}; `{hermes_command()} doctor` checks it)"
+
+
 def _interactive(
-    runtime: Runtime, adapter: LocalChat, reader: ChatInput, session_id: str, resumed: bool
+    runtime: Runtime,
+    adapter: LocalChat,
+    reader: ChatInput,
+    session_id: str,
+    resumed: bool,
+    *,
+    hint: str,
 ) -> None:
     """Read messages; each goes through the router (commands too) and its answer is shown."""
     from rich.markdown import Markdown
@@ -244,7 +257,7 @@ def _interactive(
             note("[yellow](cancelled; your message is saved in this session)[/yellow]")
             continue
         if answer.failed:
-            note(f"[red]{escape(answer.text)}[/red]")
+            note(f"[red]{escape(answer.text)}[/red] [dim]{escape(hint)}[/dim]")
         else:  # a command's reply is lines: keep its line breaks
             shown = hard_breaks(answer.text) if name else answer.text
             console.print(Markdown(shown or "(no answer)"))

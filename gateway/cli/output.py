@@ -5,6 +5,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
+import shutil
+import sys
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from enum import Enum
@@ -93,3 +96,16 @@ def print_table(table: Table) -> None:
 def _plain_cell(cell: object) -> str:
     text = Text.from_markup(cell) if isinstance(cell, str) else cell
     return text.plain if isinstance(text, Text) else str(text)
+
+
+def hermes_command() -> str:
+    """How this person runs Hermes again: `hermes` when that name on PATH is this
+    program, else the path it was started by (after `make chat`: .venv/bin/hermes)."""
+    started = sys.argv[0] if sys.argv else ""
+    if os.path.basename(started) != "hermes":
+        return "hermes"  # started some other way (python -m, a test): the usual name
+    found = shutil.which("hermes")
+    with contextlib.suppress(OSError):
+        if found and os.path.samefile(found, started):
+            return "hermes"
+    return started

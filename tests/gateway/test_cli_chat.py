@@ -264,3 +264,43 @@ def test_a_reminder_set_in_the_terminal_shows_above_the_waiting_prompt(
         print(term.screen[-3000:])
         term.close()
         raise
+
+
+def test_hints_name_the_command_as_it_was_run_and_the_model_that_failed(tmp_path: Path) -> None:
+    """After `make chat`, `hermes` is not on PATH: every hint names the program as it was
+    started; a model that cannot be reached is named with its URL and `doctor`."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    script = Path(sys.executable).parent / "hermes"  # the console script make installs
+    env = dict(os.environ, PATH="/usr/bin:/bin", NO_COLOR="1", COLUMNS="200")
+    home = tmp_path / "home"
+    home.mkdir()
+    bare = subprocess.run(
+        [str(script), "chat"],
+        env={**env, "HERMES_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert bare.returncode == 2 and f"`{script} init` writes a starter file" in bare.stderr
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))  # bound, never listening: connection refused
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}/v1"
+        (home / "config.yaml").write_text(
+            f"llm:\n  base_url: {url}\n  model: m1\n  api_key_env: null\n  max_retries: 0\n"
+        )
+        failed = subprocess.run(
+            [str(script), "chat", "-q", "hi"],
+            env={**env, "HERMES_HOME": str(home)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    said = " ".join(failed.stderr.split())
+    assert failed.returncode == 1 and f"model m1 at {url}" in said, said
+    assert f"`{script} doctor` checks it" in said and "Traceback" not in failed.stderr
