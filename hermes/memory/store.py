@@ -275,10 +275,13 @@ class MemoryStore:
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
         fd = os.open(temp, flags, 0o600)
         try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(text.encode("utf-8"))
-                handle.flush()
-                os.fsync(handle.fileno())
+            try:
+                data = memoryview(text.encode("utf-8"))
+                while data:  # a short write (a full disk, a signal) is finished or fails
+                    data = data[os.write(fd, data) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
             os.replace(temp, path)
         except BaseException:
             temp.unlink(missing_ok=True)
