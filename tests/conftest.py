@@ -57,3 +57,26 @@ def fake_llm() -> Iterator[FakeOpenAI]:
     server = FakeOpenAI().start()
     yield server
     server.stop()
+
+
+# Under CI every test runs: a test that would skip (no way to mount a tmpfs, no
+# systemd-analyze) fails instead, saying what it needs, unless the machine's operator
+# accepts that skip by name: HERMES_TEST_MAY_SKIP="cannot mount,systemd-analyze" (words of
+# the skip's reason). A silent skip would let CI pass without checking it.
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if not (report.skipped and os.environ.get("CI")) or hasattr(report, "wasxfail"):
+        return
+    reason = (
+        str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    )
+    accepted = [w.strip() for w in os.environ.get("HERMES_TEST_MAY_SKIP", "").split(",")]
+    if any(word and word in reason for word in accepted):
+        return
+    report.outcome = "failed"
+    report.longrepr = (
+        f"{item.nodeid} would be skipped under CI ({reason}). Give this machine what the "
+        'test needs, or accept the skip by name: HERMES_TEST_MAY_SKIP="<words of the reason>"'
+    )
