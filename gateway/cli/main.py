@@ -15,6 +15,7 @@ from gateway.cli import (
     gateway_cmd,
     init_cmd,
     memory_cmd,
+    provider_cmd,
     reminders_cmd,
     sessions_cmd,
     users_cmd,
@@ -68,6 +69,7 @@ def _root(
         allow_foreign_home()
 
 
+memory_cmd.app.add_typer(provider_cmd.app)  # providers, setup, off: memory commands too
 app.add_typer(memory_cmd.app, name="memory")
 app.add_typer(sessions_cmd.app, name="sessions")
 app.add_typer(gateway_cmd.gateway_app, name="gateway")
