@@ -331,9 +331,9 @@ class Commands:
             when = item.get("when") or item.get("last_active") or ""
             title = item.get("title") or "(untitled)"
             lines.append(f"• `{item['session_id']}` {item['platform']} {when} — {title}")
-            excerpt = item.get("summary") or item.get("preview") or ""
-            if excerpt:
-                lines.append(f"  {excerpt[:200]}")
+            excerpt = (item.get("summary") or item.get("preview") or "")[:200]
+            if excerpt and not title.startswith(excerpt.rstrip("…").strip()):
+                lines.append(f"  {excerpt}")  # not when it only says the title again
         heading = f"Conversations matching “{query}”:" if query else "Recent conversations:"
         return "\n".join([heading, *lines])
 

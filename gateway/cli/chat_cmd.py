@@ -143,6 +143,7 @@ def chat(
             if resume is not None:
                 _recap(conv)
             names = [n for c in app.commands.table for n in (c.name, *c.aliases)]
+            names += [f"{c.name} {s.name}" for c in app.commands.table for s in c.subcommands]
             reader = chat_input(ctx.home, [*names, "/exit", "/quit"])
             sweeps = runtime.run(_sweep_reminders(app, db, str(ctx.home)))
             _interactive(runtime, adapter, reader, conv.id, resumed=resume is not None, hint=hint)

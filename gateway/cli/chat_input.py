@@ -155,7 +155,8 @@ def _bindings() -> KeyBindings:
 
 
 def _slash_completer(commands: Iterable[str]) -> Completer:
-    """Completes the command names when the message starts with '/'."""
+    """Completes the command names when the message starts with '/', and a command's
+    subcommands after it ('/memory sh' -> '/memory show': `commands` holds both)."""
     from prompt_toolkit.completion import Completer, Completion
 
     names = sorted(set(commands))
@@ -165,7 +166,7 @@ def _slash_completer(commands: Iterable[str]) -> Completer:
             self, document: Document, complete_event: CompleteEvent
         ) -> Iterator[Completion]:
             text = document.text_before_cursor
-            if not text.startswith("/") or " " in text or "\n" in text:
+            if not text.startswith("/") or "\n" in text:
                 return
             for name in names:
                 if name.startswith(text):

@@ -304,3 +304,20 @@ def test_hints_name_the_command_as_it_was_run_and_the_model_that_failed(tmp_path
     said = " ".join(failed.stderr.split())
     assert failed.returncode == 1 and f"model m1 at {url}" in said, said
     assert f"`{script} doctor` checks it" in said and "Traceback" not in failed.stderr
+
+
+def test_the_chat_completes_commands_and_their_subcommands() -> None:
+    from prompt_toolkit.completion import CompleteEvent
+    from prompt_toolkit.document import Document
+
+    from gateway.cli.chat_input import _slash_completer
+
+    completer = _slash_completer(["/memory", "/memory show", "/memory why", "/new", "/help"])
+
+    def offered(text: str) -> list[str]:
+        found = completer.get_completions(Document(text), CompleteEvent())
+        return [c.text for c in found]
+
+    assert offered("/me") == ["/memory", "/memory show", "/memory why"]
+    assert offered("/memory s") == ["/memory show"]
+    assert offered("/memory why x") == [] and offered("hello /m") == []

@@ -246,3 +246,17 @@ def test_the_same_button_pressed_twenty_times_runs_its_command_once(
     adapter = scenario(home, fake_llm, body)
     assert len(fake_llm.requests) == 1  # one consolidation, one model call
     assert sum("3 → 1 entries" in t for t in adapter.texts()) == 1
+
+
+def test_sessions_says_each_conversations_title_once(home: Path, fake_llm: FakeOpenAI) -> None:
+    """A conversation's title is its first words: the preview under it is not printed when
+    it only says the title again."""
+    fake_llm.default = Reply(text="Sure, let's plan it.")
+
+    async def body(router: Router, adapter: FakeAdapter) -> str:
+        await ask(adapter, dm("alice", "Plan the trip to Porto"))
+        await ask(adapter, dm("alice", "/new"))
+        return await ask(adapter, dm("alice", "/sessions"))
+
+    listed = scenario(home, fake_llm, body)
+    assert listed.count("Plan the trip to Porto") == 1, listed
