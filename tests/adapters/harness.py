@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,15 +15,6 @@ from tests.apps import app_config
 from tests.fakes.openai_server import FakeOpenAI, Reply
 
 T = TypeVar("T")
-
-
-async def until(check: Callable[[], Any], what: str, timeout: float = 20) -> Any:
-    """Wait for `check()` to be truthy (its value), or fail saying `what` did not happen."""
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.05)
-    return value
 
 
 def run_gateway(

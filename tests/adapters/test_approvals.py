@@ -26,12 +26,13 @@ from gateway.router import APPROVED_REPLY
 from hermes.state.db import SessionDB
 from hermes.state.models import AccessRule, PairingRequest, utcnow
 from hermes.state.people import CODE_ALPHABET
-from tests.adapters.harness import run_gateway, until
+from tests.adapters.harness import run_gateway
 from tests.apps import app_config
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_server import FakeSlack
 from tests.fakes.telegram_server import FakeTelegram
+from tests.harness.wait import until
 
 CODE = re.compile(f"(?<![A-Za-z0-9])([{CODE_ALPHABET}]{{8}})(?![A-Za-z0-9])")
 

@@ -29,6 +29,7 @@ from tests.fakes.discord_server import DiscordFault, FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.slack_server import FakeSlack, SlackFault
 from tests.fakes.telegram_server import FakeTelegram, Fault
+from tests.harness.wait import until_count
 
 T = TypeVar("T")
 LONG = "\n\n".join(f"Paragraph {i}: " + "word " * 60 for i in range(35))  # > 10,000 chars
@@ -241,11 +242,7 @@ def run(
 
 
 async def until(count: int, texts: Callable[[], list[str]], timeout: float = 20) -> list[str]:
-    deadline = time.monotonic() + timeout
-    while len(texts()) < count:
-        assert time.monotonic() < deadline, f"only {len(texts())} of {count}: {texts()[-3:]}"
-        await asyncio.sleep(0.05)
-    return texts()
+    return await until_count(texts, count, "texts", timeout)
 
 
 async def say(driver: Driver, text: str, user: str | None = None) -> Any:

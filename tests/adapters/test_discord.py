@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -13,6 +12,7 @@ from gateway.ports import MenuEntry
 from tests.adapters.harness import run_gateway
 from tests.fakes.discord_server import BOT_ID, MESSAGE_CONTENT_INTENT, FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.harness.wait import until_count
 
 T = TypeVar("T")
 
@@ -27,11 +27,7 @@ def run(home: Path, fake_llm: FakeOpenAI, fake: FakeDiscord, body: Callable[[], 
 
 
 async def until_posted(fake: FakeDiscord, count: int, timeout: float = 20) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    while len(fake.posted) < count:
-        assert time.monotonic() < deadline, f"only {len(fake.posted)} of {count} posted"
-        await asyncio.sleep(0.05)
-    return fake.posted
+    return await until_count(lambda: fake.posted, count, "posted", timeout)
 
 
 def test_dm_round_trip_with_the_message_content_intent(

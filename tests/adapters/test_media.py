@@ -18,13 +18,14 @@ from adapters.slack_adapter import SlackAdapter
 from adapters.telegram_adapter import TelegramAdapter
 from gateway.ports import MenuEntry, PlatformAdapter
 from hermes.state.db import SessionDB
-from tests.adapters.harness import run_gateway, until
+from tests.adapters.harness import run_gateway
 from tests.apps import app_config
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.documents import pdf
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.slack_server import FakeSlack
 from tests.fakes.telegram_server import FakeTelegram
+from tests.harness.wait import until
 
 
 @dataclass

@@ -18,9 +18,9 @@ from gateway.runtime import Gateway
 from hermes.state.db import SessionDB
 from hermes.state.models import Reminder, utcnow
 from hermes.state.reminders import new_reminder_id
-from tests.adapters.harness import until
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import FakeTelegram
+from tests.harness.wait import until
 
 T = TypeVar("T")
 ENV = {"TG_TOKEN": "123:ABC"}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -13,6 +12,7 @@ from gateway.ports import MenuEntry
 from tests.adapters.harness import run_gateway
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.slack_server import BOT_USER, FakeSlack
+from tests.harness.wait import until_count
 
 T = TypeVar("T")
 
@@ -25,11 +25,7 @@ def run(home: Path, fake_llm: FakeOpenAI, slack: FakeSlack, body: Callable[[], A
 
 
 async def until_posted(slack: FakeSlack, count: int, timeout: float = 20) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    while len(slack.posted()) < count:
-        assert time.monotonic() < deadline, f"only {len(slack.posted())} of {count} posted"
-        await asyncio.sleep(0.05)
-    return slack.posted()
+    return await until_count(slack.posted, count, "posted", timeout)
 
 
 def test_dm_round_trip_with_mrkdwn_and_acks(

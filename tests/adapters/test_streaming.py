@@ -25,12 +25,13 @@ from gateway.formatting import to_slack_mrkdwn, to_telegram_html
 from gateway.ports import MenuEntry, PlatformAdapter
 from gateway.streaming import CURSOR
 from hermes.state.db import SessionDB
-from tests.adapters.harness import run_gateway, until
+from tests.adapters.harness import run_gateway
 from tests.apps import app_config
 from tests.fakes.discord_server import DiscordFault, FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.slack_server import FakeSlack, SlackFault
 from tests.fakes.telegram_server import FakeTelegram, Fault
+from tests.harness.wait import until
 
 PLATFORMS = ["telegram", "slack", "discord"]
 ANSWER = (

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from hermes.state.schema import SCHEMA_VERSION
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram, Fault
+from tests.harness import wait
 
 TOKEN = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw1"
 
@@ -32,10 +32,7 @@ def configure(home: Path, llm: FakeOpenAI, platform: str) -> None:
 
 
 async def until(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"never: {what}"
-        await asyncio.sleep(0.1)
+    await wait.until(check, f"never: {what}", timeout)
 
 
 def test_telegram_polling_trouble_shows_then_clears_and_a_refused_token_restarts_it(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,6 +16,7 @@ from hermes.state.db import SessionDB
 from tests.adapters.harness import run_gateway, slow_echo
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import BOT, FakeTelegram, Fault
+from tests.harness.wait import until_count
 
 T = TypeVar("T")
 
@@ -29,13 +29,7 @@ def run(home: Path, fake_llm: FakeOpenAI, tg: FakeTelegram, body: Callable[[], A
 
 
 async def until_sent(tg: FakeTelegram, count: int, timeout: float = 20) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    while len(tg.sent()) < count:
-        assert time.monotonic() < deadline, (
-            f"only {len(tg.sent())} of {count} sent: {tg.calls[-5:]}"
-        )
-        await asyncio.sleep(0.05)
-    return tg.sent()
+    return await until_count(tg.sent, count, "sent", timeout)
 
 
 def text_of(params: dict[str, Any]) -> str:
