@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -84,13 +84,28 @@ app.command("init")(init_cmd.init)
 app.command("doctor")(doctor_cmd.doctor)
 
 
+def _plain_help(command: Any, parent: typer.Context | None = None) -> None:
+    """How the help names parameters: a flag takes no value, so none is shown after it
+    (the help option's own included); an argument by its name in capitals."""
+    ctx = typer.Context(command, info_name=command.name, parent=parent)
+    for param in command.get_params(ctx):
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+        elif param.param_type_name == "argument" and param.metavar is None and param.name:
+            param.metavar = param.name.upper()
+    for sub in getattr(command, "commands", {}).values():
+        _plain_help(sub, ctx)
+
+
 def main() -> None:
     # Commands report their own outcomes; a library warning about the same event (a
     # rejected consolidation, say) would say it twice. `hermes gateway run` sets up
     # logging for its journal itself.
     logging.getLogger().setLevel(logging.ERROR)
+    command = typer.main.get_command(app)
+    _plain_help(command)
     try:
-        app()
+        command()
     except Exception as exc:  # damage found mid-command: the same message as at open
         from hermes.state.engine import explain, is_damage
 

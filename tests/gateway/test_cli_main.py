@@ -91,3 +91,16 @@ def test_shell_completion_is_offered_and_completes_commands(home: Path) -> None:
 
 
 HERMES_BIN = [str(Path(sys.executable).parent / "hermes")]
+
+
+def test_help_names_parameters_plainly_and_loses_no_words() -> None:
+    """A flag shows no value type (its --help too), an argument its name in capitals, and
+    help text in square brackets (which the renderer reads as markup) never vanishes."""
+    from tests.harness.cli import hermes
+
+    top = hermes("--help").stdout
+    assert "<bool>" not in top and "--version" in top
+    why = hermes("memory", "why", "--help").stdout
+    assert "TEXT" in why and "{text}" not in why and "<bool>" not in why
+    init = hermes("init", "--help").stdout
+    assert "https://api.openai.com/v1" in init and "gpt-4o-mini" in init
