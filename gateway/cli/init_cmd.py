@@ -88,11 +88,13 @@ PLATFORM_SECTION = {
 
 def init(
     base_url: Annotated[
-        str | None, typer.Option(help="OpenAI-compatible endpoint (default: https://api.openai.com/v1).")
+        str | None,
+        typer.Option(help="OpenAI-compatible endpoint (default: https://api.openai.com/v1)."),
     ] = None,
     model: Annotated[str | None, typer.Option(help="Model name (default: gpt-4o-mini).")] = None,
     api_key_env: Annotated[
-        str | None, typer.Option(help="Env var holding the key ('' for none; default: OPENAI_API_KEY).")
+        str | None,
+        typer.Option(help="Env var holding the key ('' for none; default: OPENAI_API_KEY)."),
     ] = None,
     gateway: Annotated[
         bool, typer.Option("--gateway", help="Also set up the platforms, for `gateway run`.")
