@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from gateway.people import Person
-from hermes.agent.conversation import Surface
+from hermes.places import Surface
 
 if TYPE_CHECKING:
     from gateway.intake import Admitted

@@ -5,14 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any, Literal
 
-
-class ChatType(StrEnum):
-    DM = "dm"
-    GROUP = "group"
-    CHANNEL = "channel"
+from hermes.places import ChatType  # where a message is: one type (hermes/places.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,3 +111,16 @@ class SendResult:
     # no answer (a timeout, a dropped connection): it may have been posted, so it is
     # never sent again; a failure that is neither this nor retryable is a refusal
     outcome_unknown: bool = False
+
+
+__all__ = [
+    "Attachment",
+    "AttachmentKind",
+    "Button",
+    "ChatRef",
+    "ChatType",
+    "MessageEvent",
+    "OutboundMessage",
+    "SendResult",
+    "UserRef",
+]

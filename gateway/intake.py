@@ -25,9 +25,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from gateway.events import ChatType, MessageEvent
+from gateway.events import MessageEvent
 from gateway.people import People, Person, Verdict
 from gateway.session_key import Scope, SessionKey, session_key
+from hermes.places import ChatType
 
 
 @dataclass(frozen=True, slots=True)

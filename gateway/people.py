@@ -27,12 +27,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gateway.config import HermesConfig
-from gateway.events import ChatType, MessageEvent
+from gateway.events import MessageEvent
 from hermes.identity import owner_user_id
 from hermes.memory.gate import memory_gate
 from hermes.memory.merge import MergeError, MergeReport
 from hermes.memory.service import MemoryService
 from hermes.memory.store import StoreError
+from hermes.places import ChatType
 from hermes.state.db import SessionDB
 from hermes.state.models import Identity, PairingRequest
 from hermes.state.people import ROLE_RANK, PairingRefused, Redeem

@@ -29,8 +29,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from gateway.events import ChatRef, ChatType
-from hermes.agent.conversation import Surface
+from gateway.events import ChatRef
+from hermes.places import Surface
 from hermes.reminders import LATE_AFTER, TimeError, local, next_run, zone
 from hermes.state.models import Reminder, as_utc
 from hermes.state.reminders import Claim
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 RETRY_DELAYS = (timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=15))
-_CHAT_TYPES = {"dm": ChatType.DM, "group": ChatType.GROUP, "channel": ChatType.CHANNEL}
 
 # the runners of this process, by home: the scheduler's stored jobs find them here
 _RUNNERS: dict[str, ReminderRunner] = {}
@@ -159,7 +158,7 @@ class ReminderRunner:
         )
         if not reminder.prompt:
             return f"{note}⏰ **Reminder**: {reminder.text}"
-        surface = Surface(
+        surface = Surface.recorded(
             reminder.platform, reminder.chat_type, reminder.chat_id, reminder.thread_id
         )
         conv = self.agent.sessions.open(reminder.user_id, surface, f"reminder:{reminder.id}")
@@ -194,8 +193,8 @@ class ReminderRunner:
 
 
 def _chat(reminder: Reminder) -> ChatRef:
-    kind = _CHAT_TYPES.get(reminder.chat_type, ChatType.GROUP)
-    return ChatRef(reminder.chat_id, kind, reminder.thread_id)
+    where = Surface.recorded(reminder.platform, reminder.chat_type, reminder.chat_id)
+    return ChatRef(reminder.chat_id, where.chat_type, reminder.thread_id)
 
 
 # -- the scheduler's stored jobs: module functions with persistable arguments ------------

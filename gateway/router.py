@@ -29,7 +29,7 @@ from gateway.approvals import Approvals
 from gateway.command_context import CommandContext, SessionControl
 from gateway.commands import Commands, command_name
 from gateway.delivery import Delivery
-from gateway.events import ChatRef, ChatType, MessageEvent
+from gateway.events import ChatRef, MessageEvent
 from gateway.intake import Admitted, Intake, IntakePolicy
 from gateway.media import MediaIntake, Prepared
 from gateway.people import People
@@ -39,6 +39,7 @@ from gateway.streaming import StreamedReply
 from hermes import metrics
 from hermes.agent.agent import Agent, Speaker, Surface
 from hermes.agent.conversation import Conversation
+from hermes.places import ChatType
 from hermes.state.db import SessionDB
 
 logger = logging.getLogger(__name__)
@@ -476,11 +477,7 @@ def _mergeable(item: Admitted) -> bool:
 
 
 def _surface(event: MessageEvent) -> Surface:
-    if event.chat.type is ChatType.DM:
-        chat_type = "dm"
-    else:
-        chat_type = "thread" if event.chat.thread_id else event.chat.type.value
-    return Surface(event.platform, chat_type, event.chat.id, event.chat.thread_id)
+    return Surface(event.platform, event.chat.type, event.chat.id, event.chat.thread_id)
 
 
 __all__ = ["CRASH_REPLY", "NO_TEXT_REPLY", "Router", "RouterPolicy"]

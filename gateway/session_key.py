@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gateway.events import ChatType, MessageEvent
+from gateway.events import MessageEvent
+from hermes.places import ChatType, Surface
 
 
 class Scope(StrEnum):
@@ -20,21 +21,21 @@ class Scope(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class SessionKey:
-    platform: str
-    chat_type: ChatType
-    chat_id: str
-    thread_id: str | None
-    user_id: str | None  # None when the chat is shared (per_chat)
+class SessionKey(Surface):
+    """Where a message is (a Surface), and whose session it is there: the sender's
+    account on the platform (never our user id), or None when the chat shares one
+    session (per_chat)."""
+
+    platform_user_id: str | None = None
 
     @property
     def shared(self) -> bool:
         """One conversation for everyone in the chat: it belongs to the chat."""
-        return self.user_id is None
+        return self.platform_user_id is None
 
-    def __str__(self) -> str:
+    def __str__(self) -> str:  # stored with each session: the format never changes
         parts = [self.platform, self.chat_type.value, self.chat_id]
-        parts += [self.thread_id or "-", self.user_id or "*"]
+        parts += [self.thread_id or "-", self.platform_user_id or "*"]
         return ":".join(parts)
 
 
@@ -45,5 +46,5 @@ def session_key(event: MessageEvent, scope: Scope = Scope.PER_USER) -> SessionKe
         chat_type=event.chat.type,
         chat_id=event.chat.id,
         thread_id=event.chat.thread_id,
-        user_id=None if shared else event.user.id,
+        platform_user_id=None if shared else event.user.id,
     )

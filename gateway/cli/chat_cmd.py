@@ -115,7 +115,6 @@ def chat(
     from gateway import registry
     from gateway.app import build_app
     from gateway.session_key import session_key
-    from hermes.agent.agent import Surface
     from hermes.identity import owner_user_id
 
     ctx = CliContext.load()
@@ -133,7 +132,7 @@ def chat(
     sweeps = None
     try:
         key = session_key(adapter.event(""))
-        surface = Surface(adapter.name, "dm", key.chat_id)
+        surface = key  # the session key says where the message is: the terminal's DM
         conv = _conversation(agent, db, owner, resume, surface, str(key))
         app.router.pin(key, conv)
         runtime.run(adapter.start(app.router.handle))

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from hermes import metrics
 from hermes.agent import compression, review
-from hermes.agent.conversation import Conversation, Surface, to_new_message
+from hermes.agent.conversation import Conversation, to_new_message
 from hermes.agent.prompt import fence_recall, turn_context
 from hermes.agent.sessions import Sessions, provider_session
 from hermes.agent.toolbox import Tool, ToolBox
@@ -29,6 +29,7 @@ from hermes.llm.types import ChatModel, ModelReply
 from hermes.memory.service import MemoryService
 from hermes.memory.tool import MEMORY_TOOL_SCHEMA
 from hermes.memory.user_memory import UserMemory
+from hermes.places import Surface
 from hermes.providers.host import ProviderHost
 from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
@@ -173,7 +174,7 @@ class Agent:
         writer_id = speaker.user_id if speaker else conv.user_id
         context = turn_context(
             surface.platform,
-            surface.chat_type,
+            surface.kind,
             datetime.now(UTC),
             timezone=self.db.reminders.timezone(writer_id) if not conv.shared or speaker else None,
         )

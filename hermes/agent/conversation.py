@@ -7,18 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hermes.agent.tokens import estimate_messages
+from hermes.places import Surface
 from hermes.state.conversations import NewMessage
 from hermes.state.models import ChatSession, Message
-
-
-@dataclass(frozen=True, slots=True)
-class Surface:
-    """Where a turn happens; the session keeps where it started."""
-
-    platform: str
-    chat_type: str = "dm"
-    chat_id: str = ""
-    thread_id: str | None = None
 
 
 @dataclass
@@ -46,7 +37,7 @@ class Conversation:
     @property
     def home_surface(self) -> Surface:
         s = self.session
-        return Surface(s.platform, s.chat_type, s.chat_id, s.thread_id)
+        return Surface.recorded(s.platform, s.chat_type, s.chat_id, s.thread_id)
 
     def projected_tokens(self, extra: list[dict[str, Any]]) -> int:
         """Prompt size of the next call: reported usage plus an estimate of what's new."""

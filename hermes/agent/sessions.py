@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hermes.agent.conversation import Conversation, Surface, to_openai
+from hermes.agent.conversation import Conversation, to_openai
 from hermes.agent.prompt import build_system_prompt, load_persona
 from hermes.memory.service import MemoryService
+from hermes.places import Surface
 from hermes.providers.base import AgentContext, ProviderSession
 from hermes.state.conversations import new_session_id
 from hermes.state.db import SessionDB
@@ -75,7 +76,7 @@ class Sessions:
             surface.platform,
             session_key,
             session_id=session_id,
-            chat_type=surface.chat_type,
+            chat_type=surface.kind,
             chat_id=surface.chat_id,
             thread_id=surface.thread_id,
             shared=shared,
@@ -105,7 +106,7 @@ class Sessions:
             return None
         prompt = self.db.conversations.system_prompt(session.system_prompt_hash or "")
         if prompt is None:
-            surface = Surface(session.platform, session.chat_type)
+            surface = Surface.recorded(session.platform, session.chat_type)
             prompt = self.fresh_prompt(user_id, surface, shared=session.shared)
         history = [to_openai(m) for m in self.db.conversations.messages(session.id, user_id)]
         conv = Conversation(session, prompt, history)

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from hermes.agent.conversation import Surface
 from hermes.memory.scan_judge import Judge, Subject
 from hermes.memory.scanner import scan
+from hermes.places import Surface
 from hermes.reminders import TimeError, check_cron, describe, local, parse_when, zone
 from hermes.state.db import SessionDB
 from hermes.state.models import Reminder
@@ -142,7 +142,7 @@ class ScheduleTool:
                 owner_id=self.owner_id,
                 platform=self.surface.platform,
                 chat_id=self.surface.chat_id,
-                chat_type=self.surface.chat_type,
+                chat_type=self.surface.kind,
                 thread_id=self.surface.thread_id,
                 session_key=self.session_key,
                 text=text,

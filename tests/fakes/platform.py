@@ -11,8 +11,9 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from gateway.events import Attachment, ChatRef, ChatType, MessageEvent, OutboundMessage, SendResult
+from gateway.events import Attachment, ChatRef, MessageEvent, OutboundMessage, SendResult
 from gateway.ports import Capabilities, DownloadError, EventSink
+from hermes.places import ChatType
 
 
 @dataclass

@@ -10,8 +10,9 @@ import pytest
 
 from gateway.app import build_memory
 from gateway.config import HermesConfig
-from gateway.events import ChatRef, ChatType, MessageEvent, UserRef
+from gateway.events import ChatRef, MessageEvent, UserRef
 from gateway.people import People, Verdict
+from hermes.places import ChatType
 from hermes.state.db import SessionDB
 from hermes.state.models import AccessRule
 

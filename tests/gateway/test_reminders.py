@@ -20,7 +20,7 @@ from gateway.app import App, build_app
 from gateway.command_context import CommandContext
 from gateway.events import SendResult
 from gateway.reminders import RETRY_DELAYS, ReminderRunner
-from hermes.agent.conversation import Surface
+from hermes.places import Surface
 from hermes.reminders import TimeError, check_cron, next_run, parse_when, zone
 from hermes.state.db import SessionDB
 from hermes.tools.schedule import ScheduleTool

@@ -116,7 +116,7 @@ def test_a_garbage_answer_keeps_the_users_message_in_the_turn(
     fake_llm: FakeOpenAI, home: Path
 ) -> None:
     from gateway.app import build_app
-    from hermes.agent.conversation import Surface
+    from hermes.places import Surface
     from hermes.state.db import SessionDB
     from tests.apps import app_config
 

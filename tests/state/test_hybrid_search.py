@@ -438,7 +438,7 @@ def test_the_app_embeds_new_turns_in_the_background_and_the_tool_finds_them_by_m
     home: Path, fake: FakeOpenAI
 ) -> None:
     from gateway.app import build_app
-    from hermes.agent.conversation import Surface
+    from hermes.places import Surface
     from tests.apps import app_config
 
     config = app_config(fake, search={"embeddings": {"model": "embed-a"}})
