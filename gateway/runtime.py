@@ -95,12 +95,17 @@ class Gateway:
         return await self.app.health()
 
     async def start(self) -> None:
-        self._refuse_unstartable()
+        problems = {  # every missing or malformed credential, found once, before anything
+            name: found
+            for name, section in self.platforms.items()
+            if (found := registry.credential_problems(name, section, self.env))
+        }
+        self._refuse_unstartable(problems)
         self.started_wall = datetime.now(UTC)
         if self.app is not None:  # settle what a crash left between stores and state.db
             for user_id in users_with_memory(self.home):
                 await asyncio.to_thread(self.app.agent.memory.reconcile, user_id)
-        built = self._build_platforms()
+        built = self._build_platforms(problems)
         for adapter in built.values():
             if isinstance(adapter, WebhookAdapter):
                 for route in adapter.routes():
@@ -142,16 +147,11 @@ class Gateway:
             if reminder.status == "active" and reminder.platform in self.adapters:
                 self.scheduler.schedule_reminder(reminder)
 
-    def _refuse_unstartable(self) -> None:
+    def _refuse_unstartable(self, problems: dict[str, list[str]]) -> None:
         """Every enabled platform lacks a credential or has a malformed one: nothing can
         connect until someone fixes the env file or the config, so retrying (and being
         restarted by the supervisor, again and again) helps no one. ConfigError: the
         process exits once, naming every problem."""
-        problems = {
-            name: found
-            for name, section in self.platforms.items()
-            if (found := registry.credential_problems(name, section, self.env))
-        }
         if self.platforms and len(problems) == len(self.platforms):
             listed = "; ".join(p for found in problems.values() for p in found)
             raise ConfigError(
@@ -159,16 +159,12 @@ class Gateway:
                 "then start the gateway again (it is not restarted for this: exit code 2)"
             )
 
-    def _build_platforms(self) -> dict[str, PlatformAdapter]:
+    def _build_platforms(self, problems: dict[str, list[str]]) -> dict[str, PlatformAdapter]:
         """Every enabled platform's adapter; what cannot be built (a missing or malformed
         credential, a missing SDK) is reported, all problems in one line, and stays off."""
-        problems = [
-            problem
-            for name, section in self.platforms.items()
-            for problem in registry.credential_problems(name, section, self.env)
-        ]
         if problems:
-            logger.error("platform credentials: %s", "; ".join(problems))
+            listed = "; ".join(p for found in problems.values() for p in found)
+            logger.error("platform credentials: %s", listed)
         built: dict[str, PlatformAdapter] = {}
         for name, section in self.platforms.items():
             try:

@@ -162,10 +162,8 @@ async def _consolidate_locked(
         except ProposalError as exc:
             return Outcome("rejected", str(exc), **base)
         new_text = fmt.serialize(new_entries)
-        pending = (read.pending_raw, "") if read.pending else None
         events, version = _record_of(memory.user_id, store.target, read, proposal, new_text)
-        change = (state.raw, new_text, pending)
-        if swap_recorded(store, db, memory.user_id, change, events=events, version=version):
+        if swap_recorded(store, db, events, version):
             return Outcome(
                 "applied", "", len(state.entries), len(new_entries), state.used, len(new_text)
             )

@@ -86,36 +86,41 @@ def run_recorded(
 def swap_recorded(
     store: MemoryStore,
     db: SessionDB,
-    user_id: str,
-    change: tuple[str, str, tuple[str, str] | None],
-    *,
     events: Sequence[MemoryEventRecord],
     version: VersionRecord,
+    *,
     undoes: int | None = None,
 ) -> bool:
     """A change decided away from the lock (consolidation, a merge, undo), made through
-    the same journal as the tool's: `change` = (expected text, new text, pending as
-    (expected, new) or None), written only if the store still holds what was expected;
-    its intent recorded before the files are replaced and completed after, so a crash
-    in between is settled as this change, never as one made outside Hermes. `version`
-    is logged, or with `undoes` that version is marked undone. False: the store changed
-    meanwhile, nothing was written or recorded."""
-    expected, text, pending = change
+    the same journal as the tool's. `version` says it: the store goes from its
+    text_before to its text_after (and the waiting-entries file from pending_before to
+    pending_after, when either is set), written only if the store still holds
+    text_before; the intent is recorded before the files are replaced and completed
+    after, so a crash in between is settled as this change, never as one made outside
+    Hermes. `version` is logged, or with `undoes` that version is marked undone. False:
+    the store changed meanwhile, nothing was written or recorded. (A write that fails
+    leaves its intent to the next settle, which drops it: the files do not hold it.)"""
+    pending = None
+    if version.pending_before is not None or version.pending_after is not None:
+        pending = (version.pending_before or "", version.pending_after or "")
     intents: list[int] = []
 
     def settle(state: StoreState) -> None:
-        _settle(state, store.target, db, user_id)
+        _settle(state, store.target, db, version.user_id)
 
     def record_intent() -> None:
         intents.append(db.memory_log.begin_change(events, version, undoes=undoes))
 
-    try:
-        return store.compare_and_swap(
-            expected, text, pending, before_check=settle, before_write=record_intent
-        )
-    finally:
-        for intent in intents:
-            db.memory_log.complete_change(intent)
+    done = store.compare_and_swap(
+        version.text_before,
+        version.text_after,
+        pending,
+        before_check=settle,
+        before_write=record_intent,
+    )
+    for intent in intents:
+        db.memory_log.complete_change(intent)
+    return done
 
 
 def reconcile(store: MemoryStore, db: SessionDB, user_id: str) -> None:

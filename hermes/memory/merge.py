@@ -144,7 +144,6 @@ def _merge_store(
             pending_before=state.pending_raw,
             pending_after=new_pending,
         )
-        change = (state.raw, new_text, (state.pending_raw, new_pending))
-        if swap_recorded(store, db, user_id, change, events=events, version=version):
+        if swap_recorded(store, db, events, version):
             return len(added), len(parked)
     raise MergeError(f"{store.path} kept changing during the merge; try again")

@@ -439,7 +439,9 @@ def _line_views(line: str) -> tuple[str, str, str, str]:
     return _line_views_cached(line) if len(line) <= _CACHED_LINE else _line_views_of(line)
 
 
-_CACHED_LINE = 2_000  # longer lines are rare and not worth keeping
+# a store's lines are short; longer ones are not kept: at most 2,048 lines of 500
+# characters, four views each, whatever a sender writes
+_CACHED_LINE = 500
 
 
 def _line_views_of(line: str) -> tuple[str, str, str, str]:
@@ -449,7 +451,7 @@ def _line_views_of(line: str) -> tuple[str, str, str, str]:
     return base, joined, unleet, _despace(line)
 
 
-_line_views_cached = functools.lru_cache(maxsize=4096)(_line_views_of)
+_line_views_cached = functools.lru_cache(maxsize=2048)(_line_views_of)
 
 
 def _despace(text: str) -> str:

@@ -95,7 +95,7 @@ class StoreStatus:
     damage: str | None = None  # why the file must be fixed by hand
     needs_consolidation: bool = False  # over the threshold (waiting entries counted)
     last_error: str | None = None  # of the last consolidation attempt
-    threshold: int = 80  # percent: memory.consolidation.threshold
+    threshold: int = 0  # percent: memory.consolidation.threshold (status() sets it)
 
     def remark(self) -> str:
         """What needs doing, in the words every status display uses ('' when nothing)."""
@@ -437,10 +437,11 @@ class MemoryService:
     def status(self, user_id: str) -> list[StoreStatus]:
         memory = self.of(user_id)
         consolidation = self.config.consolidation
+        threshold = round(consolidation.threshold * 100)
         out = []
         for target in Target:
             if not memory.enabled(target):
-                out.append(StoreStatus(target, enabled=False))
+                out.append(StoreStatus(target, enabled=False, threshold=threshold))
                 continue
             state = memory.file_store(target).read()
             book = self.db.memory_log.consolidation_state(user_id, target.value)
@@ -458,7 +459,7 @@ class MemoryService:
                     damage=state.damage,
                     needs_consolidation=over_threshold(state.with_pending(), consolidation),
                     last_error=book.last_error,
-                    threshold=round(consolidation.threshold * 100),
+                    threshold=threshold,
                 )
             )
         return out

@@ -16,9 +16,6 @@ def undo_last(memory: UserMemory, db: SessionDB, actor: str = "user") -> tuple[b
         return False, "Nothing to undo."
     target = Target(version.target)
     store = memory.store(target)
-    pending = None
-    if version.pending_before is not None or version.pending_after is not None:
-        pending = (version.pending_after or "", version.pending_before or "")
     event = MemoryEventRecord(
         memory.user_id, target.value, "undo", version.text_after, version.text_before, actor
     )
@@ -29,14 +26,10 @@ def undo_last(memory: UserMemory, db: SessionDB, actor: str = "user") -> tuple[b
         version.text_before,
         actor,
         reason="undo",
-        pending_before=None if pending is None else pending[0],
-        pending_after=None if pending is None else pending[1],
+        pending_before=version.pending_after,
+        pending_after=version.pending_before,
     )
-    change = (version.text_after, version.text_before, pending)
-    done = swap_recorded(
-        store, db, memory.user_id, change, events=[event], version=swap, undoes=version.id
-    )
-    if not done:
+    if not swap_recorded(store, db, [event], swap, undoes=version.id):
         return False, (
             f"The {target.noun.lower()} changed after the last recorded change "
             "(edited by hand?); nothing was undone."

@@ -30,15 +30,21 @@ ENV = {
 def configure(
     home: Path, llm: FakeOpenAI, tg: FakeTelegram, slack: FakeSlack, dc: FakeDiscord
 ) -> None:
+    write_config(home, llm.base_url, tg.base_url, slack.api_base, dc.api_base, dc.gateway_url)
+
+
+def write_config(  # noqa: PLR0917 - one URL for each endpoint doctor talks to
+    home: Path, llm: str, telegram: str, slack: str, discord: str, discord_gateway: str
+) -> None:
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
     config = home / "config.yaml"
     config.write_text(
-        f"llm:\n  base_url: {llm.base_url}\n  model: m\n  api_key_env: ''\n  max_retries: 0\n"
+        f"llm:\n  base_url: {llm}\n  model: m\n  api_key_env: ''\n  max_retries: 0\n"
         "platforms:\n"
-        f"  telegram:\n    enabled: true\n    base_url: {tg.base_url}\n"
-        f"  slack:\n    enabled: true\n    api_base: {slack.api_base}\n"
-        f"  discord:\n    enabled: true\n    api_base: {dc.api_base}\n"
-        f"    gateway_url: {dc.gateway_url}\n"
+        f"  telegram:\n    enabled: true\n    base_url: {telegram}\n"
+        f"  slack:\n    enabled: true\n    api_base: {slack}\n"
+        f"  discord:\n    enabled: true\n    api_base: {discord}\n"
+        f"    gateway_url: {discord_gateway}\n"
         "gateway:\n  http:\n    port: 0\n"
     )
     config.chmod(0o600)
@@ -196,19 +202,16 @@ def test_an_unreachable_platform_is_a_network_problem_not_a_bad_token(
 
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{closed.getsockname()[1]}"  # bound, never listening
-        home.mkdir(parents=True, exist_ok=True, mode=0o700)
-        config = home / "config.yaml"
-        config.write_text(
-            f"llm:\n  base_url: {fake_llm.base_url}\n  model: m\n  api_key_env: ''\n"
-            "platforms:\n"
-            f"  telegram:\n    enabled: true\n    base_url: {dead}/bot\n"
-            f"  slack:\n    enabled: true\n    api_base: {dead}/api/\n"
-            f"  discord:\n    enabled: true\n    api_base: {dead}/api/v10\n"
-            f"    gateway_url: ws://127.0.0.1:{closed.getsockname()[1]}\n"
-            "gateway:\n  http:\n    port: 0\n"
+        port = closed.getsockname()[1]  # bound, never listening
+        dead = f"http://127.0.0.1:{port}"
+        write_config(
+            home,
+            fake_llm.base_url,
+            f"{dead}/bot",
+            f"{dead}/api/",
+            f"{dead}/api/v10",
+            f"ws://127.0.0.1:{port}",
         )
-        config.chmod(0o600)
         checks = by_name(asyncio.run(run_checks(home, ENV, timeout=10)))
     for name in ("telegram", "slack", "discord"):
         check = checks[f"platform {name}"]
