@@ -1,14 +1,14 @@
 """Memory write throughput and latency on a near-full store, side by side with the peer.
 
-    .venv/bin/python bench/memory_ops.py [--ops 2000] [--json] [--peer PYTHON]
+    .venv/bin/python bench/memory_ops.py [--ops 2000] [--rounds 20] [--json] [--peer PYTHON]
 
 Three ways of writing, the same operations on the same kind of store (about 87 % of
 the 2,200-char limit; every add is paired with a replace and a remove, so the fill
-level stays put):
+level stays put), taking turns in slices (`--rounds`) so that the machine's slow
+spells fall on all of them alike:
 
 - tool: MemoryTool.run, the file write (the rules scan of the entry and of the store
-  around it, the lock, re-read, decide, temp file, fsync, os.replace, fsync of the
-  folder);
+  around it, the lock, re-read, decide, temp file, fsync, os.replace);
 - service: MemoryService.apply with the judge off, the whole write path of the gateway
   (the tool, plus provenance in state.db, which undo and `memory why` read);
 - peer: hermes-agent's `tools.memory_tool.MemoryStore` (add/replace/remove), driven in
@@ -27,9 +27,8 @@ import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from hermes.config import MemoryConfig
 from hermes.identity import new_user_id
@@ -79,47 +78,67 @@ def summary(timings: dict[str, list[float]]) -> dict[str, Any]:
     return report
 
 
-def timed(ops: int, run: Callable[[str, dict[str, str]], bool]) -> dict[str, list[float]]:
-    timings: dict[str, list[float]] = {action: [] for action in ACTIONS}
-    for i in range(ops):
-        for action, args in operations(i):
-            started = time.perf_counter()
-            ok = run(action, args)
-            timings[action].append((time.perf_counter() - started) * 1000)
-            assert ok, (action, args)
-    return timings
+class Writer(Protocol):
+    """One way of writing, set up once on its own near-full store; `run` does the
+    operations of rounds start..start+count and returns each one's time in ms."""
+
+    def run(self, start: int, count: int) -> dict[str, list[float]]: ...
+
+    def close(self) -> None: ...
 
 
-def measure_tool(ops: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        tool, memory = near_full_store(Path(tmp))
-        timings = timed(ops, lambda a, args: tool.run({"action": a, "target": "memory", **args}).ok)
-        fill = memory.store(Target.MEMORY).read().percent
-    return {"store_fill_percent": fill, **summary(timings)}
+class ToolWriter:
+    def __init__(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory()
+        self.tool, self.memory = near_full_store(Path(self._tmp.name))
+
+    def run(self, start: int, count: int) -> dict[str, list[float]]:
+        timings: dict[str, list[float]] = {action: [] for action in ACTIONS}
+        for i in range(start, start + count):
+            for action, args in operations(i):
+                call = {"action": action, "target": "memory", **args}
+                started = time.perf_counter()
+                ok = self.tool.run(call).ok
+                timings[action].append((time.perf_counter() - started) * 1000)
+                assert ok, (action, args)
+        return timings
+
+    def fill_percent(self) -> int:
+        return self.memory.store(Target.MEMORY).read().percent
+
+    def close(self) -> None:
+        self._tmp.cleanup()
 
 
-def measure_service(ops: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        home = Path(tmp)
-        _, memory = near_full_store(home)
-        db = SessionDB.open(home)
-        service = MemoryService(home, MemoryConfig(), db, auto_consolidate=False)
+class ServiceWriter:
+    """MemoryService.apply in one event loop kept across rounds, as in the gateway."""
 
-        async def writes() -> dict[str, list[float]]:  # in one running loop, as the gateway
+    def __init__(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory()
+        home = Path(self._tmp.name)
+        _, self.memory = near_full_store(home)
+        self.db = SessionDB.open(home)
+        self.service = MemoryService(home, MemoryConfig(), self.db, auto_consolidate=False)
+        self.loop = asyncio.new_event_loop()
+
+    def run(self, start: int, count: int) -> dict[str, list[float]]:
+        async def writes() -> dict[str, list[float]]:
             timings: dict[str, list[float]] = {action: [] for action in ACTIONS}
-            for i in range(ops):
+            for i in range(start, start + count):
                 for action, args in operations(i):
                     call = {"action": action, "target": "memory", **args}
                     started = time.perf_counter()
-                    outcome = await service.apply(memory.user_id, call, actor="agent")
+                    outcome = await self.service.apply(self.memory.user_id, call, actor="agent")
                     timings[action].append((time.perf_counter() - started) * 1000)
                     assert outcome.ok, (action, args)
             return timings
 
-        try:
-            return summary(asyncio.run(writes()))
-        finally:
-            db.close()
+        return self.loop.run_until_complete(writes())
+
+    def close(self) -> None:
+        self.loop.close()
+        self.db.close()
+        self._tmp.cleanup()
 
 
 def measure_rules(ops: int) -> dict[str, Any]:
@@ -138,39 +157,73 @@ def measure_rules(ops: int) -> dict[str, Any]:
     return {"p50_ms": round(percentile(values, 50), 3), "p99_ms": round(percentile(values, 99), 3)}
 
 
+# The peer's MemoryStore in a child process that stays up: each line "start count" on
+# its stdin runs those rounds and answers one line of JSON timings.
 PEER_DRIVER = """
 import json, os, sys, tempfile, time
 home = tempfile.mkdtemp()
 os.environ["HERMES_HOME"] = home
 from tools.memory_tool import MemoryStore
-ops = int(sys.argv[1])
 store = MemoryStore(memory_char_limit=2200, user_char_limit=1375)
 store.load_from_disk()
 k = 0
 while len("\\n§\\n".join(store.memory_entries)) < 0.85 * 2200:
     store.add("memory", "Seed fact %d: " % k + "x" * 80)
     k += 1
-timings = {"add": [], "replace": [], "remove": []}
-for i in range(ops):
-    tag = "bench-%d" % i
-    for action, call in (
-        ("add", lambda: store.add("memory", "Bench fact %s: prefers x" % tag)),
-        ("replace", lambda: store.replace("memory", tag, "Bench fact %s: prefers y" % tag)),
-        ("remove", lambda: store.remove("memory", tag)),
-    ):
-        started = time.perf_counter()
-        result = call()
-        timings[action].append((time.perf_counter() - started) * 1000)
-        assert result.get("success"), result
-print(json.dumps(timings))
+print("ready", flush=True)
+for line in sys.stdin:
+    start, count = map(int, line.split())
+    timings = {"add": [], "replace": [], "remove": []}
+    for i in range(start, start + count):
+        tag = "bench-%d" % i
+        for action, call in (
+            ("add", lambda: store.add("memory", "Bench fact %s: prefers x" % tag)),
+            ("replace", lambda: store.replace("memory", tag, "Bench fact %s: prefers y" % tag)),
+            ("remove", lambda: store.remove("memory", tag)),
+        ):
+            started = time.perf_counter()
+            result = call()
+            timings[action].append((time.perf_counter() - started) * 1000)
+            assert result.get("success"), result
+    print(json.dumps(timings), flush=True)
 """
 
 
-def measure_peer(python: str, ops: int) -> dict[str, Any]:
-    out = subprocess.run(
-        [python, "-c", PEER_DRIVER, str(ops)], capture_output=True, text=True, check=True
-    )
-    return summary(json.loads(out.stdout.strip().splitlines()[-1]))
+class PeerWriter:
+    def __init__(self, python: str) -> None:
+        self.child = subprocess.Popen(
+            [python, "-c", PEER_DRIVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self.child.stdout is not None and self.child.stdout.readline().strip() == "ready"
+
+    def run(self, start: int, count: int) -> dict[str, list[float]]:
+        assert self.child.stdin is not None and self.child.stdout is not None
+        self.child.stdin.write(f"{start} {count}\n")
+        self.child.stdin.flush()
+        timings: dict[str, list[float]] = json.loads(self.child.stdout.readline())
+        return timings
+
+    def close(self) -> None:
+        if self.child.stdin is not None:
+            self.child.stdin.close()
+        self.child.wait(timeout=30)
+
+
+def interleaved(writers: dict[str, Writer], ops: int, rounds: int) -> dict[str, Any]:
+    """Each writer's ops in `rounds` slices, the writers taking turns (the order turned
+    each round), so a slow spell of the machine or its disk falls on all of them alike
+    rather than on whichever happened to run then."""
+    timings: dict[str, dict[str, list[float]]] = {
+        name: {action: [] for action in ACTIONS} for name in writers
+    }
+    names = list(writers)
+    size = -(-ops // rounds)
+    for r, start in enumerate(range(0, ops, size)):
+        count = min(size, ops - start)
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            for action, values in writers[name].run(start, count).items():
+                timings[name][action].extend(values)
+    return {name: summary(values) for name, values in timings.items()}
 
 
 def main() -> None:
@@ -179,14 +232,21 @@ def main() -> None:
     )
     parser.add_argument("--ops", type=int, default=2000)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--rounds", type=int, default=20, help="slices the writers take turns in")
     parser.add_argument("--peer", metavar="PYTHON", help="a Python with hermes-agent installed")
     args = parser.parse_args()
     report: dict[str, Any] = {"ops_per_action": args.ops}
     report["rules_per_write"] = measure_rules(args.ops)
-    report["tool"] = measure_tool(args.ops)
-    report["service"] = measure_service(args.ops)
+    tool = ToolWriter()
+    writers: dict[str, Writer] = {"tool": tool, "service": ServiceWriter()}
     if args.peer:
-        report["peer"] = measure_peer(args.peer, args.ops)
+        writers["peer"] = PeerWriter(args.peer)
+    try:
+        report.update(interleaved(writers, args.ops, args.rounds))
+        report["tool"]["store_fill_percent"] = tool.fill_percent()
+    finally:
+        for writer in writers.values():
+            writer.close()
     if args.json:
         print(json.dumps(report))
         return

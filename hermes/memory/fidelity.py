@@ -196,12 +196,25 @@ def _tokens(text: str) -> tuple[Token, ...]:
     spans += [(m.start(), "word", m.group()) for m in _WORD.finditer(text)]
     for start, kind, value in sorted(spans):
         clause = clause_of(start)
-        pieces = [(kind, value)] if kind == "number" else _word_pieces(value.casefold())
+        if kind == "number":
+            pieces = [(kind, value)]
+        elif len(value) == 1 and _attached(text, start, start + 1):
+            pieces = [("word", value.casefold())]  # the 'a' of 'db-a': a name's part
+        else:
+            pieces = _word_pieces(value.casefold())
         inside = bool(out) and out[-1].clause == clause
         name = inside and value[:1].isupper() and len(pieces) == 1
         for piece_kind, piece in pieces:
             out.append(Token(piece_kind, piece, clause, len(out), name and piece_kind == "word"))
     return tuple(out)
+
+
+def _attached(text: str, start: int, end: int) -> bool:
+    """The span is joined to a neighbouring letter or digit by '-' or '_' (db-a, node_b,
+    plan-B): part of an identifier, which one letter tells apart from another."""
+    before = start >= 2 and text[start - 1] in "-_" and text[start - 2].isalnum()
+    after = end + 1 < len(text) and text[end] in "-_" and text[end + 1].isalnum()
+    return before or after
 
 
 def _word_pieces(word: str) -> list[tuple[str, str]]:

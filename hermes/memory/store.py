@@ -130,13 +130,13 @@ class MemoryStore:
         self._prepared = False  # the folder checked and old temps swept: once per store
         # entries from a merged account that did not fit; consolidation folds them in
         self.pending_path = path.with_name(path.name + ".pending")
+        # the last text read or written and its entries: a file that has not changed
+        # since (the common case under the lock, after this process's own write) is not
+        # parsed again
+        self._parsed: tuple[str, tuple[str, ...]] = ("", ())
 
     def read(self) -> StoreState:
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
-            raw = b""
-        state = self._state(raw)
+        state = self._state(_read_bytes(self.path))
         pending_raw = _read_text(self.pending_path)
         if pending_raw:
             state = replace(state, pending=tuple(fmt.parse(pending_raw)), pending_raw=pending_raw)
@@ -149,7 +149,9 @@ class MemoryStore:
     ) -> T:
         """Run `decide` on the current state under the lock; write what it returns.
 
-        `decide` returns (new entries or None for no write, result). `before_write`
+        `decide` returns (new entries or None for no write, result); the entries in the
+        form `read` gives them (stripped, unique, no separator line inside one: what
+        parsing their file gives back), which is kept as the file's parse. `before_write`
         gets the result, still under the lock, just before the file is replaced (the
         journal records its intent there). A damaged file is backed up and
         StoreDamagedError raised before `decide` is called.
@@ -163,7 +165,9 @@ class MemoryStore:
             if new_entries is not None:
                 if before_write is not None:
                     before_write(result)
-                self._atomic_write(fmt.serialize(new_entries))
+                text = fmt.serialize(new_entries)
+                self._atomic_write(text)
+                self._parsed = (text, tuple(new_entries))
             return result
 
     def compare_and_swap(
@@ -209,7 +213,11 @@ class MemoryStore:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             return StoreState((), self.limit, f"it is not valid UTF-8 (byte {exc.start})")
-        entries = tuple(fmt.parse(text))
+        if self._parsed[0] == text:
+            entries = self._parsed[1]
+        else:
+            entries = tuple(fmt.parse(text))
+            self._parsed = (text, entries)
         used = fmt.usage(entries)
         if used > self.limit:
             shape = (
@@ -360,8 +368,21 @@ def wait_for_flock(fd: int, timeout: float, *, shared: bool = False) -> bool:
     return False
 
 
-def _read_text(path: Path) -> str:
+def _read_bytes(path: Path) -> bytes:
+    """The whole file ('' if there is none), read with plain system calls: a store is a
+    few KB, read on every write."""
     try:
-        return path.read_bytes().decode("utf-8")
+        fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
-        return ""
+        return b""
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _read_text(path: Path) -> str:
+    return _read_bytes(path).decode("utf-8")

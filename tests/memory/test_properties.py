@@ -13,6 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from hermes.config import MemoryConfig
 from hermes.identity import new_user_id
 from hermes.memory import entries as fmt
+from hermes.memory.store import Target
 from hermes.memory.tool import MemoryTool
 from hermes.memory.user_memory import UserMemory
 
@@ -99,6 +100,8 @@ class StoreMachine(RuleBasedStateMachine):
         assert parsed == self.model.entries
         assert len(text) <= LIMIT
         assert len(set(parsed)) == len(parsed)
+        # the store's own read (which keeps the parse of what it last wrote) agrees
+        assert list(self.memory.store(Target.MEMORY).read().entries) == parsed
 
     def teardown(self) -> None:
         shutil.rmtree(self.home, ignore_errors=True)
