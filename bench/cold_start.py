@@ -6,8 +6,12 @@ Each command runs as a fresh process (the installed `hermes` script, bytecode al
 cached, as on a server after the first run; PYTHONDONTWRITEBYTECODE is unset for them)
 in a throwaway HERMES_HOME with a config. The figure is user + system CPU of the child:
 the minimum and the median over the runs (the minimum is the least disturbed by other
-load on a shared machine). `python -c pass` and `import sqlmodel` are measured beside
-them: the floor of any process, and of any command that opens state.db.
+load on a shared machine). `python -c pass`, `import sqlmodel` and `import openai` are
+measured beside them: the floor of any process, of any command that opens state.db, and
+of any that calls a model (`hermes memory add` does: the memory guard's judge checks the
+entry; this home's model is a closed port, so the entry is held as pending).
+
+Aims: `--help` under 0.3 s; a command that opens state.db at most 1.0 s.
 """
 
 from __future__ import annotations
@@ -22,12 +26,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-AIM_SECONDS = 0.3
+HELP_AIM_SECONDS = 0.3
+STATE_AIM_SECONDS = 1.0
 BIN = Path(sys.executable).parent
 
 COMMANDS: dict[str, list[str]] = {
     "python -c pass": [sys.executable, "-c", "pass"],
     "python -c 'import sqlmodel'": [sys.executable, "-c", "import sqlmodel"],
+    "python -c 'import openai'": [sys.executable, "-c", "import openai"],
     "hermes --help": [str(BIN / "hermes"), "--help"],
     "hermes --version": [str(BIN / "hermes"), "--version"],
     "hermes memory status": [str(BIN / "hermes"), "memory", "status"],
@@ -68,7 +74,10 @@ def main() -> None:
     if args.json:
         print(json.dumps(figures, indent=2))
         return
-    print(f"CPU seconds per command, {args.runs} runs each (aim: under {AIM_SECONDS} s)")
+    print(
+        f"CPU seconds per command, {args.runs} runs each (aims: --help under "
+        f"{HELP_AIM_SECONDS} s, commands that open state.db at most {STATE_AIM_SECONDS} s)"
+    )
     for name, figure in figures.items():
         print(f"  {name:32} min {figure['min_s']:.3f}  median {figure['median_s']:.3f}")
 
