@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
+from gateway.cli.complete import FACT_STATUSES
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import AsJson, new_table, note, print_json, print_table, progress_bar
 
@@ -85,14 +86,17 @@ def search(
 @app.command()
 def facts(
     status: Annotated[
-        str | None, typer.Option("--status", help="draft, verified or retracted.")
+        str | None,
+        typer.Option(
+            "--status", help=f"{FACT_STATUSES.words}.", autocompletion=FACT_STATUSES.complete
+        ),
     ] = None,
     user: UserOpt = None,
     as_json: AsJson = False,
 ) -> None:
     """The facts, with their status, flag (a cited source changed) and citations."""
-    if status not in (None, "draft", "verified", "retracted"):
-        fail("--status must be draft, verified or retracted", EXIT_USAGE)
+    if status is not None and status not in FACT_STATUSES:
+        fail(f"--status must be {FACT_STATUSES.words}", EXIT_USAGE)
     provider = _provider(user)
     rows = provider.store.facts(provider.user_id, status=status)
     if as_json:
@@ -109,7 +113,9 @@ def facts(
 @app.command()
 def review(
     fact_id: int,
-    status: Annotated[str, typer.Argument(help="verified, retracted or draft.")],
+    status: Annotated[
+        str, typer.Argument(help=f"{FACT_STATUSES.words}.", autocompletion=FACT_STATUSES.complete)
+    ],
     user: UserOpt = None,
 ) -> None:
     """Review a fact: only verified facts are recalled into conversations."""

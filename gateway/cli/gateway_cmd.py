@@ -9,11 +9,11 @@ from typing import Annotated, NoReturn
 import typer
 from rich.markup import escape
 
+from gateway.cli.complete import LOG_LEVELS
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import AsJson, new_table, note, print_json, print_table
 from gateway.status_file import read_status_file
 
-LEVELS = ("debug", "info", "warning", "error")
 gateway_app = typer.Typer(help="Run the gateway process.", no_args_is_help=True)
 scheduler_app = typer.Typer(help="Background jobs.", no_args_is_help=True)
 
@@ -22,7 +22,11 @@ scheduler_app = typer.Typer(help="Background jobs.", no_args_is_help=True)
 def run(
     log_level: Annotated[
         str | None,
-        typer.Option("--log-level", help="debug, info, warning or error (default: config)."),
+        typer.Option(
+            "--log-level",
+            help=f"{LOG_LEVELS.words} (default: config).",
+            autocompletion=LOG_LEVELS.complete,
+        ),
     ] = None,
 ) -> None:
     """Run the gateway in the foreground until SIGTERM/SIGINT (systemd runs this)."""
@@ -36,8 +40,8 @@ def run(
     from hermes.state.engine import StateDBError
 
     ctx = CliContext.load()
-    if log_level is not None and log_level.lower() not in LEVELS:
-        fail(f"--log-level: {log_level!r} is not one of {', '.join(LEVELS)}", EXIT_USAGE)
+    if log_level is not None and log_level.lower() not in LOG_LEVELS:
+        fail(f"--log-level: {log_level!r} is not {LOG_LEVELS.words}", EXIT_USAGE)
     logs.configure(ctx.config, log_level)
     # from here on every line is a log record, in the configured format (a json log
     # holds nothing else): the process's own words included, on stderr like the rest

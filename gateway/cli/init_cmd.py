@@ -20,14 +20,14 @@ from urllib.parse import urlparse
 import typer
 from rich.markup import escape
 
+from gateway.cli.complete import LOG_FORMATS, PLATFORMS, SLACK_MODES, TELEGRAM_MODES
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import note
 
 if TYPE_CHECKING:
     from gateway.config import HermesConfig
 
-PLATFORMS = ("telegram", "discord", "slack")
-ACCOUNT = re.compile(r"(telegram|discord|slack):([\w.-]{1,64})")
+ACCOUNT = re.compile(rf"({'|'.join(PLATFORMS.values)}):([\w.-]{{1,64}})")
 
 MODEL_SECTION = """\
 # Hermes configuration, written by `hermes init`. Every key and its default:
@@ -101,20 +101,31 @@ def init(
     ] = False,
     platform: Annotated[
         list[str] | None,
-        typer.Option("--platform", "-p", help="telegram, discord or slack (repeatable)."),
+        typer.Option(
+            "--platform",
+            "-p",
+            help=f"{PLATFORMS.words} (repeatable).",
+            autocompletion=PLATFORMS.complete,
+        ),
     ] = None,
     allow: Annotated[
         list[str] | None,
         typer.Option("--allow", help="An account let in: PLATFORM:ID (repeatable)."),
     ] = None,
-    telegram_mode: Annotated[str, typer.Option(help="polling or webhook.")] = "polling",
-    slack_mode: Annotated[str, typer.Option(help="socket or http.")] = "socket",
+    telegram_mode: Annotated[
+        str, typer.Option(help=f"{TELEGRAM_MODES.words}.", autocompletion=TELEGRAM_MODES.complete)
+    ] = "polling",
+    slack_mode: Annotated[
+        str, typer.Option(help=f"{SLACK_MODES.words}.", autocompletion=SLACK_MODES.complete)
+    ] = "socket",
     webhook_url: Annotated[
         str | None, typer.Option(help="Telegram webhook mode: public https URL.")
     ] = None,
     http_host: Annotated[str, typer.Option(help="gateway.http host.")] = "127.0.0.1",
     http_port: Annotated[int, typer.Option(min=1, max=65535, help="gateway.http port.")] = 8787,
-    log_format: Annotated[str, typer.Option(help="text or json.")] = "text",
+    log_format: Annotated[
+        str, typer.Option(help=f"{LOG_FORMATS.words}.", autocompletion=LOG_FORMATS.complete)
+    ] = "text",
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
     """Write a commented config.yaml into HERMES_HOME (--gateway: with platforms)."""
@@ -220,11 +231,12 @@ def _own_account(platform: str, ask: Ask) -> str:
 def _platforms(given: list[str] | None, ask: Ask) -> list[str]:
     names = [n.strip().lower() for item in (given or []) for n in item.split(",") if n.strip()]
     if not names:
-        answer = str(ask("Platforms (comma-separated: telegram, discord, slack)", "telegram"))
+        listed = ", ".join(PLATFORMS.values)
+        answer = str(ask(f"Platforms (comma-separated: {listed})", "telegram"))
         names = [p.strip().lower() for p in answer.split(",") if p.strip()]
     unknown = [name for name in names if name not in PLATFORMS]
     if unknown:
-        fail(f"unknown platform {unknown[0]!r}: one of {', '.join(PLATFORMS)}", EXIT_USAGE)
+        fail(f"unknown platform {unknown[0]!r}: {PLATFORMS.words}", EXIT_USAGE)
     return list(dict.fromkeys(names))
 
 
@@ -243,12 +255,12 @@ def _accounts(given: list[str], chosen: list[str], problems: list[str]) -> dict[
 
 def _mode_problems(modes: dict[str, str], webhook_url: str | None, log_format: str) -> list[str]:
     problems = []
-    if modes["telegram"] not in ("polling", "webhook"):
-        problems.append(f"--telegram-mode {modes['telegram']!r}: polling or webhook")
-    if modes["slack"] not in ("socket", "http"):
-        problems.append(f"--slack-mode {modes['slack']!r}: socket or http")
-    if log_format not in ("text", "json"):
-        problems.append(f"--log-format {log_format!r}: text or json")
+    if modes["telegram"] not in TELEGRAM_MODES:
+        problems.append(f"--telegram-mode {modes['telegram']!r}: {TELEGRAM_MODES.words}")
+    if modes["slack"] not in SLACK_MODES:
+        problems.append(f"--slack-mode {modes['slack']!r}: {SLACK_MODES.words}")
+    if log_format not in LOG_FORMATS:
+        problems.append(f"--log-format {log_format!r}: {LOG_FORMATS.words}")
     if webhook_url and modes["telegram"] != "webhook":
         problems.append("--webhook-url is for --telegram-mode webhook")
     return problems

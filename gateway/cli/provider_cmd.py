@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
+from gateway.cli.complete import RECALL_MODES, provider_names
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import AsJson, new_table, note, print_json, print_table
 
@@ -76,10 +77,16 @@ def providers(as_json: AsJson = False) -> None:
 
 @app.command()
 def setup(
-    name: Annotated[str | None, typer.Argument(help="The provider (asked when omitted).")] = None,
+    name: Annotated[
+        str | None,
+        typer.Argument(help="The provider (asked when omitted).", autocompletion=provider_names),
+    ] = None,
     values: SetOpt = None,
     recall_mode: Annotated[
-        str | None, typer.Option("--recall-mode", help="context, tools or hybrid.")
+        str | None,
+        typer.Option(
+            "--recall-mode", help=f"{RECALL_MODES.words}.", autocompletion=RECALL_MODES.complete
+        ),
     ] = None,
 ) -> None:
     """Choose the memory provider and its settings (asked on a terminal, or given with
@@ -93,8 +100,8 @@ def setup(
     ctx = CliContext.load()
     interactive = sys.stdin.isatty()
     name = name or _choose(sorted(registry.discover(ctx.home)), interactive)
-    if recall_mode is not None and recall_mode not in ("context", "tools", "hybrid"):
-        fail("--recall-mode must be context, tools or hybrid", EXIT_USAGE)
+    if recall_mode is not None and recall_mode not in RECALL_MODES:
+        fail(f"--recall-mode must be {RECALL_MODES.words}", EXIT_USAGE)
     try:
         fields = registry.config_schema(name, ctx.home)
     except registry.ProviderError as exc:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TextIO
 import typer
 from rich.markup import escape
 
+from gateway.cli.complete import EXPORT_FORMATS, SURFACES
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import AsJson, new_table, note, print_json, print_table, progress_bar, say
 
@@ -22,7 +23,9 @@ UserOpt = Annotated[str | None, typer.Option("--user", help="User id (default: t
 
 @app.command("list")
 def list_(
-    platform: Annotated[str | None, typer.Option(help="Only this platform.")] = None,
+    platform: Annotated[
+        str | None, typer.Option(help="Only this platform.", autocompletion=SURFACES.complete)
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
     user: UserOpt = None,
     as_json: AsJson = False,
@@ -65,7 +68,9 @@ def list_(
 def search(
     query: Annotated[str, typer.Argument(help="Plain words; empty lists recent sessions.")],
     limit: Annotated[int, typer.Option(min=1, max=10)] = 3,
-    platform: Annotated[str | None, typer.Option(help="Only this platform.")] = None,
+    platform: Annotated[
+        str | None, typer.Option(help="Only this platform.", autocompletion=SURFACES.complete)
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the tool's exact result.")] = False,
     no_summary: Annotated[bool, typer.Option("--no-summary", help="Skip LLM summaries.")] = False,
     user: UserOpt = None,
@@ -139,7 +144,12 @@ def show(session_id: str, user: UserOpt = None, as_json: AsJson = False) -> None
 def export(
     session_id: Annotated[str | None, typer.Argument(help="One session (or --all).")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Every session of the user.")] = False,
-    fmt: Annotated[str, typer.Option("--format", help="jsonl or md.")] = "jsonl",
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format", help=f"{EXPORT_FORMATS.words}.", autocompletion=EXPORT_FORMATS.complete
+        ),
+    ] = "jsonl",
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="File, written 0600 (default: stdout).")
     ] = None,
@@ -151,8 +161,8 @@ def export(
     """Export sessions as JSONL (re-importable) or Markdown."""
     from hermes.state.transfer import export_lines, export_markdown
 
-    if fmt not in ("jsonl", "md") or bool(session_id) == all_:
-        fail("give one SESSION_ID or --all, and --format jsonl|md", EXIT_USAGE)
+    if fmt not in EXPORT_FORMATS or bool(session_id) == all_:
+        fail(f"give one SESSION_ID or --all, and --format {EXPORT_FORMATS.words}", EXIT_USAGE)
     ctx = CliContext.load(reading=True)
     db = ctx.open_db()
     user_id = ctx.user_id(user)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
+from gateway.cli.complete import PLATFORMS, ROLES
 from gateway.cli.context import (
     CLI_PLATFORM,
     CLI_USER,
@@ -135,7 +136,9 @@ def link(code: Annotated[str, typer.Argument(help="The code /link gave in a chat
 @users_app.command()
 def unlink(
     who: UserArg,
-    platform: Annotated[str, typer.Argument(help="telegram, discord or slack.")],
+    platform: Annotated[
+        str, typer.Argument(help=f"{PLATFORMS.words}.", autocompletion=PLATFORMS.complete)
+    ],
 ) -> None:
     """Detach a user's account on PLATFORM: it becomes a separate person again."""
     ctx = CliContext.load()
@@ -149,13 +152,13 @@ def unlink(
 @users_app.command()
 def role(
     who: UserArg,
-    new_role: Annotated[str, typer.Argument(metavar="ROLE", help="owner, admin or user.")],
+    new_role: Annotated[
+        str, typer.Argument(metavar="ROLE", help=f"{ROLES.words}.", autocompletion=ROLES.complete)
+    ],
 ) -> None:
     """Set a user's role (admins may use /admin commands in chat)."""
-    from hermes.state.people import ROLES
-
     if new_role not in ROLES:
-        fail(f"unknown role {new_role!r}: expected one of {', '.join(ROLES)}", EXIT_USAGE)
+        fail(f"unknown role {new_role!r}: expected {ROLES.words}", EXIT_USAGE)
     ctx = CliContext.load()
     db = ctx.open_db()
     user_id = _resolve(db, who, ctx, create=True)

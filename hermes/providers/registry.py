@@ -81,6 +81,21 @@ def discover(home: Path) -> dict[str, Found]:
     return found
 
 
+def names(home: Path) -> list[str]:
+    """Every provider name there is, without importing any (shell completion): the
+    built-in ones, the plugin folders that would be trusted, the entry points."""
+    found = set(BUILT_IN)
+    root = home / PLUGINS_DIR
+    if root.is_dir() and not _untrusted(root):
+        found.update(
+            folder.name
+            for folder in root.iterdir()
+            if (folder / "__init__.py").is_file() and not _untrusted(folder)
+        )
+    found.update(entry.name for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    return sorted(found)
+
+
 def load(name: str, settings: dict[str, Any], home: Path) -> ProviderFactory:
     """The factory of provider `name`, configured with `settings`."""
     make = _found(name, home)
@@ -231,4 +246,5 @@ __all__ = [
     "config_schema",
     "discover",
     "load",
+    "names",
 ]

@@ -112,6 +112,9 @@ _SCHEMA = [
 ]
 
 
+FACT_STATUSES = ("draft", "verified", "retracted")  # only verified facts are recalled
+
+
 class EvidenceError(Exception):
     """A rule of the store would be broken; the message says which."""
 
@@ -379,7 +382,7 @@ class EvidenceStore(SidecarDB):
             return fact_id
 
     def review_fact(self, user_id: str, fact_id: int, status: str) -> bool:
-        if status not in ("draft", "verified", "retracted"):
+        if status not in FACT_STATUSES:
             raise EvidenceError("status must be draft, verified or retracted")
         with self._write() as conn:
             return bool(

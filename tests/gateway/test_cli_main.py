@@ -8,6 +8,7 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from tests.harness.cli import hermes
 
@@ -72,6 +73,13 @@ def test_shell_completion_is_offered_and_completes_commands(home: Path) -> None:
         ("complete_bash", "hermes mem", "1", "memory"),
         ("complete_bash", "hermes memory st", "2", "status"),
         ("complete_zsh", "hermes sess", "1", "sessions"),
+        # values of options and arguments: fixed sets, and the providers of this home
+        ("complete_bash", "hermes sessions export u_1 --format ", "5", "jsonl"),
+        ("complete_bash", "hermes gateway run --log-level w", "4", "warning"),
+        ("complete_bash", "hermes init --platform d", "3", "discord"),
+        ("complete_bash", "hermes memory setup hol", "3", "holographic"),
+        ("complete_bash", "hermes memory setup --recall-mode h", "4", "hybrid"),
+        ("complete_bash", "hermes users role u_1 ad", "4", "admin"),
     ):
         done = subprocess.run(
             HERMES_BIN,
@@ -104,3 +112,30 @@ def test_help_names_parameters_plainly_and_loses_no_words() -> None:
     assert "TEXT" in why and "{text}" not in why and "<bool>" not in why
     init = hermes("init", "--help").stdout
     assert "https://api.openai.com/v1" in init and "gpt-4o-mini" in init
+
+
+def test_the_clis_value_sets_are_copies_of_their_homes() -> None:
+    """complete.py keeps the sets the CLI names (so --help loads no pydantic); each must
+    equal what the config models, the registry and the people repository define."""
+    from typing import get_args
+
+    from gateway import registry
+    from gateway.cli import complete
+    from gateway.config import LoggingConfig
+    from gateway.platform_config import SlackConfig, TelegramConfig
+    from hermes.config import MemoryConfig
+    from hermes.state.evidence import FACT_STATUSES
+    from hermes.state.people import ROLES
+
+    def literal(model: Any, field: str) -> tuple[str, ...]:
+        return tuple(get_args(model.model_fields[field].annotation))
+
+    assert complete.SURFACES.values == tuple(registry.REGISTRY)
+    assert complete.PLATFORMS.values == tuple(n for n in registry.REGISTRY if n != "cli")
+    assert complete.TELEGRAM_MODES.values == literal(TelegramConfig, "mode")
+    assert complete.SLACK_MODES.values == literal(SlackConfig, "mode")
+    assert complete.RECALL_MODES.values == literal(MemoryConfig, "recall_mode")
+    assert complete.LOG_FORMATS.values == literal(LoggingConfig, "format")
+    assert complete.LOG_LEVELS.values == literal(LoggingConfig, "level")
+    assert complete.ROLES.values == ROLES
+    assert complete.FACT_STATUSES.values == FACT_STATUSES

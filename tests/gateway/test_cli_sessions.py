@@ -183,7 +183,7 @@ def test_bad_paths_formats_and_users_get_a_clear_message(home: Path, tmp_path: P
     nowhere = hermes("sessions", "export", "--all", "-o", str(tmp_path / "no" / "x.jsonl"))
     assert nowhere.returncode == 2 and "cannot write" in nowhere.stderr
     fmt = hermes("sessions", "export", "--all", "--format", "pdf")
-    assert fmt.returncode == 2 and "jsonl|md" in fmt.stderr
+    assert fmt.returncode == 2 and "jsonl or md" in fmt.stderr
     nobody = hermes("sessions", "export", "--all", "--user", "u_00000000000000ff")
     assert nobody.returncode == 1 and str(home) in nobody.stderr
     outputs = nowhere.stderr + fmt.stderr + nobody.stderr
