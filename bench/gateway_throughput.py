@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adapters.telegram_adapter import TelegramAdapter
+from adapters.telegram.adapter import TelegramAdapter
 from gateway.app import build_app
 from gateway.config import HermesConfig
 from gateway.streaming import CURSOR

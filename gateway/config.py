@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import ValidationError
@@ -20,8 +20,8 @@ from gateway.platform_config import (
     AccessConfig,
     GatewaySection,
     PlatformConfig,
-    PlatformsConfig,
     PrivacyConfig,
+    platforms_model,
 )
 from hermes.config import (
     AgentConfig,
@@ -44,6 +44,13 @@ CONFIG_FILENAME = "config.yaml"
 
 class ConfigError(Exception):
     """A config file that cannot be used; the message names the file and the key."""
+
+
+# `platforms:`: a section per platform package (gateway/platforms.py), each its own model
+if TYPE_CHECKING:
+    PlatformsConfig = Section
+else:
+    PlatformsConfig = platforms_model()
 
 
 class LoggingConfig(Section):

@@ -32,7 +32,7 @@ from gateway.config import (
     main_endpoint,
     side_endpoint,
 )
-from gateway.platform_config import PlatformConfig, SlackConfig, TelegramConfig
+from gateway.platform_config import PlatformConfig, platforms
 from gateway.scheduler import read_status
 from gateway.status_file import read_status_file
 from hermes.llm.client import LLMClient, LLMError
@@ -358,30 +358,16 @@ def _network_cause(exc: BaseException) -> OSError | None:
 
 
 def check_webhooks(config: HermesConfig, enabled: Mapping[str, PlatformConfig]) -> list[Check]:
-    """Webhook modes need a public https URL that reaches gateway.http (a reverse proxy)."""
+    """A platform that pushes to gateway.http needs a public https URL reaching it (a
+    reverse proxy): each platform package says what it needs."""
     checks = []
     for name, section in enabled.items():
-        label = f"{name} webhook"
-        if isinstance(section, TelegramConfig) and section.mode == "webhook":
-            url = section.webhook_url or ""
-            if not url.startswith("https://"):
-                checks.append(
-                    fail(
-                        label,
-                        f"webhook_url is {url or 'not set'!r}: Telegram only pushes to https",
-                        "set platforms.telegram.webhook_url to the public https URL of the "
-                        "reverse proxy in front of gateway.http",
-                    )
-                )
-            else:
-                checks.append(ok(label, f"{url} -> gateway.http port {config.gateway.http.port}"))
-        elif isinstance(section, SlackConfig) and section.mode == "http":
+        webhook = platforms()[name].webhook
+        found = webhook(section, config.gateway.http.port) if webhook is not None else None
+        if found is not None:
+            label = f"{name} webhook"
             checks.append(
-                ok(
-                    label,
-                    f"Slack must POST to https://<your host>/slack/events, proxied to "
-                    f"gateway.http port {config.gateway.http.port}",
-                )
+                ok(label, found.detail) if found.ok else fail(label, found.detail, found.fix)
             )
     return checks
 

@@ -1,13 +1,16 @@
-"""The model's Markdown, converted with a real parser (markdown-it-py) per platform.
+"""The model's Markdown, converted with a real parser (markdown-it-py) into a platform's
+dialect.
 
-Telegram gets its HTML subset (b, i, s, code, pre, a, blockquote; everything else as
-text, `&<>` escaped), Slack gets mrkdwn, Discord takes Markdown as it is.
+A platform package describes its dialect (a `Dialect`: how it marks emphasis, code,
+links, headings and quotes, and what it escapes); `render` walks the parsed Markdown
+once for every dialect. Telegram's HTML subset lives in adapters/telegram/render.py,
+Slack's mrkdwn in adapters/slack/render.py; Discord takes Markdown as it is.
 """
 
 from __future__ import annotations
 
-import html
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
@@ -15,71 +18,32 @@ from markdown_it.token import Token
 _PARSER = MarkdownIt("commonmark").enable("strikethrough")
 
 
-def to_telegram_html(markdown: str) -> str:
-    return _render(markdown, _TELEGRAM_INLINE, _esc, code=_telegram_code)
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    inline: Mapping[str, str]  # strong/em/s open and close marks, by token type
+    escape: Callable[[str], str]  # plain text as the platform must receive it
+    code_block: Callable[[str, str], str]  # (content, language) -> the block
+    code_inline: Callable[[str], str]  # the content -> the span
+    link: Callable[[str], tuple[str, str]]  # href -> (opening mark, closing mark)
+    heading: tuple[str, str]  # a heading's line is marked as strong text
+    blockquote: tuple[str, str]
 
 
-def to_slack_mrkdwn(markdown: str) -> str:
-    return _render(markdown, _SLACK_INLINE, _slack_esc, code=_slack_code)
-
-
-def _esc(text: str) -> str:
-    return html.escape(text, quote=False)
-
-
-def _slack_esc(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def _telegram_code(content: str, lang: str) -> str:
-    attr = f' class="language-{_esc(lang)}"' if lang else ""
-    return f"<pre><code{attr}>{_esc(content.rstrip())}</code></pre>"
-
-
-def _slack_code(content: str, _lang: str) -> str:
-    return f"```\n{_slack_esc(content.rstrip())}\n```"
-
-
-_TELEGRAM_INLINE = {
-    "strong_open": "<b>",
-    "strong_close": "</b>",
-    "em_open": "<i>",
-    "em_close": "</i>",
-    "s_open": "<s>",
-    "s_close": "</s>",
-    "link_close": "</a>",
-}
-_SLACK_INLINE = {
-    "strong_open": "*",
-    "strong_close": "*",
-    "em_open": "_",
-    "em_close": "_",
-    "s_open": "~",
-    "s_close": "~",
-    "link_close": "",
-}
-
-
-def _render(  # noqa: PLR0912 - one branch per Markdown block token, flat on purpose
-    markdown: str,
-    inline_map: dict[str, str],
-    esc: Callable[[str], str],
-    code: Callable[[str, str], str],
-) -> str:
+def render(markdown: str, dialect: Dialect) -> str:  # noqa: PLR0912 - one branch per token
     out: list[str] = []
     lists: list[list[int]] = []  # a counter per open list (ordered) or [-1] (bullets)
-    telegram = inline_map is _TELEGRAM_INLINE
     for token in _PARSER.parse(markdown):
         kind = token.type
         if kind == "inline":
-            out.append(_inline(token.children or [], inline_map, esc, telegram))
+            out.append(_inline(token.children or [], dialect))
         elif kind in ("paragraph_close", "heading_close"):
-            out.append(("</b>" if telegram else "*") if kind == "heading_close" else "")
+            out.append(dialect.heading[1] if kind == "heading_close" else "")
             out.append("\n" if lists else "\n\n")
         elif kind == "heading_open":
-            out.append("<b>" if telegram else "*")
+            out.append(dialect.heading[0])
         elif kind in ("fence", "code_block"):
-            out.append(code(token.content, token.info.strip().split(" ")[0]) + "\n\n")
+            language = token.info.strip().split(" ")[0]
+            out.append(dialect.code_block(token.content, language) + "\n\n")
         elif kind == "bullet_list_open":
             lists.append([-1])
         elif kind == "ordered_list_open":
@@ -95,39 +59,38 @@ def _render(  # noqa: PLR0912 - one branch per Markdown block token, flat on pur
                 counter[0] += 1
             out.append("  " * (len(lists) - 1) + bullet + " ")
         elif kind == "blockquote_open":
-            out.append("<blockquote>" if telegram else "> ")
+            out.append(dialect.blockquote[0])
         elif kind == "blockquote_close":
             while out and not out[-1].strip():
                 out.pop()
-            out.append("</blockquote>\n\n" if telegram else "\n\n")
+            out.append(dialect.blockquote[1])
         elif kind == "hr":
             out.append("———\n\n")
         elif kind == "html_block":
-            out.append(esc(token.content))
+            out.append(dialect.escape(token.content))
     return "".join(out).strip()
 
 
-def _inline(
-    children: list[Token], mapping: dict[str, str], esc: Callable[[str], str], telegram: bool
-) -> str:
+def _inline(children: list[Token], dialect: Dialect) -> str:
     parts: list[str] = []
+    closing_link = ""
     for child in children:
         kind = child.type
         if kind == "text":
-            parts.append(esc(child.content))
+            parts.append(dialect.escape(child.content))
         elif kind == "code_inline":
-            parts.append(f"<code>{esc(child.content)}</code>" if telegram else f"`{child.content}`")
+            parts.append(dialect.code_inline(child.content))
         elif kind in ("softbreak", "hardbreak"):
             parts.append("\n")
         elif kind == "link_open":
-            href = str(child.attrGet("href") or "")
-            parts.append(f'<a href="{html.escape(href)}">' if telegram else f"<{href}|")
-            if not telegram:
-                mapping = {**mapping, "link_close": ">"}
+            opening, closing_link = dialect.link(str(child.attrGet("href") or ""))
+            parts.append(opening)
+        elif kind == "link_close":
+            parts.append(closing_link)
         elif kind == "image":
-            parts.append(esc(child.content or str(child.attrGet("alt") or "")))
+            parts.append(dialect.escape(child.content or str(child.attrGet("alt") or "")))
         elif kind == "html_inline":
-            parts.append(esc(child.content))
+            parts.append(dialect.escape(child.content))
         else:
-            parts.append(mapping.get(kind, ""))
+            parts.append(dialect.inline.get(kind, ""))
     return "".join(parts)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import json
 import logging
 import re
@@ -27,17 +28,19 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gateway.config import HermesConfig, secret
+from gateway.platform_config import platforms
 
 OURS = frozenset({"gateway", "hermes", "adapters", "__main__"})
 MASK = "***"
-_SHAPES = re.compile(
-    r"(?<=/bot)\d{5,}:[\w-]{20,}"  # Telegram: https://api.telegram.org/bot<token>/getMe
-    r"|\b\d{8,10}:[\w-]{35}\b"
-    r"|\bxox[abposr]-[\w-]{10,}|\bxapp-\d-[\w-]{10,}"
-    r"|\bsk-[\w-]{16,}"
-    r"|\b[MNO][\w-]{23,27}\.[\w-]{6}\.[\w-]{27,40}\b"
-    r"|(?i:bearer)\s+[\w.~+/-]{16,}=*"
-)
+# shapes of secrets masked wherever they appear: model API keys and bearer tokens here,
+# each platform's own tokens from its package (`Platform.log_secrets`)
+_GENERAL_SHAPES = (r"\bsk-[\w-]{16,}", r"(?i:bearer)\s+[\w.~+/-]{16,}=*")
+
+
+@functools.cache
+def _shapes() -> re.Pattern[str]:
+    platform_shapes = [p.log_secrets for p in platforms().values() if p.log_secrets]
+    return re.compile("|".join(f"(?:{shape})" for shape in (*platform_shapes, *_GENERAL_SHAPES)))
 
 
 _TURN: contextvars.ContextVar[str] = contextvars.ContextVar("hermes_turn", default="")
@@ -85,7 +88,7 @@ class Redactor(logging.Filter):
     def redact(self, text: str) -> str:
         if self._known is not None:
             text = self._known.sub(MASK, text)
-        return _SHAPES.sub(MASK, text)
+        return _shapes().sub(MASK, text)
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()

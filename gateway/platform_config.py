@@ -1,12 +1,88 @@
-"""Config models of the platforms (`platforms.<name>` in config.yaml), off until enabled."""
+"""What a platform package declares (`Platform`), the config every platform shares
+(`PlatformConfig`, `platforms.<name>` in config.yaml, off until enabled), and the
+gateway's own sections beside them.
+
+A platform lives in one package, `adapters/<name>/`: its `__init__` holds `PLATFORM`, a
+`Platform` (its config model, credentials and their shapes, how `hermes init` writes
+and asks for it, its doctor webhook check, the shapes of its secrets for the log filter,
+and `build`, which imports the SDK code only when the platform is used); `adapter.py` is
+the SDK code and its rendering dialect. `gateway/platforms.py` lists the packages.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+import functools
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, create_model
 
+from gateway.platforms import PACKAGES
 from hermes.config import Section
+
+if TYPE_CHECKING:
+    from gateway.ports import MenuEntry, PlatformAdapter
+
+# what is wrong with a credential's value, in words after its variable's name (None: fine)
+Shape = Callable[[str], "str | None"]
+
+
+def any_shape(_value: str) -> str | None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Credential:
+    """A secret the platform needs: the config key naming its environment variable."""
+
+    key: str  # e.g. "token_env"; the variable's name is the config's value of it
+    shape: Shape = any_shape
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    """How `hermes init --gateway` writes the platform's section and asks about it."""
+
+    section: str  # config.yaml lines; {mode}, {webhook_url} and {allowed} are filled in
+    account_hint: str  # where a person finds their own account id
+    modes: tuple[str, ...] = ()  # how it connects; the first is the default
+    url_modes: tuple[str, ...] = ()  # modes whose section holds the https URL it pushes to
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookCheck:
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Platform:
+    name: str
+    config: type[PlatformConfig]
+    # the credentials this config needs (by mode), each checked before anything connects
+    credentials: Callable[[Any], Sequence[Credential]]
+    # the adapter, from its config, the credentials' values by key and the command menu;
+    # imports the SDK code (ImportError: not installed; ValueError: a config mistake)
+    build: Callable[[Any, Mapping[str, str], Sequence[MenuEntry]], PlatformAdapter]
+    extra: str = ""  # the pip extra that installs its SDK ('' : always installed)
+    setup: Setup | None = None  # None: never in config.yaml (the terminal)
+    webhook: Callable[[Any, int], WebhookCheck | None] | None = None  # doctor, push modes
+    log_secrets: str = ""  # a regex of its secrets' shapes, masked in every log line
+
+
+@functools.cache
+def platforms() -> dict[str, Platform]:
+    """Every platform of gateway/platforms.py, by name: each package's `PLATFORM`
+    (light: no SDK is imported)."""
+    found = {}
+    for name, package in PACKAGES.items():
+        platform = importlib.import_module(package).PLATFORM
+        assert isinstance(platform, Platform) and platform.name == name, package
+        found[name] = platform
+    return found
 
 
 class PlatformConfig(Section):
@@ -18,32 +94,14 @@ class PlatformConfig(Section):
     streaming: bool | None = None  # replies shown as they are written; unset: gateway's
 
 
-class TelegramConfig(PlatformConfig):
-    token_env: str = "TELEGRAM_BOT_TOKEN"
-    mode: Literal["polling", "webhook"] = "polling"
-    base_url: str | None = None  # a self-hosted Bot API server (or a test fake)
-    webhook_url: str | None = None  # webhook mode: the public https URL of gateway.http
-    webhook_secret_env: str = "TELEGRAM_WEBHOOK_SECRET"
-
-
-class DiscordConfig(PlatformConfig):
-    token_env: str = "DISCORD_BOT_TOKEN"
-    api_base: str | None = None
-    gateway_url: str | None = None
-
-
-class SlackConfig(PlatformConfig):
-    bot_token_env: str = "SLACK_BOT_TOKEN"
-    app_token_env: str = "SLACK_APP_TOKEN"
-    signing_secret_env: str = "SLACK_SIGNING_SECRET"
-    mode: Literal["socket", "http"] = "socket"
-    api_base: str | None = None
-
-
-class PlatformsConfig(Section):
-    telegram: TelegramConfig = TelegramConfig()
-    discord: DiscordConfig = DiscordConfig()
-    slack: SlackConfig = SlackConfig()
+def platforms_model() -> type[Section]:
+    """`platforms:` in config.yaml: one section per platform configured there."""
+    fields: dict[str, Any] = {
+        name: (platform.config, platform.config())
+        for name, platform in platforms().items()
+        if platform.setup is not None
+    }
+    return create_model("PlatformsConfig", __base__=Section, **fields)
 
 
 class AccessConfig(Section):

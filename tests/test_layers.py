@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -78,13 +79,83 @@ ADAPTER_MAY_IMPORT = {
     "gateway.chunking",
     "gateway.formatting",
     "gateway.http_server",
+    "gateway.platform_config",  # what a platform package declares, and the config it shares
 }
 
 
-def test_adapters_import_only_the_gateways_edge() -> None:
+def test_adapters_import_only_the_gateways_edge_and_their_own_package() -> None:
     ours = {"gateway", "hermes", "adapters"}
-    bad = [(p, m) for p, m in imports("adapters") if top(m) in ours and m not in ADAPTER_MAY_IMPORT]
+    bad = []
+    for path, module in imports("adapters"):
+        own = "adapters." + path.relative_to(ROOT / "adapters").parts[0]
+        mine = module == own or module.startswith(own + ".")
+        if top(module) in ours and module not in ADAPTER_MAY_IMPORT and not mine:
+            bad.append((path, module))
     assert bad == []
+
+
+def _platform_names() -> list[str]:
+    from gateway.platforms import PACKAGES
+
+    return list(PACKAGES)
+
+
+def _words(identifier: str) -> set[str]:
+    """'TelegramConfig' -> {'telegram', 'config'}; 'slack_mode' -> {'slack', 'mode'}."""
+    return {w.lower() for w in re.findall(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])", identifier)}
+
+
+def _mentions(path: Path, name: str) -> list[str]:
+    """Where the code of `path` names platform `name`: a string that is the name or
+    starts a dotted or config key with it, or an identifier with it as a word (not for
+    the terminal's "cli", a word the operator's CLI shares). Docstrings, comments and
+    prose in messages do not count."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if id(node) in docstrings:
+                continue
+            text = node.value.lower()
+            if text == name or text.startswith((f"{name}.", f"{name}:", f"{name}_")):
+                found.append(f"{path.name}:{node.lineno} {node.value!r}")
+        elif name == "cli":
+            continue
+        elif isinstance(node, ast.Name) and name in _words(node.id):
+            found.append(f"{path.name}:{node.lineno} {node.id}")
+        elif isinstance(node, ast.Attribute) and name in _words(node.attr):
+            found.append(f"{path.name}:{node.lineno} .{node.attr}")
+        elif isinstance(node, ast.arg) and name in _words(node.arg):
+            found.append(f"{path.name}:{node.lineno} {node.arg}")
+    return found
+
+
+@pytest.mark.parametrize("name", _platform_names())
+def test_a_platform_is_one_package_and_its_registry_line(name: str) -> None:
+    """Everything the gateway knows about a platform is in `adapters/<name>/` (its
+    config model, credentials, rendering, doctor check, init questions, log shapes, SDK
+    code); outside it, only gateway/platforms.py names it. The files it owns are listed
+    here, so a fifth platform is a folder, its registry line and its extra."""
+    package = ROOT / "adapters" / name
+    owned = sorted(str(p.relative_to(ROOT)) for p in package.rglob("*.py"))
+    assert f"adapters/{name}/__init__.py" in owned and f"adapters/{name}/adapter.py" in owned
+    registry_line = ROOT / "gateway" / "platforms.py"
+    elsewhere = [
+        mention
+        for folder in ("gateway", "hermes", "adapters")
+        for path in (ROOT / folder).rglob("*.py")
+        if path != registry_line and not path.is_relative_to(package)
+        for mention in _mentions(path, name)
+    ]
+    assert elsewhere == [], f"{name} is named outside adapters/{name}/: {elsewhere}"
 
 
 @pytest.mark.parametrize(

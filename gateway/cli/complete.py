@@ -2,15 +2,17 @@
 
 Each fixed set of values is written once for the CLI: `Choices` gives typer both the
 completion (`autocompletion=X.complete`) and the words for its help ("a, b or c"). The
-sets are copies of what the config models and the registry define, kept here so that `--help`
-imports neither pydantic nor the registry; tests/gateway/test_cli_main.py checks each
-copy against its home. Names that come from the home (memory providers) are listed
-without importing any plugin.
+platforms come from gateway/platforms.py; the other sets are copies of what the config
+models define, kept here so that `--help` imports no pydantic (tests/gateway/
+test_cli_main.py checks each copy against its home). Names that come from the home
+(memory providers) and from the platform packages (modes) are listed when completing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+from gateway.platforms import CONFIGURED, PACKAGES
 
 
 class Choices:
@@ -42,13 +44,24 @@ def provider_names(incomplete: str) -> list[str]:
     return [name for name in registry.names(resolve_home()) if name.startswith(incomplete)]
 
 
+def platform_modes(incomplete: str) -> list[str]:
+    """PLATFORM=MODE for `hermes init --mode`, from each platform package."""
+    from gateway.platform_config import platforms  # noqa: PLC0415 - only when completing
+
+    found = [
+        f"{name}={mode}"
+        for name, platform in platforms().items()
+        if platform.setup is not None
+        for mode in platform.setup.modes
+    ]
+    return [value for value in found if value.startswith(incomplete)]
+
+
 # the chat platforms an operator configures, and every surface a session can come from
-PLATFORMS = Choices("telegram", "discord", "slack")
-SURFACES = Choices("telegram", "discord", "slack", "cli")
+PLATFORMS = Choices(*CONFIGURED)
+SURFACES = Choices(*PACKAGES)
 LOG_LEVELS = Choices("debug", "info", "warning", "error")
 LOG_FORMATS = Choices("text", "json")
-TELEGRAM_MODES = Choices("polling", "webhook")
-SLACK_MODES = Choices("socket", "http")
 RECALL_MODES = Choices("context", "tools", "hybrid")
 EXPORT_FORMATS = Choices("jsonl", "md")
 FACT_STATUSES = Choices("draft", "verified", "retracted")

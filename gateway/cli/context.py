@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, NoReturn
 import typer
 
 from gateway.cli.output import err_console
+from gateway.platforms import TERMINAL
 
 if TYPE_CHECKING:  # the heavy modules are imported by the commands that use them, so
     # `hermes --help` and the memory commands start fast (bench/cold_start.py)
@@ -24,7 +25,7 @@ EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
 # it: pages overwritten inside a valid file are found before anything reads or writes
 # them (about 10 ms per 10 MB); a larger one is checked by doctor and the gateway's start
 QUICK_CHECK_MAX_BYTES = 64 * 1024 * 1024
-CLI_PLATFORM, CLI_USER = "cli", "local"  # the owner's identity on the terminal
+CLI_PLATFORM, CLI_USER = TERMINAL, "local"  # the owner's identity on the terminal
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,8 +193,8 @@ def fail(message: str, code: int) -> NoReturn:
 
 def known_platform(who: str) -> None:
     """Fail clearly on PLATFORM:ID with a platform that does not exist."""
-    from gateway.registry import REGISTRY
+    from gateway.platforms import PACKAGES
 
     platform = who.partition(":")[0].strip().lower()
-    if platform not in REGISTRY:
-        fail(f"unknown platform {platform!r} in {who!r}: one of {', '.join(REGISTRY)}", EXIT_USAGE)
+    if platform not in PACKAGES:
+        fail(f"unknown platform {platform!r} in {who!r}: one of {', '.join(PACKAGES)}", EXIT_USAGE)

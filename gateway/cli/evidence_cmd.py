@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 
 from gateway.cli.complete import FACT_STATUSES
-from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
+from gateway.cli.context import CLI_PLATFORM, EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import AsJson, new_table, note, print_json, print_table, progress_bar
 
 if TYPE_CHECKING:
@@ -28,7 +28,11 @@ def _provider(user: str | None) -> EvidenceProvider:
     ctx = CliContext.load()
     provider = EvidenceProvider()
     provider.initialize(
-        "", hermes_home=ctx.home, platform="cli", user_id=ctx.user_id(user), agent_context="primary"
+        "",
+        hermes_home=ctx.home,
+        platform=CLI_PLATFORM,
+        user_id=ctx.user_id(user),
+        agent_context="primary",
     )
     return provider
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 from urllib.parse import urlparse
@@ -20,12 +21,13 @@ from urllib.parse import urlparse
 import typer
 from rich.markup import escape
 
-from gateway.cli.complete import LOG_FORMATS, PLATFORMS, SLACK_MODES, TELEGRAM_MODES
+from gateway.cli.complete import LOG_FORMATS, PLATFORMS, one_of, platform_modes
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import note
 
 if TYPE_CHECKING:
     from gateway.config import HermesConfig
+    from gateway.platform_config import Setup
 
 ACCOUNT = re.compile(rf"({'|'.join(PLATFORMS.values)}):([\w.-]{{1,64}})")
 
@@ -58,33 +60,6 @@ access:
 platforms:
 """
 
-PLATFORM_SECTION = {
-    "telegram": """\
-  telegram:
-    enabled: true
-    token_env: TELEGRAM_BOT_TOKEN  # from @BotFather
-    mode: {mode}  # polling, or webhook (Telegram pushes to gateway.http)
-    webhook_url: {webhook_url}
-    webhook_secret_env: TELEGRAM_WEBHOOK_SECRET
-    allowed_users: {allowed}    # Telegram user ids
-""",
-    "discord": """\
-  discord:
-    enabled: true
-    token_env: DISCORD_BOT_TOKEN   # enable the Message Content intent for the app
-    allowed_users: {allowed}    # Discord user ids (snowflakes)
-""",
-    "slack": """\
-  slack:
-    enabled: true
-    mode: {mode}  # socket (Socket Mode, no public URL) or http (Events API)
-    bot_token_env: SLACK_BOT_TOKEN       # xoxb-...
-    app_token_env: SLACK_APP_TOKEN       # xapp-... (socket mode)
-    signing_secret_env: SLACK_SIGNING_SECRET  # http mode
-    allowed_users: {allowed}    # Slack member ids (U...)
-""",
-}
-
 
 def init(
     base_url: Annotated[
@@ -112,14 +87,18 @@ def init(
         list[str] | None,
         typer.Option("--allow", help="An account let in: PLATFORM:ID (repeatable)."),
     ] = None,
-    telegram_mode: Annotated[
-        str, typer.Option(help=f"{TELEGRAM_MODES.words}.", autocompletion=TELEGRAM_MODES.complete)
-    ] = "polling",
-    slack_mode: Annotated[
-        str, typer.Option(help=f"{SLACK_MODES.words}.", autocompletion=SLACK_MODES.complete)
-    ] = "socket",
+    mode: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--mode",
+            help="How a platform connects: PLATFORM=MODE (repeatable), e.g. slack=http or "
+            "telegram=webhook; each platform's first mode when not given.",
+            autocompletion=platform_modes,
+        ),
+    ] = None,
     webhook_url: Annotated[
-        str | None, typer.Option(help="Telegram webhook mode: public https URL.")
+        str | None,
+        typer.Option(help="The public https URL a platform in webhook mode pushes to."),
     ] = None,
     http_host: Annotated[str, typer.Option(help="gateway.http host.")] = "127.0.0.1",
     http_port: Annotated[int, typer.Option(min=1, max=65535, help="gateway.http port.")] = 8787,
@@ -146,27 +125,13 @@ def init(
     problems = _endpoint_problems(base_url, api_key_env, asked)
     text = MODEL_SECTION.format(base_url=base_url, model=model, api_key_env=api_key_env or "null")
     if gateway:
-        chosen = _platforms(platform, ask)
-        accounts = _accounts(allow or [], chosen, problems)
-        for name in chosen:  # the person setting it up is let in, or pairs later
-            if not accounts[name] and (own := _own_account(name, ask)):
-                accounts[name].append(own)
-        modes = {"telegram": telegram_mode, "slack": slack_mode}
-        problems += _mode_problems(modes, webhook_url, log_format)
-        if problems:
-            fail("; ".join(problems) + f"; nothing was written to {path}", EXIT_USAGE)
-        if "telegram" in chosen and telegram_mode == "webhook" and not webhook_url:
-            webhook_url = ask("Telegram webhook URL (public https)", "")
-        text += GATEWAY_SECTION.format(host=http_host, port=http_port, log_format=log_format)
-        for name in chosen:
-            text += PLATFORM_SECTION[name].format(
-                mode=modes.get(name, ""),
-                webhook_url=webhook_url or "null",
-                allowed="[" + ", ".join(f'"{a}"' for a in accounts[name]) + "]",
-            )
-        telegram_webhook = "telegram" in chosen and telegram_mode == "webhook"
-        if telegram_webhook and not (webhook_url or "").startswith("https://"):
-            problems.append("--webhook-url: Telegram pushes only to an https URL")
+        text += _gateway_sections(
+            _Answers(platform or [], allow or [], mode or [], webhook_url, http_host, http_port),
+            log_format,
+            ask,
+            problems,
+            path,
+        )
     if problems:
         fail("; ".join(problems) + f"; nothing was written to {path}", EXIT_USAGE)
     try:
@@ -215,24 +180,70 @@ def _endpoint_problems(base_url: str, api_key_env: str, asked: dict[str, bool]) 
     return problems
 
 
-ACCOUNT_HINT = {
-    "telegram": "your Telegram user id (message @userinfobot)",
-    "discord": "your Discord user id (Developer Mode, then Copy User ID)",
-    "slack": "your Slack member id (profile, then Copy member ID: U...)",
-}
+@dataclass(frozen=True, slots=True)
+class _Answers:
+    platforms: list[str]
+    allow: list[str]
+    modes: list[str]
+    webhook_url: str | None
+    http_host: str
+    http_port: int
+
+
+def _gateway_sections(
+    given: _Answers, log_format: str, ask: Ask, problems: list[str], path: Path
+) -> str:
+    """The gateway's sections and each chosen platform's, from the flags and answers;
+    a problem found before anything is asked stops here, with nothing written."""
+    chosen = _platforms(given.platforms, ask)
+    accounts = _accounts(given.allow, chosen, problems)
+    for name in chosen:  # the person setting it up is let in, or pairs later
+        if not accounts[name] and (own := _own_account(name, ask)):
+            accounts[name].append(own)
+    setups = _setups()
+    modes = _modes(given.modes, chosen, setups, problems)
+    pushing = [name for name in chosen if modes[name] in setups[name].url_modes]
+    webhook_url = given.webhook_url
+    if log_format not in LOG_FORMATS:
+        problems.append(f"--log-format {log_format!r}: {LOG_FORMATS.words}")
+    if webhook_url and not pushing:
+        problems.append("--webhook-url is for a platform in webhook mode (--mode NAME=MODE)")
+    if problems:
+        fail("; ".join(problems) + f"; nothing was written to {path}", EXIT_USAGE)
+    if pushing and not webhook_url:
+        webhook_url = ask(f"{pushing[0]} webhook URL (public https)", "")
+    text = GATEWAY_SECTION.format(host=given.http_host, port=given.http_port, log_format=log_format)
+    for name in chosen:
+        text += setups[name].section.format(
+            mode=modes[name],
+            webhook_url=webhook_url or "null",
+            allowed="[" + ", ".join(f'"{a}"' for a in accounts[name]) + "]",
+        )
+    for name in pushing:
+        if not (webhook_url or "").startswith("https://"):
+            problems.append(f"--webhook-url: {name} pushes only to an https URL")
+    return text
+
+
+def _setups() -> dict[str, Setup]:
+    """What each platform package says `hermes init` writes and asks."""
+    from gateway.platform_config import platforms
+
+    return {name: p.setup for name, p in platforms().items() if p.setup is not None}
 
 
 def _own_account(platform: str, ask: Ask) -> str:
     """The account of the person setting up, asked on a terminal ('' when none)."""
-    answer = ask(f"Let yourself in on {platform}: {ACCOUNT_HINT[platform]}; empty: pair later", "")
+    hint = _setups()[platform].account_hint
+    answer = ask(f"Let yourself in on {platform}: {hint}; empty: pair later", "")
     return answer.removeprefix(f"{platform}:").strip()
 
 
-def _platforms(given: list[str] | None, ask: Ask) -> list[str]:
-    names = [n.strip().lower() for item in (given or []) for n in item.split(",") if n.strip()]
+def _platforms(given: list[str], ask: Ask) -> list[str]:
+    names = [n.strip().lower() for item in given for n in item.split(",") if n.strip()]
     if not names:
         listed = ", ".join(PLATFORMS.values)
-        answer = str(ask(f"Platforms (comma-separated: {listed})", "telegram"))
+        answer = str(ask(f"Platforms (comma-separated: {listed})", PLATFORMS.values[0]))
         names = [p.strip().lower() for p in answer.split(",") if p.strip()]
     unknown = [name for name in names if name not in PLATFORMS]
     if unknown:
@@ -253,17 +264,24 @@ def _accounts(given: list[str], chosen: list[str], problems: list[str]) -> dict[
     return accounts
 
 
-def _mode_problems(modes: dict[str, str], webhook_url: str | None, log_format: str) -> list[str]:
-    problems = []
-    if modes["telegram"] not in TELEGRAM_MODES:
-        problems.append(f"--telegram-mode {modes['telegram']!r}: {TELEGRAM_MODES.words}")
-    if modes["slack"] not in SLACK_MODES:
-        problems.append(f"--slack-mode {modes['slack']!r}: {SLACK_MODES.words}")
-    if log_format not in LOG_FORMATS:
-        problems.append(f"--log-format {log_format!r}: {LOG_FORMATS.words}")
-    if webhook_url and modes["telegram"] != "webhook":
-        problems.append("--webhook-url is for --telegram-mode webhook")
-    return problems
+def _modes(
+    given: list[str], chosen: list[str], setups: dict[str, Setup], problems: list[str]
+) -> dict[str, str]:
+    """Each chosen platform's mode: from --mode NAME=MODE, else its first."""
+    modes = {name: (setups[name].modes or ("",))[0] for name in chosen}
+    for item in given:
+        name, _, value = item.partition("=")
+        name, value = name.strip().lower(), value.strip().lower()
+        if name not in setups or not value:
+            problems.append(f"--mode {item!r}: expected PLATFORM=MODE, e.g. slack=http")
+        elif name not in modes:
+            problems.append(f"--mode {item!r}: {name} is not being set up")
+        elif value not in setups[name].modes:
+            choices = one_of(setups[name].modes) if setups[name].modes else "none"
+            problems.append(f"--mode {item!r}: {name}'s modes are {choices}")
+        else:
+            modes[name] = value
+    return modes
 
 
 def _next_steps(config: HermesConfig, gateway: bool) -> None:

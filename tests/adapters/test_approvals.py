@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from sqlmodel import Session
 
-from adapters.discord_adapter import DiscordAdapter
-from adapters.slack_adapter import SlackAdapter
-from adapters.telegram_adapter import TelegramAdapter
+from adapters.discord.adapter import DiscordAdapter
+from adapters.slack.adapter import SlackAdapter
+from adapters.telegram.adapter import TelegramAdapter
 from gateway.ports import MenuEntry, PlatformAdapter
 from gateway.router import APPROVED_REPLY
 from hermes.state.db import SessionDB

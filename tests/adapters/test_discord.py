@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from adapters.discord_adapter import DiscordAdapter, to_event
+from adapters.discord.adapter import DiscordAdapter, to_event
 from gateway.ports import MenuEntry
 from tests.adapters.harness import run_gateway
 from tests.fakes.discord_server import BOT_ID, MESSAGE_CONTENT_INTENT, FakeDiscord

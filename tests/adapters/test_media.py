@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from adapters.discord_adapter import DiscordAdapter
-from adapters.slack_adapter import SlackAdapter
-from adapters.telegram_adapter import TelegramAdapter
+from adapters.discord.adapter import DiscordAdapter
+from adapters.slack.adapter import SlackAdapter
+from adapters.telegram.adapter import TelegramAdapter
 from gateway.ports import MenuEntry, PlatformAdapter
 from hermes.state.db import SessionDB
 from tests.adapters.harness import run_gateway

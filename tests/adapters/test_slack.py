@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from adapters.slack_adapter import SlackAdapter, to_event
+from adapters.slack.adapter import SlackAdapter, to_event
 from gateway.ports import MenuEntry
 from tests.adapters.harness import run_gateway
 from tests.fakes.openai_server import FakeOpenAI, Reply

@@ -12,7 +12,7 @@ from typing import Any
 
 import aiohttp
 
-from adapters.slack_adapter import SlackAdapter
+from adapters.slack.adapter import SlackAdapter
 from gateway.http_server import HttpServer
 from tests.adapters.harness import run_gateway
 from tests.fakes.openai_server import FakeOpenAI, Reply

@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 
-from adapters.discord_adapter import DiscordAdapter
-from adapters.slack_adapter import SlackAdapter
-from adapters.telegram_adapter import TelegramAdapter
-from gateway.formatting import to_slack_mrkdwn, to_telegram_html
+from adapters.discord.adapter import DiscordAdapter
+from adapters.slack.adapter import SlackAdapter
+from adapters.slack.render import to_slack_mrkdwn
+from adapters.telegram.adapter import TelegramAdapter
+from adapters.telegram.render import to_telegram_html
 from gateway.ports import MenuEntry, PlatformAdapter
 from gateway.streaming import CURSOR
 from hermes.state.db import SessionDB

@@ -114,8 +114,8 @@ def test_starting_says_nothing_an_operator_cannot_act_on(
 ) -> None:
     """discord.py's missing-voice warnings and slack-bolt's token note are dropped;
     fresh state.db creation is one line, not one per migration."""
-    from adapters.discord_adapter import DiscordAdapter
-    from adapters.slack_adapter import SlackAdapter
+    from adapters.discord.adapter import DiscordAdapter
+    from adapters.slack.adapter import SlackAdapter
 
     monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-1-abc")  # bolt reads it by itself
     caplog.set_level(logging.INFO)

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from adapters.telegram_adapter import TelegramAdapter, to_event
+from adapters.telegram.adapter import TelegramAdapter, to_event
 from gateway.chunking import utf16_length
 from gateway.ports import MenuEntry
 from hermes.state.db import SessionDB

@@ -10,7 +10,7 @@ from typing import Any
 
 import aiohttp
 
-from adapters.telegram_adapter import TelegramAdapter, Webhook
+from adapters.telegram.adapter import TelegramAdapter, Webhook
 from gateway.http_server import HttpServer
 from tests.adapters.harness import run_gateway
 from tests.fakes.openai_server import FakeOpenAI, Reply

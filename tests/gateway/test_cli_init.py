@@ -31,8 +31,8 @@ def test_gateway_setup_from_flags_writes_a_config_that_loads(home: Path) -> None
         "telegram:12345",
         "--allow",
         "slack:U0123",
-        "--slack-mode",
-        "http",
+        "--mode",
+        "slack=http",
         "--log-format",
         "json",
         home=home,
@@ -69,8 +69,11 @@ def test_tokens_are_never_written_and_mistakes_write_nothing(
         (["--gateway", "-p", "telegrm"], "unknown platform 'telegrm'"),
         (["--gateway", "-p", "telegram", "--allow", "12345"], "expected PLATFORM:ID"),
         (["--gateway", "-p", "telegram", "--allow", "slack:U1"], "slack is not being set up"),
-        (["--gateway", "-p", "telegram", "--telegram-mode", "webhook"], "https URL"),
-        (["--gateway", "-p", "slack", "--slack-mode", "rtm"], "socket or http"),
+        (["--gateway", "-p", "telegram", "--mode", "telegram=webhook"], "https URL"),
+        (["--gateway", "-p", "slack", "--mode", "slack=rtm"], "socket or http"),
+        (["--gateway", "-p", "slack", "--mode", "discord=x"], "discord is not being set up"),
+        (["--gateway", "-p", "slack", "--mode", "http"], "expected PLATFORM=MODE"),
+        (["--gateway", "-p", "slack", "--webhook-url", "https://x.example"], "webhook mode"),
     ):
         fresh = home.parent / f"fresh-{len(said)}"
         failed = hermes("init", *args, home=fresh)

@@ -77,6 +77,7 @@ def test_shell_completion_is_offered_and_completes_commands(home: Path) -> None:
         ("complete_bash", "hermes sessions export u_1 --format ", "5", "jsonl"),
         ("complete_bash", "hermes gateway run --log-level w", "4", "warning"),
         ("complete_bash", "hermes init --platform d", "3", "discord"),
+        ("complete_bash", "hermes init --mode sl", "3", "slack=http"),
         ("complete_bash", "hermes memory setup hol", "3", "holographic"),
         ("complete_bash", "hermes memory setup --recall-mode h", "4", "hybrid"),
         ("complete_bash", "hermes users role u_1 ad", "4", "admin"),
@@ -119,10 +120,9 @@ def test_the_clis_value_sets_are_copies_of_their_homes() -> None:
     equal what the config models, the registry and the people repository define."""
     from typing import get_args
 
-    from gateway import registry
     from gateway.cli import complete
     from gateway.config import LoggingConfig
-    from gateway.platform_config import SlackConfig, TelegramConfig
+    from gateway.platform_config import platforms
     from hermes.config import MemoryConfig
     from hermes.state.evidence import FACT_STATUSES
     from hermes.state.people import ROLES
@@ -130,10 +130,12 @@ def test_the_clis_value_sets_are_copies_of_their_homes() -> None:
     def literal(model: Any, field: str) -> tuple[str, ...]:
         return tuple(get_args(model.model_fields[field].annotation))
 
-    assert complete.SURFACES.values == tuple(registry.REGISTRY)
-    assert complete.PLATFORMS.values == tuple(n for n in registry.REGISTRY if n != "cli")
-    assert complete.TELEGRAM_MODES.values == literal(TelegramConfig, "mode")
-    assert complete.SLACK_MODES.values == literal(SlackConfig, "mode")
+    assert complete.SURFACES.values == tuple(platforms())
+    configured = tuple(name for name, p in platforms().items() if p.setup is not None)
+    assert complete.PLATFORMS.values == configured
+    for platform in platforms().values():  # init's modes are its config model's
+        if platform.setup is not None and platform.setup.modes:
+            assert platform.setup.modes == literal(platform.config, "mode")
     assert complete.RECALL_MODES.values == literal(MemoryConfig, "recall_mode")
     assert complete.LOG_FORMATS.values == literal(LoggingConfig, "format")
     assert complete.LOG_LEVELS.values == literal(LoggingConfig, "level")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from adapters.telegram_adapter import TelegramAdapter
+from adapters.telegram.adapter import TelegramAdapter
+from adapters.telegram.render import to_telegram_html
 from gateway.chunking import utf16_length
 from gateway.delivery import parts
-from gateway.formatting import to_telegram_html
 
 TELEGRAM = TelegramAdapter.capabilities
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from adapters.discord import DiscordConfig
+from adapters.slack import SlackConfig
+from adapters.telegram import TelegramConfig
 from gateway.config import ConfigError
-from gateway.platform_config import DiscordConfig, SlackConfig, TelegramConfig
 from gateway.registry import build, credential_problems
 
 

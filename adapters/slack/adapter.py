@@ -21,6 +21,7 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.slack.render import to_slack_mrkdwn
 from gateway.events import (
     Attachment,
     Button,
@@ -31,7 +32,6 @@ from gateway.events import (
     SendResult,
     UserRef,
 )
-from gateway.formatting import to_slack_mrkdwn
 from gateway.http_server import Route
 from gateway.ports import Capabilities, DownloadError, EventSink
 

@@ -37,6 +37,7 @@ from telegram.ext import (
 )
 from telegram.request import HTTPXRequest
 
+from adapters.telegram.render import to_telegram_html
 from gateway.chunking import utf16_length
 from gateway.events import (
     Attachment,
@@ -48,7 +49,6 @@ from gateway.events import (
     SendResult,
     UserRef,
 )
-from gateway.formatting import to_telegram_html
 from gateway.http_server import Route
 from gateway.ports import Capabilities, DownloadError, EventSink, MenuEntry
 
