@@ -102,7 +102,7 @@ class AdminCommands:
         platform, kind, ident = parsed
         if rule == "block" and kind == "user" and self.people.owns(platform, ident):
             return f"{platform}:{ident} is the owner's account: the owner always stays reachable."
-        self.people.repo.set_rule(
+        self.people.access.set_rule(
             AccessRule(
                 platform=platform,
                 kind=kind,

@@ -88,7 +88,7 @@ class Approvals:
         match = _DECISION.match(event.text.strip())
         if match is None:
             return
-        request = self.people.repo.pairing(match.group(2))
+        request = self.people.access.pairing(match.group(2))
         if request is None:
             return
         outcome = _outcome(request, self._name(request.decided_by))

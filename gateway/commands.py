@@ -24,8 +24,8 @@ from gateway.people import People, Person
 from gateway.ports import MenuEntry
 from gateway.reminder_commands import ReminderCommands
 from hermes.agent.agent import Agent
+from hermes.state.access import LINK_CODE_TTL
 from hermes.state.db import SessionDB
-from hermes.state.people import LINK_CODE_TTL
 from hermes.state.search import SearchScope
 from hermes.tools.session_search import SessionSearchTool
 
@@ -340,7 +340,7 @@ class Commands:
     async def _link(self, ctx: CommandContext, code: str) -> str:
         person = ctx.person
         if not code:
-            minted = self.people.repo.create_link_code(person.user_id)
+            minted = self.people.access.create_link_code(person.user_id)
             minutes = int(LINK_CODE_TTL.total_seconds() // 60)
             return (
                 f"Your link code: `{minted.code}` (single use, valid {minutes} minutes).\n"

@@ -34,9 +34,10 @@ from hermes.memory.merge import MergeError, MergeReport
 from hermes.memory.service import MemoryService
 from hermes.memory.store import StoreError
 from hermes.places import ChatType
+from hermes.state.access import PairingRefused, Redeem
 from hermes.state.db import SessionDB
 from hermes.state.models import Identity, PairingRequest
-from hermes.state.people import ROLE_RANK, PairingRefused, Redeem
+from hermes.state.people import ROLE_RANK
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +96,7 @@ class _UserFacts:
 class People:
     def __init__(self, config: HermesConfig, db: SessionDB, memory: MemoryService) -> None:
         self.config, self.db, self.repo, self.memory = config, db, db.people, memory
+        self.access = db.access  # link codes, pairing requests, allow/block rules
         self._stamp = self.repo.stamp()
         self._identities: dict[tuple[str, str], tuple[str | None, float]] = {}
         self._users: dict[str, _UserFacts] = {}
@@ -175,7 +177,7 @@ class People:
             cutoff = now - PAIRING_REPLY_EVERY_S
             self._replied = {k: t for k, t in self._replied.items() if t >= cutoff}
         access = self.config.access
-        pairing = self.repo.request_pairing(
+        pairing = self.access.request_pairing(
             event.platform,
             event.user.id,
             event.user.display_name,
@@ -222,7 +224,7 @@ class People:
         return outcome
 
     def _link(self, code: str, *, requester: str, current_user: str) -> LinkOutcome:
-        redeemed = self.repo.redeem_link_code(code, requester)
+        redeemed = self.access.redeem_link_code(code, requester)
         if redeemed.status is Redeem.LOCKED:
             until = f"{redeemed.locked_until:%H:%M} UTC" if redeemed.locked_until else "later"
             return LinkOutcome(False, f"Too many wrong codes. Linking is locked until {until}.")
@@ -289,7 +291,7 @@ class People:
         """Let a pairing requester in (or refuse them), for the chat's `/admin approve`
         and `hermes pairing approve` alike: what was done, in words; None when no
         pending request has `code` (codes expire)."""
-        row = self.repo.decide_pairing(code, approve, by=by)
+        row = self.access.decide_pairing(code, approve, by=by)
         if row is None:
             return None
         self.changed()
@@ -354,7 +356,7 @@ class People:
     def _rule_map(self) -> dict[tuple[str, str, str], str]:
         now = time.monotonic()
         if self._rules is None or now - self._rules[1] > CACHE_S:
-            self._rules = (self.repo.rules(), now)
+            self._rules = (self.access.rules(), now)
         return self._rules[0]
 
 

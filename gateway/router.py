@@ -152,11 +152,11 @@ class Router(SessionControl):
             await asyncio.sleep(every)
 
     async def _announce_approvals(self) -> None:
-        for request in self.people.repo.unannounced_approvals():
+        for request in self.people.access.unannounced_approvals():
             adapter = self.adapters.get(request.platform)
             if adapter is None or not request.chat_id:
                 continue
-            if not self.people.repo.claim_announcement(request.code):
+            if not self.people.access.claim_announcement(request.code):
                 continue  # another task told them already
             chat = ChatRef(request.chat_id, ChatType.DM)
             await self.delivery.deliver(adapter, chat, APPROVED_REPLY, None)

@@ -187,7 +187,7 @@ def pairing_list(as_json: AsJson = False) -> None:
     """Pending requests (codes last 1 hour)."""
     ctx = CliContext.load(reading=True)
     db = ctx.open_db()
-    pending = db.people.pending_pairings()
+    pending = db.access.pending_pairings()
     if as_json:
         print_json(
             [

@@ -2,7 +2,8 @@
 
 - `conversations` (ConversationDB): sessions, messages, search, deliveries;
 - `vectors` (VectorDB): message vectors and the embedding queue (hybrid search);
-- `people` (PeopleDB): users, identities, links, pairing, access rules;
+- `people` (PeopleDB): users, identities, roles, blocks, links (merges);
+- `access` (AccessDB): link codes, pairing requests, allow/block rules;
 - `memory_log` (MemoryLogDB): memory events and versions, consolidation bookkeeping;
 - `upkeep` (UpkeepDB): job results, pruning, maintenance, integrity, bulk imports;
 - `reminders` (RemindersDB): reminders, their runs (the claim), each person's time zone.
@@ -16,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hermes.state import engine as eng
+from hermes.state.access import AccessDB
 from hermes.state.conversations import ConversationDB
 from hermes.state.memory_log import MemoryLogDB
 from hermes.state.people import PeopleDB
@@ -34,6 +36,7 @@ class SessionDB:
         self.vectors = VectorDB(self)
         self.conversations = ConversationDB(self, self.vectors)
         self.people = PeopleDB(self)
+        self.access = AccessDB(self)
         self.memory_log = MemoryLogDB(self)
         self.upkeep = UpkeepDB(self)
         self.reminders = RemindersDB(self)

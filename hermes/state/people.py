@@ -1,18 +1,15 @@
-"""People and access in state.db: roles, link codes with a lockout, identity moves and
-user merges, pairing requests and run-time allow/block rules.
-
-Codes come from `secrets` over an alphabet without look-alikes (no 0/O, 1/I/L).
+"""People in state.db: users, their identities on each platform, roles and blocks,
+identity moves and user merges. Who may talk to the assistant (link codes, pairing
+requests, allow/block rules) is hermes/state/access.py; both touch the same stamp.
 """
 
 from __future__ import annotations
 
 import os
-import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import StrEnum
 from typing import TypeVar
 
 from sqlalchemy import delete, func, update
@@ -21,8 +18,6 @@ from sqlmodel import Session, col, select
 from hermes.identity import new_user_id, validate_user_id
 from hermes.state import engine as eng
 from hermes.state.models import (
-    AccessFailure,
-    AccessRule,
     ChatSession,
     ConsolidationState,
     Identity,
@@ -32,7 +27,6 @@ from hermes.state.models import (
     MemoryPending,
     MemoryVersion,
     Message,
-    PairingRequest,
     Reminder,
     User,
     UserAlias,
@@ -40,12 +34,6 @@ from hermes.state.models import (
 )
 
 _ALIAS_OF = "SELECT user_id FROM user_aliases WHERE old_id = ?"
-CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
-CODE_LENGTH = 8
-LINK_CODE_TTL = timedelta(minutes=10)
-PAIRING_TTL = timedelta(hours=1)
-MAX_FAILURES = 5
-LOCKOUT = timedelta(minutes=30)
 ROLES = ("owner", "admin", "user")
 ROLE_RANK = {"user": 0, "admin": 1, "owner": 2}
 CHAT_KIND = "chat"  # the owner of a group chat's shared sessions: not a person
@@ -53,28 +41,6 @@ CHAT_IDENTITY_PREFIX = "chat:"  # (platform, "chat:<chat id>") names a chat's ow
 T = TypeVar("T")
 STAMP_FILENAME = "people.stamp"
 IDENTITY_TOUCH_INTERVAL = timedelta(minutes=10)  # how stale identities.last_seen may get
-
-
-def new_code() -> str:
-    return "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
-
-
-def normalize_code(text: str) -> str:
-    """What a person typed, as a code: case and separators forgiven."""
-    return "".join(ch for ch in text.upper() if ch.isalnum())
-
-
-class Redeem(StrEnum):
-    OK = "ok"
-    INVALID = "invalid"  # unknown, used or expired: indistinguishable on purpose
-    LOCKED = "locked"
-
-
-@dataclass(frozen=True, slots=True)
-class Redeemed:
-    status: Redeem
-    user_id: str | None = None
-    locked_until: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,22 +51,10 @@ class UserSummary:
     last_active: datetime | None
 
 
-class PairingRefused(StrEnum):
-    FULL = "full"  # too many pending for this platform
-    RATE = "rate"  # this requester asked too often
-
-
-@dataclass(frozen=True, slots=True)
-class Pairing:
-    request: PairingRequest | None
-    fresh: bool = False  # a new code (the requester has not been told it yet)
-    refused: PairingRefused | None = None
-
-
-class PeopleDB:
-    """Every change here also touches `people.stamp` beside state.db, so other processes
-    (a gateway caching who is who) notice a link, block or approval at their next message
-    for the cost of one stat()."""
+class Stamped:
+    """A repository whose changes to who someone is or what they may do also touch
+    `people.stamp` beside state.db, so other processes (a gateway caching who is who)
+    notice a link, block or approval at their next message for the cost of one stat()."""
 
     def __init__(self, db: eng.Handle) -> None:
         self.engine, self.patience = db.engine, db.patience
@@ -124,6 +78,11 @@ class PeopleDB:
         finally:
             os.close(fd)
         return result
+
+
+class PeopleDB(Stamped):
+    """Users and their identities: who someone is on each platform, roles and blocks,
+    chats that own shared sessions, links (merges) and unlinks."""
 
     # -- users ---------------------------------------------------------------------
 
@@ -312,52 +271,16 @@ class PeopleDB:
             ).one()
         return int(users), int(today)
 
-    # -- link codes ------------------------------------------------------------------
-
-    def create_link_code(self, user_id: str, ttl: timedelta = LINK_CODE_TTL) -> LinkCode:
-        validate_user_id(user_id)
-        now = utcnow()
-
-        def work(session: Session) -> LinkCode:
-            # one live code per user: a new /link replaces the previous one
-            session.execute(
-                delete(LinkCode).where(
-                    col(LinkCode.user_id) == user_id, col(LinkCode.used_at).is_(None)
-                )
+    def admin_identities(self) -> list[Identity]:
+        """Where the owners and admins (not blocked) can be reached, oldest first."""
+        with eng.reading(self.engine) as session:
+            query = (
+                select(Identity)
+                .join(User, col(User.id) == col(Identity.user_id))
+                .where(col(User.role).in_(("owner", "admin")), User.status != "blocked")
+                .order_by(col(Identity.id))
             )
-            row = LinkCode(code=new_code(), user_id=user_id, created_at=now, expires_at=now + ttl)
-            session.add(row)
-            return row
-
-        return self._write(work)
-
-    def redeem_link_code(self, code: str, requester: str) -> Redeemed:
-        """Use a code once. Failures count per requester; 5 lock it out for a while."""
-        code = normalize_code(code)
-
-        def work(session: Session) -> Redeemed:
-            now = utcnow()
-            failure = session.get(AccessFailure, requester)
-            if failure and failure.locked_until and failure.locked_until > now:
-                return Redeemed(Redeem.LOCKED, locked_until=failure.locked_until)
-            row = session.get(LinkCode, code) if len(code) == CODE_LENGTH else None
-            if row is not None and row.used_at is None and row.expires_at > now:
-                row.used_at = now
-                session.add(row)
-                if failure is not None:
-                    session.delete(failure)
-                return Redeemed(Redeem.OK, row.user_id)
-            failure = failure or AccessFailure(requester=requester)
-            failure.failures += 1
-            failure.updated_at = now
-            locked = None
-            if failure.failures >= MAX_FAILURES:
-                locked = failure.locked_until = now + LOCKOUT
-                failure.failures = 0
-            session.add(failure)
-            return Redeemed(Redeem.LOCKED if locked else Redeem.INVALID, locked_until=locked)
-
-        return self._write(work)
+            return list(session.exec(query))
 
     # -- moving identities and merging users -------------------------------------------
 
@@ -432,146 +355,3 @@ class PeopleDB:
             return fresh.id
 
         return self._changed(work)
-
-    # -- pairing ---------------------------------------------------------------------
-
-    def request_pairing(
-        self,
-        platform: str,
-        platform_user_id: str,
-        display_name: str,
-        *,
-        chat_id: str = "",
-        max_pending: int = 3,
-        max_per_day: int = 3,
-    ) -> Pairing:
-        """The requester's live code, or a new one within the limits."""
-
-        def work(session: Session) -> Pairing:
-            now = utcnow()
-            mine = list(
-                session.exec(
-                    select(PairingRequest).where(
-                        PairingRequest.platform == platform,
-                        PairingRequest.platform_user_id == platform_user_id,
-                        col(PairingRequest.created_at) > now - timedelta(days=1),
-                    )
-                )
-            )
-            live = [r for r in mine if r.status == "pending" and r.expires_at > now]
-            if live:
-                return Pairing(live[0])
-            if len(mine) >= max_per_day:
-                return Pairing(None, refused=PairingRefused.RATE)
-            pending = session.exec(
-                select(func.count())
-                .select_from(PairingRequest)
-                .where(
-                    PairingRequest.platform == platform,
-                    PairingRequest.status == "pending",
-                    col(PairingRequest.expires_at) > now,
-                )
-            ).one()
-            if pending >= max_pending:
-                return Pairing(None, refused=PairingRefused.FULL)
-            row = PairingRequest(
-                code=new_code(),
-                platform=platform,
-                platform_user_id=platform_user_id,
-                display_name=display_name,
-                chat_id=chat_id,
-                created_at=now,
-                expires_at=now + PAIRING_TTL,
-            )
-            session.add(row)
-            return Pairing(row, fresh=True)
-
-        return self._write(work)
-
-    def pending_pairings(self) -> list[PairingRequest]:
-        now = utcnow()
-        with eng.reading(self.engine) as session:
-            query = (
-                select(PairingRequest)
-                .where(PairingRequest.status == "pending", col(PairingRequest.expires_at) > now)
-                .order_by(col(PairingRequest.created_at))
-            )
-            return list(session.exec(query))
-
-    def pairing(self, code: str) -> PairingRequest | None:
-        """A pairing request by its code, whatever its state."""
-        with eng.reading(self.engine) as session:
-            return session.get(PairingRequest, normalize_code(code))
-
-    def admin_identities(self) -> list[Identity]:
-        """Where the owners and admins (not blocked) can be reached, oldest first."""
-        with eng.reading(self.engine) as session:
-            query = (
-                select(Identity)
-                .join(User, col(User.id) == col(Identity.user_id))
-                .where(col(User.role).in_(("owner", "admin")), User.status != "blocked")
-                .order_by(col(Identity.id))
-            )
-            return list(session.exec(query))
-
-    def decide_pairing(self, code: str, approve: bool, by: str) -> PairingRequest | None:
-        """Approve (allowing that platform user) or deny a live request; None if no such."""
-        code = normalize_code(code)
-
-        def work(session: Session) -> PairingRequest | None:
-            now = utcnow()
-            row = session.get(PairingRequest, code)
-            if row is None or row.status != "pending" or row.expires_at <= now:
-                return None
-            row.status = "approved" if approve else "denied"
-            row.decided_by, row.decided_at = by, now
-            session.add(row)
-            if approve:
-                session.merge(
-                    AccessRule(
-                        platform=row.platform,
-                        kind="user",
-                        subject=row.platform_user_id,
-                        rule="allow",
-                        created_by=by,
-                    )
-                )
-            return row
-
-        return self._changed(work)
-
-    def unannounced_approvals(self) -> list[PairingRequest]:
-        """Approved requests whose requester has not been told yet (a day at most)."""
-        since = utcnow() - timedelta(days=1)
-        with eng.reading(self.engine) as session:
-            query = select(PairingRequest).where(
-                PairingRequest.status == "approved",
-                col(PairingRequest.notified_at).is_(None),
-                col(PairingRequest.decided_at) > since,
-            )
-            return list(session.exec(query))
-
-    def claim_announcement(self, code: str) -> bool:
-        """Mark a request as announced; False if someone else already did (tell once)."""
-
-        def work(session: Session) -> bool:
-            result = session.execute(
-                update(PairingRequest)
-                .where(col(PairingRequest.code) == code, col(PairingRequest.notified_at).is_(None))
-                .values(notified_at=utcnow())
-            )
-            return bool(getattr(result, "rowcount", 0))
-
-        return self._write(work)
-
-    # -- access rules ----------------------------------------------------------------
-
-    def set_rule(self, rule: AccessRule) -> None:
-        self._changed(lambda session: session.merge(rule))
-
-    def rules(self) -> dict[tuple[str, str, str], str]:
-        """(platform, kind, subject) -> allow | block."""
-        with eng.reading(self.engine) as session:
-            return {
-                (r.platform, r.kind, r.subject): r.rule for r in session.exec(select(AccessRule))
-            }

@@ -23,9 +23,9 @@ from adapters.slack.adapter import SlackAdapter
 from adapters.telegram.adapter import TelegramAdapter
 from gateway.ports import MenuEntry, PlatformAdapter
 from gateway.router import APPROVED_REPLY
+from hermes.state.access import CODE_ALPHABET
 from hermes.state.db import SessionDB
 from hermes.state.models import AccessRule, PairingRequest, utcnow
-from hermes.state.people import CODE_ALPHABET
 from tests.adapters.harness import run_gateway
 from tests.apps import app_config
 from tests.fakes.discord_server import FakeDiscord
@@ -170,7 +170,7 @@ def seed(home: Path, side: Side) -> None:
     try:
         db.people.ensure_user("u_00000000000000ad", role="admin", display_name="Ann Admin")
         db.people.ensure_identity(side.name, side.admin, "u_00000000000000ad")
-        db.people.set_rule(
+        db.access.set_rule(
             AccessRule(platform=side.name, kind="user", subject=side.member, rule="allow")
         )
     finally:
@@ -186,7 +186,7 @@ def run(home: Path, fake_llm: FakeOpenAI, side: Side, body: Callable[[], Awaitab
 def pairing(home: Path, code: str) -> PairingRequest:
     db = SessionDB.open(home)
     try:
-        request = db.people.pairing(code)
+        request = db.access.pairing(code)
         assert request is not None
         return request
     finally:

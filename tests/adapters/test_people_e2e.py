@@ -15,8 +15,9 @@ from typing import Any, TypeVar
 from gateway.config import load_config
 from gateway.runtime import Gateway
 from hermes.identity import owner_user_id
+from hermes.state.access import CODE_ALPHABET, AccessDB
 from hermes.state.db import SessionDB
-from hermes.state.people import CODE_ALPHABET, PeopleDB
+from hermes.state.people import PeopleDB
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.slack_server import FakeSlack
 from tests.fakes.telegram_server import FakeTelegram
@@ -256,16 +257,16 @@ def test_no_command_tool_or_search_crosses_users(
         out["searched"] = await live.slack_dm("search for it", user="U2", channel="D2")  # Bob
         out["why"] = await live.slack_dm("/memory why xylophone", user="U2", channel="D2")
         out["sessions"] = await live.slack_dm("/sessions xylophone", user="U2", channel="D2")
-        people = PeopleDB(live.db)
-        expired = people.create_link_code(alice, ttl=timedelta(seconds=-1)).code
+        access = AccessDB(live.db)
+        expired = access.create_link_code(alice, ttl=timedelta(seconds=-1)).code
         out["expired"] = await live.slack_dm(f"/link {expired}", user="U2", channel="D2")
-        used = people.create_link_code(alice).code
-        assert people.redeem_link_code(used, "telegram:42").user_id == alice
+        used = access.create_link_code(alice).code
+        assert access.redeem_link_code(used, "telegram:42").user_id == alice
         out["used"] = await live.slack_dm(f"/link {used}", user="U2", channel="D2")
         guesses = [
             await live.slack_dm(f"/link {'A' * 7}{n}", user="U2", channel="D2") for n in "234"
         ]
-        fresh = people.create_link_code(alice).code  # right code, after 5 failures
+        fresh = access.create_link_code(alice).code  # right code, after 5 failures
         out["locked"] = await live.slack_dm(f"/link {fresh}", user="U2", channel="D2")
         out["guesses"] = guesses
         out["bob"] = live.db.people.user_for_identity("slack", "U2")

@@ -9,7 +9,6 @@ from hermes.identity import owner_user_id
 from hermes.memory import entries as fmt
 from hermes.memory.user_memory import UserMemory
 from hermes.state.db import SessionDB
-from hermes.state.people import PeopleDB
 from tests.harness.cli import hermes
 
 
@@ -56,8 +55,8 @@ def test_memory_status_all_is_sorted_by_fill(home: Path) -> None:
 
 def test_pairing_list_approve_and_deny(home: Path) -> None:
     db = SessionDB.open(home)
-    first = PeopleDB(db).request_pairing("telegram", "77", "Stranger").request
-    second = PeopleDB(db).request_pairing("slack", "U9", "Other").request
+    first = db.access.request_pairing("telegram", "77", "Stranger").request
+    second = db.access.request_pairing("slack", "U9", "Other").request
     db.close()
     assert first is not None and second is not None
     listed = hermes("pairing", "list", home=home)
@@ -70,7 +69,7 @@ def test_pairing_list_approve_and_deny(home: Path) -> None:
     assert denied.returncode == 0 and "Denied: slack user Other (U9)." in denied.stdout
     assert "No pending requests" in hermes("pairing", "list", home=home).stdout
     db = SessionDB.open(home)
-    assert PeopleDB(db).rules() == {("telegram", "user", "77"): "allow"}
+    assert db.access.rules() == {("telegram", "user", "77"): "allow"}
     db.close()
 
 

@@ -37,7 +37,7 @@ def people(db: SessionDB, **config: Any) -> People:
 
 
 def rule(db: SessionDB, subject: str, verdict: str, kind: str = "user") -> None:
-    db.people.set_rule(AccessRule(platform="telegram", kind=kind, subject=subject, rule=verdict))
+    db.access.set_rule(AccessRule(platform="telegram", kind=kind, subject=subject, rule=verdict))
 
 
 ALLOWLIST = {"platforms": {"telegram": {"allowed_users": ["1"], "allowed_chats": ["-100"]}}}
@@ -122,7 +122,7 @@ def test_a_change_made_elsewhere_is_seen_at_the_next_event(db: SessionDB, home: 
     assert who.resolve(event("9")).verdict is Verdict.PAIR
     other = SessionDB.open(home)  # another process: the CLI approving someone
     try:
-        other.people.set_rule(
+        other.access.set_rule(
             AccessRule(platform="telegram", kind="user", subject="9", rule="allow")
         )
     finally:

@@ -18,7 +18,6 @@ from hermes.places import ChatType
 from hermes.providers.host import ProviderFactory
 from hermes.state.db import SessionDB
 from hermes.state.models import AccessRule
-from hermes.state.people import PeopleDB
 from tests.apps import app_config
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.platform import FakeAdapter
@@ -70,7 +69,7 @@ def scenario(
         db = SessionDB.open(home)
         config = app_config(fake, access={"allow_all": allowed is None}, **sections)
         for user in allowed or ():
-            PeopleDB(db).set_rule(
+            db.access.set_rule(
                 AccessRule(platform="fakechat", kind="user", subject=user, rule="allow")
             )
         app = build_app(home, config, db, policy=policy, provider=provider)

@@ -142,8 +142,8 @@ def test_concurrent_link_chains_leave_every_entry_with_the_survivor(tmp_path: Pa
                     fmt.serialize([f"{name} note {k}" for k in range(3)])
                 )
                 (memory.folder / "USER.md").write_text(fmt.serialize([f"{name} profile"]))
-            code_x = db.people.create_link_code(ids["x"]).code
-            code_y = db.people.create_link_code(ids["y"]).code
+            code_x = db.access.create_link_code(ids["x"]).code
+            code_y = db.access.create_link_code(ids["y"]).code
         finally:
             db.close()
         start = f"{time.time() + 2.5 + rng.uniform(0, 0.01):.6f}"

@@ -122,7 +122,7 @@ def test_linking_merges_people_and_the_owner_id_survives(home: Path, db: Session
     db.people.ensure_user(owner, role="owner")
     PeopleDB(db).ensure_identity("cli", "local", owner)
     tg = person(home, db, "telegram", "1", ["Prefers tea over coffee"])
-    code = PeopleDB(db).create_link_code(tg).code
+    code = db.access.create_link_code(tg).code
     people = People(HermesConfig(), db, MemoryService(home, CONFIG, db))
     outcome = people.link(code, requester="cli:local", current_user=owner)
     assert outcome.ok and outcome.user_id == owner and outcome.merged_away == tg
@@ -156,10 +156,10 @@ def test_after_a_link_the_old_id_and_its_live_code_reach_the_survivor(
     keep = person(home, db, "telegram", "1", ["Lives in Lisbon"])
     gone = person(home, db, "slack", "U1", ["Works at Acme"])
     third = person(home, db, "discord", "9", [])
-    gone_code = db.people.create_link_code(gone).code
+    gone_code = db.access.create_link_code(gone).code
     service = MemoryService(home, CONFIG, db, auto_consolidate=False)
     people = People(HermesConfig(), db, service)
-    code = db.people.create_link_code(keep).code
+    code = db.access.create_link_code(keep).code
     assert people.link(code, requester="slack:U1", current_user=gone).user_id == keep
     assert db.people.current_id(gone) == keep and db.people.get_user(gone) is None
 

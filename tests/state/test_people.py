@@ -8,18 +8,19 @@ from datetime import timedelta
 import pytest
 
 from hermes.identity import new_user_id
+from hermes.state.access import (
+    CODE_ALPHABET,
+    CODE_LENGTH,
+    MAX_FAILURES,
+    AccessDB,
+    PairingRefused,
+    Redeem,
+)
 from hermes.state.cjk import index_terms
 from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
 from hermes.state.models import AccessRule
-from hermes.state.people import (
-    CODE_ALPHABET,
-    CODE_LENGTH,
-    MAX_FAILURES,
-    PairingRefused,
-    PeopleDB,
-    Redeem,
-)
+from hermes.state.people import PeopleDB
 from hermes.state.search import SearchScope
 
 
@@ -30,9 +31,9 @@ def say(db: SessionDB, user: str, platform: str, text: str) -> str:
 
 
 def test_codes_are_eight_unambiguous_characters(db: SessionDB) -> None:
-    people = PeopleDB(db)
+    access = AccessDB(db)
     user = db.people.user_for_identity("telegram", "1")
-    codes = {people.create_link_code(user).code for _ in range(50)}
+    codes = {access.create_link_code(user).code for _ in range(50)}
     for code in codes:
         assert len(code) == CODE_LENGTH and set(code) <= set(CODE_ALPHABET)
     assert not set("01OIL") & set(CODE_ALPHABET)
@@ -40,32 +41,32 @@ def test_codes_are_eight_unambiguous_characters(db: SessionDB) -> None:
 
 
 def test_a_code_works_once_for_anyone_and_only_the_latest_of_a_user(db: SessionDB) -> None:
-    people = PeopleDB(db)
+    access = AccessDB(db)
     user = db.people.user_for_identity("telegram", "1")
-    first = people.create_link_code(user).code
-    second = people.create_link_code(user).code
-    assert people.redeem_link_code(first, "slack:U1").status is Redeem.INVALID  # replaced
-    used = people.redeem_link_code(second.lower()[:4] + "-" + second[4:], "slack:U1")
+    first = access.create_link_code(user).code
+    second = access.create_link_code(user).code
+    assert access.redeem_link_code(first, "slack:U1").status is Redeem.INVALID  # replaced
+    used = access.redeem_link_code(second.lower()[:4] + "-" + second[4:], "slack:U1")
     assert used.status is Redeem.OK and used.user_id == user  # case and dashes forgiven
-    assert people.redeem_link_code(second, "slack:U2").status is Redeem.INVALID  # used
+    assert access.redeem_link_code(second, "slack:U2").status is Redeem.INVALID  # used
 
 
 def test_an_expired_code_is_refused(db: SessionDB) -> None:
-    people = PeopleDB(db)
+    access = AccessDB(db)
     user = db.people.user_for_identity("telegram", "1")
-    code = people.create_link_code(user, ttl=timedelta(seconds=-1)).code
-    assert people.redeem_link_code(code, "slack:U1").status is Redeem.INVALID
+    code = access.create_link_code(user, ttl=timedelta(seconds=-1)).code
+    assert access.redeem_link_code(code, "slack:U1").status is Redeem.INVALID
 
 
 def test_five_wrong_codes_lock_the_requester_out_even_for_a_right_code(db: SessionDB) -> None:
-    people = PeopleDB(db)
+    access = AccessDB(db)
     user = db.people.user_for_identity("telegram", "1")
-    code = people.create_link_code(user).code
-    results = [people.redeem_link_code("AAAAAAAA", "slack:EVE").status for _ in range(MAX_FAILURES)]
+    code = access.create_link_code(user).code
+    results = [access.redeem_link_code("AAAAAAAA", "slack:EVE").status for _ in range(MAX_FAILURES)]
     assert results == [Redeem.INVALID] * (MAX_FAILURES - 1) + [Redeem.LOCKED]
-    locked = people.redeem_link_code(code, "slack:EVE")
+    locked = access.redeem_link_code(code, "slack:EVE")
     assert locked.status is Redeem.LOCKED and locked.locked_until is not None
-    assert people.redeem_link_code(code, "slack:ALICE").status is Redeem.OK  # others are not
+    assert access.redeem_link_code(code, "slack:ALICE").status is Redeem.OK  # others are not
 
 
 def test_merging_moves_sessions_and_search_follows(db: SessionDB) -> None:
@@ -117,41 +118,41 @@ def test_detaching_gives_the_identity_a_fresh_user_and_keeps_the_data(db: Sessio
 
 
 def test_pairing_reuses_a_live_code_and_enforces_the_limits(db: SessionDB) -> None:
-    people = PeopleDB(db)
-    first = people.request_pairing("telegram", "100", "Stranger")
-    again = people.request_pairing("telegram", "100", "Stranger")
+    access = AccessDB(db)
+    first = access.request_pairing("telegram", "100", "Stranger")
+    again = access.request_pairing("telegram", "100", "Stranger")
     assert first.fresh and not again.fresh
     assert first.request is not None and again.request is not None
     assert first.request.code == again.request.code
-    people.request_pairing("telegram", "101", "B")
-    people.request_pairing("telegram", "102", "C")
-    full = people.request_pairing("telegram", "103", "D")
+    access.request_pairing("telegram", "101", "B")
+    access.request_pairing("telegram", "102", "C")
+    full = access.request_pairing("telegram", "103", "D")
     assert full.refused is PairingRefused.FULL  # at most 3 pending per platform
-    assert people.request_pairing("slack", "U9", "E").fresh  # per platform
-    for code in [r.code for r in people.pending_pairings() if r.platform == "telegram"]:
-        people.decide_pairing(code, approve=False, by="test")
-    assert people.request_pairing("telegram", "100", "Stranger").fresh  # 2nd of the day
-    people.decide_pairing(people.pending_pairings()[-1].code, approve=False, by="test")
-    assert people.request_pairing("telegram", "100", "Stranger").fresh  # 3rd
-    people.decide_pairing(people.pending_pairings()[-1].code, approve=False, by="test")
-    rate = people.request_pairing("telegram", "100", "Stranger")
+    assert access.request_pairing("slack", "U9", "E").fresh  # per platform
+    for code in [r.code for r in access.pending_pairings() if r.platform == "telegram"]:
+        access.decide_pairing(code, approve=False, by="test")
+    assert access.request_pairing("telegram", "100", "Stranger").fresh  # 2nd of the day
+    access.decide_pairing(access.pending_pairings()[-1].code, approve=False, by="test")
+    assert access.request_pairing("telegram", "100", "Stranger").fresh  # 3rd
+    access.decide_pairing(access.pending_pairings()[-1].code, approve=False, by="test")
+    rate = access.request_pairing("telegram", "100", "Stranger")
     assert rate.refused is PairingRefused.RATE
 
 
 def test_approving_allows_the_requester_and_codes_decide_once(db: SessionDB) -> None:
-    people = PeopleDB(db)
-    request = people.request_pairing("discord", "555", "Bob").request
+    access = AccessDB(db)
+    request = access.request_pairing("discord", "555", "Bob").request
     assert request is not None
-    assert people.decide_pairing(request.code, approve=True, by="owner") is not None
-    assert people.rules()[("discord", "user", "555")] == "allow"
-    assert people.decide_pairing(request.code, approve=False, by="owner") is None
+    assert access.decide_pairing(request.code, approve=True, by="owner") is not None
+    assert access.rules()[("discord", "user", "555")] == "allow"
+    assert access.decide_pairing(request.code, approve=False, by="owner") is None
 
 
 def test_rules_overwrite_each_other(db: SessionDB) -> None:
-    people = PeopleDB(db)
-    people.set_rule(AccessRule(platform="slack", kind="user", subject="U1", rule="allow"))
-    people.set_rule(AccessRule(platform="slack", kind="user", subject="U1", rule="block"))
-    assert people.rules() == {("slack", "user", "U1"): "block"}
+    access = AccessDB(db)
+    access.set_rule(AccessRule(platform="slack", kind="user", subject="U1", rule="allow"))
+    access.set_rule(AccessRule(platform="slack", kind="user", subject="U1", rule="block"))
+    assert access.rules() == {("slack", "user", "U1"): "block"}
 
 
 def test_resolve_accepts_ids_and_platform_identities(db: SessionDB) -> None:
@@ -182,11 +183,11 @@ def test_an_edited_message_is_found_by_its_new_words_only(db: SessionDB) -> None
 
 
 def test_an_approval_is_announced_once(db: SessionDB) -> None:
-    people = PeopleDB(db)
-    request = people.request_pairing("telegram", "9", "Nine", chat_id="9").request
+    access = AccessDB(db)
+    request = access.request_pairing("telegram", "9", "Nine", chat_id="9").request
     assert request is not None
-    people.decide_pairing(request.code, approve=True, by="owner")
-    assert [r.chat_id for r in people.unannounced_approvals()] == ["9"]
-    assert people.claim_announcement(request.code)
-    assert not people.claim_announcement(request.code)  # a second teller backs off
-    assert people.unannounced_approvals() == []
+    access.decide_pairing(request.code, approve=True, by="owner")
+    assert [r.chat_id for r in access.unannounced_approvals()] == ["9"]
+    assert access.claim_announcement(request.code)
+    assert not access.claim_announcement(request.code)  # a second teller backs off
+    assert access.unannounced_approvals() == []
