@@ -245,6 +245,11 @@ async def until(count: int, texts: Callable[[], list[str]], timeout: float = 20)
     return await until_count(texts, count, "texts", timeout)
 
 
+async def until_text(driver: Driver, text: str) -> None:
+    """Until the bot has sent a message that is exactly `text`."""
+    await until_count(lambda: [t for t in driver.texts() if t == text], 1, repr(text))
+
+
 async def say(driver: Driver, text: str, user: str | None = None) -> Any:
     return await asyncio.to_thread(driver.say, user or driver.users[0], text)
 
@@ -272,10 +277,15 @@ def test_a_redelivery_is_answered_once(home: Path, fake_llm: FakeOpenAI, platfor
         handle = await say(platform, "just once")
         await until(1, platform.texts)
         await asyncio.to_thread(platform.redeliver, handle)
-        await asyncio.sleep(1.0)
+        # then a new message of the same chat: once it is answered, the copy before it
+        # has been through intake (a copy let in would be answered first, in its lane)
+        await say(platform, "and this")
+        await until(2, platform.texts)
 
     run(home, fake_llm, platform, body)
-    assert len(platform.texts()) == 1 and len(fake_llm.requests) == 1
+    assert len(platform.texts()) == 2 and len(fake_llm.requests) == 2
+    asked = [r["messages"][-1]["content"] for r in fake_llm.requests]
+    assert asked[0].startswith("just once") and asked[1].startswith("and this")
 
 
 def test_a_429_is_waited_out_and_the_reply_lands_once(
@@ -345,13 +355,17 @@ def test_two_people_five_messages_each_in_order(
 def test_a_long_reply_is_split_within_the_limit(
     home: Path, fake_llm: FakeOpenAI, platform: Driver
 ) -> None:
-    fake_llm.default = Reply(text=LONG)
+    fake_llm.push(Reply(text=LONG))
+    fake_llm.default = Reply(text="the end")
 
     async def body() -> list[str]:
         await say(platform, "tell me everything")
         await until(1, platform.texts)
-        await asyncio.sleep(1.0)  # the other parts
-        return platform.texts()
+        # a reply's parts are all sent within its turn; the next message of the chat is
+        # answered after them, so its answer marks the end of the parts
+        await say(platform, "thanks")
+        await until_text(platform, "the end")
+        return platform.texts()[:-1]
 
     parts = run(home, fake_llm, platform, body)
     assert all(len(p) <= platform.limit for p in parts)

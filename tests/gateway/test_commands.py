@@ -19,26 +19,31 @@ from hermes.state.people import PeopleDB
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.platform import FakeAdapter
 from tests.gateway.test_router import dm, group, scenario
+from tests.harness.wait import until
 
 
 def test_stop_cancels_the_running_turn_and_its_reply_never_comes(
     home: Path, fake_llm: FakeOpenAI
 ) -> None:
-    fake_llm.default = Reply(text="a very late answer", delay=3)
+    fake_llm.push(Reply(text="a very late answer", delay=3))
+    fake_llm.default = Reply(text="the next answer")
 
     async def body(router: Router, adapter: FakeAdapter) -> list[str]:
         await adapter.deliver(dm("alice", "think hard"))
-        await asyncio.sleep(0.5)  # the turn is waiting for the model
+        await until(lambda: len(fake_llm.requests) == 1, "the model asked")  # the turn waits
         await adapter.deliver(dm("alice", "/stop"))
         await adapter.wait_for(1)
         await adapter.deliver(dm("alice", "/stop"))  # nothing running now
         await adapter.wait_for(2)
-        await asyncio.sleep(3)  # the cancelled turn's answer would have arrived by now
+        # the next message of the same session runs only after the turn before it ended:
+        # had /stop not cancelled it, its answer would come first
+        await adapter.deliver(dm("alice", "and now?"))
+        await adapter.wait_for(3)
         return adapter.texts()
 
     texts = scenario(home, fake_llm, body)
     assert texts[0].startswith("Stopped.") and texts[1].startswith("Nothing to stop")
-    assert "a very late answer" not in texts
+    assert texts[2] == "the next answer" and "a very late answer" not in texts
 
 
 async def ask(adapter: FakeAdapter, event: MessageEvent) -> str:

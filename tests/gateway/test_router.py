@@ -222,10 +222,13 @@ def test_permanent_failure_is_recorded_not_retried(home: Path, fake_llm: FakeOpe
     async def body(router: Router, adapter: FakeAdapter) -> int:
         adapter.failures.append(SendResult(False, error="Forbidden: bot was blocked by the user"))
         await adapter.deliver(dm("alice", "hi"))
-        await asyncio.sleep(1.0)
+        # the session's next turn starts only once the first one's delivery is settled:
+        # a retry of the first reply would be attempted before this one's
+        await adapter.deliver(dm("alice", "still there?"))
+        await adapter.wait_for(1)
         return len(adapter.attempts)
 
-    assert scenario(home, fake_llm, body) == 1
+    assert scenario(home, fake_llm, body) == 2  # the refused reply once, then the next
     db = SessionDB.open(home)
     failed = db.conversations.failed_deliveries("fakechat")
     assert len(failed) == 1 and "blocked" in (failed[0].error or "") and failed[0].message_id

@@ -1,0 +1,139 @@
+"""One lane per session: the admitted items of a session key, worked one turn at a time
+in the order they were sent.
+
+A lane exists while it has work: the first item starts its worker, which takes the next
+item (or, with `queue_mode: merge`, the plain messages of one person waiting right behind
+each other, as one batch), runs it, and ends when the queue is empty. `/stop` cancels
+the batch running now (`cancel_running`); stopping the gateway waits for every worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gateway import logs
+from gateway.events import MessageEvent
+from gateway.intake import Admitted
+from gateway.session_key import SessionKey
+from hermes import metrics
+
+logger = logging.getLogger(__name__)
+
+_arrivals = itertools.count()  # ties in sent_at keep arrival order
+
+Batch = list[Admitted]
+
+
+@dataclass
+class _Lane:
+    """The queue and worker of one session key. Waiting messages are kept in the order
+    they were sent (the platform's timestamp), not the order they arrived in: an SDK
+    handling deliveries concurrently (slack-bolt) may hand them over shuffled."""
+
+    queue: list[tuple[float, int, Admitted]] = field(default_factory=list)  # a heap
+    worker: asyncio.Task[None] | None = None
+    current: asyncio.Task[None] | None = None  # the turn running now (/stop cancels it)
+
+    def put(self, item: Admitted) -> None:
+        sent = item.event.sent_at if item.event.sent_at is not None else time.time()
+        heapq.heappush(self.queue, (sent, next(_arrivals), item))
+
+    def take(self) -> Admitted:
+        return heapq.heappop(self.queue)[2]
+
+    def peek(self) -> Admitted | None:
+        return self.queue[0][2] if self.queue else None
+
+
+class Lanes:
+    def __init__(
+        self,
+        run: Callable[[Batch], Coroutine[Any, Any, None]],
+        crashed: Callable[[MessageEvent], Awaitable[None]],
+        queue_mode: Literal["queue", "merge"] = "queue",
+    ) -> None:
+        """`run` works one batch; `crashed` answers the last message of a batch whose
+        run raised (the person is never left without a reply)."""
+        self._run, self._crashed, self.queue_mode = run, crashed, queue_mode
+        self._lanes: dict[SessionKey, _Lane] = {}
+
+    def put(self, item: Admitted, window: float = 0.0) -> None:
+        """Queue `item` in its session's lane; a new lane first waits `window` s, so a
+        message sent just before (handed over later by the SDK) takes its place."""
+        lane = self._lanes.setdefault(item.key, _Lane())
+        lane.put(item)
+        self._count_queued(item.event.platform)
+        if lane.worker is None:
+            lane.worker = asyncio.create_task(self._drain(item.key, lane, window))
+
+    def cancel_running(self, key: SessionKey) -> bool:
+        """Cancel the batch running in `key`'s lane; False when none runs."""
+        lane = self._lanes.get(key)
+        running = lane.current if lane is not None else None
+        if running is None or running.done():
+            return False
+        running.cancel()
+        return True
+
+    def workers(self) -> list[asyncio.Task[None]]:
+        return [lane.worker for lane in self._lanes.values() if lane.worker]
+
+    async def _drain(self, key: SessionKey, lane: _Lane, window: float) -> None:
+        """One turn at a time for this key, in the order sent; the lane ends when empty."""
+        try:
+            if window:
+                await asyncio.sleep(window)  # let a message sent just before arrive too
+            while lane.queue:
+                batch = self._next_batch(lane)
+                self._count_queued(batch[0].event.platform)
+                with logs.turn():  # the turn's task, and its log lines, carry the id
+                    lane.current = asyncio.create_task(self._run(batch))
+                    try:
+                        await lane.current
+                    except asyncio.CancelledError:
+                        task = asyncio.current_task()
+                        if task is not None and task.cancelling():
+                            raise  # the gateway is stopping, not a /stop
+                    except Exception:
+                        logger.exception("turn failed for %s", key)
+                        await self._crashed(batch[-1].event)
+                    finally:
+                        lane.current = None
+        finally:
+            self._lanes.pop(key, None)
+
+    def _count_queued(self, platform: str) -> None:
+        waiting = sum(
+            1
+            for lane in self._lanes.values()
+            for _, _, item in lane.queue
+            if item.event.platform == platform
+        )
+        metrics.QUEUE_DEPTH.labels(platform).set(waiting)
+
+    def _next_batch(self, lane: _Lane) -> Batch:
+        """The next message; in merge mode with the plain messages of the same person
+        waiting right behind it (commands and no-text messages always go alone)."""
+        batch = [lane.take()]
+        if self.queue_mode != "merge" or not _mergeable(batch[0]):
+            return batch
+        while (following := lane.peek()) is not None and _mergeable(following):
+            if following.person.user_id != batch[0].person.user_id:
+                break
+            batch.append(lane.take())
+        return batch
+
+
+def _mergeable(item: Admitted) -> bool:
+    text = item.event.text.strip()
+    return bool(text) and not text.startswith("/") and not item.event.attachments
+
+
+__all__ = ["Batch", "Lanes"]

@@ -1,0 +1,229 @@
+"""One batch from a lane, worked: its files made ready (or a note when nothing in it can
+be used), a command run in its place in line, or an agent turn on the session's live
+conversation (typing shown, the reply streamed or delivered whole).
+
+`LiveConversations` keeps each session key's conversation in memory while its session
+is open (re-checked in state.db now and then), and the ones pinned by the CLI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
+
+from gateway.delivery import Delivery
+from gateway.events import ChatRef, MessageEvent
+from gateway.intake import Admitted
+from gateway.lanes import Batch
+from gateway.media import MediaIntake, Prepared
+from gateway.people import People
+from gateway.ports import PlatformAdapter
+from gateway.session_key import SessionKey
+from gateway.streaming import StreamedReply
+from hermes.agent.agent import Agent, Speaker, Surface
+from hermes.agent.conversation import Conversation
+from hermes.places import ChatType
+from hermes.state.db import SessionDB
+
+logger = logging.getLogger(__name__)
+
+TYPING_AFTER_S = 0.3
+SESSION_RECHECK_S = 10.0  # an open session is re-read from state.db this often
+NO_TEXT_REPLY = (
+    "I can read text messages (and captions on photos and files), but I can't open "
+    "{what} yet. Could you describe it in words?"
+)
+
+
+def surface_of(event: MessageEvent) -> Surface:
+    return Surface(event.platform, event.chat.type, event.chat.id, event.chat.thread_id)
+
+
+class LiveConversations:
+    def __init__(self, agent: Agent, db: SessionDB, people: People, limit: int) -> None:
+        self.agent, self.db, self.people, self.limit = agent, db, people, limit
+        # live conversations, with when their session was last seen open in state.db
+        self._cached: OrderedDict[SessionKey, tuple[Conversation, float]] = OrderedDict()
+        self._pinned: dict[SessionKey, Conversation] = {}  # see pin()
+
+    def pin(self, key: SessionKey, conv: Conversation) -> None:
+        """Continue `conv` for this key until /new, whatever session the key had (the
+        CLI opens a fresh session per run, or resumes one from anywhere)."""
+        self._pinned[key] = conv
+
+    def live(self, key: SessionKey) -> Conversation | None:
+        """The key's conversation if one is in memory (nothing is opened)."""
+        return self._pinned.get(key) or (self._cached.get(key) or (None,))[0]
+
+    def forget(self, key: SessionKey) -> None:
+        self._cached.pop(key, None)
+        self._pinned.pop(key, None)
+
+    def forget_all(self) -> None:
+        """People changed (a merge moves sessions to another id): read them again."""
+        self._cached.clear()
+
+    def of(self, item: Admitted, surface: Surface) -> Conversation:
+        """The live conversation of a key, kept in memory while its session is open.
+
+        Whether the session was ended elsewhere (the idle job) is re-checked in state.db
+        at most every SESSION_RECHECK_S seconds; /new drops the entry itself.
+        """
+        key, owner = item.key, self._owner(item)
+        pinned = self._pinned.get(key)
+        if pinned is not None and pinned.user_id == owner:
+            return pinned
+        entry = self._cached.get(key)
+        now = time.monotonic()
+        if entry is not None and entry[0].user_id == owner:
+            conv, checked = entry
+            if now - checked < SESSION_RECHECK_S:
+                self._cached.move_to_end(key)
+                return conv
+            current = self.db.conversations.get_session(conv.id, owner)
+            if current is not None and current.ended_at is None:
+                self._cached[key] = (conv, now)
+                self._cached.move_to_end(key)
+                return conv
+        conv = self.agent.sessions.for_key(owner, surface, str(key), shared=key.shared)
+        self._cached[key] = (conv, now)
+        while len(self._cached) > self.limit:
+            self._cached.popitem(last=False)
+        return conv
+
+    def _owner(self, item: Admitted) -> str:
+        """The user owning the key's sessions: the person, or the chat when shared."""
+        if item.key.shared:
+            return self.people.chat_owner(item.event.platform, item.event.chat.id)
+        return item.person.user_id
+
+
+class Turns:
+    def __init__(
+        self,
+        agent: Agent,
+        db: SessionDB,
+        delivery: Delivery,
+        adapters: Mapping[str, PlatformAdapter],
+        conversations: LiveConversations,
+        *,
+        command: Callable[[Admitted], Awaitable[None]],
+        streams: Callable[[str], bool],
+        media: MediaIntake | None = None,
+    ) -> None:
+        """`command` runs a command met in line; `streams` says whether replies on a
+        platform are shown as they are written."""
+        self.agent, self.db, self.delivery, self.adapters = agent, db, delivery, adapters
+        self.conversations, self.media = conversations, media
+        self._command, self._streams = command, streams
+
+    async def run(self, batch: Batch) -> None:
+        first = batch[0]
+        event = first.event
+        adapter = self.adapters[event.platform]
+        prepared, answered = await self._attachments(adapter, event)
+        if answered:
+            return
+        if event.text.startswith("/") and prepared is None:
+            await self._command(first)
+            return
+        started = time.monotonic()
+        if prepared is not None:
+            text = prepared.text
+        else:
+            text = "\n\n".join(item.event.text.strip() for item in batch)
+        surface = surface_of(event)
+        conv = self.conversations.of(first, surface)
+        speaker = Speaker(first.person.user_id, first.person.display_name or "someone")
+        last = batch[-1].event
+        stream = self._stream(adapter, last)
+        typing = asyncio.create_task(keep_typing(adapter, event.chat))
+        try:
+            ids = ",".join(item.event.message_id for item in batch)
+            result = await self.agent.turn(
+                conv,
+                text,
+                surface,
+                platform_message_id=ids,
+                speaker=speaker,
+                stream=stream,
+                images=prepared.images if prepared is not None else (),
+            )
+        except asyncio.CancelledError:
+            if stream is not None:
+                await stream.stopped()  # what was shown stays, marked as stopped
+            raise
+        finally:
+            typing.cancel()
+        if result.duplicate:
+            return
+        if prepared is not None and self.media is not None:  # kept, by reference
+            self.media.record(prepared, result.session_id, conv.user_id, self.db)
+        if stream is not None:
+            await stream.finish(result.text, stored_id=result.reply_id, failed=not result.ok)
+        else:
+            await self.delivery.deliver(
+                adapter,
+                last.chat,
+                result.text,
+                last.message_id,
+                stored_id=result.reply_id,
+                failed=not result.ok,
+            )
+        logger.info(  # who and where, never what was said
+            "turn %s: %s %s chat %s, user %s, session %s, %d message(s), %.2f s",
+            "answered" if result.ok else "failed",
+            event.platform,
+            event.chat.type.value,
+            event.chat.id,
+            first.person.user_id,
+            conv.id,
+            len(batch),
+            time.monotonic() - started,
+        )
+
+    async def _attachments(
+        self, adapter: PlatformAdapter, event: MessageEvent
+    ) -> tuple[Prepared | None, bool]:
+        """The message's files made ready for its turn (downloads, transcription), and
+        whether it was answered already (nothing in it could be used, or no text)."""
+        if event.attachments and self.media is not None:
+            typing = asyncio.create_task(keep_typing(adapter, event.chat))
+            try:
+                prepared = await self.media.prepare(adapter, event)
+            finally:
+                typing.cancel()
+            if prepared.reply is None:
+                return prepared, False
+            await self.delivery.deliver(adapter, event.chat, prepared.reply, event.message_id)
+            return None, True
+        if event.text.strip():
+            return None, False
+        kinds: list[str] = sorted({a.kind for a in event.attachments}) or ["that"]
+        note = NO_TEXT_REPLY.format(what=" or ".join(kinds))
+        await self.delivery.deliver(adapter, event.chat, note, event.message_id)
+        return None, True
+
+    def _stream(self, adapter: PlatformAdapter, event: MessageEvent) -> StreamedReply | None:
+        """The live view of this turn's reply, when streaming is on and possible here."""
+        group = event.chat.type is not ChatType.DM
+        interval = adapter.capabilities.edit_interval(group)
+        if interval is None or not self._streams(adapter.name):
+            return None
+        return StreamedReply(adapter, event.chat, event.message_id, self.delivery, interval)
+
+
+async def keep_typing(adapter: PlatformAdapter, chat: ChatRef) -> None:
+    """Show "typing…" from TYPING_AFTER_S on, renewed every 4 s, until cancelled."""
+    with contextlib.suppress(Exception):
+        await asyncio.sleep(TYPING_AFTER_S)  # a quick answer needs no indicator
+        while True:
+            await adapter.typing(chat)
+            await asyncio.sleep(4)
+
+
+__all__ = ["NO_TEXT_REPLY", "LiveConversations", "Turns", "keep_typing", "surface_of"]
