@@ -30,8 +30,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# one worker per CPU, idle workers taking tests queued on busy ones (the long ones
+# would otherwise leave a tail); `.venv/bin/pytest FILE` runs one file in one process
 pytest: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto --dist worksteal
 
 test: lint typecheck pytest
 
