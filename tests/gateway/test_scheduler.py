@@ -73,7 +73,8 @@ def test_restart_keeps_the_schedule(home: Path, fake_llm: FakeOpenAI) -> None:
         return times
 
     first = asyncio.run(start_and_stop())
-    time.sleep(1.1)
+    # a schedule made again at the second start would be that start's time plus the
+    # interval, to the microsecond: it cannot equal the first
     second = asyncio.run(start_and_stop())
     assert first == second and all(first.values())
 
@@ -135,7 +136,19 @@ def test_a_second_gateway_refuses_and_the_first_consolidates_a_store_once(
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and len(fmt.parse(path.read_text())) != CONSOLIDATED:
             time.sleep(0.2)
-        time.sleep(3)  # more checks run meanwhile
+        # two more checks finished after the store was consolidated (the first may be the
+        # one that consolidated it): a second consolidation would have been one of them
+        consolidated_at, finished = utcnow(), set()
+        db = SessionDB.open(home)
+        try:
+            while time.monotonic() < deadline + 30 and len(finished) < 2:
+                run = db.upkeep.job_runs().get("consolidation_check")
+                if run is not None and run.last_run_at > consolidated_at:
+                    finished.add(run.last_run_at)
+                time.sleep(0.1)
+        finally:
+            db.close()
+        assert len(finished) == 2, "the checks stopped running"
     finally:
         for proc in procs:
             if proc.poll() is None:
