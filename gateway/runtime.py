@@ -65,6 +65,7 @@ class Gateway:
         self.failed: dict[str, str] = {}
         self.retrying: dict[str, str] = {}
         self.links: dict[str, str] = {}  # a started platform's connection, when not "connected"
+        self.checks = 0  # rounds of connection checks done (each every SUPERVISE_S)
         self.exit_code = 0
         self._tasks: list[asyncio.Task[None]] = []
         self.platforms = enabled_platforms(config)
@@ -227,6 +228,7 @@ class Gateway:
                     state = f"reconnecting: the connection check failed ({exc!r})"
                 if state != self.links.get(name, "connected"):
                     await self._changed(name, adapter, state)
+            self.checks += 1
 
     async def _changed(self, name: str, adapter: PlatformAdapter, state: str) -> None:
         if state == "connected":

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -98,6 +98,22 @@ def test_a_reminder_set_in_chat_arrives_on_time_in_that_chat(
     assert chats == {42}
 
 
+def finished(db: SessionDB, reminder_id: str) -> bool:
+    """The reminder has runs, and none of them is still sending."""
+    runs = db.reminders.runs(reminder_id)
+    return bool(runs) and all(run.finished_at is not None for run in runs)
+
+
+def db_due(home: Path, reminder_id: str) -> datetime:
+    db = SessionDB.open(home)
+    try:
+        reminder = db.reminders.get(reminder_id)
+        assert reminder is not None and reminder.due_at is not None
+        return reminder.due_at
+    finally:
+        db.close()
+
+
 def seed(home: Path, **fields: Any) -> str:
     db = SessionDB.open(home)
     try:
@@ -132,12 +148,17 @@ def test_a_restart_in_the_middle_delivers_once_after(
         assert running.reminders is not None
         running.reminders.added(db.reminders.get(reminder_id))  # type: ignore[arg-type]
         await stop(running, db)  # down before it is due
-        await asyncio.sleep(5)
+        due = db_due(home, reminder_id)
+        await until(
+            lambda: utcnow().replace(tzinfo=None) > due.replace(tzinfo=None), "the due time"
+        )
         assert reminders_sent(telegram) == []
         running, db = await gateway(home)
         try:
             await until(lambda: reminders_sent(telegram), "not delivered after the restart")
-            await asyncio.sleep(1.5)
+            # a send happens only under a claimed run, and the run is finished after it:
+            # once finished, every copy that run could send has been sent
+            await until(lambda: finished(db, reminder_id), "the run never finished")
             assert [t for _, t in reminders_sent(telegram)] == [
                 "⏰ <b>Reminder</b>: take the cake out"
             ]
@@ -165,7 +186,9 @@ def test_missed_runs_give_one_late_delivery_and_two_gateways_never_double(
         second, db2 = await gateway(home)
         try:
             await until(lambda: len(reminders_sent(telegram)) >= 2, "not caught up")
-            await asyncio.sleep(2.0)  # a second copy, or a burst, would come now
+            # each send is under a claimed run, finished after it (see above); a burst
+            # would be more runs, which the reminders' state after the catch-up forbids
+            await until(lambda: finished(db1, once) and finished(db1, every), "runs unfinished")
             texts = sorted(t for _, t in reminders_sent(telegram))
             assert len(texts) == 2, texts
             assert all("late: this was due" in t for t in texts)

@@ -186,15 +186,19 @@ def test_a_reply_is_one_message_edited_in_place_at_most_once_a_second(
 def test_a_quick_reply_arrives_whole_without_edits(
     home: Path, fake_llm: FakeOpenAI, side: Side
 ) -> None:
-    fake_llm.push(Reply(text="Quick **answer**."))
+    fake_llm.push(Reply(text="Quick **answer**."), Reply(text="Second."))
 
     async def body() -> None:
         side.say("hi")
         await until_shown(side, "Quick **answer**.")
-        await asyncio.sleep(1.3)  # past the interval: still no edit
+        # the chat's next turn starts when the first one has ended, its reply finished:
+        # an edit of the first would come before the second answer
+        side.say("and?")
+        both = [side.render("Quick **answer**."), side.render("Second.")]
+        await until(lambda: side.shown() == both, lambda: f"shown: {side.shown()}")
 
     run(home, fake_llm, side, body)
-    assert side.posts() == [side.render("Quick **answer**.")]
+    assert side.posts() == [side.render("Quick **answer**."), side.render("Second.")]
     assert side.edit_times() == []
 
 

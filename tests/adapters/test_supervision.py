@@ -91,7 +91,8 @@ def test_discord_resumes_by_itself_and_is_restarted_when_it_gives_up(
             first = gateway.adapters["discord"]
             await asyncio.to_thread(discord_fake.drop_connections)  # resumable
             await asyncio.to_thread(discord_fake.wait_ready, 2)
-            await asyncio.sleep(2.5)  # one supervision round
+            after = gateway.checks + 1  # a whole round of checks begun after the resume
+            await until(lambda: gateway.checks > after, 20, "no connection check ran")
             assert gateway.adapters["discord"] is first  # the SDK handled it
             assert gateway.status() == {"discord": "connected"}
 

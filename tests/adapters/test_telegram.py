@@ -191,14 +191,19 @@ def test_a_dropped_connection_is_recorded_and_not_resent(
     home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
 ) -> None:
     telegram.faults.append(Fault("sendMessage", drop=True))
+    fake_llm.push(Reply(text="the first answer"), Reply(text="the second answer"))
 
     async def body() -> None:
         telegram.user_message("hi")
         await until_sent(telegram, 1)
-        await asyncio.sleep(1.5)
+        # the chat's next message is answered only after the first reply's delivery is
+        # settled: a second copy of it would be sent before this answer
+        telegram.user_message("still there?")
+        await until_sent(telegram, 2)
 
     run(home, fake_llm, telegram, body)
-    assert len(telegram.sent()) == 1  # posted or not: never a second copy
+    # posted or not: never a second copy
+    assert [m["text"] for m in telegram.sent()] == ["the first answer", "the second answer"]
     db = SessionDB.open(home)
     try:
         (failure,) = db.conversations.failed_deliveries("telegram")
