@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from adapters.telegram.adapter import TelegramAdapter
 from gateway.app import build_app
 from gateway.config import HermesConfig
-from gateway.streaming import CURSOR
+from gateway.pipeline.streaming import CURSOR
 from hermes.llm.types import ModelReply
 from hermes.state.db import SessionDB
 from tests.fakes.telegram_server import FakeTelegram

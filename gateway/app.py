@@ -47,10 +47,10 @@ from hermes.providers.host import ProviderFactory, ProviderHost
 
 if TYPE_CHECKING:  # steps 3 to 6 are imported by build_app itself: a CLI command that
     # needs only the memory service (`hermes memory add`) does not load them
-    from gateway.command_context import RuntimeInfo
-    from gateway.commands import Commands
-    from gateway.people import People
-    from gateway.router import Router, RouterPolicy
+    from gateway.admission.people import People
+    from gateway.commands.context import RuntimeInfo
+    from gateway.commands.table import Commands
+    from gateway.pipeline.router import Router, RouterPolicy
     from hermes.agent.agent import Agent
     from hermes.embedder import Embedder
     from hermes.llm.types import ChatModel
@@ -109,10 +109,10 @@ def build_app(
     """The application for `home`. `model` replaces the configured endpoint (benches
     and tests run an in-process model); without either, ConfigError says what to set.
     `policy` replaces the router settings derived from config (tests of other shapes)."""
-    from gateway.commands import Commands
-    from gateway.media import MediaIntake
-    from gateway.people import People
-    from gateway.router import Router
+    from gateway.admission.people import People
+    from gateway.commands.table import Commands
+    from gateway.pipeline.media import MediaIntake
+    from gateway.pipeline.router import Router
     from hermes.agent.agent import Agent
     from hermes.llm.summarizer import LLMSummarizer
     from hermes.tools.session_search import SummaryPolicy
@@ -262,9 +262,9 @@ def provider_factory(
 
 def router_policy(config: HermesConfig) -> RouterPolicy:
     """Intake and lane settings from the enabled platforms' sections."""
-    from gateway.intake import IntakePolicy
-    from gateway.router import RouterPolicy
-    from gateway.session_key import Scope
+    from gateway.admission.intake import IntakePolicy
+    from gateway.admission.session_key import Scope
+    from gateway.pipeline.router import RouterPolicy
 
     enabled = list(enabled_platforms(config).items())
     always = frozenset(c for _, p in enabled for c in p.answer_without_mention)

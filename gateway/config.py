@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 from pydantic import ValidationError
 
-from gateway.platform_config import (
+from gateway.edge.platform_config import (
     AccessConfig,
     GatewaySection,
     PlatformConfig,
@@ -46,7 +46,7 @@ class ConfigError(Exception):
     """A config file that cannot be used; the message names the file and the key."""
 
 
-# `platforms:`: a section per platform package (gateway/platforms.py), each its own model
+# `platforms:`: a section per platform package (gateway/edge/platforms.py), each its own model
 if TYPE_CHECKING:
     PlatformsConfig = Section
 else:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gateway.app import build_app, build_memory, side_model
 from gateway.config import HermesConfig, SideTask, load_config, main_endpoint
-from gateway.media import collect_garbage
+from gateway.pipeline.media import collect_garbage
 from hermes.llm.client import LLMClient
 from hermes.state.db import SessionDB
 

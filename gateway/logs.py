@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gateway.config import HermesConfig, secret
-from gateway.platform_config import platforms
+from gateway.edge.platform_config import platforms
 
 OURS = frozenset({"gateway", "hermes", "adapters", "__main__"})
 MASK = "***"

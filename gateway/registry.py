@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from gateway.config import ConfigError, secret
-from gateway.platform_config import Platform, PlatformConfig, platforms
-from gateway.platforms import TERMINAL
-from gateway.ports import LocalChat, MenuEntry, PlatformAdapter
+from gateway.edge.platform_config import Platform, PlatformConfig, platforms
+from gateway.edge.platforms import TERMINAL
+from gateway.edge.ports import LocalChat, MenuEntry, PlatformAdapter
 
 Menu = Sequence[MenuEntry]
 

@@ -29,14 +29,14 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from gateway.events import ChatRef
+from gateway.edge.events import ChatRef
 from hermes.places import Surface
 from hermes.reminders import LATE_AFTER, TimeError, local, next_run, zone
 from hermes.state.models import Reminder, as_utc
 from hermes.state.reminders import Claim
 
 if TYPE_CHECKING:
-    from gateway.router import Router
+    from gateway.pipeline.router import Router
     from hermes.agent.agent import Agent
     from hermes.state.db import SessionDB
 

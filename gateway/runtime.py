@@ -26,8 +26,8 @@ from pathlib import Path
 from gateway import registry
 from gateway.app import App, build_app
 from gateway.config import ConfigError, HermesConfig, enabled_platforms, main_endpoint
-from gateway.http_server import HttpServer, WebhookAdapter
-from gateway.ports import MenuEntry, PlatformAdapter
+from gateway.edge.http_server import HttpServer, WebhookAdapter
+from gateway.edge.ports import MenuEntry, PlatformAdapter
 from gateway.reminders import ReminderRunner
 from gateway.scheduler import Scheduler
 from gateway.status_file import remove_status_file, write_status_file

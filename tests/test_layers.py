@@ -73,14 +73,7 @@ def test_the_cli_reaches_adapters_through_the_registry_only() -> None:
     assert bad == []
 
 
-ADAPTER_MAY_IMPORT = {
-    "gateway.events",
-    "gateway.ports",
-    "gateway.chunking",
-    "gateway.formatting",
-    "gateway.http_server",
-    "gateway.platform_config",  # what a platform package declares, and the config it shares
-}
+EDGE = "gateway.edge"  # what platform packages may see of the gateway
 
 
 def test_adapters_import_only_the_gateways_edge_and_their_own_package() -> None:
@@ -89,13 +82,14 @@ def test_adapters_import_only_the_gateways_edge_and_their_own_package() -> None:
     for path, module in imports("adapters"):
         own = "adapters." + path.relative_to(ROOT / "adapters").parts[0]
         mine = module == own or module.startswith(own + ".")
-        if top(module) in ours and module not in ADAPTER_MAY_IMPORT and not mine:
+        edge = module.startswith(EDGE + ".")
+        if top(module) in ours and not edge and not mine:
             bad.append((path, module))
     assert bad == []
 
 
 def _platform_names() -> list[str]:
-    from gateway.platforms import PACKAGES
+    from gateway.edge.platforms import PACKAGES
 
     return list(PACKAGES)
 
@@ -142,12 +136,12 @@ def _mentions(path: Path, name: str) -> list[str]:
 def test_a_platform_is_one_package_and_its_registry_line(name: str) -> None:
     """Everything the gateway knows about a platform is in `adapters/<name>/` (its
     config model, credentials, rendering, doctor check, init questions, log shapes, SDK
-    code); outside it, only gateway/platforms.py names it. The files it owns are listed
+    code); outside it, only gateway/edge/platforms.py names it. The files it owns are listed
     here, so a fifth platform is a folder, its registry line and its extra."""
     package = ROOT / "adapters" / name
     owned = sorted(str(p.relative_to(ROOT)) for p in package.rglob("*.py"))
     assert f"adapters/{name}/__init__.py" in owned and f"adapters/{name}/adapter.py" in owned
-    registry_line = ROOT / "gateway" / "platforms.py"
+    registry_line = ROOT / "gateway" / "edge" / "platforms.py"
     elsewhere = [
         mention
         for folder in ("gateway", "hermes", "adapters")
@@ -225,3 +219,57 @@ def test_no_import_cycles() -> None:
         if start not in state:
             visit(start, [start])
     assert cycles == []
+
+
+# The gateway's rooms, lowest first: a module imports only from its own room or a lower
+# one. The foundation (config and the environment, logging, the job store) is below
+# every room; the process (the composition root, the gateway process and what its
+# scheduler runs) sits above the rooms it assembles; the operator's tools above it.
+ROOMS = [
+    ("edge",),
+    ("config.py", "logs.py", "scheduler.py"),
+    ("admission",),
+    ("commands",),
+    ("pipeline",),
+    (
+        "app.py",
+        "runtime.py",
+        "jobs.py",
+        "reminders.py",
+        "registry.py",
+        "instance.py",
+        "status_file.py",
+    ),
+    ("ops",),
+    ("cli",),
+]
+
+
+def _room_of(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[0] != "gateway" or len(parts) < 2:
+        return None
+    name = parts[1]
+    for at, room in enumerate(ROOMS):
+        if name in room or f"{name}.py" in room:
+            return at
+    return None
+
+
+def test_every_gateway_module_is_in_a_room() -> None:
+    homeless = [
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "gateway").rglob("*.py")
+        if path.name != "__init__.py" or path.parent != ROOT / "gateway"
+        if _room_of(_module_name(path)) is None
+    ]
+    assert homeless == []
+
+
+def test_rooms_import_only_their_own_or_lower_rooms() -> None:
+    upward = []
+    for path, module in imports("gateway"):
+        here, there = _room_of(_module_name(path)), _room_of(module)
+        if here is not None and there is not None and there > here:
+            upward.append((str(path.relative_to(ROOT)), module))
+    assert upward == []

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from gateway.platform_config import Credential, Platform, PlatformConfig
+from gateway.edge.platform_config import Credential, Platform, PlatformConfig
 
 if TYPE_CHECKING:
-    from gateway.ports import MenuEntry, PlatformAdapter
+    from gateway.edge.ports import MenuEntry, PlatformAdapter
 
 
 def _credentials(_config: PlatformConfig) -> list[Credential]:

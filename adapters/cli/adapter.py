@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from gateway.events import (
+from gateway.edge.events import (
     Attachment,
     ChatRef,
     ChatType,
@@ -23,7 +23,7 @@ from gateway.events import (
     SendResult,
     UserRef,
 )
-from gateway.ports import Answer, Capabilities, DownloadError, EventSink
+from gateway.edge.ports import Answer, Capabilities, DownloadError, EventSink
 
 CLI_CHAT = ChatRef("local", ChatType.DM)
 CLI_USER = UserRef("local", "owner")

@@ -6,10 +6,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from gateway.platform_config import Credential, Platform, PlatformConfig, Setup
+from gateway.edge.platform_config import Credential, Platform, PlatformConfig, Setup
 
 if TYPE_CHECKING:
-    from gateway.ports import MenuEntry, PlatformAdapter
+    from gateway.edge.ports import MenuEntry, PlatformAdapter
 
 
 class DiscordConfig(PlatformConfig):

@@ -20,7 +20,7 @@ import aiohttp
 import discord
 import yarl
 
-from gateway.events import (
+from gateway.edge.events import (
     Attachment,
     Button,
     ChatRef,
@@ -30,7 +30,7 @@ from gateway.events import (
     SendResult,
     UserRef,
 )
-from gateway.ports import Capabilities, DownloadError, EventSink, MenuEntry
+from gateway.edge.ports import Capabilities, DownloadError, EventSink, MenuEntry
 
 logger = logging.getLogger(__name__)
 # Hermes never joins voice channels: discord.py's warnings that voice support is missing

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
-from gateway.platform_config import Credential, Platform, PlatformConfig, Setup, WebhookCheck
+from gateway.edge.platform_config import Credential, Platform, PlatformConfig, Setup, WebhookCheck
 
 if TYPE_CHECKING:
-    from gateway.ports import MenuEntry, PlatformAdapter
+    from gateway.edge.ports import MenuEntry, PlatformAdapter
 
 
 class SlackConfig(PlatformConfig):

@@ -22,7 +22,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.render import to_slack_mrkdwn
-from gateway.events import (
+from gateway.edge.events import (
     Attachment,
     Button,
     ChatRef,
@@ -32,8 +32,8 @@ from gateway.events import (
     SendResult,
     UserRef,
 )
-from gateway.http_server import Route
-from gateway.ports import Capabilities, DownloadError, EventSink
+from gateway.edge.http_server import Route
+from gateway.edge.ports import Capabilities, DownloadError, EventSink
 
 logger = logging.getLogger(__name__)
 # slack-bolt reads SLACK_BOT_TOKEN from the environment by itself and then warns that the

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.formatting import Dialect, render
+from gateway.edge.formatting import Dialect, render
 
 
 def _escape(text: str) -> str:

@@ -38,8 +38,8 @@ from telegram.ext import (
 from telegram.request import HTTPXRequest
 
 from adapters.telegram.render import to_telegram_html
-from gateway.chunking import utf16_length
-from gateway.events import (
+from gateway.edge.chunking import utf16_length
+from gateway.edge.events import (
     Attachment,
     Button,
     ChatRef,
@@ -49,8 +49,8 @@ from gateway.events import (
     SendResult,
     UserRef,
 )
-from gateway.http_server import Route
-from gateway.ports import Capabilities, DownloadError, EventSink, MenuEntry
+from gateway.edge.http_server import Route
+from gateway.edge.ports import Capabilities, DownloadError, EventSink, MenuEntry
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 
-from gateway.formatting import Dialect, render
+from gateway.edge.formatting import Dialect, render
 
 
 def _escape(text: str) -> str:

@@ -25,7 +25,7 @@ def create(
     as_json: AsJson = False,
 ) -> None:
     """Back up this HERMES_HOME (safe while the gateway runs; never the secrets)."""
-    from gateway import backup
+    from gateway.ops import backup
 
     home = CliContext.home_only()
     if not home.exists():
@@ -58,8 +58,8 @@ def restore(
     ] = False,
 ) -> None:
     """Verify an archive, then restore it into this HERMES_HOME (the gateway stopped)."""
-    from gateway import backup
     from gateway.instance import AlreadyRunningError, InstanceLock
+    from gateway.ops import backup
 
     home = CliContext.home_only()
     if not path.is_file():

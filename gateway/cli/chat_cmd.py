@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # imported by `chat` itself: the rest of the CLI starts witho
     import asyncio
 
     from gateway.app import App
-    from gateway.ports import LocalChat
+    from gateway.edge.ports import LocalChat
     from hermes.agent.agent import Agent, Surface
     from hermes.agent.conversation import Conversation
     from hermes.llm.endpoint import Endpoint
@@ -113,8 +113,8 @@ def chat(
 ) -> None:
     """Chat with Hermes in the terminal, as the owner."""
     from gateway import registry
+    from gateway.admission.session_key import session_key
     from gateway.app import build_app
-    from gateway.session_key import session_key
     from hermes.identity import owner_user_id
 
     ctx = CliContext.load()
@@ -227,7 +227,7 @@ def _interactive(
     """Read messages; each goes through the router (commands too) and its answer is shown."""
     from rich.markdown import Markdown
 
-    from gateway.commands import command_name
+    from gateway.commands.table import command_name
 
     def show_now(text: str) -> bool:  # a reminder while the prompt waits: above it, now
         return reader.show(lambda: console.print(Markdown(text)))

@@ -2,7 +2,7 @@
 
 Each fixed set of values is written once for the CLI: `Choices` gives typer both the
 completion (`autocompletion=X.complete`) and the words for its help ("a, b or c"). The
-platforms come from gateway/platforms.py; the other sets are copies of what the config
+platforms come from gateway/edge/platforms.py; the other sets are copies of what the config
 models define, kept here so that `--help` imports no pydantic (tests/gateway/
 test_cli_main.py checks each copy against its home). Names that come from the home
 (memory providers) and from the platform packages (modes) are listed when completing.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.platforms import CONFIGURED, PACKAGES
+from gateway.edge.platforms import CONFIGURED, PACKAGES
 
 
 class Choices:
@@ -46,7 +46,7 @@ def provider_names(incomplete: str) -> list[str]:
 
 def platform_modes(incomplete: str) -> list[str]:
     """PLATFORM=MODE for `hermes init --mode`, from each platform package."""
-    from gateway.platform_config import platforms  # noqa: PLC0415 - only when completing
+    from gateway.edge.platform_config import platforms  # noqa: PLC0415 - only when completing
 
     found = [
         f"{name}={mode}"

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, NoReturn
 import typer
 
 from gateway.cli.output import err_console
-from gateway.platforms import TERMINAL
+from gateway.edge.platforms import TERMINAL
 
 if TYPE_CHECKING:  # the heavy modules are imported by the commands that use them, so
     # `hermes --help` and the memory commands start fast (bench/cold_start.py)
+    from gateway.admission.people import People
     from gateway.config import HermesConfig
-    from gateway.people import People
     from hermes.llm.client import LLMClient
     from hermes.memory.service import MemoryService
     from hermes.state.db import SessionDB
@@ -84,7 +84,7 @@ class CliContext:
 
     def people(self, db: SessionDB) -> People:
         """Who is who, linking included (merges go through the memory service)."""
-        from gateway.people import People
+        from gateway.admission.people import People
 
         return People(self.config, db, self.memory(db))
 
@@ -193,7 +193,7 @@ def fail(message: str, code: int) -> NoReturn:
 
 def known_platform(who: str) -> None:
     """Fail clearly on PLATFORM:ID with a platform that does not exist."""
-    from gateway.platforms import PACKAGES
+    from gateway.edge.platforms import PACKAGES
 
     platform = who.partition(":")[0].strip().lower()
     if platform not in PACKAGES:

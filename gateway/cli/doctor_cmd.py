@@ -22,7 +22,7 @@ def doctor(
     """Check the config, HERMES_HOME, state.db, the model, each platform and the scheduler."""
     import asyncio
 
-    from gateway.doctor import run_checks
+    from gateway.ops.doctor import run_checks
 
     home = CliContext.home_only()
     checks = asyncio.run(run_checks(home, timeout=timeout))

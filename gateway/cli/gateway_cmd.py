@@ -34,7 +34,7 @@ def run(
 
     from gateway import logs
     from gateway.config import ConfigError
-    from gateway.http_server import HttpServerError
+    from gateway.edge.http_server import HttpServerError
     from gateway.instance import AlreadyRunningError, InstanceLock
     from gateway.runtime import Gateway
     from hermes.state.engine import StateDBError

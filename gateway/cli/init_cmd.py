@@ -27,7 +27,7 @@ from gateway.cli.output import note
 
 if TYPE_CHECKING:
     from gateway.config import HermesConfig
-    from gateway.platform_config import Setup
+    from gateway.edge.platform_config import Setup
 
 ACCOUNT = re.compile(rf"({'|'.join(PLATFORMS.values)}):([\w.-]{{1,64}})")
 
@@ -227,7 +227,7 @@ def _gateway_sections(
 
 def _setups() -> dict[str, Setup]:
     """What each platform package says `hermes init` writes and asks."""
-    from gateway.platform_config import platforms
+    from gateway.edge.platform_config import platforms
 
     return {name: p.setup for name, p in platforms().items() if p.setup is not None}
 

@@ -90,7 +90,7 @@ def status(
             _remark(store),
         )
     print_table(table)
-    from gateway.memory_commands import provider_line
+    from gateway.commands.memory import provider_line
 
     if held := service.held_writes(user_id):
         note(

@@ -56,7 +56,7 @@ GROUP_MEMORY_OFF = (
 
 
 class TurnStream(Protocol):
-    """Where a streamed turn shows itself as it goes (gateway/streaming.py)."""
+    """Where a streamed turn shows itself as it goes (gateway/pipeline/streaming.py)."""
 
     def text(self, so_far: str) -> None:
         """The answer's text so far (of the model call running now)."""

@@ -8,7 +8,7 @@ store's `.pending` file and the store is flagged for consolidation, which folds 
 The other user's folder is then kept, untouched, under `memories/.merged/`. Its stores
 stay locked from the first read to the move, so nothing written to them is left behind;
 callers hold the memory gate exclusively around the merge and the user merge in
-state.db (see gate.py and gateway/people.py).
+state.db (see gate.py and gateway/admission/people.py).
 """
 
 from __future__ import annotations

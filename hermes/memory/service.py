@@ -371,7 +371,7 @@ class MemoryService:
         """Fold `gone`'s stores into `keep`'s (linking), and every provider's data of
         `gone` (first: a provider that fails stops the link before anything else moved);
         raises MergeError. The caller holds the memory gate exclusively
-        (gateway/people.py `link`)."""
+        (gateway/admission/people.py `link`)."""
         try:
             self.providers.people_merged(keep, gone)
         except ProviderMergeError as exc:

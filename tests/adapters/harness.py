@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from gateway.app import build_app
 from gateway.config import HermesConfig
-from gateway.ports import MenuEntry, PlatformAdapter
+from gateway.edge.ports import MenuEntry, PlatformAdapter
 from hermes.state.db import SessionDB
 from tests.apps import app_config
 from tests.fakes.openai_server import FakeOpenAI, Reply

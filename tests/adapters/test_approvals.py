@@ -21,8 +21,8 @@ from sqlmodel import Session
 from adapters.discord.adapter import DiscordAdapter
 from adapters.slack.adapter import SlackAdapter
 from adapters.telegram.adapter import TelegramAdapter
-from gateway.ports import MenuEntry, PlatformAdapter
-from gateway.router import APPROVED_REPLY
+from gateway.edge.ports import MenuEntry, PlatformAdapter
+from gateway.pipeline.router import APPROVED_REPLY
 from hermes.state.access import CODE_ALPHABET
 from hermes.state.db import SessionDB
 from hermes.state.models import AccessRule, PairingRequest, utcnow

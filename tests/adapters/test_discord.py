@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from adapters.discord.adapter import DiscordAdapter, to_event
-from gateway.ports import MenuEntry
+from gateway.edge.ports import MenuEntry
 from tests.adapters.harness import run_gateway
 from tests.fakes.discord_server import BOT_ID, MESSAGE_CONTENT_INTENT, FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Reply

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from gateway.config import load_config
-from gateway.doctor import Check, run_checks
+from gateway.ops.doctor import Check, run_checks
 from gateway.runtime import Gateway
 from hermes.state.db import SessionDB
 from tests.fakes.discord_server import DiscordFault, FakeDiscord
@@ -156,7 +156,7 @@ def test_the_command_prints_a_table_or_json_and_exits_non_zero_on_a_problem(
 
 def test_webhook_modes_need_a_public_https_url() -> None:
     from gateway.config import HermesConfig
-    from gateway.doctor import check_webhooks
+    from gateway.ops.doctor import check_webhooks
 
     def telegram(url: str | None) -> list[Check]:
         config = HermesConfig.model_validate(

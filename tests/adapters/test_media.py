@@ -16,7 +16,7 @@ from PIL import Image
 from adapters.discord.adapter import DiscordAdapter
 from adapters.slack.adapter import SlackAdapter
 from adapters.telegram.adapter import TelegramAdapter
-from gateway.ports import MenuEntry, PlatformAdapter
+from gateway.edge.ports import MenuEntry, PlatformAdapter
 from hermes.state.db import SessionDB
 from tests.adapters.harness import run_gateway
 from tests.apps import app_config
@@ -374,7 +374,7 @@ def test_pruned_sessions_take_their_media_files_with_them(
     (photo,) = (home / "media").iterdir()
     db = SessionDB.open(home)
     try:
-        from gateway.media import collect_garbage
+        from gateway.pipeline.media import collect_garbage
 
         assert collect_garbage(home, db) == 0 and photo.exists()  # still referred to
         assert db.upkeep.prune(0, dry_run=False) == 1  # the session goes ...

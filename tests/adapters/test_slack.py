@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from adapters.slack.adapter import SlackAdapter, to_event
-from gateway.ports import MenuEntry
+from gateway.edge.ports import MenuEntry
 from tests.adapters.harness import run_gateway
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.slack_server import BOT_USER, FakeSlack

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 
 from adapters.slack.adapter import SlackAdapter
-from gateway.http_server import HttpServer
+from gateway.edge.http_server import HttpServer
 from tests.adapters.harness import run_gateway
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.slack_server import FakeSlack

@@ -23,8 +23,8 @@ from adapters.slack.adapter import SlackAdapter
 from adapters.slack.render import to_slack_mrkdwn
 from adapters.telegram.adapter import TelegramAdapter
 from adapters.telegram.render import to_telegram_html
-from gateway.ports import MenuEntry, PlatformAdapter
-from gateway.streaming import CURSOR
+from gateway.edge.ports import MenuEntry, PlatformAdapter
+from gateway.pipeline.streaming import CURSOR
 from hermes.state.db import SessionDB
 from tests.adapters.harness import run_gateway
 from tests.apps import app_config

@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 import pytest
 
 from adapters.telegram.adapter import TelegramAdapter, to_event
-from gateway.chunking import utf16_length
-from gateway.ports import MenuEntry
+from gateway.edge.chunking import utf16_length
+from gateway.edge.ports import MenuEntry
 from hermes.state.db import SessionDB
 from tests.adapters.harness import run_gateway, slow_echo
 from tests.fakes.openai_server import FakeOpenAI, Reply

@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 
 from adapters.telegram.adapter import TelegramAdapter, Webhook
-from gateway.http_server import HttpServer
+from gateway.edge.http_server import HttpServer
 from tests.adapters.harness import run_gateway
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import FakeTelegram

@@ -1,6 +1,6 @@
 """FakeAdapter: a PlatformAdapter test double that records sends and injects failures.
 
-It implements the router's seam (gateway.ports.PlatformAdapter); the real SDK adapters
+It implements the router's seam (gateway.edge.ports.PlatformAdapter); the real SDK adapters
 are tested against fake platform servers instead.
 """
 
@@ -11,8 +11,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from gateway.events import Attachment, ChatRef, MessageEvent, OutboundMessage, SendResult
-from gateway.ports import Capabilities, DownloadError, EventSink
+from gateway.edge.events import Attachment, ChatRef, MessageEvent, OutboundMessage, SendResult
+from gateway.edge.ports import Capabilities, DownloadError, EventSink
 from hermes.places import ChatType
 
 

@@ -5,7 +5,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.chunking import chunk, utf16_length
+from gateway.edge.chunking import chunk, utf16_length
 
 
 def test_short_text_is_one_chunk() -> None:

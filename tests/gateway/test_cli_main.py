@@ -122,7 +122,7 @@ def test_the_clis_value_sets_are_copies_of_their_homes() -> None:
 
     from gateway.cli import complete
     from gateway.config import LoggingConfig
-    from gateway.platform_config import platforms
+    from gateway.edge.platform_config import platforms
     from hermes.config import MemoryConfig
     from hermes.state.evidence import FACT_STATUSES
     from hermes.state.people import ROLES

@@ -63,7 +63,7 @@ def test_pairing_list_approve_and_deny(home: Path) -> None:
     assert first.code in listed.stdout and second.code in listed.stdout
     assert hermes("pairing", "approve", "NOTACODE", home=home).returncode == 1
     approved = hermes("pairing", "approve", first.code.lower(), home=home)
-    # the words of the chat's /admin approve (gateway.people.People.decide_pairing)
+    # the words of the chat's /admin approve (gateway.admission.people.People.decide_pairing)
     assert approved.returncode == 0 and "Approved: telegram user Stranger (77)." in approved.stdout
     denied = hermes("pairing", "deny", second.code, home=home)
     assert denied.returncode == 0 and "Denied: slack user Other (U9)." in denied.stdout
@@ -76,10 +76,10 @@ def test_pairing_list_approve_and_deny(home: Path) -> None:
 def test_an_account_that_never_wrote_can_be_given_a_role_and_memory_by_platform_id(
     home: Path,
 ) -> None:
+    from gateway.admission.people import People, Verdict
     from gateway.app import build_memory
     from gateway.config import HermesConfig
-    from gateway.events import ChatRef, ChatType, MessageEvent, UserRef
-    from gateway.people import People, Verdict
+    from gateway.edge.events import ChatRef, ChatType, MessageEvent, UserRef
 
     made = hermes("users", "role", "telegram:5550001", "admin", home=home)
     assert made.returncode == 0, made.stderr

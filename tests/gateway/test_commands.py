@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gateway.events import MessageEvent
-from gateway.router import Router
+from gateway.edge.events import MessageEvent
+from gateway.pipeline.router import Router
 from hermes.config import MemoryConfig
 from hermes.memory.journal import run_recorded
 from hermes.memory.store import Target
@@ -218,8 +218,8 @@ def test_admin_block_refuses_the_owners_own_account(home: Path, fake_llm: FakeOp
 def test_a_flood_of_forged_presses_meets_the_persons_rate_limit(
     home: Path, fake_llm: FakeOpenAI
 ) -> None:
-    from gateway.intake import SLOW_DOWN, IntakePolicy
-    from gateway.router import RouterPolicy
+    from gateway.admission.intake import SLOW_DOWN, IntakePolicy
+    from gateway.pipeline.router import RouterPolicy
 
     tight = RouterPolicy(intake=IntakePolicy(per_person_burst=5, per_person_per_minute=0.001))
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from adapters.telegram.adapter import TelegramAdapter
 from adapters.telegram.render import to_telegram_html
-from gateway.chunking import utf16_length
-from gateway.delivery import parts
+from gateway.edge.chunking import utf16_length
+from gateway.pipeline.delivery import parts
 
 TELEGRAM = TelegramAdapter.capabilities
 

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gateway.intake import IntakePolicy
-from gateway.router import Router, RouterPolicy
-from gateway.session_key import Scope
+from gateway.admission.intake import IntakePolicy
+from gateway.admission.session_key import Scope
+from gateway.pipeline.router import Router, RouterPolicy
 from hermes.config import MemoryConfig
 from hermes.memory.store import Target
 from hermes.memory.user_memory import UserMemory

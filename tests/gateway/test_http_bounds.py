@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gateway.http_server import HttpServer, Route
+from gateway.edge.http_server import HttpServer, Route
 
 
 async def serving(limit: int = 512, timeout: float = 1.0) -> HttpServer:
@@ -88,7 +88,7 @@ def test_past_the_connection_limit_new_ones_are_closed_and_logged_once(
         finally:
             await http.stop()
 
-    with caplog.at_level(logging.WARNING, logger="gateway.http_server"):
+    with caplog.at_level(logging.WARNING, logger="gateway.edge.http_server"):
         refused, status = asyncio.run(go())
     assert all(refused) and status == 200
     assert sum("over 10 connections" in r.getMessage() for r in caplog.records) == 1

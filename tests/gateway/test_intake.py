@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from gateway.events import Attachment
-from gateway.intake import IntakePolicy
-from gateway.router import NO_TEXT_REPLY, Router, RouterPolicy
-from gateway.session_key import Scope
+from gateway.admission.intake import IntakePolicy
+from gateway.admission.session_key import Scope
+from gateway.edge.events import Attachment
+from gateway.pipeline.router import NO_TEXT_REPLY, Router, RouterPolicy
 from hermes.state.db import SessionDB
 from hermes.state.people import PeopleDB
 from tests.fakes.openai_server import FakeOpenAI, Reply

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from gateway.media import shrink
-from gateway.pdf_text import pdf_text
+from gateway.pipeline.media import shrink
+from gateway.pipeline.pdf_text import pdf_text
 from tests.fakes.documents import pdf, png_header
 
 SIDE, KB, PIXELS = 1568, 1500 * 1024, 24_000_000
@@ -38,7 +38,7 @@ def test_a_large_jpeg_is_decoded_at_a_reduced_scale_never_whole(tmp_path: Path) 
     Image.new("RGB", (10_000, 10_000), (20, 120, 200)).save(path, "JPEG", quality=50)
     child = f"""
 import resource
-from gateway.media import shrink
+from gateway.pipeline.media import shrink
 data = open({str(path)!r}, "rb").read()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 out, mime = shrink(data, {SIDE}, {KB}, {PIXELS})

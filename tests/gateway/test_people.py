@@ -1,4 +1,4 @@
-"""Access verdicts as a table: one person resolved per event, by gateway/people.py."""
+"""Access verdicts as a table: one person resolved per event, by gateway/admission/people.py."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from gateway.admission.people import People, Verdict
 from gateway.app import build_memory
 from gateway.config import HermesConfig
-from gateway.events import ChatRef, MessageEvent, UserRef
-from gateway.people import People, Verdict
+from gateway.edge.events import ChatRef, MessageEvent, UserRef
 from hermes.places import ChatType
 from hermes.state.db import SessionDB
 from hermes.state.models import AccessRule

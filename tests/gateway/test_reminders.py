@@ -17,8 +17,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from gateway.app import App, build_app
-from gateway.command_context import CommandContext
-from gateway.events import SendResult
+from gateway.commands.context import CommandContext
+from gateway.edge.events import SendResult
 from gateway.reminders import RETRY_DELAYS, ReminderRunner
 from hermes.places import Surface
 from hermes.reminders import TimeError, check_cron, next_run, parse_when, zone

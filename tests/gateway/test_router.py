@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gateway.app import build_app
-from gateway.events import Attachment, ChatRef, MessageEvent, SendResult, UserRef
-from gateway.router import NO_TEXT_REPLY, Router, RouterPolicy
+from gateway.edge.events import Attachment, ChatRef, MessageEvent, SendResult, UserRef
+from gateway.pipeline.router import NO_TEXT_REPLY, Router, RouterPolicy
 from hermes.places import ChatType
 from hermes.providers.host import ProviderFactory
 from hermes.state.db import SessionDB

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.events import ChatRef, MessageEvent, UserRef
-from gateway.session_key import Scope, session_key
+from gateway.admission.session_key import Scope, session_key
+from gateway.edge.events import ChatRef, MessageEvent, UserRef
 from hermes.places import ChatType
 
 

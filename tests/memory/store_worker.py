@@ -94,8 +94,8 @@ def _wait_until(start_at: float) -> None:
 
 def link(home: Path, code: str, requester: str, current_user: str, start_at: float) -> None:
     """Redeem a link code at `start_at`, as `requester` (known as `current_user`)."""
+    from gateway.admission.people import People
     from gateway.config import HermesConfig
-    from gateway.people import People
     from hermes.memory.service import MemoryService
     from hermes.state.db import SessionDB
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from gateway.admission.people import People
 from gateway.config import HermesConfig
-from gateway.people import People
 from hermes.config import MemoryConfig
 from hermes.llm.client import LLMClient
 from hermes.llm.endpoint import Endpoint

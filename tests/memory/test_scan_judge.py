@@ -183,8 +183,8 @@ def test_what_the_rules_refuse_is_refused_without_asking_the_judge(
 def test_held_writes_show_in_status_and_doctor(
     home: Path, db: SessionDB, fake_llm: FakeOpenAI
 ) -> None:
-    from gateway.doctor import check_database
-    from gateway.memory_commands import MemoryCommands
+    from gateway.commands.memory import MemoryCommands
+    from gateway.ops.doctor import check_database
 
     fake_llm.judge_script.append(Reply(status=500))
     write(home, db, fake_llm, FACT)
@@ -222,7 +222,7 @@ def test_the_verdict_format_is_checked_strictly(answer: str, allowed: bool, bloc
 
 
 def test_doctor_says_whether_a_model_judges_memory_writes(home: Path, fake_llm: FakeOpenAI) -> None:
-    from gateway.doctor import check_guard
+    from gateway.ops.doctor import check_guard
 
     configured = {"llm": {"base_url": fake_llm.base_url, "model": "m"}}
     on = check_guard(HermesConfig.model_validate(configured), {})

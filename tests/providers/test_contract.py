@@ -18,7 +18,7 @@ import pytest
 
 from gateway.app import build_app
 from gateway.config import ConfigError, parse_config
-from gateway.router import Router
+from gateway.pipeline.router import Router
 from hermes.providers import registry
 from hermes.providers.base import (
     AgentContext,

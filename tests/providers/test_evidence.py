@@ -243,7 +243,7 @@ def test_indexing_in_another_process_while_turns_are_written(home: Path, tmp_pat
 
 
 def test_through_the_app_turns_become_evidence_recalled_later(home: Path, fake_llm: Any) -> None:
-    from gateway.router import Router
+    from gateway.pipeline.router import Router
     from tests.fakes.platform import FakeAdapter
     from tests.gateway.test_router import dm, scenario
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gateway.router import Router
+from gateway.pipeline.router import Router
 from hermes.providers.holographic import HolographicProvider, entities, hrr, similarity
 from hermes.state.factstore import FILENAME
 from tests.fakes.openai_server import FakeOpenAI, Reply

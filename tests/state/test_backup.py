@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway import backup
 from gateway.instance import InstanceLock
+from gateway.ops import backup
 from hermes.config import MemoryConfig
 from hermes.identity import owner_user_id
 from hermes.memory.store import Target
@@ -315,7 +315,7 @@ def test_verification_streams_members_and_bounds_the_manifest(home: Path) -> Non
     child = f"""
 import resource
 from pathlib import Path
-from gateway import backup
+from gateway.ops import backup
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 backup.verify(Path({str(big)!r}))
 print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)

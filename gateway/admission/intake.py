@@ -6,7 +6,7 @@ The steps, in this order (each one may end the event's way here):
 2. drop redeliveries (the same delivery id or message id seen before);
 3. drop what is not addressed to the assistant (in groups: a mention, a reply to the
    bot, a command, or a chat configured to be answered without one);
-4. admit the person (gateway/people.py): allowed -> on; a stranger's DM -> a pairing
+4. admit the person (gateway/admission/people.py): allowed -> on; a stranger's DM -> a pairing
    reply (rate limited) and nothing else, unless the message is a command open to
    strangers (`/link CODE`); everyone else -> silence;
 5. the person's rate: a burst, then so many events a minute, messages, commands and
@@ -25,9 +25,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from gateway.events import MessageEvent
-from gateway.people import People, Person, Verdict
-from gateway.session_key import Scope, SessionKey, session_key
+from gateway.admission.people import People, Person, Verdict
+from gateway.admission.session_key import Scope, SessionKey, session_key
+from gateway.edge.events import MessageEvent
 from hermes.places import ChatType
 
 

@@ -4,7 +4,7 @@ through the memory service (the one write path); status text is built from its
 
 from __future__ import annotations
 
-from gateway.command_context import CommandContext
+from gateway.commands.context import CommandContext
 from hermes.memory.render import display_entry
 from hermes.memory.service import MemoryService
 from hermes.memory.store import Target

@@ -15,9 +15,9 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable
 
-from gateway.chunking import chunk
-from gateway.events import ChatRef, OutboundMessage, SendResult
-from gateway.ports import Capabilities, PlatformAdapter
+from gateway.edge.chunking import chunk
+from gateway.edge.events import ChatRef, OutboundMessage, SendResult
+from gateway.edge.ports import Capabilities, PlatformAdapter
 from hermes import metrics
 from hermes.backoff import Backoff
 from hermes.state.db import SessionDB

@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gateway.events import Attachment, MessageEvent
-from gateway.pdf_text import pdf_text
-from gateway.ports import DownloadError, PlatformAdapter
+from gateway.edge.events import Attachment, MessageEvent
+from gateway.edge.ports import DownloadError, PlatformAdapter
+from gateway.pipeline.pdf_text import pdf_text
 from hermes.config import MediaConfig, TranscriptionConfig
 from hermes.state.models import Media
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gateway import logs
-from gateway.events import MessageEvent
-from gateway.intake import Admitted
-from gateway.session_key import SessionKey
+from gateway.admission.intake import Admitted
+from gateway.admission.session_key import SessionKey
+from gateway.edge.events import MessageEvent
 from hermes import metrics
 
 logger = logging.getLogger(__name__)

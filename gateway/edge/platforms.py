@@ -1,6 +1,6 @@
 """The platforms, one line each: the name and its package under adapters/.
 
-A fifth platform is one folder (`adapters/<name>/`, see gateway/platform_config.py for
+A fifth platform is one folder (`adapters/<name>/`, see gateway/edge/platform_config.py for
 what it declares), its line here and its extra in pyproject.toml. This module imports
 nothing, so the CLI can name the platforms without loading any of them.
 """

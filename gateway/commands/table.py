@@ -16,13 +16,13 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.admin_commands import AdminCommands
-from gateway.command_context import CommandContext, Handler, RuntimeInfo, SessionControl
+from gateway.admission.people import People, Person
+from gateway.commands.admin import AdminCommands
+from gateway.commands.context import CommandContext, Handler, RuntimeInfo, SessionControl
+from gateway.commands.memory import MemoryCommands
+from gateway.commands.reminders import ReminderCommands
 from gateway.config import HermesConfig
-from gateway.memory_commands import MemoryCommands
-from gateway.people import People, Person
-from gateway.ports import MenuEntry
-from gateway.reminder_commands import ReminderCommands
+from gateway.edge.ports import MenuEntry
 from hermes.agent.agent import Agent
 from hermes.state.access import LINK_CODE_TTL
 from hermes.state.db import SessionDB

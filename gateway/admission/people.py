@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gateway.config import HermesConfig
-from gateway.events import MessageEvent
+from gateway.edge.events import MessageEvent
 from hermes.identity import owner_user_id
 from hermes.memory.gate import memory_gate
 from hermes.memory.merge import MergeError, MergeReport

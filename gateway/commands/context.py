@@ -6,11 +6,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from gateway.people import Person
+from gateway.admission.people import Person
 from hermes.places import Surface
 
 if TYPE_CHECKING:
-    from gateway.intake import Admitted
+    from gateway.admission.intake import Admitted
 
 
 class RuntimeInfo(Protocol):

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.command_context import CommandContext, RuntimeInfo
+from gateway.admission.people import People
+from gateway.commands.context import CommandContext, RuntimeInfo
+from gateway.commands.memory import MemoryCommands
 from gateway.config import HermesConfig
-from gateway.memory_commands import MemoryCommands
-from gateway.people import People
 from gateway.scheduler import read_status
 from hermes.embedder import Embedder
 from hermes.state.db import SessionDB

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gateway.events import MessageEvent
+from gateway.edge.events import MessageEvent
 from hermes.places import ChatType, Surface
 
 

@@ -15,15 +15,15 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 
-from gateway.delivery import Delivery
-from gateway.events import ChatRef, MessageEvent
-from gateway.intake import Admitted
-from gateway.lanes import Batch
-from gateway.media import MediaIntake, Prepared
-from gateway.people import People
-from gateway.ports import PlatformAdapter
-from gateway.session_key import SessionKey
-from gateway.streaming import StreamedReply
+from gateway.admission.intake import Admitted
+from gateway.admission.people import People
+from gateway.admission.session_key import SessionKey
+from gateway.edge.events import ChatRef, MessageEvent
+from gateway.edge.ports import PlatformAdapter
+from gateway.pipeline.delivery import Delivery
+from gateway.pipeline.lanes import Batch
+from gateway.pipeline.media import MediaIntake, Prepared
+from gateway.pipeline.streaming import StreamedReply
 from hermes.agent.agent import Agent, Speaker, Surface
 from hermes.agent.conversation import Conversation
 from hermes.places import ChatType

@@ -32,7 +32,7 @@ from gateway.config import (
     main_endpoint,
     side_endpoint,
 )
-from gateway.platform_config import PlatformConfig, platforms
+from gateway.edge.platform_config import PlatformConfig, platforms
 from gateway.scheduler import read_status
 from gateway.status_file import read_status_file
 from hermes.llm.client import LLMClient, LLMError

@@ -6,7 +6,7 @@ A platform lives in one package, `adapters/<name>/`: its `__init__` holds `PLATF
 `Platform` (its config model, credentials and their shapes, how `hermes init` writes
 and asks for it, its doctor webhook check, the shapes of its secrets for the log filter,
 and `build`, which imports the SDK code only when the platform is used); `adapter.py` is
-the SDK code and its rendering dialect. `gateway/platforms.py` lists the packages.
+the SDK code and its rendering dialect. `gateway/edge/platforms.py` lists the packages.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, create_model
 
-from gateway.platforms import PACKAGES
+from gateway.edge.platforms import PACKAGES
 from hermes.config import Section
 
 if TYPE_CHECKING:
-    from gateway.ports import MenuEntry, PlatformAdapter
+    from gateway.edge.ports import MenuEntry, PlatformAdapter
 
 # what is wrong with a credential's value, in words after its variable's name (None: fine)
 Shape = Callable[[str], "str | None"]
@@ -75,7 +75,7 @@ class Platform:
 
 @functools.cache
 def platforms() -> dict[str, Platform]:
-    """Every platform of gateway/platforms.py, by name: each package's `PLATFORM`
+    """Every platform of gateway/edge/platforms.py, by name: each package's `PLATFORM`
     (light: no SDK is imported)."""
     found = {}
     for name, package in PACKAGES.items():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from gateway.command_context import CommandContext
+from gateway.commands.context import CommandContext
 from hermes.reminders import TimeError, describe, zone
 from hermes.state.db import SessionDB
 

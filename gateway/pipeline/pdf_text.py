@@ -3,7 +3,7 @@
 A PDF is a program more than a file: a small one can share one huge content stream
 across every page, inflate a stream to hundreds of megabytes, or nest objects without
 end. pypdf cannot be interrupted from another thread, so the reading runs in a child
-process (`python -m gateway.pdf_text`) that limits its own address space and CPU time,
+process (`python -m gateway.pipeline.pdf_text`) that limits its own address space and CPU time,
 reads at most `max_pages` pages and stops once it has `max_chars` characters; the parent
 kills it at `seconds`. Every way it can fail is a ValueError with a sentence a person
 can read.
@@ -30,7 +30,7 @@ async def pdf_text(data: bytes, *, max_pages: int, max_chars: int, seconds: floa
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "gateway.pdf_text",
+        "gateway.pipeline.pdf_text",
         str(max_pages),
         str(max_chars),
         stdin=asyncio.subprocess.PIPE,

@@ -27,9 +27,9 @@ import logging
 import time
 from dataclasses import dataclass
 
-from gateway.delivery import Delivery, parts
-from gateway.events import ChatRef, OutboundMessage, SendResult
-from gateway.ports import PlatformAdapter
+from gateway.edge.events import ChatRef, OutboundMessage, SendResult
+from gateway.edge.ports import PlatformAdapter
+from gateway.pipeline.delivery import Delivery, parts
 from hermes import metrics
 
 logger = logging.getLogger(__name__)

@@ -18,10 +18,10 @@ import re
 from collections.abc import Mapping
 from datetime import datetime
 
-from gateway.delivery import Delivery
-from gateway.events import Button, ChatRef, MessageEvent, OutboundMessage
-from gateway.people import People
-from gateway.ports import PlatformAdapter
+from gateway.admission.people import People
+from gateway.edge.events import Button, ChatRef, MessageEvent, OutboundMessage
+from gateway.edge.ports import PlatformAdapter
+from gateway.pipeline.delivery import Delivery
 from hermes.state.models import PairingRequest, as_utc, utcnow
 
 logger = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from gateway.events import Attachment, ChatRef, MessageEvent, OutboundMessage, SendResult
+from gateway.edge.events import Attachment, ChatRef, MessageEvent, OutboundMessage, SendResult
 
 EventSink = Callable[[MessageEvent], Awaitable[None]]
 

@@ -1,10 +1,10 @@
 """The router: admitted events into one lane per session, each lane one turn at a time.
 
-platform event -> intake (gateway/intake.py: bots, redeliveries, mention gating, the
+platform event -> intake (gateway/admission/intake.py: bots, redeliveries, mention gating, the
 person admitted, the session key) -> a button press or `/stop` at once, everything else
-into the lane of its session key (gateway/lanes.py) -> per lane, in the order sent, a
-turn (gateway/turns.py: the no-text note, a command from the command table, or an agent
-turn) -> delivery (gateway/delivery.py).
+into the lane of its session key (gateway/pipeline/lanes.py) -> per lane, in the order sent, a
+turn (gateway/pipeline/turns.py: the no-text note, a command from the command table, or an agent
+turn) -> delivery (gateway/pipeline/delivery.py).
 
 The router itself is the edge of that pipeline: adapters attached (before they start,
 so an event that arrives while an adapter is still finishing its start finds it),
@@ -22,18 +22,18 @@ from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gateway.approvals import Approvals
-from gateway.command_context import CommandContext, SessionControl
-from gateway.commands import Commands, command_name
-from gateway.delivery import Delivery
-from gateway.events import ChatRef, MessageEvent
-from gateway.intake import Admitted, Intake, IntakePolicy
-from gateway.lanes import Lanes
-from gateway.media import MediaIntake
-from gateway.people import People
-from gateway.ports import PlatformAdapter
-from gateway.session_key import SessionKey
-from gateway.turns import NO_TEXT_REPLY, LiveConversations, Turns, surface_of
+from gateway.admission.intake import Admitted, Intake, IntakePolicy
+from gateway.admission.people import People
+from gateway.admission.session_key import SessionKey
+from gateway.commands.context import CommandContext, SessionControl
+from gateway.commands.table import Commands, command_name
+from gateway.edge.events import ChatRef, MessageEvent
+from gateway.edge.ports import PlatformAdapter
+from gateway.pipeline.approvals import Approvals
+from gateway.pipeline.delivery import Delivery
+from gateway.pipeline.lanes import Lanes
+from gateway.pipeline.media import MediaIntake
+from gateway.pipeline.turns import NO_TEXT_REPLY, LiveConversations, Turns, surface_of
 from hermes import metrics
 from hermes.agent.agent import Agent
 from hermes.agent.conversation import Conversation

@@ -1,0 +1,3 @@
+"""Commands: the command table (one row per command, guards as data) and the
+command groups it runs (admin, memory, reminders).
+"""
