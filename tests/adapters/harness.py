@@ -26,11 +26,15 @@ def run_gateway(
     *,
     config: HermesConfig | None = None,
 ) -> T:
-    """The app from the composition root, with one adapter attached, then started."""
+    """The app from the composition root, with one adapter attached, then started.
+    Without a `config`, replies arrive whole: what these tests read is the finished text
+    (on a loaded machine a streamed reply's first post can be a part of it;
+    tests/adapters/test_streaming.py passes a config of its own)."""
 
     async def go() -> T:
         db = SessionDB.open(home)
-        app = build_app(home, config or app_config(fake_llm), db)
+        whole = app_config(fake_llm, gateway={"streaming": False})
+        app = build_app(home, config or whole, db)
         adapter = make_adapter(app.commands.menu())
         app.router.attach(adapter)
         await adapter.start(app.router.handle)

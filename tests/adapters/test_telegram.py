@@ -10,10 +10,12 @@ from typing import Any, TypeVar
 import pytest
 
 from adapters.telegram.adapter import TelegramAdapter, to_event
+from gateway.config import HermesConfig
 from gateway.edge.chunking import utf16_length
 from gateway.edge.ports import MenuEntry
 from hermes.state.db import SessionDB
 from tests.adapters.harness import run_gateway, slow_echo
+from tests.apps import app_config
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import BOT, FakeTelegram, Fault
 from tests.harness.wait import until_count
@@ -21,11 +23,17 @@ from tests.harness.wait import until_count
 T = TypeVar("T")
 
 
-def run(home: Path, fake_llm: FakeOpenAI, tg: FakeTelegram, body: Callable[[], Awaitable[T]]) -> T:
+def run(
+    home: Path,
+    fake_llm: FakeOpenAI,
+    tg: FakeTelegram,
+    body: Callable[[], Awaitable[T]],
+    config: HermesConfig | None = None,
+) -> T:
     def adapter(menu: list[MenuEntry]) -> TelegramAdapter:
         return TelegramAdapter("123:TEST", base_url=tg.base_url, poll_timeout=1, menu=menu)
 
-    return run_gateway(home, fake_llm, adapter, body)
+    return run_gateway(home, fake_llm, adapter, body, config=config)
 
 
 async def until_sent(tg: FakeTelegram, count: int, timeout: float = 20) -> list[dict[str, Any]]:
@@ -108,15 +116,21 @@ def test_ten_thousand_characters_are_chunked(
 ) -> None:
     long = "\n\n".join(f"Paragraph {i}: " + "ünïcödé 🙂 word " * 40 for i in range(17))
     assert len(long) > 10_000
-    fake_llm.default = Reply(text=long)
+    fake_llm.push(Reply(text=long), Reply(text="the end"))
 
     async def body() -> list[dict[str, Any]]:
         telegram.user_message("write a lot")
         await until_sent(telegram, 3)
-        await asyncio.sleep(0.5)
-        return telegram.sent()
+        # a reply's parts are all sent within its turn: the chat's next answer marks
+        # the end of them
+        telegram.user_message("thanks")
+        await until_count(lambda: [p for p in telegram.sent() if text_of(p) == "the end"], 1, "end")
+        return telegram.sent()[:-1]
 
-    sent = run(home, fake_llm, telegram, body)
+    # whole replies: what is chunked is the finished text (a loaded machine would
+    # otherwise stream a first part; test_streaming.py covers streaming)
+    config = app_config(fake_llm, gateway={"streaming": False})
+    sent = run(home, fake_llm, telegram, body, config=config)
     assert all(utf16_length(text_of(p)) <= 4096 for p in sent)
     assert " ".join(" ".join(text_of(p) for p in sent).split()) == " ".join(long.split())
 
