@@ -181,6 +181,10 @@ def test_line_editing_history_multiline_completion_and_leaving(
         term.answered("Got it.")
         term.send("/he\t\r")  # Tab completes the command
         term.expect("/whoami", new=True)
+        # the prompt again before Ctrl-C: typed earlier, the tty (not the prompt) would
+        # take it as an interrupt of the running command
+        term.expect("you ›", after=term.screen.rindex("/whoami"))
+        time.sleep(0.2)  # as in Terminal.answered: the prompt takes over the keys
         help_text = term.screen[term.screen.rindex("/help") :]
         assert not re.search(r"/whoami[^\n]*/new", help_text)  # one command per line
         term.send("\x03")  # Ctrl-C at an empty prompt asks first

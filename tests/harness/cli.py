@@ -63,8 +63,10 @@ class Terminal:
             if ready:
                 try:
                     self.seen += os.read(self.master, 4096).decode(errors="replace")
-                except OSError:
-                    break
+                except OSError:  # the program closed its terminal: it has ended
+                    raise AssertionError(
+                        f"{needle!r} not seen: the program ended; screen:\n{self.screen[-2000:]}"
+                    ) from None
         return self.screen
 
     def answered(self, reply: str) -> None:
