@@ -6,7 +6,7 @@ A platform lives in one package, `adapters/<name>/`: its `__init__` holds `PLATF
 `Platform` (its config model, credentials and their shapes, how `hermes init` writes
 and asks for it, its doctor webhook check, the shapes of its secrets for the log filter,
 and `build`, which imports the SDK code only when the platform is used); `adapter.py` is
-the SDK code and its rendering dialect. `gateway/edge/platforms.py` lists the packages.
+the SDK code, a render module its dialect. `gateway/edge/platforms.py` lists the packages.
 """
 
 from __future__ import annotations
