@@ -63,6 +63,7 @@ class Lanes:
         run raised (the person is never left without a reply)."""
         self._run, self._crashed, self.queue_mode = run, crashed, queue_mode
         self._lanes: dict[SessionKey, _Lane] = {}
+        self.settled = 0  # items whose batch has run (answered, failed or stopped)
 
     def put(self, item: Admitted, window: float = 0.0) -> None:
         """Queue `item` in its session's lane; a new lane first waits `window` s, so a
@@ -106,6 +107,7 @@ class Lanes:
                         await self._crashed(batch[-1].event)
                     finally:
                         lane.current = None
+                        self.settled += len(batch)
         finally:
             self._lanes.pop(key, None)
 

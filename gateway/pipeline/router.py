@@ -39,6 +39,7 @@ from hermes.agent.agent import Agent
 from hermes.agent.conversation import Conversation
 from hermes.places import ChatType
 from hermes.state.db import SessionDB
+from hermes.state.models import PairingRequest
 
 logger = logging.getLogger(__name__)
 
@@ -86,8 +87,10 @@ class Router(SessionControl):
         commands.sessions = self
         self.approvals = Approvals(people, self.delivery, self.adapters)
         people.on_change(self._people_changed)
-        people.on_pairing(lambda request: self._spawn(self.approvals.ask(request)))
+        people.on_pairing(self._ask_admins)
         self._side_tasks: set[asyncio.Task[Any]] = set()
+        self._settled_aside = 0  # events dropped at intake, and commands and presses run
+        self._intake_replies: list[asyncio.Task[Any]] = []
         self.conversations = LiveConversations(agent, db, people, policy.cached_conversations)
         self.turns = Turns(
             agent,
@@ -136,24 +139,45 @@ class Router(SessionControl):
             chat = ChatRef(request.chat_id, ChatType.DM)
             await self.delivery.deliver(adapter, chat, APPROVED_REPLY, None)
 
-    def _spawn(self, work: Coroutine[Any, Any, Any]) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run `work` beside the lanes; stop() waits for it like for a turn."""
         task = asyncio.create_task(work)
         self._side_tasks.add(task)
         task.add_done_callback(self._side_tasks.discard)
+        return task
 
     def _reply_aside(self, event: MessageEvent, text: str) -> None:
         adapter = self.adapters.get(event.platform)
         if adapter is not None:
-            self._spawn(self.delivery.deliver(adapter, event.chat, text, event.message_id))
+            work = self.delivery.deliver(adapter, event.chat, text, event.message_id)
+            self._intake_replies.append(self._spawn(work))
+
+    def _ask_admins(self, request: PairingRequest) -> None:
+        self._spawn(self.approvals.ask(request))
+
+    def _settle(self, _done: object = None) -> None:
+        self._settled_aside += 1
 
     # -- intake -----------------------------------------------------------------------------
+
+    @property
+    def settled(self) -> int:
+        """Events handled to the end: dropped at intake (a duplicate, a stranger, a
+        message nobody addressed to the bot), a command or button press run, or a turn
+        finished. An event that must *not* be answered has had its chance once this
+        counts it (tests wait for it instead of sleeping)."""
+        return self._settled_aside + self.lanes.settled
 
     async def handle(self, event: MessageEvent) -> None:
         """The adapters' sink: intake, then the lane; never waits for a turn."""
         metrics.MESSAGES_RECEIVED.labels(event.platform).inc()
+        self._intake_replies = []  # what admit() says to the sender (no await between)
         item = self.intake.admit(event)
-        if item is None:
+        if item is None:  # dropped; settled once what intake said to the sender is sent
+            if self._intake_replies:
+                self._intake_replies[-1].add_done_callback(self._settle)
+            else:
+                self._settle()
             return
         if event.pressed:  # a button: at once, beside the lanes (no turn waits for it)
             self._spawn(self._press(item))
@@ -188,7 +212,10 @@ class Router(SessionControl):
         except Exception:
             logger.exception("command %s failed", command_name(event.text))
             reply = CRASH_REPLY
-        await self.delivery.deliver(adapter, event.chat, reply, event.message_id)
+        try:
+            await self.delivery.deliver(adapter, event.chat, reply, event.message_id)
+        finally:
+            self._settle()
 
     async def _press(self, item: Admitted) -> None:
         """A button press runs its command as the presser (the command table's guards
@@ -197,12 +224,14 @@ class Router(SessionControl):
         (single flight: twenty presses of "consolidate" are one consolidation)."""
         flight = (item.person.user_id, item.event.text)
         if flight in self._pressing:
+            self._settle()
             return
         self._pressing.add(flight)
         try:
             await self._run_press(item)
         finally:
             self._pressing.discard(flight)
+            self._settle()
 
     async def _run_press(self, item: Admitted) -> None:
         event = item.event

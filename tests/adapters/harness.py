@@ -4,17 +4,31 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gateway.app import build_app
+from gateway.app import App, build_app
 from gateway.config import HermesConfig
 from gateway.edge.ports import MenuEntry, PlatformAdapter
 from hermes.state.db import SessionDB
 from tests.apps import app_config
 from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.harness.wait import until
 
 T = TypeVar("T")
+RUNNING: ContextVar[App] = ContextVar("running_app")  # the app a test body runs beside
+
+
+def settled() -> int:
+    """How many inbound events the running router has handled to the end."""
+    return RUNNING.get().router.settled
+
+
+async def until_settled(count: int) -> None:
+    """Until the router has handled `count` events to the end: the positive event that
+    proves a message or press that must stay unanswered has had its chance."""
+    await until(lambda: settled() >= count, lambda: f"only {settled()} of {count} events settled")
 
 
 def run_gateway(
@@ -35,6 +49,7 @@ def run_gateway(
         db = SessionDB.open(home)
         whole = app_config(fake_llm, gateway={"streaming": False})
         app = build_app(home, config or whole, db)
+        RUNNING.set(app)
         adapter = make_adapter(app.commands.menu())
         app.router.attach(adapter)
         await adapter.start(app.router.handle)

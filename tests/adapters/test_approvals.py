@@ -7,7 +7,6 @@ admin, as a non-admin, twice, and after the request expired.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from gateway.pipeline.router import APPROVED_REPLY
 from hermes.state.access import CODE_ALPHABET
 from hermes.state.db import SessionDB
 from hermes.state.models import AccessRule, PairingRequest, utcnow
-from tests.adapters.harness import run_gateway
+from tests.adapters.harness import run_gateway, settled, until_settled
 from tests.apps import app_config
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI
@@ -232,8 +231,9 @@ def test_approve_deny_buttons_double_press_non_admin_and_expiry(
         decided_at = pairing(home, code).decided_at
         posts_to_admin = len(side.texts_to(admin_dm))
         # a second press (a double tap): nothing is decided again, nothing new is said
+        presses = settled()
         side.press(admin_dm, message, f"/admin deny {code}", side.admin)
-        await asyncio.sleep(1.0)
+        await until_settled(presses + 1)
         out["double"] = (pairing(home, code).status, pairing(home, code).decided_at == decided_at)
         out["admin_posts"] = len(side.texts_to(admin_dm)) - posts_to_admin
         out["buttons_left"] = [b for b in side.buttons(admin_dm) if b[0] == message]
@@ -275,8 +275,9 @@ def test_a_stranger_pressing_a_button_gets_nothing(
         reply = await until(lambda: side.texts_to(side.dm_of(stranger)), "no pairing reply")
         code = CODE.search(reply[0]).group(1)  # type: ignore[union-attr]
         message = (await until(lambda: side.buttons(side.dm_of(side.admin)), "no buttons"))[0][0]
+        presses = settled()
         side.press(side.dm_of(side.admin), message, f"/admin approve {code}", stranger)
-        await asyncio.sleep(1.0)
+        await until_settled(presses + 1)  # the press was handled: dropped at intake
         assert len(side.texts_to(side.dm_of(stranger))) == 1  # only the pairing reply
         assert pairing(home, code).status == "pending"
 

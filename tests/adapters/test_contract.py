@@ -23,7 +23,14 @@ import yaml
 
 from gateway.runtime import Gateway
 from hermes.state.db import SessionDB
-from tests.adapters.harness import BURST, burst_texts, check_burst, slow_echo
+from tests.adapters.harness import (
+    BURST,
+    RUNNING,
+    burst_texts,
+    check_burst,
+    slow_echo,
+    until_settled,
+)
 from tests.apps import app_config
 from tests.fakes.discord_server import DiscordFault, FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Reply
@@ -230,6 +237,8 @@ def run(
         db = SessionDB.open(home)
         gateway = Gateway(home, config, db, driver.env)
         await gateway.start()
+        assert gateway.app is not None
+        RUNNING.set(gateway.app)
         try:
             assert gateway.status() == {driver.name: "connected"}, gateway.status()
             await asyncio.to_thread(driver.connected)
@@ -301,7 +310,7 @@ def test_a_429_is_waited_out_and_the_reply_lands_once(
         await say(platform, "hello")
         await until(attempts, platform.texts)
         elapsed = time.monotonic() - started
-        await asyncio.sleep(0.5)
+        await until_settled(1)  # the turn is over: no retry can still be under way
         return elapsed
 
     assert run(home, fake_llm, platform, body) >= 1.0
@@ -318,7 +327,7 @@ def test_an_answered_server_error_is_retried_and_lands_once(
     async def body() -> None:
         await say(platform, "hello")
         await until(attempts, platform.texts, timeout=30)
-        await asyncio.sleep(0.5)
+        await until_settled(1)  # the turn is over: no retry can still be under way
 
     run(home, fake_llm, platform, body)
     assert platform.texts() == ["second time lucky"] * attempts
@@ -399,7 +408,7 @@ def test_a_stranger_gets_one_pairing_code_and_never_the_model(
         await until(1, platform.texts)
         await say(platform, "please?", stranger)  # within the minute: silence
         await asyncio.to_thread(platform.send_photo, stranger)  # no-text: silence too
-        await asyncio.sleep(1.0)
+        await until_settled(3)  # all three were handled (dropped at intake)
         return platform.texts()
 
     texts = run(home, fake_llm, platform, body, allow_all=False)
