@@ -2,9 +2,10 @@
 a local fake of the platform, inside the real gateway process (`Gateway`: registry,
 composition root, adapters attached before they start).
 
-Each platform brings a `Driver` that says how a person does things there (write, send a
-photo, have a delivery redelivered) and how the platform misbehaves (a 429, a dropped
-connection); the scenarios are written once. Platform-only behaviour (Telegram HTML,
+Each platform brings its `Driver` (tests/adapters/drivers.py: how a person does things
+there, how the platform misbehaves); the scenarios are written once, and each runs on the
+platforms that have what it uses (the terminal, with one person and no files or
+network, runs the round trip and the long reply). Platform-only behaviour (Telegram HTML,
 Slack's double mention event, Discord intents) stays in each platform's own file.
 """
 
@@ -13,201 +14,38 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 import yaml
 
+from gateway.edge.platforms import CONFIGURED
 from gateway.runtime import Gateway
 from hermes.state.db import SessionDB
+from tests.adapters.drivers import SERVED, CliDriver, Driver, driver_for, needs, platforms_with
 from tests.adapters.harness import (
     BURST,
     RUNNING,
     burst_texts,
     check_burst,
+    run_gateway,
     slow_echo,
     until_settled,
 )
 from tests.apps import app_config
-from tests.fakes.discord_server import DiscordFault, FakeDiscord
+from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Reply
-from tests.fakes.slack_server import FakeSlack, SlackFault
-from tests.fakes.telegram_server import FakeTelegram, Fault
 from tests.harness.wait import until_count
 
 T = TypeVar("T")
 LONG = "\n\n".join(f"Paragraph {i}: " + "word " * 60 for i in range(35))  # > 10,000 chars
 
 
-@dataclass
-class Driver:
-    """How one platform is driven in the contract scenarios (all calls are blocking)."""
-
-    name: str
-    limit: int  # characters per message, as the platform counts them
-    section: dict[str, Any]  # its platforms.<name> config
-    env: dict[str, str]
-    users: tuple[str, str]  # two people's platform ids
-    say: Callable[[str, str], Any]  # (user, text) -> what `redeliver` needs
-    redeliver: Callable[[Any], None]
-    send_photo: Callable[[str], None]
-    texts: Callable[[], list[str]]  # every send the bot attempted, in order
-    fail_next_send: Callable[[float], None]  # a 429 asking to wait this long
-    fail_next_send_5xx: Callable[[], None]  # an answered server error (502)
-    drop: Callable[[], None]  # the connection drops; returns once reconnected
-    connected: Callable[[], None] = lambda: None  # blocks until the adapter is listening
-    records_refused: bool = True  # `texts` includes a send the platform refused (429)
-    stopper: Callable[[], None] = lambda: None
-    state: dict[str, Any] = field(default_factory=dict)
-    # what the bot's messages show now, in the order posted (a streamed reply edited to
-    # its end; a deleted one gone)
-    shown: Callable[[], list[str]] = lambda: []
-
-    def replies_to(self, user: str) -> list[str]:
-        return self.state["replies_to"](user)
-
-
-def _telegram() -> Driver:
-    tg = FakeTelegram().start()
-
-    def say(user: str, text: str) -> Any:
-        return tg.user_message(text, user_id=int(user))
-
-    def drop() -> None:
-        tg.faults.append(Fault("getUpdates", drop=True))
-        tg.faults.append(Fault("getUpdates", 502, "Bad Gateway"))
-        time.sleep(0.5)
-
-    driver = Driver(
-        name="telegram",
-        limit=4096,
-        section={"token_env": "TG_TOKEN", "base_url": tg.base_url},
-        env={"TG_TOKEN": "123:ABC"},
-        users=("42", "43"),
-        say=say,
-        redeliver=tg.redeliver,
-        send_photo=lambda user: tg.user_message(
-            "",
-            user_id=int(user),
-            extra={"photo": [{"file_id": "p", "file_unique_id": "u", "width": 1, "height": 1}]},
-        ),
-        texts=lambda: [str(p["text"]) for p in tg.sent()],
-        shown=lambda: list(tg.messages.values()),
-        fail_next_send=lambda s: tg.faults.append(
-            Fault("sendMessage", 429, "Too Many Requests", retry_after=int(s))
-        ),
-        fail_next_send_5xx=lambda: tg.faults.append(Fault("sendMessage", 502, "Bad Gateway")),
-        drop=drop,
-        stopper=tg.stop,
-    )
-    driver.state["replies_to"] = lambda user: [
-        str(p["text"]) for p in tg.sent() if str(p["chat_id"]) == user
-    ]
-    return driver
-
-
-def _slack() -> Driver:
-    slack = FakeSlack().start()
-
-    def say(user: str, text: str) -> Any:
-        return slack.message(text, user=user, channel=f"D{user}")
-
-    def photo(user: str) -> None:
-        ts = f"1700000999.{time.monotonic_ns() % 1_000_000:06d}"
-        event = {
-            "type": "message",
-            "user": user,
-            "text": "",
-            "ts": ts,
-            "channel": f"D{user}",
-            "channel_type": "im",
-            "event_ts": ts,
-            "files": [{"id": "F1", "name": "cat.png"}],
-        }
-        body = {"type": "event_callback", "event": event, "event_id": f"EvP{ts}"}
-        slack.push({"token": "x", "team_id": "T1", "api_app_id": "A1", **body})
-
-    def drop() -> None:
-        before = slack.connections
-        slack.drop_connections()
-        slack.wait_connected(before + 1, 30)
-
-    driver = Driver(
-        name="slack",
-        limit=40_000,
-        section={"api_base": slack.api_base},
-        env={"SLACK_BOT_TOKEN": "xoxb-t", "SLACK_APP_TOKEN": "xapp-t"},
-        users=("U1", "U2"),
-        say=say,
-        redeliver=lambda body: slack.push(body, 1),
-        send_photo=photo,
-        texts=lambda: [str(p["text"]) for p in slack.posted()],
-        shown=lambda: list(slack.messages.values()),
-        fail_next_send=lambda s: slack.faults.append(
-            SlackFault("chat.postMessage", 429, "ratelimited", retry_after=int(s))
-        ),
-        fail_next_send_5xx=lambda: slack.faults.append(
-            SlackFault("chat.postMessage", 502, "bad_gateway", retry_after=None)
-        ),
-        drop=drop,
-        connected=slack.wait_connected,
-        stopper=slack.stop,
-    )
-    driver.state["replies_to"] = lambda user: [
-        str(p["text"]) for p in slack.posted() if p["channel"] == f"D{user}"
-    ]
-    return driver
-
-
-def _discord() -> Driver:
-    fake = FakeDiscord().start()
-
-    def say(user: str, text: str) -> Any:
-        return fake.message(text, user=user)
-
-    def drop() -> None:
-        before = len(fake.identifies) + fake.resumes
-        fake.drop_connections()
-        fake.wait_ready(before + 1, 30)
-
-    driver = Driver(
-        name="discord",
-        limit=2000,
-        section={
-            "token_env": "DISCORD_TOKEN",
-            "api_base": fake.api_base,
-            "gateway_url": fake.gateway_url,
-        },
-        env={"DISCORD_TOKEN": "bot-token"},
-        users=("700000000000000001", "700000000000000002"),
-        say=say,
-        redeliver=lambda data: fake.dispatch("MESSAGE_CREATE", data),
-        send_photo=lambda user: fake.message(
-            "", user=user, attachments=[{"id": "9", "filename": "cat.png", "size": 10}]
-        ),
-        texts=lambda: [str(p["content"]) for p in fake.posted],
-        shown=lambda: list(fake.messages.values()),
-        fail_next_send=lambda s: fake.faults.append(DiscordFault("/messages", 429, s)),
-        fail_next_send_5xx=lambda: fake.faults.append(DiscordFault("/messages", 502, 0)),
-        drop=drop,
-        records_refused=False,  # discord.py waits out the 429 itself
-        stopper=fake.stop,
-    )
-    driver.state["replies_to"] = lambda user: [
-        str(p["content"]) for p in fake.posted if p.get("channel_id") == f"6{user[1:]}"
-    ]
-    driver.state["fake"] = fake
-    return driver
-
-
-@pytest.fixture(params=[_telegram, _slack, _discord], ids=["telegram", "slack", "discord"])
-def platform(request: pytest.FixtureRequest) -> Iterator[Driver]:
-    driver: Driver = request.param()
-    yield driver
-    driver.stopper()
+@pytest.fixture(params=platforms_with("say", "texts", "shown"))
+def platform(request: pytest.FixtureRequest) -> Driver:
+    return driver_for(request)
 
 
 def run(
@@ -218,8 +56,11 @@ def run(
     *,
     allow_all: bool = True,
 ) -> T:
-    """The whole gateway with this one platform enabled, running `body`."""
-    section = {"enabled": True, **driver.section}
+    """The whole gateway with this one platform enabled, running `body`; the terminal,
+    never configured, attached to the app as `hermes chat` attaches it."""
+    if not driver.can("config"):
+        return run_gateway(home, llm, driver.adapter, body)
+    section = {"enabled": True, **driver.config()}
     if not allow_all:
         section["allowed_users"] = [driver.users[0]]
     config = app_config(
@@ -241,7 +82,7 @@ def run(
         RUNNING.set(gateway.app)
         try:
             assert gateway.status() == {driver.name: "connected"}, gateway.status()
-            await asyncio.to_thread(driver.connected)
+            await asyncio.to_thread(driver.ready)
             return await body()
         finally:
             await gateway.stop()
@@ -281,6 +122,7 @@ def test_round_trip(home: Path, fake_llm: FakeOpenAI, platform: Driver) -> None:
     assert fake_llm.requests[0]["messages"][-1]["content"].startswith("hi there")
 
 
+@needs("redeliver")
 def test_a_redelivery_is_answered_once(home: Path, fake_llm: FakeOpenAI, platform: Driver) -> None:
     async def body() -> None:
         handle = await say(platform, "just once")
@@ -297,6 +139,7 @@ def test_a_redelivery_is_answered_once(home: Path, fake_llm: FakeOpenAI, platfor
     assert asked[0].startswith("just once") and asked[1].startswith("and this")
 
 
+@needs("fail_next_send")
 def test_a_429_is_waited_out_and_the_reply_lands_once(
     home: Path, fake_llm: FakeOpenAI, platform: Driver
 ) -> None:
@@ -317,6 +160,7 @@ def test_a_429_is_waited_out_and_the_reply_lands_once(
     assert platform.texts() == ["patience pays"] * attempts  # delivered once
 
 
+@needs("fail_next_send_5xx")
 def test_an_answered_server_error_is_retried_and_lands_once(
     home: Path, fake_llm: FakeOpenAI, platform: Driver
 ) -> None:
@@ -333,6 +177,7 @@ def test_an_answered_server_error_is_retried_and_lands_once(
     assert platform.texts() == ["second time lucky"] * attempts
 
 
+@needs("drop")
 def test_a_dropped_connection_is_reconnected(
     home: Path, fake_llm: FakeOpenAI, platform: Driver
 ) -> None:
@@ -345,18 +190,19 @@ def test_a_dropped_connection_is_reconnected(
     assert len(fake_llm.requests) == 1
 
 
+@needs("texts_to")  # two people, each in their own chat
 def test_two_people_five_messages_each_in_order(
     home: Path, fake_llm: FakeOpenAI, platform: Driver
 ) -> None:
     fake_llm.responder = slow_echo
-    a, b = platform.users
+    a, b = platform.users[:2]
 
     async def body() -> dict[str, list[str]]:
         for n in range(BURST):
             await say(platform, burst_texts(a)[n], a)
             await say(platform, burst_texts(b)[n], b)
         await until(2 * BURST, platform.texts, timeout=30)
-        return {user: platform.replies_to(user) for user in (a, b)}
+        return {user: platform.texts_to(platform.dm_of(user)) for user in (a, b)}
 
     check_burst(home, platform.name, run(home, fake_llm, platform, body))
 
@@ -382,6 +228,7 @@ def test_a_long_reply_is_split_within_the_limit(
     assert " ".join(" ".join(parts).split()) == " ".join(LONG.split())
 
 
+@needs("send_photo")
 def test_a_file_that_cannot_be_used_gets_a_short_note_and_never_the_model(
     home: Path, fake_llm: FakeOpenAI, platform: Driver
 ) -> None:
@@ -398,10 +245,11 @@ def test_a_file_that_cannot_be_used_gets_a_short_note_and_never_the_model(
     assert fake_llm.requests == []
 
 
+@needs("send_photo")  # a stranger, on a platform with files
 def test_a_stranger_gets_one_pairing_code_and_never_the_model(
     home: Path, fake_llm: FakeOpenAI, platform: Driver
 ) -> None:
-    stranger = platform.users[1]
+    stranger = platform.users[2]
 
     async def body() -> list[str]:
         await say(platform, "let me in", stranger)
@@ -416,13 +264,14 @@ def test_a_stranger_gets_one_pairing_code_and_never_the_model(
     assert fake_llm.requests == []
 
 
+@needs("config")  # a platform with a server to start against
 def test_a_message_waiting_at_start_is_answered(
     home: Path, fake_llm: FakeOpenAI, platform: Driver
 ) -> None:
     """Sent while the adapter starts (Discord: during its command sync; elsewhere: before
     the first poll or socket frame): the router must already know the adapter."""
     fake_llm.default = Reply(text="good morning")
-    fake = platform.state.get("fake")
+    fake = platform.fake
     if isinstance(fake, FakeDiscord):
         fake.sync_delay = 1.0
 
@@ -440,3 +289,19 @@ def test_a_message_waiting_at_start_is_answered(
         return await until(1, platform.texts)
 
     assert run(home, fake_llm, platform, body) == ["good morning"]
+
+
+def test_every_platform_with_a_server_has_every_ability() -> None:
+    """A driver that lost an ability would silently drop its platform from the suites
+    that use it: each platform with a server can do everything a scenario asks for; the
+    terminal has what a terminal has."""
+    abilities = [
+        name
+        for name, value in vars(Driver).items()
+        if callable(value) and not name.startswith("_") and name not in ("can", "replies", "ready")
+    ]
+    assert len(abilities) > 20
+    served = [d.name for d in SERVED]
+    assert platforms_with(*abilities) == served and sorted(served) == sorted(CONFIGURED)
+    assert CliDriver.can("adapter", "say", "texts", "shown")
+    assert not CliDriver.can("texts_to") and not CliDriver.can("send_photo")

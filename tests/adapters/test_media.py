@@ -6,171 +6,33 @@ from __future__ import annotations
 
 import io
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from PIL import Image
 
-from adapters.discord.adapter import DiscordAdapter
-from adapters.slack.adapter import SlackAdapter
-from adapters.telegram.adapter import TelegramAdapter
-from gateway.edge.ports import MenuEntry, PlatformAdapter
 from hermes.state.db import SessionDB
+from tests.adapters.drivers import Driver, TelegramDriver, driver_for, platforms_with
 from tests.adapters.harness import run_gateway
 from tests.apps import app_config
-from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.documents import pdf
 from tests.fakes.openai_server import FakeOpenAI, Reply
-from tests.fakes.slack_server import FakeSlack
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness.wait import until
 
 
-@dataclass
-class Side:
-    name: str
-    user: str
-    adapter: Callable[[list[MenuEntry]], PlatformAdapter]
-    photo: Callable[[bytes, str], None]  # (data, caption)
-    voice: Callable[[bytes, float], None]  # (data, seconds)
-    document: Callable[..., None]  # (data, name, mime, size=None)
-    replies: Callable[[], list[str]]
-    downloads: Callable[[], int]
-    break_downloads: Callable[[], None]
-    ready: Callable[[], None] | None = None
-
-
-def _telegram(tg: FakeTelegram) -> Side:
-    def document(data: bytes, name: str, mime: str, size: int | None = None) -> None:
-        item = {
-            **tg.add_file(data, f"documents/{name}", size=size),
-            "file_name": name,
-            "mime_type": mime,
-        }
-        tg.user_message("", user_id=42, extra={"document": item})
-
-    def broken() -> None:
-        tg.broken_downloads.update(path for path, _ in tg.files.values())
-        tg.broken_downloads.update({"documents/report.txt", "photos/p.jpg", "voice/v.ogg"})
-
-    return Side(
-        "telegram",
-        "42",
-        lambda menu: TelegramAdapter("123:T", base_url=tg.base_url, poll_timeout=1, menu=menu),
-        lambda data, caption: (
-            tg.user_message(
-                "",
-                user_id=42,
-                extra={
-                    "photo": [{**tg.add_file(data, "photos/p.jpg"), "width": 800, "height": 600}],
-                    "caption": caption,
-                }
-                if caption
-                else {
-                    "photo": [{**tg.add_file(data, "photos/p.jpg"), "width": 800, "height": 600}]
-                },
-            )
-            and None
-        ),
-        lambda data, seconds: (
-            tg.user_message(
-                "",
-                user_id=42,
-                extra={
-                    "voice": {
-                        **tg.add_file(data, "voice/v.ogg"),
-                        "duration": seconds,
-                        "mime_type": "audio/ogg",
-                    }
-                },
-            )
-            and None
-        ),
-        document,
-        lambda: [str(p["text"]) for p in tg.sent() if p["chat_id"] == 42],
-        lambda: len(tg.downloads),
-        broken,
-    )
-
-
-def _slack(slack: FakeSlack) -> Side:
-    def document(data: bytes, name: str, mime: str, size: int | None = None) -> None:
-        slack.message("", files=[slack.add_file(data, name, mime, size=size)])
-
-    def voice(data: bytes, seconds: float) -> None:
-        item = {
-            **slack.add_file(data, "audio_message.webm", "audio/webm"),
-            "subtype": "slack_audio",
-        }
-        item["duration_ms"] = int(seconds * 1000)
-        slack.message("", files=[item])
-
-    return Side(
-        "slack",
-        "U1",
-        lambda menu: SlackAdapter("xoxb-t", "xapp-t", api_base=slack.api_base),
-        lambda data, caption: (
-            slack.message(caption, files=[slack.add_file(data, "p.jpg", "image/jpeg")]) and None
-        ),
-        voice,
-        document,
-        lambda: [str(p["text"]) for p in slack.posted() if p.get("channel") == "D1"],
-        lambda: len(slack.downloads),
-        lambda: slack.broken_downloads.update(
-            f"F{n}/{name}" for n in range(1, 9) for name in ("report.txt", "p.jpg")
-        ),
-        ready=slack.wait_connected,
-    )
-
-
-def _discord(fake: FakeDiscord) -> Side:
-    def document(data: bytes, name: str, mime: str, size: int | None = None) -> None:
-        fake.message("", attachments=[fake.add_attachment(data, name, mime, size=size)])
-
-    def voice(data: bytes, seconds: float) -> None:
-        item = fake.add_attachment(
-            data, "voice-message.ogg", "audio/ogg", duration_secs=seconds, flags=8192
-        )
-        fake.message("", attachments=[item])
-
-    def broken() -> None:
-        fake.broken_downloads.update(fake.files)
-        fake.broken_downloads.update(f"{n}/report.txt" for n in range(1000, 1100))
-
-    return Side(
-        "discord",
-        "700000000000000001",
-        lambda menu: DiscordAdapter(
-            "bot-token", api_base=fake.api_base, gateway_url=fake.gateway_url, menu=menu
-        ),
-        lambda data, caption: (
-            fake.message(caption, attachments=[fake.add_attachment(data, "p.jpg", "image/jpeg")])
-            and None
-        ),
-        voice,
-        document,
-        lambda: [str(p["content"]) for p in fake.posted if p["channel_id"] == "600000000000000001"],
-        lambda: len(fake.downloads),
-        broken,
-    )
-
-
-@pytest.fixture(params=["telegram", "slack", "discord"])
-def side(
-    request: pytest.FixtureRequest,
-    telegram: FakeTelegram,
-    slack: FakeSlack,
-    discord_fake: FakeDiscord,
-) -> Side:
-    make = {"telegram": _telegram, "slack": _slack, "discord": _discord}[request.param]
-    fake: Any = {"telegram": telegram, "slack": slack, "discord": discord_fake}[request.param]
-    return make(fake)
+@pytest.fixture(params=platforms_with("photo", "voice", "document", "break_downloads"))
+def side(request: pytest.FixtureRequest) -> Driver:
+    return driver_for(request)
 
 
 def run(
-    home: Path, fake_llm: FakeOpenAI, side: Side, body: Callable[[], Awaitable[Any]], **config: Any
+    home: Path,
+    fake_llm: FakeOpenAI,
+    side: Driver,
+    body: Callable[[], Awaitable[Any]],
+    **config: Any,
 ) -> Any:
     cfg = app_config(fake_llm, **config)
     return run_gateway(home, fake_llm, side.adapter, body, side.ready, config=cfg)
@@ -188,7 +50,7 @@ def user_content(fake_llm: FakeOpenAI) -> Any:
     ]
 
 
-def stored_user_messages(home: Path, side: Side) -> list[str]:
+def stored_user_messages(home: Path, side: Driver) -> list[str]:
     db = SessionDB.open(home)
     try:
         user = db.people.user_for_identity(side.name, side.user)
@@ -203,7 +65,7 @@ def stored_user_messages(home: Path, side: Side) -> list[str]:
 
 
 def test_a_photo_goes_to_the_model_downscaled_and_is_kept_by_reference(
-    home: Path, fake_llm: FakeOpenAI, side: Side
+    home: Path, fake_llm: FakeOpenAI, side: Driver
 ) -> None:
     fake_llm.push(Reply(text="A red square."))
 
@@ -235,7 +97,7 @@ def test_a_photo_goes_to_the_model_downscaled_and_is_kept_by_reference(
 
 
 def test_without_vision_a_photo_gets_an_honest_note_and_no_model_call(
-    home: Path, fake_llm: FakeOpenAI, side: Side
+    home: Path, fake_llm: FakeOpenAI, side: Driver
 ) -> None:
     async def body() -> None:
         side.photo(jpeg(64, 64), "")
@@ -247,7 +109,7 @@ def test_without_vision_a_photo_gets_an_honest_note_and_no_model_call(
 
 
 def test_a_voice_note_is_transcribed_into_the_message_and_searchable(
-    home: Path, fake_llm: FakeOpenAI, side: Side
+    home: Path, fake_llm: FakeOpenAI, side: Driver
 ) -> None:
     fake_llm.transcript = "remind me to buy oat milk"
     fake_llm.push(Reply(text="Noted: oat milk."))
@@ -269,7 +131,7 @@ def test_a_voice_note_is_transcribed_into_the_message_and_searchable(
 
 
 def test_a_long_recording_is_refused_before_downloading_a_failed_transcription_asks_for_text(
-    home: Path, fake_llm: FakeOpenAI, side: Side
+    home: Path, fake_llm: FakeOpenAI, side: Driver
 ) -> None:
     fake_llm.transcribe_script.append(Reply(status=500))
 
@@ -288,7 +150,7 @@ def test_a_long_recording_is_refused_before_downloading_a_failed_transcription_a
 
 
 def test_text_files_and_pdfs_are_read_into_the_message(
-    home: Path, fake_llm: FakeOpenAI, side: Side
+    home: Path, fake_llm: FakeOpenAI, side: Driver
 ) -> None:
     fake_llm.push(Reply(text="Read the CSV."), Reply(text="Read the PDF."))
 
@@ -308,7 +170,7 @@ def test_text_files_and_pdfs_are_read_into_the_message(
 
 
 def test_oversize_unsupported_and_failed_downloads_get_clear_notes(
-    home: Path, fake_llm: FakeOpenAI, side: Side
+    home: Path, fake_llm: FakeOpenAI, side: Driver
 ) -> None:
     async def body() -> None:
         side.document(b"small", "big.txt", "text/plain", size=50_000_000)
@@ -331,7 +193,7 @@ def test_oversize_unsupported_and_failed_downloads_get_clear_notes(
 def test_auto_vision_falls_back_once_an_endpoint_refuses_image_parts(
     home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
 ) -> None:
-    side = _telegram(telegram)
+    side = TelegramDriver(telegram)
     answers = iter(["I can't see images, sorry.", "ok"])
 
     def text_only(request: dict[str, Any]) -> Reply:  # an endpoint that refuses image parts
@@ -363,7 +225,7 @@ def user_content_of(request: dict[str, Any]) -> Any:
 def test_pruned_sessions_take_their_media_files_with_them(
     home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
 ) -> None:
-    side = _telegram(telegram)
+    side = TelegramDriver(telegram)
     fake_llm.push(Reply(text="Nice."))
 
     async def body() -> None:

@@ -1,0 +1,575 @@
+"""One driver per platform, for every suite that runs the same scenario on each of them
+(the adapter contract, streaming, media, approval buttons).
+
+A driver says how a person does things on its platform (write, send a photo or a voice
+note, press a button), how the platform misbehaves (a 429, a 5xx, a dropped
+connection) and what the bot did there (posts, edits, what its messages show now). All
+calls block (a suite runs them with `asyncio.to_thread`). A platform lacks an ability
+when its driver does not override the method; a suite asks `platforms_with(...)` for the
+platforms that have what its scenarios use, so a scenario never runs where it cannot.
+
+The platforms' fakes are the `telegram`, `slack` and `discord_fake` fixtures
+(tests/adapters/conftest.py), started only for the drivers a test uses; the terminal
+(`cli`) has no server: its driver talks to the adapter in the gateway's own loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import sys
+import time
+from typing import Any, ClassVar
+
+import pytest
+
+from gateway.edge.ports import MenuEntry, PlatformAdapter
+from tests.fakes.discord_server import DiscordFault, FakeDiscord
+from tests.fakes.slack_server import FakeSlack, SlackFault
+from tests.fakes.telegram_server import FakeTelegram, Fault
+
+Button = tuple[str, str, str]  # (message id, label, command)
+
+
+class Driver:
+    """The abilities a scenario may use; a platform overrides the ones it has."""
+
+    name: ClassVar[str]
+    fixture: ClassVar[str | None] = None  # the fake's fixture, if the platform has a server
+    limit: ClassVar[int]  # characters per message, as the platform counts them
+    # four people's platform ids: [0] the person most scenarios use (the admin where there
+    # is one), [1] a second person (a member), [2] and [3] strangers
+    users: ClassVar[tuple[str, str, str, str]]
+    records_refused: ClassVar[bool] = True  # `texts` includes a send refused with a 429
+    env: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, fake: Any = None) -> None:
+        self.fake = fake
+
+    @classmethod
+    def can(cls, *abilities: str) -> bool:
+        return all(getattr(cls, a) is not getattr(Driver, a) for a in abilities)
+
+    @property
+    def user(self) -> str:
+        """The person a one-person scenario is about."""
+        return self.users[0]
+
+    def replies(self) -> list[str]:
+        """What the bot posted in `user`'s direct chat."""
+        return self.texts_to(self.dm_of(self.user))
+
+    # -- the adapter --------------------------------------------------------------------
+
+    def adapter(self, menu: list[MenuEntry]) -> PlatformAdapter:
+        raise NotImplementedError
+
+    def config(self) -> dict[str, Any]:
+        """Its `platforms.<name>` section, for a gateway that builds it from config."""
+        raise NotImplementedError
+
+    def ready(self) -> None:
+        """Blocks until the adapter is listening (nothing to wait for on most)."""
+
+    # -- what a person does -------------------------------------------------------------
+
+    def dm_of(self, user: str) -> str:
+        """The chat id of `user`'s direct chat with the bot."""
+        raise NotImplementedError
+
+    def say(self, user: str, text: str) -> Any:
+        """A direct message to the bot; returns what `redeliver` needs."""
+        raise NotImplementedError
+
+    def redeliver(self, delivery: Any) -> None:
+        raise NotImplementedError
+
+    def send_photo(self, user: str) -> None:
+        """A photo without text whose file the platform never hands over."""
+        raise NotImplementedError
+
+    def photo(self, data: bytes, caption: str) -> None:
+        raise NotImplementedError
+
+    def voice(self, data: bytes, seconds: float) -> None:
+        raise NotImplementedError
+
+    def document(self, data: bytes, name: str, mime: str, size: int | None = None) -> None:
+        raise NotImplementedError
+
+    def press(self, chat: str, message: str, command: str, user: str) -> None:
+        raise NotImplementedError
+
+    # -- what the bot did ---------------------------------------------------------------
+
+    def texts(self) -> list[str]:
+        """Every message the bot posted (or tried to), in order."""
+        raise NotImplementedError
+
+    def texts_to(self, chat: str) -> list[str]:
+        raise NotImplementedError
+
+    def shown(self) -> list[str]:
+        """What the bot's messages show now, oldest first (a streamed reply edited to its
+        end; a deleted one gone)."""
+        raise NotImplementedError
+
+    def message_text(self, chat: str, message: str) -> str:
+        raise NotImplementedError
+
+    def buttons(self, chat: str) -> list[Button]:
+        """The buttons the bot's messages in `chat` carry now."""
+        raise NotImplementedError
+
+    def edit_times(self) -> list[float]:
+        raise NotImplementedError
+
+    def edit_texts(self) -> list[str]:
+        raise NotImplementedError
+
+    def render(self, text: str) -> str:
+        """`text` as the bot's message shows it (the platform's markup)."""
+        raise NotImplementedError
+
+    def downloads(self) -> int:
+        raise NotImplementedError
+
+    # -- how the platform misbehaves ----------------------------------------------------
+
+    def fail_next_send(self, seconds: float) -> None:
+        """The next send is refused with a 429 asking to wait `seconds`."""
+        raise NotImplementedError
+
+    def fail_next_send_5xx(self) -> None:
+        raise NotImplementedError
+
+    def fault_next_edit(self) -> None:
+        """The next edit is refused with a 429 asking to wait 1 s."""
+        raise NotImplementedError
+
+    def break_downloads(self) -> None:
+        raise NotImplementedError
+
+    def drop(self) -> None:
+        """The connection drops; returns once the adapter is connected again."""
+        raise NotImplementedError
+
+
+class TelegramDriver(Driver):
+    name, fixture, limit = "telegram", "telegram", 4096
+    users = ("42", "43", "77", "78")
+    env: ClassVar[dict[str, str]] = {"TG_TOKEN": "123:ABC"}
+    fake: FakeTelegram
+
+    def adapter(self, menu: list[MenuEntry]) -> PlatformAdapter:
+        from adapters.telegram.adapter import TelegramAdapter
+
+        return TelegramAdapter("123:ABC", base_url=self.fake.base_url, poll_timeout=1, menu=menu)
+
+    def config(self) -> dict[str, Any]:
+        return {"token_env": "TG_TOKEN", "base_url": self.fake.base_url}
+
+    def dm_of(self, user: str) -> str:
+        return user
+
+    def say(self, user: str, text: str) -> Any:
+        return self.fake.user_message(text, user_id=int(user))
+
+    def redeliver(self, delivery: Any) -> None:
+        self.fake.redeliver(delivery)
+
+    def send_photo(self, user: str) -> None:
+        size = {"file_id": "p", "file_unique_id": "u", "width": 1, "height": 1}
+        self.fake.user_message("", user_id=int(user), extra={"photo": [size]})
+
+    def photo(self, data: bytes, caption: str) -> None:
+        sizes = [{**self.fake.add_file(data, "photos/p.jpg"), "width": 800, "height": 600}]
+        extra: dict[str, Any] = {"photo": sizes, **({"caption": caption} if caption else {})}
+        self.fake.user_message("", user_id=int(self.users[0]), extra=extra)
+
+    def voice(self, data: bytes, seconds: float) -> None:
+        item = {**self.fake.add_file(data, "voice/v.ogg"), "duration": seconds}
+        item["mime_type"] = "audio/ogg"
+        self.fake.user_message("", user_id=int(self.users[0]), extra={"voice": item})
+
+    def document(self, data: bytes, name: str, mime: str, size: int | None = None) -> None:
+        item = self.fake.add_file(data, f"documents/{name}", size=size)
+        item.update(file_name=name, mime_type=mime)
+        self.fake.user_message("", user_id=int(self.users[0]), extra={"document": item})
+
+    def press(self, chat: str, message: str, command: str, user: str) -> None:
+        self.fake.press(int(chat), int(message), command, user_id=int(user))
+
+    def texts(self) -> list[str]:
+        return [str(p["text"]) for p in self.fake.sent()]
+
+    def texts_to(self, chat: str) -> list[str]:
+        return [str(p["text"]) for p in self.fake.sent() if str(p["chat_id"]) == chat]
+
+    def shown(self) -> list[str]:
+        return [text for _, text in sorted(dict(self.fake.messages).items())]
+
+    def message_text(self, chat: str, message: str) -> str:
+        return self.fake.messages.get((int(chat), int(message)), "")
+
+    def buttons(self, chat: str) -> list[Button]:
+        tg = self.fake
+        latest = {mid: tg.keyboard(params) for c, mid, params in list(tg.posts) if str(c) == chat}
+        for method, params in list(tg.calls):
+            if method == "editMessageText" and str(params["chat_id"]) == chat:
+                latest[int(params["message_id"])] = tg.keyboard(params)
+        return [(str(mid), label, data) for mid, row in latest.items() for label, data in row]
+
+    def edit_times(self) -> list[float]:
+        return [at for method, at in self.fake.timeline if method == "editMessageText"]
+
+    def edit_texts(self) -> list[str]:
+        return [str(p["text"]) for p in self.fake.sent("editMessageText")]
+
+    def render(self, text: str) -> str:
+        from adapters.telegram.render import to_telegram_html
+
+        return to_telegram_html(text)
+
+    def downloads(self) -> int:
+        return len(self.fake.downloads)
+
+    def fail_next_send(self, seconds: float) -> None:
+        fault = Fault("sendMessage", 429, "Too Many Requests", retry_after=int(seconds))
+        self.fake.faults.append(fault)
+
+    def fail_next_send_5xx(self) -> None:
+        self.fake.faults.append(Fault("sendMessage", 502, "Bad Gateway"))
+
+    def fault_next_edit(self) -> None:
+        fault = Fault("editMessageText", 429, "Too Many Requests: retry after 1", retry_after=1)
+        self.fake.faults.append(fault)
+
+    def break_downloads(self) -> None:
+        tg = self.fake
+        tg.broken_downloads.update(path for path, _ in tg.files.values())
+        tg.broken_downloads.update({"documents/report.txt", "photos/p.jpg", "voice/v.ogg"})
+
+    def drop(self) -> None:
+        self.fake.faults.append(Fault("getUpdates", drop=True))
+        self.fake.faults.append(Fault("getUpdates", 502, "Bad Gateway"))
+        time.sleep(0.5)  # the poll after the dropped one (no reconnect event to wait for)
+
+
+class SlackDriver(Driver):
+    name, fixture, limit = "slack", "slack", 40_000
+    users = ("U1", "U2", "U7", "U8")
+    env: ClassVar[dict[str, str]] = {"SLACK_BOT_TOKEN": "xoxb-t", "SLACK_APP_TOKEN": "xapp-t"}
+    fake: FakeSlack
+
+    def adapter(self, menu: list[MenuEntry]) -> PlatformAdapter:
+        from adapters.slack.adapter import SlackAdapter
+
+        return SlackAdapter("xoxb-t", "xapp-t", api_base=self.fake.api_base)
+
+    def config(self) -> dict[str, Any]:
+        return {"api_base": self.fake.api_base}
+
+    def ready(self) -> None:
+        self.fake.wait_connected()
+
+    def dm_of(self, user: str) -> str:
+        return f"D{user}"
+
+    def say(self, user: str, text: str) -> Any:
+        return self.fake.message(text, user=user, channel=self.dm_of(user))
+
+    def _share(self, text: str, *files: dict[str, Any]) -> None:
+        user = self.users[0]
+        self.fake.message(text, user=user, channel=self.dm_of(user), files=list(files))
+
+    def redeliver(self, delivery: Any) -> None:
+        self.fake.push(delivery, 1)
+
+    def send_photo(self, user: str) -> None:
+        ts = f"1700000999.{time.monotonic_ns() % 1_000_000:06d}"
+        event = {
+            "type": "message",
+            "user": user,
+            "text": "",
+            "ts": ts,
+            "channel": self.dm_of(user),
+            "channel_type": "im",
+            "event_ts": ts,
+            "files": [{"id": "F1", "name": "cat.png"}],  # no url_private: nothing to fetch
+        }
+        body = {"type": "event_callback", "event": event, "event_id": f"EvP{ts}"}
+        self.fake.push({"token": "x", "team_id": "T1", "api_app_id": "A1", **body})
+
+    def photo(self, data: bytes, caption: str) -> None:
+        self._share(caption, self.fake.add_file(data, "p.jpg", "image/jpeg"))
+
+    def voice(self, data: bytes, seconds: float) -> None:
+        item = {**self.fake.add_file(data, "audio_message.webm", "audio/webm")}
+        item.update(subtype="slack_audio", duration_ms=int(seconds * 1000))
+        self._share("", item)
+
+    def document(self, data: bytes, name: str, mime: str, size: int | None = None) -> None:
+        self._share("", self.fake.add_file(data, name, mime, size=size))
+
+    def press(self, chat: str, message: str, command: str, user: str) -> None:
+        self.fake.press(chat, message, command, user=user)
+
+    def texts(self) -> list[str]:
+        return [str(p["text"]) for p in self.fake.posted()]
+
+    def texts_to(self, chat: str) -> list[str]:
+        return [str(p["text"]) for p in self.fake.posted() if p.get("channel") == chat]
+
+    def shown(self) -> list[str]:
+        return [text for _, text in sorted(dict(self.fake.messages).items())]
+
+    def message_text(self, chat: str, message: str) -> str:
+        return self.fake.messages.get((chat, message), "")
+
+    def buttons(self, chat: str) -> list[Button]:
+        slack = self.fake
+        latest = {ts: _blocks(params) for c, ts, params in list(slack.posts) if c == chat}
+        for method, params in list(slack.calls):
+            if method == "chat.update" and params.get("channel") == chat:
+                latest[str(params["ts"])] = _blocks(params)
+        return [
+            (ts, e["text"]["text"], e["value"])
+            for ts, blocks in latest.items()
+            for block in blocks
+            if block.get("type") == "actions"
+            for e in block["elements"]
+        ]
+
+    def edit_times(self) -> list[float]:
+        return [at for method, at in self.fake.timeline if method == "chat.update"]
+
+    def edit_texts(self) -> list[str]:
+        return [str(p["text"]) for m, p in self.fake.calls if m == "chat.update"]
+
+    def render(self, text: str) -> str:
+        from adapters.slack.render import to_slack_mrkdwn
+
+        return to_slack_mrkdwn(text)
+
+    def downloads(self) -> int:
+        return len(self.fake.downloads)
+
+    def fail_next_send(self, seconds: float) -> None:
+        fault = SlackFault("chat.postMessage", 429, "ratelimited", retry_after=int(seconds))
+        self.fake.faults.append(fault)
+
+    def fail_next_send_5xx(self) -> None:
+        fault = SlackFault("chat.postMessage", 502, "bad_gateway", retry_after=None)
+        self.fake.faults.append(fault)
+
+    def fault_next_edit(self) -> None:
+        self.fake.faults.append(SlackFault("chat.update", 429, "ratelimited", 1))
+
+    def break_downloads(self) -> None:
+        self.fake.broken_downloads.update(
+            f"F{n}/{name}" for n in range(1, 9) for name in ("report.txt", "p.jpg")
+        )
+
+    def drop(self) -> None:
+        before = self.fake.connections
+        self.fake.drop_connections()
+        self.fake.wait_connected(before + 1, 30)
+
+
+def _blocks(params: dict[str, Any]) -> list[dict[str, Any]]:
+    blocks = params.get("blocks") or []
+    return json.loads(blocks) if isinstance(blocks, str) else list(blocks)
+
+
+class DiscordDriver(Driver):
+    name, fixture, limit = "discord", "discord_fake", 2000
+    users = (
+        "700000000000000001",
+        "700000000000000002",
+        "700000000000000007",
+        "700000000000000008",
+    )
+    records_refused = False  # discord.py waits out a 429 itself, before sending again
+    env: ClassVar[dict[str, str]] = {"DISCORD_TOKEN": "bot-token"}
+    fake: FakeDiscord
+
+    def adapter(self, menu: list[MenuEntry]) -> PlatformAdapter:
+        from adapters.discord.adapter import DiscordAdapter
+
+        fake = self.fake
+        return DiscordAdapter(
+            "bot-token", api_base=fake.api_base, gateway_url=fake.gateway_url, menu=menu
+        )
+
+    def config(self) -> dict[str, Any]:
+        fake = self.fake
+        return {
+            "token_env": "DISCORD_TOKEN",
+            "api_base": fake.api_base,
+            "gateway_url": fake.gateway_url,
+        }
+
+    def dm_of(self, user: str) -> str:
+        return f"6{user[1:]}"
+
+    def say(self, user: str, text: str) -> Any:
+        return self.fake.message(text, user=user)
+
+    def _share(self, text: str, *attachments: dict[str, Any]) -> None:
+        self.fake.message(text, user=self.users[0], attachments=list(attachments))
+
+    def redeliver(self, delivery: Any) -> None:
+        self.fake.dispatch("MESSAGE_CREATE", delivery)
+
+    def send_photo(self, user: str) -> None:
+        attachment = {"id": "9", "filename": "cat.png", "size": 10}  # its URL leads nowhere
+        self.fake.message("", user=user, attachments=[attachment])
+
+    def photo(self, data: bytes, caption: str) -> None:
+        self._share(caption, self.fake.add_attachment(data, "p.jpg", "image/jpeg"))
+
+    def voice(self, data: bytes, seconds: float) -> None:
+        item = self.fake.add_attachment(
+            data, "voice-message.ogg", "audio/ogg", duration_secs=seconds, flags=8192
+        )
+        self._share("", item)
+
+    def document(self, data: bytes, name: str, mime: str, size: int | None = None) -> None:
+        self._share("", self.fake.add_attachment(data, name, mime, size=size))
+
+    def press(self, chat: str, message: str, command: str, user: str) -> None:
+        self.fake.press(chat, message, command, user)
+
+    def texts(self) -> list[str]:
+        return [str(p["content"]) for p in self.fake.posted]
+
+    def texts_to(self, chat: str) -> list[str]:
+        return [str(p["content"]) for p in self.fake.posted if p.get("channel_id") == chat]
+
+    def shown(self) -> list[str]:
+        messages = sorted(dict(self.fake.messages).items(), key=lambda i: int(i[0][1]))
+        return [text for _, text in messages]
+
+    def message_text(self, chat: str, message: str) -> str:
+        return self.fake.messages.get((chat, message), "")
+
+    def buttons(self, chat: str) -> list[Button]:
+        fake = self.fake
+        latest = {
+            p["message_id"]: p.get("components") or []
+            for p in list(fake.posted)
+            if p["channel_id"] == chat
+        }
+        for edit in list(fake.edits):
+            if edit["channel_id"] == chat and "components" in edit:
+                latest[edit["id"]] = edit["components"]
+        return [
+            (mid, c["label"], c["custom_id"])
+            for mid, rows in latest.items()
+            for row in rows
+            for c in row.get("components", [])
+        ]
+
+    def edit_times(self) -> list[float]:
+        return [at for what, at in self.fake.timeline if what.startswith("PATCH /channels")]
+
+    def edit_texts(self) -> list[str]:
+        return [str(e["content"]) for e in self.fake.edits]
+
+    def render(self, text: str) -> str:
+        return text  # Discord shows Markdown as written
+
+    def downloads(self) -> int:
+        return len(self.fake.downloads)
+
+    def fail_next_send(self, seconds: float) -> None:
+        self.fake.faults.append(DiscordFault("/messages", 429, seconds))
+
+    def fail_next_send_5xx(self) -> None:
+        self.fake.faults.append(DiscordFault("/messages", 502, 0))
+
+    def fault_next_edit(self) -> None:
+        self.fake.faults.append(DiscordFault("", 429, 1.0, method="PATCH"))
+
+    def break_downloads(self) -> None:
+        self.fake.broken_downloads.update(self.fake.files)
+        self.fake.broken_downloads.update(f"{n}/report.txt" for n in range(1000, 1100))
+
+    def drop(self) -> None:
+        before = len(self.fake.identifies) + self.fake.resumes
+        self.fake.drop_connections()
+        self.fake.wait_ready(before + 1, 30)
+
+
+class CliDriver(Driver):
+    """The terminal: the local owner types a line and reads the reply (`hermes chat`);
+    it has no server, no second person and no files."""
+
+    name, limit = "cli", sys.maxsize
+    users = ("local", "local", "local", "local")
+
+    def __init__(self, fake: Any = None) -> None:
+        super().__init__(fake)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._adapter: Any = None
+        self._answers: list[str] = []
+        self._ids = itertools.count()
+
+    def adapter(self, menu: list[MenuEntry]) -> PlatformAdapter:
+        from adapters.cli.adapter import CliAdapter
+
+        self._loop, self._adapter = asyncio.get_running_loop(), CliAdapter()
+        return self._adapter  # type: ignore[no-any-return]
+
+    def say(self, user: str, text: str) -> Any:
+        """Typed at the prompt; the reply is read as the chat loop reads it."""
+        assert self._loop is not None, "the terminal adapter is not built"
+
+        async def ask() -> None:
+            answer = await self._adapter.ask(text)
+            self._answers.append(answer.text)
+
+        return asyncio.run_coroutine_threadsafe(ask(), self._loop)
+
+    def texts(self) -> list[str]:
+        notices = list(self._adapter.notices) if self._adapter is not None else []
+        return [*self._answers, *notices]
+
+    def shown(self) -> list[str]:
+        return self.texts()  # one message per reply, its final text
+
+
+DRIVERS: tuple[type[Driver], ...] = (TelegramDriver, SlackDriver, DiscordDriver, CliDriver)
+SERVED = tuple(d for d in DRIVERS if d.fixture is not None)  # the platforms with a server
+
+
+def platforms_with(*abilities: str, among: tuple[type[Driver], ...] = DRIVERS) -> list[str]:
+    """The platforms whose drivers have every one of `abilities`."""
+    return [d.name for d in among if d.can(*abilities)]
+
+
+def needs(*abilities: str, fixture: str = "platform") -> pytest.MarkDecorator:
+    """Run a test on the platforms that have `abilities` (its `fixture` parametrized)."""
+    return pytest.mark.parametrize(fixture, platforms_with(*abilities), indirect=True)
+
+
+def driver_for(request: pytest.FixtureRequest) -> Driver:
+    """The driver named by a parametrized fixture's param, its fake started."""
+    cls = next(d for d in DRIVERS if d.name == request.param)
+    return cls(request.getfixturevalue(cls.fixture) if cls.fixture else None)
+
+
+__all__ = [
+    "DRIVERS",
+    "SERVED",
+    "CliDriver",
+    "DiscordDriver",
+    "Driver",
+    "SlackDriver",
+    "TelegramDriver",
+    "driver_for",
+    "needs",
+    "platforms_with",
+]
