@@ -43,6 +43,19 @@ class AioThread:
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self._ready.set()
         self.loop.run_forever()
+        self._finish()
+
+    def _finish(self) -> None:
+        """End the loop as `asyncio.run` ends one: a connection still open after the
+        runner's cleanup (a client that kept its websocket) has its task cancelled and
+        awaited, so it closes its transport here instead of leaving it for the garbage
+        collector to find open (a ResourceWarning in whichever test runs then)."""
+        pending = asyncio.all_tasks(self.loop)
+        for task in pending:
+            task.cancel()
+        gathered = asyncio.gather(*pending, return_exceptions=True)
+        self.loop.run_until_complete(gathered)
+        self.loop.run_until_complete(self.loop.shutdown_asyncgens())
 
 
 class AioFake:
