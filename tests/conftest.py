@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from tests.fakes.openai_server import FakeOpenAI
+from tests.harness.postgres import BACKENDS, ScratchServer, start_test_server
 
 settings.register_profile(
     "default", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=60
@@ -50,6 +51,33 @@ def hermetic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 @pytest.fixture
 def home(hermetic: Path) -> Path:
     return hermetic
+
+
+# -- the two backends of state.db ---------------------------------------------------------
+# A test that takes `db` (or `database_url`) runs on both; one about a file (the flock, the
+# format, SQLite's pragmas) says `@sqlite_only`.
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[ScratchServer]:
+    server = start_test_server()
+    yield server
+    server.drop()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def database_url(backend: str, request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """None for SQLite (state.db in the home); a fresh schema's URL for PostgreSQL."""
+    if backend == "sqlite":
+        yield None
+        return
+    server: ScratchServer = request.getfixturevalue("postgres")
+    name, url = server.schema()
+    yield url
+    server.drop_schema(name)
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -164,7 +163,7 @@ class ConversationDB:
         `usage` adds (prompt, completion) tokens of the model call that produced them.
         """
 
-        def work(raw: sqlite3.Connection) -> list[int | None]:
+        def work(raw: eng.RawConnection) -> list[int | None]:
             # the hot path of every turn: plain SQL on the pooled sqlite3 connection
             # (building SQLAlchemy statements cost more than SQLite's work here)
             chat = raw.execute(_SESSION_ROW, (session_id,)).fetchone()
@@ -176,17 +175,10 @@ class ConversationDB:
             first_user = next((m.content for m in messages if m.role == "user" and m.content), "")
             prompt, completion = usage or (0, 0)
             if stored or usage:
-                raw.execute(
-                    _TOUCH,
-                    (
-                        stored,
-                        eng.sql_time(last or utcnow()) if stored else None,
-                        _title(first_user) if stored and first_user else "",
-                        prompt,
-                        completion,
-                        session_id,
-                    ),
-                )
+                active = eng.sql_time(last or utcnow()) if stored else _NEVER
+                title = _title(first_user) if stored and first_user else ""
+                row = (stored, active, active, title, title, prompt, completion, session_id)
+                raw.execute(_TOUCH, row)
             return ids
 
         return eng.with_raw_retry(self.engine, work, self.patience)
@@ -217,6 +209,10 @@ class ConversationDB:
     ) -> list[MessageHit]:
         """The user's best messages for `query`; with `vector` (the query's embedding),
         the nearest of the user's own messages are fused with the word ranking."""
+        if self.engine.dialect.name == "postgresql":
+            from hermes.state import postgres  # noqa: PLC0415
+
+            postgres.index_backlog(self.engine)  # what was written since is found too
         with eng.reading(self.engine) as session:
             conn = session.connection()
             nearest = None
@@ -303,22 +299,23 @@ _SESSION_ROW = "SELECT user_id, platform FROM sessions WHERE id = ?"
 _INSERT_MESSAGE = (
     "INSERT INTO messages (session_id, user_id, platform, role, content, tool_calls, "
     "tool_call_id, tool_name, platform_message_id, token_count, created_at) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id"
 )
 
 
+# in words both backends read alike (each value given as often as it is used)
 _TOUCH = (
-    "UPDATE sessions SET message_count = message_count + ?1, "
-    "last_active_at = CASE WHEN ?2 IS NULL THEN last_active_at "
-    "ELSE max(last_active_at, ?2) END, "
-    "title = CASE WHEN title = '' AND ?3 <> '' THEN ?3 ELSE title END, "
-    "prompt_tokens = prompt_tokens + ?4, completion_tokens = completion_tokens + ?5 "
-    "WHERE id = ?6"
+    "UPDATE sessions SET message_count = message_count + ?, "
+    "last_active_at = CASE WHEN ? > last_active_at THEN ? ELSE last_active_at END, "
+    "title = CASE WHEN title = '' AND ? <> '' THEN ? ELSE title END, "
+    "prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ? "
+    "WHERE id = ?"
 )
+_NEVER = "0001-01-01 00:00:00.000000"  # a time no session is older than
 
 
 def _insert_message(
-    raw: sqlite3.Connection, session_id: str, chat: tuple[str, str], message: NewMessage
+    raw: eng.RawConnection, session_id: str, chat: tuple[str, str], message: NewMessage
 ) -> int | None:
     """The new row's id, or None when the platform message id was stored already."""
     tool_calls = json.dumps(message.tool_calls, ensure_ascii=False) if message.tool_calls else None
@@ -338,7 +335,8 @@ def _insert_message(
             eng.sql_time(message.created_at or utcnow()),
         ),
     )
-    return cursor.lastrowid if cursor.rowcount == 1 else None
+    row = cursor.fetchone()
+    return int(row[0]) if row is not None else None
 
 
 def _title(text: str) -> str:

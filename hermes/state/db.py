@@ -29,10 +29,24 @@ STATE_DB_FILENAME = "state.db"
 
 
 class SessionDB:
-    def __init__(self, path: Path, patience: float = eng.DEFAULT_PATIENCE_S) -> None:
+    def __init__(
+        self,
+        path: Path,
+        patience: float = eng.DEFAULT_PATIENCE_S,
+        *,
+        url: str | None = None,
+        pool_size: int = 5,
+    ) -> None:
+        """state.db at `path`; with a PostgreSQL `url`, that database instead (`path`
+        then only names the home's place for what stays on local disk)."""
         self.path = path
         self.patience = patience
-        self.engine, self.upgraded_from = eng.open_database(path, patience)
+        self.url = url
+        if url is None:
+            self.engine, self.upgraded_from = eng.open_database(path, patience)
+        else:
+            self.engine, self.upgraded_from = eng.open_server(url, patience, pool_size)
+        self.backend = self.engine.dialect.name  # "sqlite" | "postgresql"
         self.vectors = VectorDB(self)
         self.conversations = ConversationDB(self, self.vectors)
         self.people = PeopleDB(self)
@@ -42,8 +56,8 @@ class SessionDB:
         self.reminders = RemindersDB(self)
 
     @classmethod
-    def open(cls, home: Path) -> SessionDB:
-        return cls(home / STATE_DB_FILENAME)
+    def open(cls, home: Path, url: str | None = None) -> SessionDB:
+        return cls(home / STATE_DB_FILENAME, url=url)
 
     def close(self) -> None:
         self.engine.dispose()

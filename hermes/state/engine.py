@@ -206,30 +206,43 @@ def is_locked(exc: BaseException) -> bool:
     return "database is locked" in text or "database is busy" in text
 
 
-class _Backoff:
-    """Jittered, doubling waits while the database is locked, within `patience`."""
+class Patience:
+    """Jittered, doubling waits between attempts of a write that met other writers (the
+    database locked; on PostgreSQL a serialization failure), within `patience`."""
 
-    def __init__(self, patience: float) -> None:
-        self.patience = patience
+    def __init__(
+        self,
+        patience: float,
+        retryable: Callable[[BaseException], bool] = is_locked,
+        busy: str = "state.db stayed locked for over {s:g} s; try again",
+    ) -> None:
+        self.patience, self.retryable, self.busy = patience, retryable, busy
         self.deadline = time.monotonic() + patience
         self.waits = Backoff(first=0.005, cap=0.25, jitter=0.5)
 
     def wait(self, exc: Exception) -> None:
-        """Sleep before the next attempt; re-raise `exc` if it is not a lock, give up
-        with DatabaseBusyError when the patience is spent."""
-        if not is_locked(exc):
+        """Sleep before the next attempt; re-raise `exc` if it is not worth retrying,
+        give up with DatabaseBusyError when the patience is spent."""
+        if not self.retryable(exc):
             raise exc
         if time.monotonic() + self.waits.peek() > self.deadline:
-            raise DatabaseBusyError(
-                f"state.db stayed locked for over {self.patience:g} s; try again"
-            ) from exc
+            raise DatabaseBusyError(self.busy.format(s=self.patience)) from exc
         time.sleep(self.waits.next())
 
 
+def _postgres(engine: Engine) -> bool:
+    return engine.dialect.name == "postgresql"
+
+
 def with_retry(engine: Engine, work: Callable[[Session], T], patience: float) -> T:
-    """Run `work` in a BEGIN IMMEDIATE transaction, retrying while the database is locked."""
+    """Run `work` in a BEGIN IMMEDIATE transaction, retrying while the database is locked
+    (on PostgreSQL: SERIALIZABLE, retried while it collides with other writers)."""
+    if _postgres(engine):
+        from hermes.state import postgres  # noqa: PLC0415 - only a PostgreSQL home needs it
+
+        return postgres.with_retry(engine, work, patience)
     writer = engine.execution_options(sqlite_begin="IMMEDIATE")
-    backoff = _Backoff(patience)
+    backoff = Patience(patience)
     while True:
         try:
             with Session(writer, expire_on_commit=False) as session:
@@ -245,9 +258,19 @@ def sql_time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
+class RawConnection(Protocol):
+    """What a hot path's `work` may do: sqlite3's `execute`/`executemany` with `?`
+    placeholders (on PostgreSQL the same calls, hermes/state/postgres.py `Raw`). An
+    insert that needs its new id says `RETURNING id`."""
+
+    def execute(self, sql: str, parameters: Any = ..., /) -> Any: ...
+
+    def executemany(self, sql: str, parameters: Any, /) -> Any: ...
+
+
 def with_raw_retry(
     engine: Engine,
-    work: Callable[[sqlite3.Connection], T],
+    work: Callable[[RawConnection], T],
     patience: float,
     *,
     begin: str = "IMMEDIATE",
@@ -256,7 +279,11 @@ def with_raw_retry(
     inside BEGIN IMMEDIATE ... COMMIT, with no ORM session around it. With
     begin="DEFERRED", a read of one consistent snapshot (what every memory write asks
     before it writes: a third of the cost of a SQLAlchemy connection)."""
-    backoff = _Backoff(patience)
+    if _postgres(engine):
+        from hermes.state import postgres  # noqa: PLC0415
+
+        return postgres.with_raw_retry(engine, work, patience, begin)
+    backoff = Patience(patience)
     while True:
         pooled = engine.raw_connection()
         conn = pooled.driver_connection
@@ -279,12 +306,56 @@ def with_raw_retry(
 
 @contextmanager
 def reading(engine: Engine) -> Iterator[Session]:
+    if _postgres(engine):
+        from hermes.state import postgres  # noqa: PLC0415
+
+        with postgres.reading(engine) as session:
+            yield session
+        return
     with Session(engine, expire_on_commit=False) as session:
         yield session
 
 
+def open_server(url: str, patience: float, pool_size: int = 5) -> tuple[Engine, int]:
+    """The engine of a PostgreSQL database at `url`, migrated; (engine, the version it
+    had before). A server that cannot be reached or used raises StateDBError saying why."""
+    from hermes.state import postgres  # noqa: PLC0415 - only a PostgreSQL home needs it
+
+    try:
+        engine = postgres.open_engine(url, pool_size)
+        return engine, migrate(engine, patience)
+    except StateDBError:
+        raise
+    except (DatabaseError, OperationalError) as exc:
+        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise StateDBError(
+            f"cannot use the PostgreSQL database {redact(url)}: {detail}. Check that the "
+            "server runs, that database.url names it, and that the password variable "
+            "(database.password_env) is set."
+        ) from None
+
+
+def redact(url: str) -> str:
+    """`url` without its password, for messages and logs."""
+    scheme, sep, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    if not at or ":" not in credentials:
+        return url
+    return f"{scheme}{sep}{credentials.split(':', 1)[0]}:***@{host}"
+
+
 def migrate(engine: Engine, patience: float) -> int:
     """Bring the database to SCHEMA_VERSION; returns the version it had before."""
+    if _postgres(engine):
+        from hermes.state import postgres  # noqa: PLC0415
+
+        try:
+            return postgres.migrate(engine, SCHEMA_VERSION, patience)
+        except postgres.SchemaTooNewError as exc:
+            raise StateDBError(
+                f"the database has schema version {exc.found}, newer than this Hermes "
+                f"({SCHEMA_VERSION}); upgrade Hermes"
+            ) from None
 
     def upgrade(session: Session) -> int:
         conn = session.connection()

@@ -5,7 +5,6 @@ notices owed to a user. The files stay the source of truth; this is their histor
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -120,10 +119,8 @@ class MemoryLogDB:
             eng.sql_time(utcnow()),
         )
 
-        def work(raw: sqlite3.Connection) -> int:
-            cursor = raw.execute(_INSERT_INTENT, row)
-            assert cursor.lastrowid is not None
-            return cursor.lastrowid
+        def work(raw: eng.RawConnection) -> int:
+            return int(raw.execute(_INSERT_INTENT, row).fetchone()[0])
 
         return eng.with_raw_retry(self.engine, work, self.patience)
 
@@ -131,7 +128,7 @@ class MemoryLogDB:
         """The file holds the intent's text: log its events and version (one transaction).
         False when there was no such intent (settled already)."""
 
-        def work(raw: sqlite3.Connection) -> bool:
+        def work(raw: eng.RawConnection) -> bool:
             found = raw.execute(_PLANNED, (intent_id,)).fetchone()
             if found is None:
                 return False
@@ -162,7 +159,7 @@ class MemoryLogDB:
     def unsettled(self, user_id: str, target: str) -> tuple[list[Intent], str | None]:
         """(open intents, expected text) of one store, in one read."""
 
-        def read(raw: sqlite3.Connection) -> tuple[list[Any], Any]:
+        def read(raw: eng.RawConnection) -> tuple[list[Any], Any]:
             intents = raw.execute(_OPEN_INTENTS, (user_id, target)).fetchall()
             return intents, raw.execute(_LAST_VERSION, (user_id, target)).fetchone()
 
@@ -307,11 +304,11 @@ _VERSION_COLUMNS = (
 )  # fmt: skip
 _INSERT_INTENT = (
     "INSERT INTO memory_intents (user_id, target, text_before, text_after, planned, "
-    "created_at) VALUES (?, ?, ?, ?, ?, ?)"
+    "created_at) VALUES (?, ?, ?, ?, ?, ?) RETURNING id"
 )
 _PLANNED = "SELECT planned, text_before, text_after FROM memory_intents WHERE id = ?"
 _DELETE_INTENT = "DELETE FROM memory_intents WHERE id = ?"
-_ENSURE_USER = "INSERT OR IGNORE INTO users (id, created_at) VALUES (?, ?)"
+_ENSURE_USER = "INSERT INTO users (id, created_at) VALUES (?, ?) ON CONFLICT DO NOTHING"
 _INSERT_EVENT = (
     f"INSERT INTO memory_events ({', '.join(_EVENT_COLUMNS)}, created_at) "
     f"VALUES ({', '.join('?' * (len(_EVENT_COLUMNS) + 1))})"

@@ -1,11 +1,20 @@
-"""SQLModel tables. The DDL that creates them is in `schema.py` (versioned migrations);
-`tests/state/test_schema.py` checks that the two agree column by column."""
+"""SQLModel tables, with their keys, foreign keys (and what a delete does to them),
+checks and indexes: the whole schema. On SQLite it is built by the versioned migrations
+in `schema.py` (an older state.db upgrades in place); on PostgreSQL from these models
+(`hermes/state/postgres.py`). `tests/state/test_schema.py` checks, on both, that the
+database agrees with the models column by column, constraint by constraint."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from sqlalchemy import CheckConstraint, Index, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
+
+
+def _one_of(column: str, *values: str) -> CheckConstraint:
+    allowed = ", ".join(f"'{v}'" for v in values)
+    return CheckConstraint(f"{column} IN ({allowed})", name=f"ck_{column}")
 
 
 def utcnow() -> datetime:
@@ -19,6 +28,11 @@ def as_utc(moment: datetime) -> datetime:
 
 class User(SQLModel, table=True):
     __tablename__ = "users"
+    __table_args__ = (
+        _one_of("role", "owner", "admin", "user"),
+        _one_of("status", "active", "pending", "blocked"),
+        _one_of("kind", "person", "chat"),
+    )
 
     id: str = Field(primary_key=True)
     display_name: str = ""
@@ -33,6 +47,7 @@ class UserAlias(SQLModel, table=True):
     """A user id merged into another (linking): `old_id` now means `user_id`."""
 
     __tablename__ = "user_aliases"
+    __table_args__ = (Index("ix_user_aliases_user", "user_id"),)
 
     old_id: str = Field(primary_key=True)
     user_id: str
@@ -41,11 +56,15 @@ class UserAlias(SQLModel, table=True):
 
 class Identity(SQLModel, table=True):
     __tablename__ = "identities"
+    __table_args__ = (
+        UniqueConstraint("platform", "platform_user_id"),
+        Index("ix_identities_user", "user_id"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     platform: str
     platform_user_id: str
-    user_id: str = Field(foreign_key="users.id")
+    user_id: str = Field(foreign_key="users.id", ondelete="CASCADE")
     display_name: str = ""
     first_seen: datetime = Field(default_factory=utcnow)
     last_seen: datetime = Field(default_factory=utcnow)
@@ -53,10 +72,15 @@ class Identity(SQLModel, table=True):
 
 class ChatSession(SQLModel, table=True):
     __tablename__ = "sessions"
+    __table_args__ = (
+        _one_of("chat_type", "dm", "group", "channel", "thread"),
+        Index("ix_sessions_user_active", "user_id", "last_active_at"),
+        Index("ix_sessions_key", "session_key", "ended_at"),
+    )
 
     id: str = Field(primary_key=True)
     session_key: str
-    user_id: str = Field(foreign_key="users.id")
+    user_id: str = Field(foreign_key="users.id", ondelete="CASCADE")
     platform: str
     chat_type: str = "dm"  # dm | group | channel | thread
     chat_id: str = ""
@@ -67,7 +91,9 @@ class ChatSession(SQLModel, table=True):
     last_active_at: datetime = Field(default_factory=utcnow)
     ended_at: datetime | None = None
     end_reason: str | None = None
-    parent_session_id: str | None = Field(default=None, foreign_key="sessions.id")
+    parent_session_id: str | None = Field(
+        default=None, foreign_key="sessions.id", ondelete="SET NULL"
+    )
     system_prompt_hash: str | None = None
     message_count: int = 0
     prompt_tokens: int = 0
@@ -76,9 +102,22 @@ class ChatSession(SQLModel, table=True):
 
 class Message(SQLModel, table=True):
     __tablename__ = "messages"
+    __table_args__ = (
+        _one_of("role", "system", "user", "assistant", "tool"),
+        Index("ix_messages_session", "session_id", "id"),
+        Index("ix_messages_user", "user_id", "created_at"),
+        Index(
+            "ux_messages_platform_message",
+            "platform",
+            "platform_message_id",
+            unique=True,
+            sqlite_where=text("platform_message_id IS NOT NULL"),
+            postgresql_where=text("platform_message_id IS NOT NULL"),
+        ),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
-    session_id: str = Field(foreign_key="sessions.id")
+    session_id: str = Field(foreign_key="sessions.id", ondelete="CASCADE")
     user_id: str  # the session's user, denormalized for scoped search
     platform: str  # the session's platform, for the redelivery-unique index
     role: str  # system | user | assistant | tool
@@ -93,16 +132,20 @@ class Message(SQLModel, table=True):
 
 class MemoryEvent(SQLModel, table=True):
     __tablename__ = "memory_events"
+    __table_args__ = (
+        _one_of("actor", "agent", "user", "admin", "consolidator"),
+        Index("ix_memory_events_user", "user_id", "created_at"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
-    user_id: str = Field(foreign_key="users.id")
+    user_id: str = Field(foreign_key="users.id", ondelete="CASCADE")
     target: str  # memory | user
     action: str  # add | replace | remove | consolidate | undo | merge
     entry_before: str | None = None
     entry_after: str | None = None
     actor: str  # agent | user | admin | consolidator
-    session_id: str | None = None
-    message_id: int | None = None
+    session_id: str | None = Field(default=None, foreign_key="sessions.id", ondelete="SET NULL")
+    message_id: int | None = Field(default=None, foreign_key="messages.id", ondelete="SET NULL")
     created_at: datetime = Field(default_factory=utcnow)
 
 
@@ -111,6 +154,7 @@ class MemoryIntent(SQLModel, table=True):
     file holds `text_after`, dropped if it never got there (a crash in between)."""
 
     __tablename__ = "memory_intents"
+    __table_args__ = (Index("ix_memory_intents_store", "user_id", "target", "id"),)
 
     id: int | None = Field(default=None, primary_key=True)
     user_id: str
@@ -125,9 +169,10 @@ class MemoryVersion(SQLModel, table=True):
     """A store's whole text before and after one change, so undo restores it exactly."""
 
     __tablename__ = "memory_versions"
+    __table_args__ = (Index("ix_memory_versions_user", "user_id", "id"),)
 
     id: int | None = Field(default=None, primary_key=True)
-    user_id: str = Field(foreign_key="users.id")
+    user_id: str = Field(foreign_key="users.id", ondelete="CASCADE")
     target: str
     text_before: str
     text_after: str
@@ -143,6 +188,7 @@ class MemoryPending(SQLModel, table=True):
     """A memory write the guard's model could not judge yet: in no prompt until it has."""
 
     __tablename__ = "memory_pending"
+    __table_args__ = (Index("ix_memory_pending_user", "user_id"),)
 
     id: int | None = Field(default=None, primary_key=True)
     user_id: str
@@ -159,7 +205,7 @@ class MemoryPending(SQLModel, table=True):
 class ConsolidationState(SQLModel, table=True):
     __tablename__ = "consolidation_state"
 
-    user_id: str = Field(primary_key=True, foreign_key="users.id")
+    user_id: str = Field(primary_key=True, foreign_key="users.id", ondelete="CASCADE")
     target: str = Field(primary_key=True)
     needs_consolidation: bool = False
     attempts: int = 0
@@ -184,9 +230,13 @@ class Delivery(SQLModel, table=True):
     """The outcome of sending a reply to a platform, kept when it failed."""
 
     __tablename__ = "deliveries"
+    __table_args__ = (
+        _one_of("status", "sent", "failed"),
+        Index("ix_deliveries_message", "message_id"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
-    message_id: int | None = Field(default=None, foreign_key="messages.id")
+    message_id: int | None = Field(default=None, foreign_key="messages.id", ondelete="CASCADE")
     platform: str
     chat_id: str
     status: str  # sent | failed
@@ -209,9 +259,10 @@ class LinkCode(SQLModel, table=True):
     """A one-time code that attaches another identity to `user_id`."""
 
     __tablename__ = "link_codes"
+    __table_args__ = (Index("ix_link_codes_user", "user_id"),)
 
     code: str = Field(primary_key=True)
-    user_id: str = Field(foreign_key="users.id")
+    user_id: str = Field(foreign_key="users.id", ondelete="CASCADE")
     created_at: datetime = Field(default_factory=utcnow)
     expires_at: datetime
     used_at: datetime | None = None
@@ -230,6 +281,10 @@ class AccessFailure(SQLModel, table=True):
 
 class PairingRequest(SQLModel, table=True):
     __tablename__ = "pairing_requests"
+    __table_args__ = (
+        _one_of("status", "pending", "approved", "denied"),
+        Index("ix_pairing_requester", "platform", "platform_user_id"),
+    )
 
     code: str = Field(primary_key=True)
     platform: str
@@ -248,6 +303,10 @@ class AccessRule(SQLModel, table=True):
     """An allow or block of a platform user or chat, set by an admin at run time."""
 
     __tablename__ = "access_rules"
+    __table_args__ = (
+        _one_of("kind", "user", "chat"),
+        _one_of("rule", "allow", "block"),
+    )
 
     platform: str = Field(primary_key=True)
     kind: str = Field(primary_key=True)  # user | chat
@@ -261,6 +320,10 @@ class Reminder(SQLModel, table=True):
     """A reminder or scheduled message: one-off (`cron` None) or recurring."""
 
     __tablename__ = "reminders"
+    __table_args__ = (
+        Index("ix_reminders_due", "status", "due_at"),
+        Index("ix_reminders_user", "user_id", "status"),
+    )
 
     id: str = Field(primary_key=True)
     user_id: str  # the person who asked for it (it is delivered as theirs)
@@ -289,7 +352,7 @@ class ReminderRun(SQLModel, table=True):
 
     __tablename__ = "reminder_runs"
 
-    reminder_id: str = Field(primary_key=True, foreign_key="reminders.id")
+    reminder_id: str = Field(primary_key=True, foreign_key="reminders.id", ondelete="CASCADE")
     due_at: datetime = Field(primary_key=True)
     claimed_by: str
     claimed_at: datetime = Field(default_factory=utcnow)
@@ -304,9 +367,13 @@ class Media(SQLModel, table=True):
     """A file someone sent (a photo, a voice note, a document), kept by reference."""
 
     __tablename__ = "media"
+    __table_args__ = (
+        Index("ix_media_session", "session_id"),
+        Index("ix_media_path", "path"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
-    session_id: str = Field(foreign_key="sessions.id")
+    session_id: str = Field(foreign_key="sessions.id", ondelete="CASCADE")
     user_id: str
     sha256: str
     kind: str

@@ -131,6 +131,28 @@ def quote(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
 
 
+def fold(text_: str) -> str:
+    """Text as the word index compares it on PostgreSQL: compatibility forms unified,
+    diacritics removed, case folded (what SQLite's `unicode61 remove_diacritics 2` does)."""
+    decomposed = unicodedata.normalize("NFKD", text_)
+    return "".join(c for c in decomposed if not unicodedata.combining(c)).casefold()
+
+
+_STEMMABLE = re.compile(r"[a-z]{4,}")
+
+
+def _stem(word: str) -> str | None:
+    """The Porter stem of an English-looking word (SQLite's index stems its words with
+    Porter; the PostgreSQL index keeps them whole, so a query looks the stem up as a
+    prefix: "paint" finds "painted"); None for anything else."""
+    if not _STEMMABLE.fullmatch(word):
+        return None
+    import snowballstemmer  # noqa: PLC0415 - only a PostgreSQL search needs it
+
+    stem = str(snowballstemmer.stemmer("porter").stemWord(word))
+    return stem if len(stem) >= 3 else None
+
+
 def scope_token(user_id: str) -> str:
     return "s" + user_id[2:]
 
@@ -249,8 +271,11 @@ def _index_hits(
             query = {"q": quote(token + word)}
         else:
             query = {"q": f"scope : {token} AND {quote(word)}"}
-        rows = conn.execute(text(_POSTINGS.format(table=table)), query)
-        postings[word] = [row[0] for row in rows]
+        if conn.dialect.name == "postgresql":
+            postings[word] = _pg_postings(conn, table, token, word)
+        else:
+            rows = conn.execute(text(_POSTINGS.format(table=table)), query)
+            postings[word] = [row[0] for row in rows]
         n = len(postings[word])
         idf_of[word] = math.log(1 + (total - n + 0.5) / (n + 0.5))
         for rowid in postings[word]:
@@ -383,8 +408,32 @@ _FOLLOWING = (
 
 
 def _count(conn: Connection, table: str, query: str) -> int:
+    if conn.dialect.name == "postgresql":
+        token = query.split(":", 1)[1].strip()
+        cjk_only = " AND cardinality(cjk) > 0" if table == "messages_cjk" else ""
+        sql = f"SELECT count(*) FROM message_terms WHERE scope = :s{cjk_only}"
+        return int(conn.execute(text(sql), {"s": token}).scalar_one())
     sql = f"SELECT count(*) FROM {table} WHERE {table} MATCH :q"
     return int(conn.execute(text(sql), {"q": query}).scalar_one())
+
+
+def _pg_postings(conn: Connection, table: str, token: str, word: str) -> list[int]:
+    """PostgreSQL's counterpart of an FTS5 lookup (hermes/state/postgres.py keeps the
+    terms): the user's messages holding `word`, found inside the GIN index through the
+    user's scope term, as on SQLite."""
+    if table == "messages_cjk":
+        sql = "SELECT message_id FROM message_terms WHERE cjk @> ARRAY[CAST(:t AS text)]"
+        return [row[0] for row in conn.execute(text(sql), {"t": token + word})]
+    folded = fold(word)
+    stem = _stem(folded)
+    match = "phraseto_tsquery('simple', :w)"
+    if stem is not None:
+        match = f"({match} || to_tsquery('simple', :prefix))"
+    sql = (
+        f"SELECT message_id FROM message_terms WHERE words @@ (to_tsquery('simple', :s) && {match})"
+    )
+    params = {"s": token, "w": folded, "prefix": f"{stem}:*"}
+    return [row[0] for row in conn.execute(text(sql), params)]
 
 
 def _as_datetime(value: Any) -> datetime:

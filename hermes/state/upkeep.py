@@ -18,8 +18,12 @@ from hermes.state.models import ChatSession, JobRun, Message, utcnow
 
 
 class UpkeepDB:
+    """Each method does what its name says on SQLite; on PostgreSQL its counterpart in
+    hermes/state/postgres.py (the server vacuums, checkpoints and checks its own pages)."""
+
     def __init__(self, db: eng.Handle) -> None:
         self.engine, self.patience = db.engine, db.patience
+        self._server = self.engine.dialect.name == "postgresql"
 
     def record_job_run(self, job_id: str, ok: bool, summary: str) -> None:
         def work(session: Session) -> None:
@@ -49,6 +53,10 @@ class UpkeepDB:
 
     def maintenance(self) -> str:
         """Checkpoint the WAL and merge the FTS indexes' segments."""
+        if self._server:
+            from hermes.state import postgres  # noqa: PLC0415
+
+            return postgres.maintenance(self.engine)
 
         def work(session: Session) -> None:
             conn = session.connection()
@@ -67,6 +75,8 @@ class UpkeepDB:
     def quick_check(self) -> str:
         """'ok', or what SQLite found damaged (pages overwritten, broken indexes; a file
         too damaged to check at all says so too, never raises)."""
+        if self._server:
+            return self.integrity_check()
         try:
             with eng.reading(self.engine) as session:
                 rows = session.connection().exec_driver_sql("PRAGMA quick_check(5)").all()
@@ -77,6 +87,11 @@ class UpkeepDB:
     def snapshot(self, target: Path) -> None:
         """A consistent copy of the whole database at `target` (SQLite's online backup
         API: safe while the gateway writes; the copy is one moment of the database)."""
+        if self._server:
+            raise eng.StateDBError(
+                "a snapshot of a PostgreSQL database is taken with pg_dump, not copied as a "
+                "file; hermes backup does not do that yet"
+            )
         raw = self.engine.raw_connection()
         try:
             source = raw.driver_connection
@@ -91,6 +106,11 @@ class UpkeepDB:
             raw.close()
 
     def schema_version(self) -> int:
+        if self._server:
+            from hermes.state import postgres  # noqa: PLC0415
+
+            with self.engine.connect() as conn:
+                return postgres.version(conn)
         with eng.reading(self.engine) as session:
             return int(session.connection().exec_driver_sql("PRAGMA user_version").scalar_one())
 
@@ -98,6 +118,10 @@ class UpkeepDB:
         """Whether a write transaction can begin now (the disk is not read-only or full
         and no writer holds the lock for long); nothing is written."""
         try:
+            if self._server:
+                with self.engine.connect() as conn:
+                    conn.exec_driver_sql("SELECT pg_is_in_recovery()").scalar_one()
+                return True
             with self.engine.connect().execution_options(sqlite_begin="IMMEDIATE") as conn:
                 conn.begin().rollback()
         except SQLAlchemyError:
@@ -105,6 +129,10 @@ class UpkeepDB:
         return True
 
     def integrity_check(self) -> str:
+        if self._server:
+            from hermes.state import postgres  # noqa: PLC0415
+
+            return postgres.check(self.engine)
         with eng.reading(self.engine) as session:
             return str(session.connection().exec_driver_sql("PRAGMA integrity_check").scalar_one())
 

@@ -139,9 +139,10 @@ class VectorDB:
             for item, blob in rows:
                 params = {"mid": item.message_id, "content": item.content}
                 values = {**params, "model": model, "dim": dim, "v": blob}
+                conn.execute(text(_UNSTORE), {"mid": item.message_id})
                 if conn.execute(text(_STORE), values).rowcount:  # else edited: stays queued
                     stored += 1
-                    conn.execute(text(_DEQUEUE), params)
+                    conn.execute(text(_DEQUEUE), {"mid": item.message_id})
             return stored, rebuilt
 
         return eng.with_retry(self.engine, work, self.patience)
@@ -179,8 +180,10 @@ class VectorDB:
         return [(int(i), float(v)) for i, v in zip(ids[order], scores[order], strict=True)]
 
 
+# a new vector replaces the old one as a new row (a new id: the caches see the change)
+_UNSTORE = "DELETE FROM message_vectors WHERE message_id = :mid"
 _STORE = (
-    "INSERT OR REPLACE INTO message_vectors(message_id, user_id, model, dim, vector) "
+    "INSERT INTO message_vectors(message_id, user_id, model, dim, vector) "
     "SELECT m.id, m.user_id, :model, :dim, :v FROM messages m "
     "WHERE m.id = :mid AND m.content = :content"
 )
@@ -191,16 +194,15 @@ _DEQUEUE = "DELETE FROM embedding_queue WHERE message_id = :mid"
 
 def _rebuild(conn: Connection, model: str, dim: int | None) -> None:
     conn.execute(text("DELETE FROM message_vectors"))
+    conn.execute(text("DELETE FROM vector_model"))
     conn.execute(
-        text(
-            "INSERT OR REPLACE INTO vector_model(id, model, dim, changed_at) VALUES (1, :m, :d, :t)"
-        ),
+        text("INSERT INTO vector_model(id, model, dim, changed_at) VALUES (1, :m, :d, :t)"),
         {"m": model, "d": dim, "t": eng.sql_time(utcnow())},
     )
     conn.execute(
         text(
-            "INSERT OR IGNORE INTO embedding_queue(message_id) SELECT id FROM messages "
-            "WHERE role IN ('user', 'assistant') AND content <> ''"
+            "INSERT INTO embedding_queue(message_id) SELECT id FROM messages "
+            "WHERE role IN ('user', 'assistant') AND content <> '' ON CONFLICT DO NOTHING"
         )
     )
 

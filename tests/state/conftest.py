@@ -10,8 +10,8 @@ from hermes.state.db import SessionDB
 
 
 @pytest.fixture
-def db(home: Path) -> Iterator[SessionDB]:
-    database = SessionDB.open(home)
+def db(home: Path, database_url: str | None) -> Iterator[SessionDB]:
+    database = SessionDB.open(home, database_url)
     yield database
     database.close()
 

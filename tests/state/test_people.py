@@ -6,6 +6,7 @@ import sqlite3
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import text
 
 from hermes.identity import new_user_id
 from hermes.state.access import (
@@ -22,6 +23,7 @@ from hermes.state.db import SessionDB
 from hermes.state.models import AccessRule
 from hermes.state.people import PeopleDB
 from hermes.state.search import SearchScope
+from tests.harness.postgres import sqlite_only
 
 
 def say(db: SessionDB, user: str, platform: str, text: str) -> str:
@@ -81,12 +83,10 @@ def test_merging_moves_sessions_and_search_follows(db: SessionDB) -> None:
     assert db.conversations.get_session(moved, keep) is not None
     assert [h.session_id for h in db.conversations.search(SearchScope(keep), "Zanzibar")] == [moved]
     assert db.conversations.search(SearchScope(gone), "Zanzibar") == []
-    raw = sqlite3.connect(db.path)  # nothing of the old id is left anywhere
-    for table in ("sessions", "messages", "identities", "memory_events"):
-        assert raw.execute(f"SELECT count(*) FROM {table} WHERE user_id=?", (gone,)).fetchone() == (
-            0,
-        )
-    raw.close()
+    with db.engine.connect() as conn:  # nothing of the old id is left anywhere
+        for table in ("sessions", "messages", "identities", "memory_events"):
+            sql = text(f"SELECT count(*) FROM {table} WHERE user_id = :u")
+            assert conn.execute(sql, {"u": gone}).scalar_one() == 0, table
 
 
 def test_merge_keeps_the_higher_role_and_a_block(db: SessionDB) -> None:
@@ -165,7 +165,25 @@ def test_resolve_accepts_ids_and_platform_identities(db: SessionDB) -> None:
     assert people.resolve("nonsense") is None
 
 
+def test_a_message_edited_by_another_program_is_found_by_its_new_words_only(
+    db: SessionDB,
+) -> None:
+    """Any writer's edit re-indexes the message (SQLite: triggers; PostgreSQL: triggers
+    put it on the backlog the next search indexes)."""
+    user = db.people.user_for_identity("telegram", "1")
+    session = say(db, user, "telegram", "the password hint is pelican")
+    assert [h.session_id for h in db.conversations.search(SearchScope(user), "pelican")]
+    with db.engine.begin() as conn:
+        sql = text("UPDATE messages SET content = 'the hint is albatross' WHERE session_id = :s")
+        conn.execute(sql, {"s": session})
+    assert db.conversations.search(SearchScope(user), "pelican") == []
+    found = db.conversations.search(SearchScope(user), "albatross")
+    assert [h.session_id for h in found] == [session]
+
+
+@sqlite_only
 def test_an_edited_message_is_found_by_its_new_words_only(db: SessionDB) -> None:
+    """A plain sqlite3 program that registers hermes_cjk (as the schema documents)."""
     user = db.people.user_for_identity("telegram", "1")
     session = say(db, user, "telegram", "the password hint is pelican")
     raw = sqlite3.connect(db.path)  # another program: it registers what the triggers call

@@ -10,6 +10,8 @@ import sqlite3
 import sys
 from pathlib import Path
 
+from sqlalchemy import text
+
 from hermes.identity import new_user_id
 from hermes.state import engine as eng
 from hermes.state.db import SessionDB
@@ -85,7 +87,8 @@ def test_users_who_share_vocabulary_never_see_each_others_messages(
 def test_a_merge_moves_the_cjk_index_with_the_messages(db: SessionDB, alice: str, bob: str) -> None:
     seed(db, bob, "telegram", ["弟が来年の春に結婚する"])
     with db.engine.begin() as conn:  # what a merge does to the rows
-        conn.exec_driver_sql("UPDATE messages SET user_id = ? WHERE user_id = ?", (alice, bob))
+        sql = text("UPDATE messages SET user_id = :a WHERE user_id = :b")
+        conn.execute(sql, {"a": alice, "b": bob})
     assert contents(db, SearchScope(alice), "弟の結婚") == ["弟が来年の春に結婚する"]
     assert contents(db, SearchScope(bob), "弟の結婚") == []
 

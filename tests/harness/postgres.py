@@ -1,0 +1,85 @@
+"""PostgreSQL for the tests: a database this test session (each xdist worker) creates
+and drops itself, and a fresh schema in it for each test that asks for one.
+
+The server is named by an admin URL in HERMES_TEST_POSTGRES (default: the server these
+machines run, postgresql://postgres@127.0.0.1:5432/postgres; any role that may create
+databases will do). With none answering, a test that needs it fails under CI, saying how
+to point the tests at a server, and is skipped elsewhere (saying the same).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import secrets
+from urllib.parse import quote
+
+import pytest
+
+BACKENDS = ["sqlite", "postgresql"]
+# a test about SQLite itself (the file, its pragmas, a plain sqlite3 program) says so
+sqlite_only = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+ADMIN_URL_VAR = "HERMES_TEST_POSTGRES"
+DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+class ScratchServer:
+    """One database of this session on the test server; schemas handed out in it."""
+
+    def __init__(self, admin_url: str) -> None:
+        self.admin_url = admin_url
+        self.database = f"hermes_test_{os.getpid()}_{secrets.token_hex(3)}"
+        base, _, _ = admin_url.rpartition("/")
+        self.url = f"{base}/{self.database}"
+        self._schemas = itertools.count(1)
+
+    def create(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.admin_url, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'CREATE DATABASE "{self.database}"')
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+
+    def drop(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
+
+    def schema(self) -> tuple[str, str]:
+        """A new empty schema: (its name, a URL whose connections work in it)."""
+        import psycopg
+
+        name = f"t_{next(self._schemas)}"
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {name}")
+        options = quote(f"-csearch_path={name},public")
+        return name, f"{self.url}?options={options}"
+
+    def drop_schema(self, name: str) -> None:
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+
+def start_test_server() -> ScratchServer:
+    """The session's database, or the test fails (under CI) or skips saying why."""
+    admin = os.environ.get(ADMIN_URL_VAR, DEFAULT_ADMIN_URL)
+    server = ScratchServer(admin)
+    try:
+        server.create()
+    except Exception as exc:
+        message = (
+            f"no PostgreSQL server for the tests at {admin} ({str(exc).strip()}). Start one, "
+            f"or point the tests at another with {ADMIN_URL_VAR}=postgresql://USER@HOST:PORT/"
+            "DATABASE (a role that may create databases)."
+        )
+        if os.environ.get("CI"):
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return server
+
+
+__all__ = ["ADMIN_URL_VAR", "BACKENDS", "ScratchServer", "sqlite_only", "start_test_server"]
