@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import quote
 
 import yaml
-from pydantic import ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from gateway.edge.platform_config import (
     AccessConfig,
@@ -48,6 +49,8 @@ class ConfigError(Exception):
 
 # `platforms:`: a section per platform package (gateway/edge/platforms.py), each its own model
 if TYPE_CHECKING:
+    from hermes.state.db import SessionDB
+
     PlatformsConfig = Section
 else:
     PlatformsConfig = platforms_model()
@@ -61,8 +64,40 @@ class LoggingConfig(Section):
     third_party: Literal["debug", "info", "warning", "error"] = "warning"  # httpx, SDKs
 
 
+class DatabaseConfig(Section):
+    """Where state.db lives: the SQLite file in the home (no `url`, the default), or a
+    PostgreSQL database (`url: postgresql://USER@HOST:5432/NAME`, options such as
+    `?sslmode=verify-full` allowed) whose password is read from the environment variable
+    `password_env` names, never from the file."""
+
+    url: str | None = None
+    password_env: str | None = None
+    pool_size: int = Field(default=5, ge=1, le=100)  # connections per process
+
+    @field_validator("url")
+    @classmethod
+    def _postgresql(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        scheme, sep, rest = value.strip().partition("://")
+        if not sep or scheme not in ("postgresql", "postgres"):
+            raise ValueError(
+                "a PostgreSQL URL: postgresql://USER@HOST:5432/DATABASE (leave it out for "
+                "the SQLite file in the home)"
+            )
+        credentials = rest.split("/", 1)[0].rpartition("@")[0]
+        if ":" in credentials:
+            raise ValueError(
+                "the URL holds a password: remove it and name the environment variable "
+                "that holds it in database.password_env"
+            )
+        return value.strip()
+
+
 class HermesConfig(Section):
     """The whole config.yaml."""
+
+    database: DatabaseConfig = DatabaseConfig()
 
     memory: MemoryConfig = MemoryConfig()
     llm: LLMConfig = LLMConfig()
@@ -176,6 +211,37 @@ def main_endpoint(config: HermesConfig, env: Mapping[str, str] | None = None) ->
         temperature=llm.temperature,
         deadline=llm.deadline,
     )
+
+
+def database_url(config: HermesConfig, env: Mapping[str, str] | None = None) -> str | None:
+    """The PostgreSQL URL with its password from the environment; None: SQLite."""
+    database = config.database
+    if database.url is None:
+        return None
+    if not database.password_env:
+        return database.url
+    environ = os.environ if env is None else env
+    password = environ.get(database.password_env)
+    if not password:
+        raise ConfigError(
+            f"database.password_env names {database.password_env}, which is not set: export "
+            "the database password in it (the service's environment file) or remove the "
+            "key for a server that needs none"
+        )
+    scheme, _, rest = database.url.partition("://")
+    user, at, host = rest.partition("@")
+    if not at:
+        raise ConfigError(
+            "database.url names no user (postgresql://USER@HOST/DATABASE): a password needs one"
+        )
+    return f"{scheme}://{user}:{quote(password, safe='')}@{host}"
+
+
+def open_state(home: Path, config: HermesConfig, env: Mapping[str, str] | None = None) -> SessionDB:
+    """state.db as config.yaml says: the file in `home`, or the PostgreSQL database."""
+    from hermes.state.db import SessionDB
+
+    return SessionDB.open(home, database_url(config, env), config.database.pool_size)
 
 
 class SideTask(StrEnum):

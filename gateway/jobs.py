@@ -14,7 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from gateway.app import build_app, build_memory, side_model
-from gateway.config import HermesConfig, SideTask, load_config, main_endpoint
+from gateway.config import HermesConfig, SideTask, load_config, main_endpoint, open_state
 from gateway.pipeline.media import collect_garbage
 from hermes.llm.client import LLMClient
 from hermes.state.db import SessionDB
@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 @asynccontextmanager
 async def _resources(home: Path) -> AsyncIterator[tuple[HermesConfig, SessionDB, LLMClient | None]]:
     config = load_config(home)
-    db = SessionDB.open(home)
+    db = open_state(home, config)
     model = side_model(config, SideTask.MEMORY)
     try:
         yield config, db, model
@@ -63,7 +63,7 @@ async def idle_sessions(home: str) -> str:
     the same agent the gateway runs (so privacy settings hold here too)."""
     path = Path(home)
     config = load_config(path)
-    db = SessionDB.open(path)
+    db = open_state(path, config)
     app = build_app(path, config, db) if main_endpoint(config) is not None else None
     try:
         idle = db.conversations.idle_sessions(timedelta(minutes=config.sessions.idle_minutes))
@@ -85,7 +85,7 @@ async def idle_sessions(home: str) -> str:
 async def maintenance(home: str) -> str:
     """Daily: WAL checkpoint, FTS optimize, and retention pruning when configured."""
     config = load_config(Path(home))
-    db = SessionDB.open(Path(home))
+    db = open_state(Path(home), config)
     try:
         summary = db.upkeep.maintenance()
         days = config.sessions.retention_days

@@ -62,17 +62,17 @@ class CliContext:
 
     def open_db(self) -> SessionDB:
         """state.db, with the owner registered as a user."""
+        from gateway.config import ConfigError, open_state
         from hermes.identity import owner_user_id
-        from hermes.state.db import SessionDB
         from hermes.state.engine import StateDBError
 
         try:
-            db = SessionDB.open(self.home)
+            db = open_state(self.home, self.config)
             _check_damage(db)
             owner = owner_user_id(self.home)
             db.people.ensure_user(owner, role="owner", display_name="owner")
             db.people.ensure_identity(CLI_PLATFORM, CLI_USER, owner)
-        except StateDBError as exc:  # damaged, unreadable or full: nothing was changed
+        except (StateDBError, ConfigError) as exc:  # damaged, unreachable or full: unchanged
             fail(str(exc), EXIT_USAGE)
         return db
 
@@ -178,7 +178,7 @@ def _user_name(uid: int) -> str:
 def _check_damage(db: SessionDB) -> None:
     from hermes.state.engine import StateDBError, explain
 
-    if db.path.stat().st_size > QUICK_CHECK_MAX_BYTES:
+    if db.backend == "sqlite" and db.path.stat().st_size > QUICK_CHECK_MAX_BYTES:
         return
     found = db.upkeep.quick_check()
     if found != "ok":

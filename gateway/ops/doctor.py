@@ -30,6 +30,7 @@ from gateway.config import (
     judge_wanted,
     load_config,
     main_endpoint,
+    open_state,
     side_endpoint,
 )
 from gateway.edge.platform_config import PlatformConfig, platforms
@@ -37,7 +38,7 @@ from gateway.scheduler import read_status
 from gateway.status_file import read_status_file
 from hermes.llm.client import LLMClient, LLMError
 from hermes.state.db import STATE_DB_FILENAME, SessionDB
-from hermes.state.engine import stored_version
+from hermes.state.engine import StateDBError, redact, stored_version
 from hermes.state.schema import SCHEMA_VERSION
 
 Status = Literal["ok", "fail", "skip"]
@@ -79,7 +80,7 @@ async def run_checks(
     where = home / CONFIG_FILENAME
     checks.append(ok("config", f"{where} is valid" if where.exists() else "defaults (no file)"))
     checks.append(check_disk(home))
-    checks.extend(check_database(home))
+    checks.extend(check_database(home, config, env))
     probes: list[Awaitable[Check]] = [
         check_model(config, env, timeout),
         check_search(home, config, env, timeout),
@@ -180,7 +181,12 @@ def check_disk(home: Path) -> Check:
     return ok(name, free)
 
 
-def check_database(home: Path) -> list[Check]:
+def check_database(
+    home: Path, config: HermesConfig | None = None, env: Mapping[str, str] | None = None
+) -> list[Check]:
+    """state.db: the SQLite file in the home, or the PostgreSQL database config names."""
+    if config is not None and config.database.url is not None:
+        return check_server(home, config, env)
     path = home / STATE_DB_FILENAME
     if not path.exists():
         return [skip("state.db", f"{path} does not exist yet (the first message creates it)")]
@@ -295,15 +301,43 @@ async def check_search(
     finally:
         await client.close()
     where = f"hybrid: {endpoint.model} at {endpoint.base_url} answers ({len(vectors[0])} dim)"
-    return ok(name, where + await asyncio.to_thread(_embedded, home, endpoint.model))
+    return ok(name, where + await asyncio.to_thread(_embedded, home, config, endpoint.model))
 
 
-def _embedded(home: Path, model: str) -> str:
+def check_server(home: Path, config: HermesConfig, env: Mapping[str, str] | None) -> list[Check]:
+    """The PostgreSQL database: reachable with the configured password, its server
+    version, the schema version and whether it answers reads and can take writes."""
+    name = "database"
+    where = redact(config.database.url or "")
+    fix = "check database.url, that the server runs, and database.password_env"
+    try:
+        db = open_state(home, config, env)
+    except (ConfigError, StateDBError) as exc:
+        return [fail(name, str(exc), fix)]
+    try:
+        server, version = db.upkeep.server(), db.upkeep.schema_version()
+        found, writable = db.upkeep.integrity_check(), db.upkeep.writable()
+    except Exception as exc:
+        return [fail(name, f"{type(exc).__name__}: {exc}", fix)]
+    finally:
+        db.close()
+    checks = [ok(name, f"{server} at {where}, schema version {version}")]
+    if found != "ok" or not writable:
+        checks.append(fail("database answers", found if found != "ok" else "read-only", fix))
+    return checks
+
+
+def _embedded(home: Path, config: HermesConfig, model: str) -> str:
     """How far state.db is embedded with `model` (nothing when it cannot be read now)."""
     path = home / STATE_DB_FILENAME
-    if not path.exists() or stored_version(path) != SCHEMA_VERSION:
+    if config.database.url is None and (
+        not path.exists() or stored_version(path) != SCHEMA_VERSION
+    ):
         return ""
-    db = SessionDB(path)
+    try:
+        db = open_state(home, config)
+    except (ConfigError, StateDBError):
+        return ""
     try:
         status = db.vectors.status()
     finally:
@@ -379,7 +413,7 @@ def check_scheduler(home: Path, config: HermesConfig) -> Check:
     if running is None or not running.running:
         return skip(name, "no gateway is running (the scheduler runs inside it)")
     try:
-        db = SessionDB.open(home)
+        db = open_state(home, config)
         try:
             jobs = read_status(home, config, db)
         finally:

@@ -56,8 +56,8 @@ class SessionDB:
         self.reminders = RemindersDB(self)
 
     @classmethod
-    def open(cls, home: Path, url: str | None = None) -> SessionDB:
-        return cls(home / STATE_DB_FILENAME, url=url)
+    def open(cls, home: Path, url: str | None = None, pool_size: int = 5) -> SessionDB:
+        return cls(home / STATE_DB_FILENAME, url=url, pool_size=pool_size)
 
     def close(self) -> None:
         self.engine.dispose()

@@ -12,7 +12,6 @@ import contextlib
 import logging
 import os
 import sqlite3
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -24,8 +23,8 @@ from sqlalchemy.exc import DatabaseError, OperationalError
 from sqlalchemy.pool import ConnectionPoolEntry
 from sqlmodel import Session, create_engine
 
-from hermes.backoff import Backoff
 from hermes.state import cjk
+from hermes.state.retry import DatabaseBusyError, Patience, StateDBError, is_locked
 from hermes.state.schema import MIGRATIONS, SCHEMA_VERSION
 
 logger = logging.getLogger(__name__)
@@ -42,14 +41,6 @@ class Handle(Protocol):
     engine: Engine
     path: Path
     patience: float
-
-
-class StateDBError(Exception):
-    """state.db cannot be used; the message says why."""
-
-
-class DatabaseBusyError(StateDBError):
-    pass
 
 
 def open_database(path: Path, patience: float) -> tuple[Engine, int]:
@@ -199,35 +190,6 @@ def _on_connect(dbapi_conn: sqlite3.Connection, _record: ConnectionPoolEntry) ->
 def _on_begin(conn: Any) -> None:
     mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
     conn.exec_driver_sql(f"BEGIN {mode}")
-
-
-def is_locked(exc: BaseException) -> bool:
-    text = str(exc).lower()
-    return "database is locked" in text or "database is busy" in text
-
-
-class Patience:
-    """Jittered, doubling waits between attempts of a write that met other writers (the
-    database locked; on PostgreSQL a serialization failure), within `patience`."""
-
-    def __init__(
-        self,
-        patience: float,
-        retryable: Callable[[BaseException], bool] = is_locked,
-        busy: str = "state.db stayed locked for over {s:g} s; try again",
-    ) -> None:
-        self.patience, self.retryable, self.busy = patience, retryable, busy
-        self.deadline = time.monotonic() + patience
-        self.waits = Backoff(first=0.005, cap=0.25, jitter=0.5)
-
-    def wait(self, exc: Exception) -> None:
-        """Sleep before the next attempt; re-raise `exc` if it is not worth retrying,
-        give up with DatabaseBusyError when the patience is spent."""
-        if not self.retryable(exc):
-            raise exc
-        if time.monotonic() + self.waits.peek() > self.deadline:
-            raise DatabaseBusyError(self.busy.format(s=self.patience)) from exc
-        time.sleep(self.waits.next())
 
 
 def _postgres(engine: Engine) -> bool:
@@ -389,3 +351,30 @@ def migrate_to(engine: Engine, version: int) -> None:
         conn.exec_driver_sql(f"PRAGMA user_version={version}")
 
     with_retry(engine, run, DEFAULT_PATIENCE_S)
+
+
+__all__ = [
+    "BUSY_TIMEOUT_MS",
+    "DEFAULT_PATIENCE_S",
+    "DatabaseBusyError",
+    "Handle",
+    "Patience",
+    "RawConnection",
+    "StateDBError",
+    "check_file",
+    "explain",
+    "is_damage",
+    "is_locked",
+    "migrate",
+    "migrate_to",
+    "open_database",
+    "open_engine",
+    "open_server",
+    "reading",
+    "redact",
+    "snapshot_file",
+    "sql_time",
+    "stored_version",
+    "with_raw_retry",
+    "with_retry",
+]

@@ -36,7 +36,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.sql.schema import ScalarElementColumnDefault
 from sqlmodel import Session, SQLModel
 
-from hermes.state.engine import Patience
+from hermes.state.retry import Patience
 
 T = TypeVar("T")
 

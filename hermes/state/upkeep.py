@@ -105,6 +105,14 @@ class UpkeepDB:
         finally:
             raw.close()
 
+    def server(self) -> str:
+        """The engine and its version ("SQLite 3.40.1", "PostgreSQL 15.20")."""
+        if self._server:
+            from hermes.state import postgres  # noqa: PLC0415
+
+            return f"PostgreSQL {postgres.server_version(self.engine)}"
+        return f"SQLite {sqlite3.sqlite_version}"
+
     def schema_version(self) -> int:
         if self._server:
             from hermes.state import postgres  # noqa: PLC0415
