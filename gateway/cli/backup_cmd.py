@@ -31,9 +31,10 @@ def create(
     if not home.exists():
         fail(f"{home} does not exist: nothing to back up (is HERMES_HOME right?)", EXIT_USAGE)
     try:
+        database = _database(home)
         extra = _provider_files(home)
         with progress_bar("backing up") as advance:
-            summary = backup.create(home, path, advance, extra)
+            summary = backup.create(home, path, advance, extra, database=database)
     except backup.BackupError as exc:
         fail(str(exc), EXIT_REFUSED)
     if as_json:
@@ -71,8 +72,11 @@ def restore(
     except AlreadyRunningError as exc:
         fail(str(exc), EXIT_REFUSED)
     try:
+        database = _database(home)
         with progress_bar("restoring") as advance:
-            summary = backup.restore(path, home, force, advance, with_plugins=with_plugins)
+            summary = backup.restore(
+                path, home, force, advance, with_plugins=with_plugins, database=database
+            )
     except backup.BackupError as exc:
         fail(str(exc), EXIT_REFUSED)
     finally:
@@ -91,6 +95,16 @@ def restore(
         )
     for restored, origin in summary.external.items():
         note(f"the memory provider's file {escape(origin)} is restored as {escape(restored)}")
+
+
+def _database(home: Path) -> str | None:
+    """The home's PostgreSQL URL with its password (None: state.db is the SQLite file)."""
+    from gateway.config import ConfigError, database_url, load_config
+
+    try:
+        return database_url(load_config(home))
+    except ConfigError as exc:
+        fail(str(exc), EXIT_USAGE)
 
 
 def _provider_files(home: Path) -> list[Path]:

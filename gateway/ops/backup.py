@@ -1,7 +1,8 @@
 """`hermes backup create|restore`: one archive of everything a home holds, verifiable.
 
 The archive (`.tar.gz`, written 0600) holds `manifest.json` first, then state.db as an
-online snapshot (SQLite's backup API, safe while the gateway runs), the memories folder
+online snapshot (SQLite's backup API, safe while the gateway runs; on PostgreSQL,
+`state.pgdump`: pg_dump of Hermes's schema, one transaction), the memories folder
 (each store is replaced atomically on write, so every file copied is one whole version),
 the config and the other files of the home. Left out: the secrets (they live in the
 environment or the service's env file, never in the home; a file named `env`/`.env`/
@@ -35,8 +36,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from hermes.identity import ensure_private_dir
+from hermes.state import postgres
 from hermes.state.db import STATE_DB_FILENAME, SessionDB
-from hermes.state.engine import check_file, snapshot_file
+from hermes.state.engine import StateDBError, check_file, redact, snapshot_file
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -46,6 +48,8 @@ PLUGINS_DIR = "plugins"  # code: restored only when asked (--with-plugins)
 STAGING_PREFIX = ".restoring-"  # the archive extracted, inside the home (same disk)
 ASIDE_PREFIX = ".replaced-"  # the home's data moved aside while the staged data moves in
 BACKUPS_DIR = "backups"
+CONFIG_NAME = "config.yaml"
+DUMP_NAME = "state.pgdump"  # state.db on PostgreSQL: pg_dump's custom format
 EXTERNAL = "external"
 SKIPPED_NAMES = frozenset({"gateway.lock", "gateway.json", "env", ".env", BACKUPS_DIR})
 SKIPPED_SUFFIXES = (".lock", ".env", "-wal", "-shm", "-journal", ".tmp")
@@ -93,34 +97,19 @@ def create(
     target: Path | None = None,
     progress: Progress | None = None,
     extra: Sequence[Path] = (),
+    *,
+    database: str | None = None,
 ) -> Summary:
     """Write one archive of `home` to `target` (default: HERMES_HOME/backups/...).
     `extra`: files outside the home that belong to it (a memory provider's
     `backup_paths`), archived under external/ with where they came from; a restore puts
     them in HERMES_HOME/external/ (an archive never writes outside the home) and names
-    their original places (`Summary.external`)."""
+    their original places (`Summary.external`). `database`: the PostgreSQL URL (with
+    its password) when state.db lives there: its snapshot is pg_dump's (DUMP_NAME)."""
     target = target or default_path(home)
-    if target.exists():
-        raise BackupError(f"{target} already exists: choose another path")
-    if not target.parent.is_dir():
-        if target.parent == home / BACKUPS_DIR:
-            ensure_private_dir(target.parent)
-        else:
-            what = "is not a folder" if target.parent.exists() else "does not exist"
-            raise BackupError(
-                f"{target.parent} {what}: create it (owned by the user Hermes runs as) "
-                "or choose another path"
-            )
+    _check_target(home, target)
     with tempfile.TemporaryDirectory(prefix="hermes-backup-") as scratch:
-        entries: list[tuple[str, Path]] = []
-        if (home / STATE_DB_FILENAME).exists():
-            snapshot = Path(scratch) / STATE_DB_FILENAME
-            db = SessionDB.open(home)
-            try:
-                db.upkeep.snapshot(snapshot)
-            finally:
-                db.close()
-            entries.append((STATE_DB_FILENAME, snapshot))
+        entries = _snapshot_state(home, Path(scratch), database)
         for relative, path in _home_files(home):  # copied first: a store replaced while
             copy = Path(scratch) / "home" / relative  # the archive is written must still
             copy.parent.mkdir(parents=True, exist_ok=True)  # match its checksum
@@ -157,6 +146,40 @@ def create(
             raise BackupError(f"cannot write {target}: {exc.strerror or exc}") from None
     size = sum(int(f["size"]) for f in files)
     return Summary(target, len(files), size, str(manifest["created_at"]))
+
+
+def _check_target(home: Path, target: Path) -> None:
+    if target.exists():
+        raise BackupError(f"{target} already exists: choose another path")
+    if not target.parent.is_dir():
+        if target.parent == home / BACKUPS_DIR:
+            ensure_private_dir(target.parent)
+        else:
+            what = "is not a folder" if target.parent.exists() else "does not exist"
+            raise BackupError(
+                f"{target.parent} {what}: create it (owned by the user Hermes runs as) "
+                "or choose another path"
+            )
+
+
+def _snapshot_state(home: Path, scratch: Path, database: str | None) -> list[tuple[str, Path]]:
+    """state.db's consistent snapshot as the archive's first entry (none yet: nothing)."""
+    if database is not None:
+        dumped = scratch / DUMP_NAME
+        try:
+            postgres.dump(database, dumped)
+        except StateDBError as exc:
+            raise BackupError(f"cannot back up the database: {exc}") from None
+        return [(DUMP_NAME, dumped)]
+    if not (home / STATE_DB_FILENAME).exists():
+        return []
+    snapshot = scratch / STATE_DB_FILENAME
+    db = SessionDB.open(home)
+    try:
+        db.upkeep.snapshot(snapshot)
+    finally:
+        db.close()
+    return [(STATE_DB_FILENAME, snapshot)]
 
 
 def _copy_external(
@@ -302,6 +325,7 @@ def restore(
     progress: Progress | None = None,
     *,
     with_plugins: bool = False,
+    database: str | None = None,
 ) -> Summary:
     """Replace `home`'s data with the archive's, after verifying all of it. The caller
     holds the home's instance lock (no gateway runs meanwhile).
@@ -310,8 +334,13 @@ def restore(
     folder inside the home and its databases pass SQLite's integrity check; then the
     home's data is moved aside and the staged data moved in, and any failure moves it
     all back. Plugin code (plugins/) is left out unless `with_plugins`: an archive
-    never brings code that runs unless asked to (`Summary.skipped_plugins`)."""
+    never brings code that runs unless asked to (`Summary.skipped_plugins`).
+
+    `database`: the home's PostgreSQL URL. An archive of a PostgreSQL home is restored
+    into it, which must be empty (pg_restore, one transaction, before any file moves);
+    an archive of a SQLite home needs a home without a database URL, and the reverse."""
     manifest = verify(archive)
+    _check_database_target(manifest, database)
     present = has_data(home)
     if present and not force:
         shown = ", ".join(present[:4]) + (" ..." if len(present) > 4 else "")
@@ -326,6 +355,9 @@ def restore(
     try:
         _stage(archive, staging, files, progress)
         _check_databases(staging)
+        if database is not None and (staging / DUMP_NAME).exists():
+            _keep_database_config(home, staging)
+            _load_database(database, staging / DUMP_NAME)
         saved = None
         if present:
             saved = create(home, home / BACKUPS_DIR / f"pre-restore-{_stamp()}.tar.gz").path
@@ -335,6 +367,55 @@ def restore(
     size = sum(int(f["size"]) for f in files)
     external = {str(home / f["path"]): str(f["origin"]) for f in files if f.get("origin")}
     return Summary(archive, len(files), size, str(manifest["created_at"]), saved, external, skipped)
+
+
+def _check_database_target(manifest: dict[str, Any], database: str | None) -> None:
+    names = {str(f["path"]) for f in manifest["files"]}
+    if DUMP_NAME in names and database is None:
+        raise BackupError(
+            "this archive holds a PostgreSQL database: set database.url (and "
+            "database.password_env) in this home's config.yaml to an empty database first"
+        )
+    if STATE_DB_FILENAME in names and database is not None:
+        raise BackupError(
+            "this archive holds a SQLite state.db but this home's database is PostgreSQL: "
+            "restore it into a home without database.url"
+        )
+    if database is not None:
+        try:
+            empty = postgres.is_empty(database)
+        except Exception as exc:
+            raise BackupError(f"cannot reach the database: {exc}") from None
+        if not empty:
+            raise BackupError(
+                f"the database {redact(database)} already holds tables: a restore goes into "
+                "an empty database (create one, point database.url at it); nothing was changed"
+            )
+
+
+def _keep_database_config(home: Path, staging: Path) -> None:
+    """The restored config.yaml keeps this home's `database:` (the archive's names the
+    database it was taken from, which may be another server's)."""
+    from gateway.config import ConfigError, load_config, update_config  # noqa: PLC0415
+
+    if not (staging / CONFIG_NAME).exists():
+        return
+    try:
+        section = load_config(home).database.model_dump()
+        update_config(staging, {("database", key): value for key, value in section.items()})
+    except ConfigError as exc:
+        raise BackupError(f"the archive's config.yaml cannot be used: {exc}") from None
+
+
+def _load_database(database: str, dump: Path) -> None:
+    try:
+        postgres.load(database, dump)
+        SessionDB(dump.with_name(STATE_DB_FILENAME), url=database).close()  # opens, migrates
+    except StateDBError as exc:
+        raise BackupError(
+            f"the database could not be restored: {exc}; nothing was changed"
+        ) from None
+    dump.unlink()  # in the database now; never a file of the home
 
 
 def _plugin(name: str) -> bool:

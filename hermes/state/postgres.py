@@ -17,10 +17,14 @@ reads and hot paths here when the engine is PostgreSQL.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from sqlalchemy import (
     Connection,
@@ -36,7 +40,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.sql.schema import ScalarElementColumnDefault
 from sqlmodel import Session, SQLModel
 
-from hermes.state.retry import Patience
+from hermes.state.retry import Patience, StateDBError
 
 T = TypeVar("T")
 
@@ -342,6 +346,79 @@ def check(engine: Engine) -> str:
     except DBAPIError as exc:
         return str(getattr(exc, "orig", None) or exc).strip()
     return "ok"
+
+
+# -- whole-database copies (hermes backup): the PostgreSQL client tools ----------------
+
+
+def dump(url: str, target: Path) -> None:
+    """A consistent snapshot of Hermes's schema (the first of the connection's search
+    path) in pg_dump's custom format: one transaction of the server, safe while gateways
+    write."""
+    engine = open_engine(url, 1)
+    try:
+        with engine.connect() as conn:
+            schema = str(conn.exec_driver_sql("SELECT current_schema()").scalar_one())
+    finally:
+        engine.dispose()
+    _client(
+        "pg_dump",
+        "--format=custom",
+        "--no-owner",
+        "--no-privileges",
+        f"--schema={schema}",
+        f"--file={target}",
+        url=url,
+    )
+
+
+def is_empty(url: str) -> bool:
+    """Whether Hermes's schema in the database holds no table (a restore's target)."""
+    engine = open_engine(url, 1)
+    try:
+        with engine.connect() as conn:
+            sql = (
+                "SELECT count(*) FROM information_schema.tables "
+                "WHERE table_schema = current_schema()"
+            )
+            return int(conn.exec_driver_sql(sql).scalar_one()) == 0
+    finally:
+        engine.dispose()
+
+
+def load(url: str, source: Path) -> None:
+    """Restore a `dump` into an empty database, all or nothing (one transaction)."""
+    _client(
+        "pg_restore",
+        "--no-owner",
+        "--no-privileges",
+        "--single-transaction",
+        "--exit-on-error",
+        str(source),
+        url=url,
+    )
+
+
+def _client(tool: str, *args: str, url: str) -> None:
+    """Run a PostgreSQL client tool against `url`; its password goes in the environment
+    (never on a command line other users can read)."""
+    parts = urlsplit(url)
+    env = dict(os.environ)
+    if parts.password is not None:
+        env["PGPASSWORD"] = unquote(parts.password)
+        host = parts.netloc.rpartition("@")[2]
+        parts = parts._replace(netloc=f"{parts.username or ''}@{host}")
+    command = [tool, *args, f"--dbname={urlunsplit(parts)}"]
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        raise StateDBError(
+            f"{tool} is not installed: install the PostgreSQL client tools of the server's "
+            "major version (Debian: apt install postgresql-client)"
+        ) from None
+    if done.returncode != 0:
+        detail = (done.stderr.strip().splitlines() or ["failed"])[-1]
+        raise StateDBError(f"{tool} failed: {detail}")
 
 
 def server_version(engine: Engine) -> str:

@@ -57,6 +57,22 @@ class ScratchServer:
         options = quote(f"-csearch_path={name},public")
         return name, f"{self.url}?options={options}"
 
+    def other_database(self) -> tuple[str, str]:
+        """Another empty database on the server: (its name, its URL); drop_database it."""
+        import psycopg
+
+        name = f"{self.database}_{next(self._schemas)}"
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        base, _, _ = self.admin_url.rpartition("/")
+        return name, f"{base}/{name}"
+
+    def drop_database(self, name: str) -> None:
+        import psycopg
+
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
     def drop_schema(self, name: str) -> None:
         import psycopg
 

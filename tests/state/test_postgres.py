@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import yaml
 
 from gateway.config import ConfigError, database_url, parse_config
+from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
 from hermes.state.schema import SCHEMA_VERSION
+from hermes.state.search import SearchScope
 from tests.harness.cli import hermes
 from tests.harness.postgres import ScratchServer
 
@@ -72,3 +75,47 @@ def test_an_unreachable_server_is_one_clear_error(home: Path) -> None:
     write_config(home, {"url": "postgresql://hermes@127.0.0.1:1/hermes", "password_env": "NOPE"})
     done = hermes("sessions", "list", home=home)
     assert done.returncode == 2 and "NOPE, which is not set" in done.stderr
+
+
+def test_a_backup_of_a_postgresql_home_restores_into_an_empty_database(
+    tmp_path: Path, postgres: ScratchServer
+) -> None:
+    schema, url = postgres.schema()
+    other, other_url = postgres.other_database()
+    source, target = tmp_path / "source", tmp_path / "target"
+    try:
+        write_config(source, {"url": url})
+        db = SessionDB.open(source, url)
+        user = db.people.ensure_user("u_00000000000000a1", role="owner").id
+        chat = db.conversations.start_session(user, "cli", "cli:dm")
+        db.conversations.add_messages(chat.id, [NewMessage("user", "the boat is called Ondine")])
+        db.close()
+        (source / "memories").mkdir(mode=0o700)
+        (source / "memories" / "note.md").write_text("kept")
+        archive = tmp_path / "home.tar.gz"
+        done = hermes("backup", "create", str(archive), home=source)
+        assert done.returncode == 0, done.stderr
+        # the target: a home whose config names an empty database (the same schema name)
+        restored_url = f"{other_url}?options={quote(f'-csearch_path={schema},public')}"
+        write_config(target, {"url": restored_url})
+        done = hermes("backup", "restore", str(archive), "--force", home=target)
+        assert done.returncode == 0, done.stderr + done.stdout
+        assert (target / "memories" / "note.md").read_text() == "kept"
+        kept = yaml.safe_load((target / "config.yaml").read_text())["database"]
+        assert kept["url"] == restored_url  # not the database the archive was taken from
+        assert not (target / "state.db").exists() and not (target / "state.pgdump").exists()
+        back = SessionDB.open(target, restored_url)
+        try:
+            hits = back.conversations.search(SearchScope(user), "Ondine")
+            assert [h.content for h in hits] == ["the boat is called Ondine"]
+        finally:
+            back.close()
+        again = hermes("backup", "restore", str(archive), "--force", home=target)
+        assert again.returncode != 0 and "already holds tables" in again.stderr
+        sqlite_home = tmp_path / "sqlite-home"
+        refused = hermes("backup", "restore", str(archive), home=sqlite_home)
+        assert refused.returncode != 0 and "set database.url" in refused.stderr
+        assert not (sqlite_home / "state.db").exists()
+    finally:
+        postgres.drop_schema(schema)
+        postgres.drop_database(other)
