@@ -11,8 +11,15 @@ from hermes.state.db import SessionDB
 from hermes.state.search import SearchScope
 
 
-def write(path: Path, user: str, worker: int, seconds: float) -> None:
-    db = SessionDB(path)
+def open_db(where: str) -> SessionDB:
+    """state.db at a path, or the PostgreSQL database at a URL."""
+    if where.startswith("postgresql"):
+        return SessionDB(Path("unused") / "state.db", url=where)
+    return SessionDB(Path(where))
+
+
+def write(path: str, user: str, worker: int, seconds: float) -> None:
+    db = open_db(path)
     chat = db.conversations.start_session(user, "cli", f"writer-{worker}")
     deadline = time.monotonic() + seconds
     count = 0
@@ -25,8 +32,8 @@ def write(path: Path, user: str, worker: int, seconds: float) -> None:
     print(chat.id, count, flush=True)
 
 
-def search(path: Path, user: str, seconds: float) -> None:
-    db = SessionDB(path)
+def search(path: str, user: str, seconds: float) -> None:
+    db = open_db(path)
     deadline = time.monotonic() + seconds
     queries = 0
     while time.monotonic() < deadline:
@@ -36,8 +43,8 @@ def search(path: Path, user: str, seconds: float) -> None:
     print(queries, flush=True)
 
 
-def write_until_killed(path: Path, user: str) -> None:
-    db = SessionDB(path)
+def write_until_killed(path: str, user: str) -> None:
+    db = open_db(path)
     chat = db.conversations.start_session(user, "cli", "crash")
     n = 0
     while True:
@@ -51,8 +58,8 @@ def write_until_killed(path: Path, user: str) -> None:
 if __name__ == "__main__":
     command, path, user, *rest = sys.argv[1:]
     if command == "write":
-        write(Path(path), user, int(rest[0]), float(rest[1]))
+        write(path, user, int(rest[0]), float(rest[1]))
     elif command == "search":
-        search(Path(path), user, float(rest[0]))
+        search(path, user, float(rest[0]))
     elif command == "crash":
-        write_until_killed(Path(path), user)
+        write_until_killed(path, user)
