@@ -10,6 +10,7 @@ import typer
 from gateway.cli import (
     backup_cmd,
     chat_cmd,
+    db_cmd,
     doctor_cmd,
     evidence_cmd,
     gateway_cmd,
@@ -77,6 +78,7 @@ app.add_typer(gateway_cmd.scheduler_app, name="scheduler")
 app.add_typer(users_cmd.users_app, name="users")
 app.add_typer(users_cmd.pairing_app, name="pairing")
 app.add_typer(backup_cmd.app, name="backup")
+app.add_typer(db_cmd.app, name="db")
 app.add_typer(reminders_cmd.app, name="reminders")
 app.add_typer(evidence_cmd.app, name="evidence")
 app.command("chat")(chat_cmd.chat)

@@ -4,6 +4,7 @@ open it, what an unreachable server or a wrong password looks like, the doctor."
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import quote
 
@@ -13,6 +14,7 @@ import yaml
 from gateway.config import ConfigError, database_url, parse_config
 from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
+from hermes.state.models import Media, Reminder
 from hermes.state.schema import SCHEMA_VERSION
 from hermes.state.search import SearchScope
 from tests.harness.cli import hermes
@@ -119,3 +121,120 @@ def test_a_backup_of_a_postgresql_home_restores_into_an_empty_database(
     finally:
         postgres.drop_schema(schema)
         postgres.drop_database(other)
+
+
+def populated_home(home: Path) -> str:
+    """A SQLite home with what a real one holds: people with linked accounts, sessions
+    in three languages, memory with its provenance and an undo, a reminder, a photo."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text("")
+    for entry in ("Prefers tea", "Lives in Lyon"):
+        assert hermes("memory", "add", entry, home=home).returncode == 0
+    assert hermes("memory", "undo", home=home).returncode == 0
+    db = SessionDB.open(home)
+    try:
+        owner = db.people.users()[0].user.id
+        ana = db.people.user_for_identity("telegram", "42", "Ana")
+        db.people.ensure_identity("slack", "U42", ana)
+        for user, platform, words in (
+            (owner, "cli", "the boat is called Ondine"),
+            (ana, "telegram", "지난주에 부산에서 돼지국밥을 먹었어요"),
+            (ana, "slack", "Nous partons à Zürich en décembre"),
+        ):
+            chat = db.conversations.start_session(user, platform, f"{platform}:dm")
+            db.conversations.add_messages(
+                chat.id, [NewMessage("user", words), NewMessage("assistant", "noted")]
+            )
+        db.conversations.add_media(
+            [
+                Media(
+                    session_id=chat.id,
+                    user_id=ana,
+                    sha256="ab" * 32,
+                    kind="photo",
+                    mime="image/jpeg",
+                    bytes=10,
+                    path="media/x.jpg",
+                )
+            ]
+        )
+        due = datetime.now(UTC) + timedelta(days=1)
+        reminder = Reminder(
+            id="r_0000000000000001",
+            user_id=ana,
+            owner_id=ana,
+            platform="telegram",
+            chat_id="42",
+            chat_type="dm",
+            session_key="telegram:dm:42",
+            text="water the plants",
+            timezone="Europe/Paris",
+            due_at=due,
+        )
+        assert db.reminders.add(10, reminder) is not None
+        return ana
+    finally:
+        db.close()
+
+
+READS = (
+    ("sessions", "list", "--json"),
+    ("users", "list", "--json"),
+    ("memory", "show", "--json"),
+    ("memory", "status", "--all", "--json"),
+    ("memory", "why", "tea", "--json"),
+    ("reminders", "list", "--all", "--json"),
+    ("sessions", "search", "Ondine", "--json"),
+    ("sessions", "search", "돼지국밥", "--user", "telegram:42", "--json"),
+    ("sessions", "search", "zurich", "--user", "telegram:42", "--json"),
+)
+
+
+def test_db_migrate_moves_a_home_and_every_read_command_says_the_same(
+    tmp_path: Path, postgres: ScratchServer
+) -> None:
+    home = tmp_path / "home"
+    populated_home(home)
+    before = {args: hermes(*args, home=home) for args in READS}
+    for args, done in before.items():
+        assert done.returncode == 0, (args, done.stderr)
+    for search in READS[-3:]:  # each language is found, before as after
+        assert json.loads(before[search].stdout), search
+    name, url = postgres.schema()
+    try:
+        plan = hermes("db", "migrate", "--to", url, "--dry-run", "--json", home=home)
+        assert plan.returncode == 0, plan.stderr
+        tables = json.loads(plan.stdout)["tables"]
+        assert tables["messages"] == 6 and tables["memory_versions"] >= 2
+        with InstanceLockHeld(home):  # a gateway running on the home: refused
+            refused = hermes("db", "migrate", "--to", url, home=home)
+        assert refused.returncode != 0 and "gateway is already running" in refused.stderr
+        done = hermes("db", "migrate", "--to", url, "--json", home=home)
+        assert done.returncode == 0, done.stderr + done.stdout
+        report = json.loads(done.stdout)
+        assert report["ok"] and all(t["source_rows"] == t["target_rows"] for t in report["tables"])
+        write_config(home, {"url": url})  # what the command says to do
+        (home / "state.db").rename(home / "state.db.migrated")  # not read any more
+        for args, was in before.items():
+            now = hermes(*args, home=home)
+            assert now.returncode == 0, (args, now.stderr)
+            assert now.stdout == was.stdout, args
+        other = tmp_path / "other"
+        populated_home(other)
+        again = hermes("db", "migrate", "--to", url, home=other)
+        assert again.returncode != 0 and "already holds tables" in again.stderr
+    finally:
+        postgres.drop_schema(name)
+
+
+class InstanceLockHeld:
+    def __init__(self, home: Path) -> None:
+        from gateway.instance import InstanceLock
+
+        self.lock = InstanceLock(home)
+
+    def __enter__(self) -> None:
+        self.lock.acquire()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.lock.release()

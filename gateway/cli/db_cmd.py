@@ -1,0 +1,158 @@
+"""`hermes db migrate --to postgresql://…`: move this home's state.db to PostgreSQL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.markup import escape
+
+from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
+from gateway.cli.output import AsJson, new_table, note, print_json, print_table, progress_bar
+
+if TYPE_CHECKING:
+    from gateway.config import DatabaseConfig
+    from hermes.state.copy import TableCheck
+
+app = typer.Typer(
+    help="Where state.db lives: move it to a PostgreSQL server.", no_args_is_help=True
+)
+
+
+@app.command()
+def migrate(
+    to: Annotated[
+        str,
+        typer.Option(
+            "--to",
+            help="The empty PostgreSQL database: postgresql://USER@HOST:5432/DATABASE",
+        ),
+    ],
+    password_env: Annotated[
+        str | None,
+        typer.Option("--password-env", help="The environment variable that holds its password."),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what would move; change nothing.")
+    ] = False,
+    as_json: AsJson = False,
+) -> None:
+    """Copy state.db into an empty PostgreSQL database, verify every table (rows and
+    checksums), and print the config change that switches this home to it."""
+    from pydantic import ValidationError
+
+    from gateway.config import ConfigError, DatabaseConfig, HermesConfig, database_url
+    from gateway.instance import AlreadyRunningError, InstanceLock
+    from hermes.state.db import STATE_DB_FILENAME
+    from hermes.state.engine import StateDBError, redact
+
+    ctx = CliContext.load(reading=True)
+    if ctx.config.database.url is not None:
+        fail(f"this home already uses {redact(ctx.config.database.url)}", EXIT_USAGE)
+    path = ctx.home / STATE_DB_FILENAME
+    if not path.exists():
+        fail(f"{path} does not exist: nothing to migrate", EXIT_USAGE)
+    try:
+        section = DatabaseConfig(url=to, password_env=password_env)
+        url = database_url(HermesConfig(database=section))
+    except (ValidationError, ConfigError) as exc:
+        reason = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        fail(f"--to: {reason}", EXIT_USAGE)
+    assert url is not None
+    lock = InstanceLock(ctx.home)
+    try:
+        lock.acquire()  # nobody may write state.db while it is copied
+    except AlreadyRunningError as exc:
+        fail(f"{exc} (the copy must be of a state.db nobody writes)", EXIT_REFUSED)
+    try:
+        checks = _copy(path, url, dry_run, as_json)
+    except StateDBError as exc:
+        fail(str(exc), EXIT_REFUSED)
+    finally:
+        lock.release()
+    if checks is not None:
+        _report(checks, redact(to), section, as_json)
+
+
+def _copy(path: Path, url: str, dry_run: bool, as_json: bool) -> list[TableCheck] | None:
+    """Copy, index and verify (None: a dry run, reported here)."""
+    from hermes.state import copy, postgres
+    from hermes.state.db import SessionDB
+    from hermes.state.engine import redact
+
+    source = SessionDB(path)
+    try:
+        counts = copy.row_counts(source.engine)
+        if dry_run:
+            _report_plan(counts, as_json)
+            return None
+        if not postgres.is_empty(url):
+            fail(
+                f"{redact(url)} already holds tables: migrate into an empty database "
+                "(nothing was changed)",
+                EXIT_REFUSED,
+            )
+        target = SessionDB(path, url=url)
+        try:
+            with progress_bar("copying") as advance:
+                total, done = sum(counts.values()), [0]
+
+                def moved(_table: str, rows: int, of: int) -> None:
+                    advance(done[0] + rows, total)
+                    if rows == of:
+                        done[0] += rows
+
+                copy.copy_all(source.engine, target.engine, moved)
+                postgres.index_backlog(target.engine)
+            return copy.verify(source.engine, target.engine)
+        finally:
+            target.close()
+    finally:
+        source.close()
+
+
+def _report_plan(counts: dict[str, int], as_json: bool) -> None:
+    if as_json:
+        print_json({"dry_run": True, "tables": counts})
+        return
+    table = new_table("table", "rows", title="would move")
+    for name, rows in counts.items():
+        table.add_row(name, f"{rows:,}")
+    print_table(table)
+    note(_STAYS)
+
+
+_STAYS = (
+    "stay in HERMES_HOME on this machine: the memory files (memories/), media/ and a "
+    "memory provider's own files (not moved to PostgreSQL yet)"
+)
+
+
+def _report(rows: list[TableCheck], where: str, section: DatabaseConfig, as_json: bool) -> None:
+    bad = [c for c in rows if not c.ok]
+    if as_json:
+        print_json({"ok": not bad, "tables": rows, "database": where})
+    else:
+        table = new_table("table", "rows", "checksum", title=f"copied to {escape(where)}")
+        for check in rows:
+            mark = "[green]same[/green]" if check.ok else "[red]DIFFERS[/red]"
+            table.add_row(check.table, f"{check.source_rows:,} -> {check.target_rows:,}", mark)
+        print_table(table)
+    if bad:
+        fail(
+            f"{len(bad)} table(s) differ after the copy ({bad[0].table}): keep using state.db; "
+            "empty the database and try again",
+            EXIT_REFUSED,
+        )
+    if not as_json:
+        lines = [f"  url: {section.url}"]
+        if section.password_env:
+            lines.append(f"  password_env: {section.password_env}")
+        note(
+            "[green]✓[/green] every table verified. To switch, add to config.yaml and "
+            "restart the gateway:\n\ndatabase:\n" + "\n".join(lines) + f"\n\n{_STAYS}"
+        )
+
+
+__all__ = ["app"]

@@ -1,0 +1,178 @@
+"""Copying a whole SQLite state.db into an empty PostgreSQL database (`hermes db
+migrate`), and proving the copy: per table, the row count and a checksum of every row
+in key order, computed the same way on both sides.
+
+Every table of state.db is copied as it is (the ids too, so provenance, replies and
+vectors keep pointing at the same rows), in foreign-key order, in batches; the search
+terms are then built for every message (PostgreSQL's word and CJK index) and each
+table's id sequence is moved past the highest id copied. SQLite's own tables and its
+FTS5 indexes are not data: they are left out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Boolean, Connection, Engine, MetaData, Table, inspect, text
+
+BATCH = 2000
+# state.db's own indexes and SQLite's bookkeeping: rebuilt or meaningless elsewhere
+_NOT_DATA = ("sqlite_", "messages_fts", "messages_cjk")
+# what PostgreSQL keeps for itself (built during the copy, or by the schema)
+_TARGET_ONLY = frozenset({"hermes_schema", "change_stamps", "message_terms", "search_backlog"})
+
+Progress = Callable[[str, int, int], None]  # (table, rows done, rows in the table)
+
+
+@dataclass(frozen=True, slots=True)
+class TableCheck:
+    table: str
+    source_rows: int
+    target_rows: int
+    source_sum: str
+    target_sum: str
+
+    @property
+    def ok(self) -> bool:
+        return (self.source_rows, self.source_sum) == (self.target_rows, self.target_sum)
+
+
+def data_tables(engine: Engine) -> list[str]:
+    """The tables of `engine` that hold Hermes's data, parents before children."""
+    metadata = MetaData()
+    metadata.reflect(engine)
+    return [
+        t.name
+        for t in metadata.sorted_tables
+        if not t.name.startswith(_NOT_DATA)
+        and "_fts_" not in t.name
+        and "_cjk_" not in t.name
+        and t.name not in _TARGET_ONLY
+    ]
+
+
+def row_counts(engine: Engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        return {
+            name: int(conn.execute(text(f'SELECT count(*) FROM "{name}"')).scalar_one())
+            for name in data_tables(engine)
+        }
+
+
+def copy_all(source: Engine, target: Engine, progress: Progress | None = None) -> None:
+    """Copy every data table of `source` into `target` (whose schema exists, empty)."""
+    names = data_tables(source)
+    found = MetaData()
+    found.reflect(target)
+    missing = [name for name in names if name not in found.tables]
+    for name in missing:  # a library's table (the job store): made like the source's
+        Table(name, MetaData(), autoload_with=source).to_metadata(found).create(target)
+    # the vector model last: while it is missing, the messages' trigger queues none of
+    # them for embedding (the queue is copied as it was)
+    names.sort(key=lambda name: name == "vector_model")
+    with source.connect() as reader, target.connect() as writer:
+        for name in names:
+            _copy_table(reader, writer, found.tables[name], progress)
+        _after_copy(writer, found)
+        writer.commit()
+
+
+def _copy_table(
+    reader: Connection, writer: Connection, table: Table, progress: Progress | None
+) -> None:
+    total = int(reader.execute(text(f'SELECT count(*) FROM "{table.name}"')).scalar_one())
+    flags = {c.name for c in table.columns if isinstance(c.type, Boolean)}
+    done = 0
+    if progress:
+        progress(table.name, 0, total)
+    for rows in _batches(reader, table.name, [c.name for c in table.columns]):
+        for row in rows:
+            for name in flags:
+                if row[name] is not None:
+                    row[name] = bool(row[name])
+        writer.execute(table.insert(), rows)
+        done += len(rows)
+        if progress:
+            progress(table.name, done, total)
+
+
+def _batches(conn: Connection, table: str, columns: list[str]) -> Iterator[list[dict[str, Any]]]:
+    listed = ", ".join(f'"{c}"' for c in columns)
+    result = conn.execute(text(f'SELECT {listed} FROM "{table}" ORDER BY {_order(conn, table)}'))
+    while rows := result.fetchmany(BATCH):
+        yield [dict(zip(columns, row, strict=True)) for row in rows]
+
+
+def _after_copy(writer: Connection, found: MetaData) -> None:
+    """Each id sequence past the highest id copied (the messages' trigger has put each
+    indexed message on the search backlog; `index_backlog` builds their terms)."""
+    for table in found.sorted_tables:
+        for column in table.primary_key.columns:
+            sequence = writer.execute(
+                text("SELECT pg_get_serial_sequence(:t, :c)"), {"t": table.name, "c": column.name}
+            ).scalar_one()
+            if sequence is not None:
+                highest = f'SELECT coalesce(max("{column.name}"), 0) FROM "{table.name}"'
+                top = int(writer.execute(text(highest)).scalar_one())
+                if top:
+                    writer.execute(text("SELECT setval(:s, :v)"), {"s": sequence, "v": top})
+
+
+def verify(source: Engine, target: Engine) -> list[TableCheck]:
+    """Each data table's rows and checksum on both sides (the source's tables)."""
+    checks = []
+    with source.connect() as left, target.connect() as right:
+        for name in data_tables(source):
+            found = inspect(source).get_columns(name)
+            columns = [c["name"] for c in found]
+            times = {c["name"] for c in found if _is_time(c["type"])}
+            count_a, sum_a = _summary(left, name, columns, times)
+            count_b, sum_b = _summary(right, name, columns, times)
+            checks.append(TableCheck(name, count_a, count_b, sum_a, sum_b))
+    return checks
+
+
+def _is_time(kind: Any) -> bool:
+    return "TIME" in str(kind).upper()
+
+
+def _summary(conn: Connection, table: str, columns: list[str], times: set[str]) -> tuple[int, str]:
+    digest, count = hashlib.sha256(), 0
+    for rows in _batches(conn, table, columns):
+        for row in rows:
+            values = [_canonical(row[c], c in times) for c in columns]
+            digest.update(repr(values).encode())
+            count += 1
+    return count, digest.hexdigest()
+
+
+def _order(conn: Connection, table: str) -> str:
+    keys = inspect(conn).get_pk_constraint(table).get("constrained_columns") or []
+    if not keys:  # no key: every column, so both sides list the rows alike
+        keys = [c["name"] for c in inspect(conn).get_columns(table)]
+    return ", ".join(f'"{k}"' for k in keys)
+
+
+def _canonical(value: Any, time: bool = False) -> Any:
+    """A value as both engines give it back: times as UTC text (SQLite keeps them as
+    text), flags as 0/1, floats rounded to what both keep, bytes as hex."""
+    if time and isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if isinstance(value, datetime):
+        moment = value.astimezone(UTC) if value.tzinfo else value
+        return moment.strftime("%Y-%m-%d %H:%M:%S.%f")
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, float):
+        return value if math.isnan(value) else round(value, 6)
+    if isinstance(value, (bytes, memoryview)):
+        return bytes(value).hex()
+    return value
+
+
+__all__ = ["TableCheck", "copy_all", "data_tables", "row_counts", "verify"]
