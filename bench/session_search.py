@@ -2,12 +2,17 @@
 
     .venv/bin/python bench/session_search.py [--messages 1000000] [--sessions 10000]
         [--users 100] [--queries 2000] [--db PATH] [--json] [--hybrid 384]
+        [--postgres postgresql://USER@HOST/EMPTY_DB]
 
 Synthetic text: English with a Zipf-distributed vocabulary (common words plus a long
 tail of rarer ones), 10 % Korean and 5 % Chinese messages. Reports insert throughput
 (with both FTS indexes maintained by triggers), database size, and p50/p95/p99 of
 SessionDB.search (the ranked message search the session_search tool runs first) for
 2-4-word queries of random users. With --db and an existing file, the build is skipped.
+
+--postgres URL (an empty database) builds the same messages there too, indexes them
+(the search terms PostgreSQL keeps: reported as index build throughput) and runs the
+same queries, so both backends are measured in one run on one machine.
 
 --hybrid DIM also gives every message a vector through the real store path
 (VectorDB.activate queues them, VectorDB.store saves them; random unit vectors stand in
@@ -134,9 +139,15 @@ class TextGen:
 
 
 def build(
-    path: Path, messages: int, sessions: int, users: int, rng: random.Random
+    path: Path,
+    messages: int,
+    sessions: int,
+    users: int,
+    rng: random.Random,
+    *,
+    url: str | None = None,
 ) -> dict[str, Any]:
-    db = SessionDB(path)
+    db = SessionDB(path, url=url)
     gen = TextGen(rng)
     user_ids = [db.people.ensure_user(new_user_id()).id for _ in range(users)]
     start = utcnow() - timedelta(days=365)
@@ -172,15 +183,26 @@ def build(
     if batch:
         db.upkeep.bulk_insert_messages(batch)
     seconds = time.perf_counter() - began
-    db.close()
-    return {
+    report = {
         "insert_seconds": round(seconds, 1),
         "insert_rows_per_second": round(messages / seconds),
     }
+    if url is not None:  # the search terms, built from the backlog the inserts filled
+        from hermes.state import postgres
+
+        began = time.perf_counter()
+        indexed = postgres.index_backlog(db.engine)
+        seconds = time.perf_counter() - began
+        report |= {
+            "index_seconds": round(seconds, 1),
+            "indexed_per_second": round(indexed / seconds),
+        }
+    db.close()
+    return report
 
 
-def measure(path: Path, queries: int, rng: random.Random) -> dict[str, Any]:
-    db = SessionDB(path)
+def measure(path: Path, queries: int, rng: random.Random, url: str | None = None) -> dict[str, Any]:
+    db = SessionDB(path, url=url)
     gen = TextGen(random.Random(11))
     with db.engine.connect() as conn:
         users = [row[0] for row in conn.exec_driver_sql("SELECT id FROM users")]
@@ -199,11 +221,18 @@ def measure(path: Path, queries: int, rng: random.Random) -> dict[str, Any]:
         timings.append((time.perf_counter() - started) * 1000)
         hits += bool(found)
     messages = db.conversations.count_messages()
+    if url is None:
+        size = path.stat().st_size
+    else:
+        with db.engine.connect() as conn:
+            size = int(
+                conn.exec_driver_sql("SELECT pg_database_size(current_database())").scalar_one()
+            )
     db.close()
     cuts = statistics.quantiles(timings, n=100, method="inclusive")
     return {
         "messages": messages,
-        "db_size_mb": round(path.stat().st_size / 2**20, 1),
+        "db_size_mb": round(size / 2**20, 1),
         "queries": queries,
         "queries_with_hits": hits,
         "p50_ms": round(cuts[49], 2),
@@ -281,6 +310,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--hybrid", type=int, metavar="DIM", help="also time hybrid search")
     parser.add_argument("--active-users", type=int, default=10)
+    parser.add_argument("--postgres", metavar="URL", help="also measure PostgreSQL (empty db)")
     args = parser.parse_args()
     rng = random.Random(7)
     with tempfile.TemporaryDirectory() as tmp:
@@ -292,6 +322,11 @@ def main() -> None:
         if args.hybrid:
             report |= embed(path, args.hybrid)
             report |= measure_hybrid(path, args.queries, args.hybrid, args.active_users, rng)
+        if args.postgres:
+            same = random.Random(7)  # the same messages, users and queries
+            built = build(path, args.messages, args.sessions, args.users, same, url=args.postgres)
+            found = measure(path, args.queries, same, args.postgres)
+            report |= {f"postgresql_{key}": value for key, value in (built | found).items()}
     if args.json:
         print(json.dumps(report))
         return

@@ -237,6 +237,11 @@ def database_url(config: HermesConfig, env: Mapping[str, str] | None = None) -> 
     return f"{scheme}://{user}:{quote(password, safe='')}@{host}"
 
 
+def child_environment() -> dict[str, str]:
+    """The environment a helper program (pg_dump, pg_restore) runs in: this process's."""
+    return dict(os.environ)
+
+
 def open_state(home: Path, config: HermesConfig, env: Mapping[str, str] | None = None) -> SessionDB:
     """state.db as config.yaml says: the file in `home`, or the PostgreSQL database."""
     from hermes.state.db import SessionDB

@@ -35,6 +35,7 @@ from importlib import metadata
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from gateway.config import ConfigError, child_environment, load_config, update_config
 from hermes.identity import ensure_private_dir
 from hermes.state import postgres
 from hermes.state.db import STATE_DB_FILENAME, SessionDB
@@ -167,7 +168,7 @@ def _snapshot_state(home: Path, scratch: Path, database: str | None) -> list[tup
     if database is not None:
         dumped = scratch / DUMP_NAME
         try:
-            postgres.dump(database, dumped)
+            postgres.dump(database, dumped, child_environment())
         except StateDBError as exc:
             raise BackupError(f"cannot back up the database: {exc}") from None
         return [(DUMP_NAME, dumped)]
@@ -396,8 +397,6 @@ def _check_database_target(manifest: dict[str, Any], database: str | None) -> No
 def _keep_database_config(home: Path, staging: Path) -> None:
     """The restored config.yaml keeps this home's `database:` (the archive's names the
     database it was taken from, which may be another server's)."""
-    from gateway.config import ConfigError, load_config, update_config  # noqa: PLC0415
-
     if not (staging / CONFIG_NAME).exists():
         return
     try:
@@ -409,7 +408,7 @@ def _keep_database_config(home: Path, staging: Path) -> None:
 
 def _load_database(database: str, dump: Path) -> None:
     try:
-        postgres.load(database, dump)
+        postgres.load(database, dump, child_environment())
         SessionDB(dump.with_name(STATE_DB_FILENAME), url=database).close()  # opens, migrates
     except StateDBError as exc:
         raise BackupError(

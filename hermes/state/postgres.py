@@ -17,10 +17,9 @@ reads and hot paths here when the engine is PostgreSQL.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -307,7 +306,7 @@ def index_backlog(engine: Engine) -> int:
     their word and CJK terms, computed here in Python exactly as for SQLite. Rows that
     another process is indexing right now are left to it. Returns how many."""
     from hermes.state import cjk  # noqa: PLC0415
-    from hermes.state.search import fold, scope_token  # noqa: PLC0415
+    from hermes.state.search import scope_token, word_document  # noqa: PLC0415
 
     done = 0
     committed = engine.execution_options(isolation_level="READ COMMITTED")
@@ -317,7 +316,7 @@ def index_backlog(engine: Engine) -> int:
             terms = []
             for message_id, user_id, content in rows:
                 scope = scope_token(user_id)
-                words = f"{scope} {fold(content)}"
+                words = word_document(content, scope)
                 terms.append((message_id, scope, words, cjk.index_terms(content, scope).split()))
             if terms:
                 conn.exec_driver_sql(_PUT_TERMS, terms)
@@ -351,7 +350,7 @@ def check(engine: Engine) -> str:
 # -- whole-database copies (hermes backup): the PostgreSQL client tools ----------------
 
 
-def dump(url: str, target: Path) -> None:
+def dump(url: str, target: Path, environ: Mapping[str, str]) -> None:
     """A consistent snapshot of Hermes's schema (the first of the connection's search
     path) in pg_dump's custom format: one transaction of the server, safe while gateways
     write."""
@@ -369,6 +368,7 @@ def dump(url: str, target: Path) -> None:
         f"--schema={schema}",
         f"--file={target}",
         url=url,
+        environ=environ,
     )
 
 
@@ -386,7 +386,7 @@ def is_empty(url: str) -> bool:
         engine.dispose()
 
 
-def load(url: str, source: Path) -> None:
+def load(url: str, source: Path, environ: Mapping[str, str]) -> None:
     """Restore a `dump` into an empty database, all or nothing (one transaction)."""
     _client(
         "pg_restore",
@@ -396,14 +396,15 @@ def load(url: str, source: Path) -> None:
         "--exit-on-error",
         str(source),
         url=url,
+        environ=environ,
     )
 
 
-def _client(tool: str, *args: str, url: str) -> None:
-    """Run a PostgreSQL client tool against `url`; its password goes in the environment
-    (never on a command line other users can read)."""
+def _client(tool: str, *args: str, url: str, environ: Mapping[str, str]) -> None:
+    """Run a PostgreSQL client tool against `url` in the process environment `environ`;
+    the password goes in its environment (never on a command line others can read)."""
     parts = urlsplit(url)
-    env = dict(os.environ)
+    env = dict(environ)
     if parts.password is not None:
         env["PGPASSWORD"] = unquote(parts.password)
         host = parts.netloc.rpartition("@")[2]

@@ -139,18 +139,26 @@ def fold(text_: str) -> str:
 
 
 _STEMMABLE = re.compile(r"[a-z]{4,}")
+_LATIN_WORDS = re.compile(r"[a-z]+")
 
 
 def _stem(word: str) -> str | None:
-    """The Porter stem of an English-looking word (SQLite's index stems its words with
-    Porter; the PostgreSQL index keeps them whole, so a query looks the stem up as a
-    prefix: "paint" finds "painted"); None for anything else."""
+    """The Porter stem of an English-looking word, as SQLite's index stems its words;
+    None for anything else (short words, digits, other scripts are kept whole)."""
     if not _STEMMABLE.fullmatch(word):
         return None
     import snowballstemmer  # noqa: PLC0415 - only a PostgreSQL search needs it
 
-    stem = str(snowballstemmer.stemmer("porter").stemWord(word))
-    return stem if len(stem) >= 3 else None
+    return str(snowballstemmer.stemmer("porter").stemWord(word))
+
+
+def word_document(content: str, scope: str) -> str:
+    """What PostgreSQL's word index is built from for one message: its scope term, the
+    folded text (whole words, positions kept for phrases), then the Porter stem of each
+    English-looking word, so that "paint" finds "painted" as it does on SQLite."""
+    folded = fold(content)
+    stems = {stem for w in _LATIN_WORDS.findall(folded) if (stem := _stem(w)) and stem != w}
+    return " ".join([scope, folded, *sorted(stems)])
 
 
 def scope_token(user_id: str) -> str:
@@ -266,13 +274,14 @@ def _index_hits(
     weights: dict[int, float] = {}
     idf_of: dict[str, float] = {}
     postings: dict[str, list[int]] = {}
+    server = _pg_postings(conn, table, token, lookups) if conn.dialect.name == "postgresql" else {}
     for word in lookups:
         if table == "messages_cjk":  # its terms carry the scope (hermes/state/cjk.py)
             query = {"q": quote(token + word)}
         else:
             query = {"q": f"scope : {token} AND {quote(word)}"}
         if conn.dialect.name == "postgresql":
-            postings[word] = _pg_postings(conn, table, token, word)
+            postings[word] = server.get(word, [])
         else:
             rows = conn.execute(text(_POSTINGS.format(table=table)), query)
             postings[word] = [row[0] for row in rows]
@@ -417,23 +426,48 @@ def _count(conn: Connection, table: str, query: str) -> int:
     return int(conn.execute(text(sql), {"q": query}).scalar_one())
 
 
-def _pg_postings(conn: Connection, table: str, token: str, word: str) -> list[int]:
-    """PostgreSQL's counterpart of an FTS5 lookup (hermes/state/postgres.py keeps the
-    terms): the user's messages holding `word`, found inside the GIN index through the
-    user's scope term, as on SQLite."""
+def _pg_postings(
+    conn: Connection, table: str, token: str, words: tuple[str, ...]
+) -> dict[str, list[int]]:
+    """PostgreSQL's counterpart of the FTS5 lookups, all of a query's terms in one round
+    trip (hermes/state/postgres.py keeps the terms): for each, the user's messages that
+    hold it, found inside the GIN index through the user's scope term, as on SQLite. A
+    word of one token is looked up by its stem when it has one (the index holds the
+    stems), several tokens as a phrase."""
+    if not words:
+        return {}
     if table == "messages_cjk":
-        sql = "SELECT message_id FROM message_terms WHERE cjk @> ARRAY[CAST(:t AS text)]"
-        return [row[0] for row in conn.execute(text(sql), {"t": token + word})]
+        terms = [token + word for word in words]
+        sql = (
+            "SELECT q.i, t.message_id FROM unnest(CAST(:terms AS text[])) "
+            "WITH ORDINALITY AS q(term, i) CROSS JOIN LATERAL (SELECT message_id FROM "
+            "message_terms WHERE cjk @> ARRAY[q.term]) t"
+        )
+        params: dict[str, Any] = {"terms": terms}
+    else:
+        terms = [_lookup(word) for word in words]
+        phrase = [" " in term or not _SIMPLE_TERM.fullmatch(term) for term in terms]
+        sql = (
+            "SELECT q.i, t.message_id FROM unnest(CAST(:terms AS text[]), "
+            "CAST(:phrase AS boolean[])) WITH ORDINALITY AS q(term, phrase, i) "
+            "CROSS JOIN LATERAL (SELECT message_id FROM message_terms WHERE words @@ "
+            "(to_tsquery('simple', :s) && CASE WHEN q.phrase "
+            "THEN phraseto_tsquery('simple', q.term) "
+            "ELSE to_tsquery('simple', q.term) END)) t"
+        )
+        params = {"terms": terms, "phrase": phrase, "s": token}
+    found: dict[str, list[int]] = {word: [] for word in words}
+    for index, message_id in conn.execute(text(sql), params):
+        found[words[index - 1]].append(int(message_id))
+    return found
+
+
+_SIMPLE_TERM = re.compile(r"[^\W_]+")  # one word the tsquery syntax takes as it is
+
+
+def _lookup(word: str) -> str:
     folded = fold(word)
-    stem = _stem(folded)
-    match = "phraseto_tsquery('simple', :w)"
-    if stem is not None:
-        match = f"({match} || to_tsquery('simple', :prefix))"
-    sql = (
-        f"SELECT message_id FROM message_terms WHERE words @@ (to_tsquery('simple', :s) && {match})"
-    )
-    params = {"s": token, "w": folded, "prefix": f"{stem}:*"}
-    return [row[0] for row in conn.execute(text(sql), params)]
+    return _stem(folded) or folded
 
 
 def _as_datetime(value: Any) -> datetime:
