@@ -53,9 +53,11 @@ def ingest(db: SessionDB, data: dict[str, Any]) -> tuple[dict[str, str], dict[in
     return users, eval_id
 
 
-def evaluate(data: dict[str, Any], embeddings: tuple[str, str] | None = None) -> dict[str, Any]:
+def evaluate(
+    data: dict[str, Any], embeddings: tuple[str, str] | None = None, postgres: str | None = None
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        db = SessionDB.open(Path(tmp))
+        db = SessionDB.open(Path(tmp), postgres)
         users, eval_id = ingest(db, data)
         hybrid = Hybrid(db, *embeddings) if embeddings else None
         if hybrid is not None:
@@ -101,9 +103,11 @@ def main() -> None:
     parser.add_argument("--misses", action="store_true", help="List questions missed at 5.")
     parser.add_argument("--embeddings", help="an OpenAI-compatible /v1 URL: ask hybrid")
     parser.add_argument("--model", default="all-MiniLM-L6-v2")
+    parser.add_argument("--postgres", metavar="URL", help="state.db on PostgreSQL (empty db)")
     args = parser.parse_args()
     embeddings = (args.embeddings, args.model) if args.embeddings else None
-    result = evaluate(json.loads(args.data.read_text(encoding="utf-8")), embeddings)
+    data = json.loads(args.data.read_text(encoding="utf-8"))
+    result = evaluate(data, embeddings, args.postgres)
     if args.json:
         print(json.dumps(result["by"], indent=2))
         return

@@ -106,13 +106,15 @@ def evaluate(
     return scores
 
 
-def run(data: Path, embeddings: tuple[str, str] | None = None) -> dict[str, Any]:
+def run(
+    data: Path, embeddings: tuple[str, str] | None = None, postgres: str | None = None
+) -> dict[str, Any]:
     samples = json.loads(data.read_text(encoding="utf-8"))
     totals: dict[str, list[float]] = defaultdict(list)
     by_category: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     extra: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        db = SessionDB(Path(tmp) / "state.db")
+        db = SessionDB(Path(tmp) / "state.db", url=postgres)
         stored = [(ingest(db, sample), sample) for sample in samples]
         hybrid = Hybrid(db, *embeddings) if embeddings else None
         if hybrid is not None:
@@ -151,8 +153,10 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--embeddings", help="an OpenAI-compatible /v1 URL: also run hybrid")
     parser.add_argument("--model", default="all-MiniLM-L6-v2")
+    parser.add_argument("--postgres", metavar="URL", help="state.db on PostgreSQL (empty db)")
     args = parser.parse_args()
-    report = run(args.data, (args.embeddings, args.model) if args.embeddings else None)
+    embeddings = (args.embeddings, args.model) if args.embeddings else None
+    report = run(args.data, embeddings, args.postgres)
     if args.json:
         print(json.dumps(report))
         return

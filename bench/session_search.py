@@ -241,6 +241,22 @@ def measure(path: Path, queries: int, rng: random.Random, url: str | None = None
     }
 
 
+def measure_append(path: Path, url: str | None = None, count: int = 2000) -> dict[str, Any]:
+    """The turn's hot path: one message stored per call (with its session's counters and,
+    on PostgreSQL, its place on the search backlog), as a gateway stores them."""
+    from hermes.state.conversations import NewMessage
+
+    db = SessionDB(path, url=url)
+    user = db.people.ensure_user(new_user_id()).id
+    chat = db.conversations.start_session(user, "cli", "append-bench")
+    began = time.perf_counter()
+    for n in range(count):
+        db.conversations.add_messages(chat.id, [NewMessage("user", f"appended message {n}")])
+    seconds = time.perf_counter() - began
+    db.close()
+    return {"append_per_second": round(count / seconds)}
+
+
 def embed(path: Path, dim: int) -> dict[str, Any]:
     import numpy as np
 
@@ -319,6 +335,7 @@ def main() -> None:
         if not path.exists():
             report |= build(path, args.messages, args.sessions, args.users, rng)
         report |= measure(path, args.queries, rng)
+        report |= measure_append(path)
         if args.hybrid:
             report |= embed(path, args.hybrid)
             report |= measure_hybrid(path, args.queries, args.hybrid, args.active_users, rng)
@@ -326,6 +343,7 @@ def main() -> None:
             same = random.Random(7)  # the same messages, users and queries
             built = build(path, args.messages, args.sessions, args.users, same, url=args.postgres)
             found = measure(path, args.queries, same, args.postgres)
+            found |= measure_append(path, args.postgres)
             report |= {f"postgresql_{key}": value for key, value in (built | found).items()}
     if args.json:
         print(json.dumps(report))

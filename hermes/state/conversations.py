@@ -181,7 +181,8 @@ class ConversationDB:
                 raw.execute(_TOUCH, row)
             return ids
 
-        return eng.with_raw_retry(self.engine, work, self.patience)
+        # each statement settles beside others: a new key, or counters updated in place
+        return eng.with_raw_retry(self.engine, work, self.patience, begin="APPEND")
 
     def add_message(self, session_id: str, message: NewMessage) -> int | None:
         return self.add_messages(session_id, [message])[0]

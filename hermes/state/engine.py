@@ -240,18 +240,22 @@ def with_raw_retry(
     """`with_retry` for the hot path: `work` gets the pooled sqlite3 connection itself,
     inside BEGIN IMMEDIATE ... COMMIT, with no ORM session around it. With
     begin="DEFERRED", a read of one consistent snapshot (what every memory write asks
-    before it writes: a third of the cost of a SQLAlchemy connection)."""
+    before it writes: a third of the cost of a SQLAlchemy connection). With
+    begin="APPEND", a write each of whose statements is safe beside others (inserts that
+    settle on their keys, counters updated in place): on SQLite the same as IMMEDIATE, on
+    PostgreSQL READ COMMITTED, so concurrent appenders never retry each other."""
     if _postgres(engine):
         from hermes.state import postgres  # noqa: PLC0415
 
         return postgres.with_raw_retry(engine, work, patience, begin)
     backoff = Patience(patience)
+    mode = "IMMEDIATE" if begin == "APPEND" else begin
     while True:
         pooled = engine.raw_connection()
         conn = pooled.driver_connection
         assert isinstance(conn, sqlite3.Connection)
         try:
-            conn.execute(f"BEGIN {begin}")
+            conn.execute(f"BEGIN {mode}")
             try:
                 result = work(conn)
                 conn.execute("COMMIT")

@@ -219,8 +219,11 @@ def _pg(sql: str) -> str:
     return found
 
 
+_LEVELS = {"IMMEDIATE": "SERIALIZABLE", "DEFERRED": "REPEATABLE READ", "APPEND": "READ COMMITTED"}
+
+
 def with_raw_retry(engine: Engine, work: Callable[[Raw], T], patience: float, begin: str) -> T:
-    level = "SERIALIZABLE" if begin == "IMMEDIATE" else "REPEATABLE READ"
+    level = _LEVELS[begin]
     connectable = engine.execution_options(isolation_level=level)
     backoff = _patience(patience)
     while True:
