@@ -156,7 +156,7 @@ def build_app(
     if (speech := transcription_endpoint(config, env)) is not None:
         transcriber = LLMClient(speech)
         clients.append(transcriber)
-    media = MediaIntake(home, config.media, config.transcription, agent, transcriber)
+    media = MediaIntake(home, config.media, config.transcription, agent, transcriber, db=db)
     router = Router(agent, db, people, commands, policy or router_policy(config), media=media)  # 6
     return App(home, config, db, people, agent, commands, router, clients, embedder)
 

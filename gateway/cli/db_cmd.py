@@ -66,17 +66,20 @@ def migrate(
     except AlreadyRunningError as exc:
         fail(f"{exc} (the copy must be of a state.db nobody writes)", EXIT_REFUSED)
     try:
-        checks = _copy(path, url, dry_run, as_json)
+        copied = _copy(path, url, dry_run, as_json)
     except StateDBError as exc:
         fail(str(exc), EXIT_REFUSED)
     finally:
         lock.release()
-    if checks is not None:
-        _report(checks, redact(to), section, as_json)
+    if copied is not None:
+        _report(*copied, redact(to), section, as_json)
 
 
-def _copy(path: Path, url: str, dry_run: bool, as_json: bool) -> list[TableCheck] | None:
-    """Copy, index and verify (None: a dry run, reported here)."""
+def _copy(
+    path: Path, url: str, dry_run: bool, as_json: bool
+) -> tuple[list[TableCheck], list[str]] | None:
+    """Copy, index and verify: the checks and the media files that were already gone
+    (None: a dry run, reported here)."""
     from hermes.state import copy, postgres
     from hermes.state.db import SessionDB
     from hermes.state.engine import redact
@@ -105,7 +108,8 @@ def _copy(path: Path, url: str, dry_run: bool, as_json: bool) -> list[TableCheck
 
                 copy.copy_all(source.engine, target.engine, moved)
                 postgres.index_backlog(target.engine)
-            return copy.verify(source.engine, target.engine)
+                _, missing = copy.copy_media_files(path.parent, target.engine)
+            return copy.verify(source.engine, target.engine), missing
         finally:
             target.close()
     finally:
@@ -124,16 +128,29 @@ def _report_plan(counts: dict[str, int], as_json: bool) -> None:
 
 
 _STAYS = (
-    "stay in HERMES_HOME on this machine: the memory files (memories/), media/ and a "
-    "memory provider's own files (not moved to PostgreSQL yet)"
+    "stay in HERMES_HOME on this machine: the memory files (memories/) and a memory "
+    "provider's own files (not moved to PostgreSQL yet); the files people sent move "
+    "into the database (media/ may be removed once the gateway runs on it)"
 )
 
 
-def _report(rows: list[TableCheck], where: str, section: DatabaseConfig, as_json: bool) -> None:
+def _report(
+    rows: list[TableCheck],
+    missing: list[str],
+    where: str,
+    section: DatabaseConfig,
+    as_json: bool,
+) -> None:
     bad = [c for c in rows if not c.ok]
     if as_json:
-        print_json({"ok": not bad, "tables": rows, "database": where})
+        print_json({"ok": not bad, "tables": rows, "database": where, "media_missing": missing})
     else:
+        if missing:
+            note(
+                f"[yellow]{len(missing)} file(s) named by state.db were no longer in the "
+                f"home[/yellow] (e.g. {escape(missing[0])}): their rows moved, their bytes "
+                "were already gone"
+            )
         table = new_table("table", "rows", "checksum", title=f"copied to {escape(where)}")
         for check in rows:
             mark = "[green]same[/green]" if check.ok else "[red]DIFFERS[/red]"

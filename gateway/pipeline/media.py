@@ -99,9 +99,12 @@ class MediaIntake:
         transcription: TranscriptionConfig,
         agent: Agent,
         transcriber: LLMClient | None,
+        *,
+        db: SessionDB | None = None,
     ) -> None:
+        """`db`: where the files' bytes go when it is a database server (else media/)."""
         self.home, self.config, self.transcription = home, config, transcription
-        self.agent, self.transcriber = agent, transcriber
+        self.agent, self.transcriber, self.db = agent, transcriber, db
         self._decoding = asyncio.Semaphore(1)  # images being decoded at once
 
     async def prepare(self, adapter: PlatformAdapter, event: MessageEvent) -> Prepared:
@@ -255,12 +258,15 @@ class MediaIntake:
         return int(self.config.max_download_mb * 1e6)
 
     def _keep(self, data: bytes, kind: str, mime: str, name: str) -> Media:
-        """The file under media/, by content hash (0600); the row to record for it."""
+        """The file under media/, by content hash (0600), or its bytes in the database
+        when state.db is on a server; the row to record for it."""
         digest = hashlib.sha256(data).hexdigest()
         suffix = _suffix(mime, name)
         relative = f"{MEDIA_DIR}/{digest}{suffix}"
         target = self.home / relative
-        if not target.exists():
+        if self.db is not None and self.db.conversations.media_in_database:
+            self.db.conversations.put_media_bytes(relative, data)
+        elif not target.exists():
             target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".incoming-")
             try:
@@ -370,12 +376,15 @@ def _what(item: Attachment) -> str:
 
 
 def collect_garbage(home: Path, db: SessionDB) -> int:
-    """Delete media files no session refers to any more (their sessions were pruned)."""
+    """Delete media files no session refers to any more (their sessions were pruned),
+    and their bytes in the database when they are kept there."""
+    removed = 0
+    if db.conversations.media_in_database:
+        removed += db.conversations.drop_unreferenced_media_bytes()
     folder = home / MEDIA_DIR
     if not folder.is_dir():
-        return 0
+        return removed
     kept = db.conversations.media_paths()
-    removed = 0
     for path in folder.iterdir():
         if (
             path.is_file()

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, update
+from sqlalchemy import func, text, update
 from sqlmodel import Session, col, select
 
 from hermes.identity import validate_user_id
@@ -253,6 +253,40 @@ class ConversationDB:
         """Every media file some row still refers to (the rest may be deleted)."""
         with eng.reading(self.engine) as session:
             return set(session.exec(select(Media.path).distinct()))
+
+    # -- media bytes on a database server (any machine reads what arrived on another) ----
+
+    @property
+    def media_in_database(self) -> bool:
+        """Whether a file's bytes are kept here (PostgreSQL) rather than under media/."""
+        return self.engine.dialect.name == "postgresql"
+
+    def put_media_bytes(self, path: str, data: bytes) -> None:
+        """Keep `data` as the file `path` names (media/<sha256><ext>: the same bytes
+        always, so a second copy is never written)."""
+        sql = (
+            "INSERT INTO media_blobs(path, data, created_at) VALUES (:p, :d, :t) "
+            "ON CONFLICT (path) DO NOTHING"
+        )
+        params = {"p": path, "d": data, "t": eng.sql_time(utcnow())}
+        eng.with_retry(
+            self.engine, lambda s: s.connection().execute(text(sql), params), self.patience
+        )
+
+    def media_bytes(self, path: str) -> bytes | None:
+        with eng.reading(self.engine) as session:
+            sql = text("SELECT data FROM media_blobs WHERE path = :p")
+            row = session.connection().execute(sql, {"p": path}).first()
+        return bytes(row[0]) if row is not None else None
+
+    def drop_unreferenced_media_bytes(self) -> int:
+        """Delete the bytes no media row refers to any more (their sessions were pruned)."""
+        sql = text("DELETE FROM media_blobs WHERE path NOT IN (SELECT path FROM media)")
+        return int(
+            eng.with_retry(
+                self.engine, lambda s: s.connection().execute(sql).rowcount, self.patience
+            )
+        )
 
     def record_delivery(
         self,

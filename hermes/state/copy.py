@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Boolean, Connection, Engine, MetaData, Table, inspect, text
@@ -24,7 +25,9 @@ BATCH = 2000
 # state.db's own indexes and SQLite's bookkeeping: rebuilt or meaningless elsewhere
 _NOT_DATA = ("sqlite_", "messages_fts", "messages_cjk")
 # what PostgreSQL keeps for itself (built during the copy, or by the schema)
-_TARGET_ONLY = frozenset({"hermes_schema", "change_stamps", "message_terms", "search_backlog"})
+_TARGET_ONLY = frozenset(
+    {"hermes_schema", "change_stamps", "message_terms", "search_backlog", "media_blobs"}
+)
 
 Progress = Callable[[str, int, int], None]  # (table, rows done, rows in the table)
 
@@ -123,6 +126,30 @@ def _after_copy(writer: Connection, found: MetaData) -> None:
                     writer.execute(text("SELECT setval(:s, :v)"), {"s": sequence, "v": top})
 
 
+def copy_media_files(home: Path, target: Engine) -> tuple[int, list[str]]:
+    """The bytes of every file the media rows name, from the home's media/ into the
+    database; (files copied, files missing from the home)."""
+    with target.connect() as conn:
+        paths = [row[0] for row in conn.execute(text("SELECT DISTINCT path FROM media"))]
+        copied, missing = 0, []
+        for path in paths:
+            try:
+                data = (home / path).read_bytes()
+            except FileNotFoundError:
+                missing.append(path)
+                continue
+            conn.execute(
+                text(
+                    "INSERT INTO media_blobs(path, data, created_at) VALUES (:p, :d, now()) "
+                    "ON CONFLICT (path) DO NOTHING"
+                ),
+                {"p": path, "d": data},
+            )
+            copied += 1
+        conn.commit()
+    return copied, missing
+
+
 def verify(source: Engine, target: Engine) -> list[TableCheck]:
     """Each data table's rows and checksum on both sides (the source's tables)."""
     checks = []
@@ -175,4 +202,4 @@ def _canonical(value: Any, time: bool = False) -> Any:
     return value
 
 
-__all__ = ["TableCheck", "copy_all", "data_tables", "row_counts", "verify"]
+__all__ = ["TableCheck", "copy_all", "copy_media_files", "data_tables", "row_counts", "verify"]

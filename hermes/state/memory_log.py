@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import or_
+from sqlalchemy import or_, text
 from sqlmodel import Session, col, select
 
 from hermes.state import engine as eng
@@ -199,7 +199,7 @@ class MemoryLogDB:
         """Pending one-line notices for a user (e.g. 'memory was consolidated'), cleared."""
 
         with self.engine.connect() as conn:  # every turn asks: nothing pending, no write
-            pending = conn.exec_driver_sql(_ANY_NOTICE, (user_id,)).first()
+            pending = conn.execute(_ANY_NOTICE, {"u": user_id}).first()
         if pending is None:
             return []
 
@@ -248,8 +248,8 @@ class MemoryLogDB:
             if user_id is None:
                 row = conn.exec_driver_sql("SELECT COUNT(*) FROM memory_pending").first()
             else:
-                query = "SELECT COUNT(*) FROM memory_pending WHERE user_id = ?"
-                row = conn.exec_driver_sql(query, (user_id,)).first()
+                query = text("SELECT COUNT(*) FROM memory_pending WHERE user_id = :u")
+                row = conn.execute(query, {"u": user_id}).first()
         return int(row[0]) if row else 0
 
     def settle_pending(self, pending_id: int, retry_reason: str | None = None) -> None:
@@ -289,8 +289,8 @@ def _fields(record: Any) -> dict[str, Any]:
     return {name: getattr(record, name) for name in record.__dataclass_fields__}
 
 
-_ANY_NOTICE = (
-    "SELECT 1 FROM consolidation_state WHERE user_id = ? AND notice_pending IS NOT NULL LIMIT 1"
+_ANY_NOTICE = text(
+    "SELECT 1 FROM consolidation_state WHERE user_id = :u AND notice_pending IS NOT NULL LIMIT 1"
 )
 
 

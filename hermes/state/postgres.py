@@ -5,9 +5,13 @@ reads and hot paths here when the engine is PostgreSQL.
 - **Engine**: `psycopg` 3 through SQLAlchemy, a bounded pool (`database.pool_size`),
   connections checked before use, every session in UTC (times are stored as UTC wall
   time, as on SQLite).
-- **Writes** run SERIALIZABLE, the isolation SQLite's single writer gives: a write that
-  collides with another (serialization failure, deadlock) is retried from the start with
-  jittered backoff within the same patience as "database is locked" on SQLite.
+- **Writes** are serialized as SQLite's single writer serializes them: each write
+  transaction first takes one database-wide advisory lock (held to its end), so a
+  read-modify-write (a cap counted then an insert, a claim) never races another, on
+  this machine or any other; a turn's messages ("APPEND") take no lock, each of their
+  statements settling beside others. A collision the server still reports (a deadlock
+  or serialization failure) is retried from the start with jittered backoff within the
+  same patience as "database is locked" on SQLite.
 - **Schema**: the tables are built from the models (hermes/state/models.py: keys,
   foreign keys, checks and indexes), then what the models cannot say (the vector
   tables, the search columns and their indexes, the change stamp); the version is kept
@@ -45,6 +49,7 @@ T = TypeVar("T")
 
 RETRYABLE = frozenset({"40001", "40P01"})  # serialization failure, deadlock detected
 MIGRATION_LOCK = 0x6865726D  # "herm": the advisory lock of a schema change
+WRITE_LOCK = 0x68657277  # "herw": the one writer at a time (as SQLite's write lock)
 _PLACEHOLDER = re.compile(r"\?")
 
 # what the models cannot say: tables the repositories reach only with SQL of their own
@@ -130,6 +135,12 @@ EXTRA: tuple[str, ...] = (
                            OR OLD.role IS DISTINCT FROM NEW.role
                            OR OLD.user_id IS DISTINCT FROM NEW.user_id)
         EXECUTE FUNCTION hermes_search_stale()""",
+    # the bytes of the files people sent, by the path the media rows name
+    """CREATE TABLE media_blobs (
+        path TEXT PRIMARY KEY,
+        data BYTEA NOT NULL,
+        created_at TIMESTAMP NOT NULL
+    )""",
     """CREATE TABLE change_stamps (
         name TEXT PRIMARY KEY,
         value BIGINT NOT NULL
@@ -180,12 +191,14 @@ def _patience(patience: float) -> Patience:
 
 
 def with_retry(engine: Engine, work: Callable[[Session], T], patience: float) -> T:
-    """Run `work` in a SERIALIZABLE transaction, retried while it collides with others."""
-    writer = engine.execution_options(isolation_level="SERIALIZABLE")
+    """Run `work` in a transaction holding the write lock (one writer at a time, as on
+    SQLite), retried while the server reports a collision."""
+    writer = engine.execution_options(isolation_level="READ COMMITTED")
     backoff = _patience(patience)
     while True:
         try:
             with Session(writer, expire_on_commit=False) as session:
+                session.connection().exec_driver_sql(_TAKE_WRITE_LOCK)
                 result = work(session)
                 session.commit()
                 return result
@@ -219,7 +232,8 @@ def _pg(sql: str) -> str:
     return found
 
 
-_LEVELS = {"IMMEDIATE": "SERIALIZABLE", "DEFERRED": "REPEATABLE READ", "APPEND": "READ COMMITTED"}
+_LEVELS = {"IMMEDIATE": "READ COMMITTED", "DEFERRED": "REPEATABLE READ", "APPEND": "READ COMMITTED"}
+_TAKE_WRITE_LOCK = f"SELECT pg_advisory_xact_lock({WRITE_LOCK})"
 
 
 def with_raw_retry(engine: Engine, work: Callable[[Raw], T], patience: float, begin: str) -> T:
@@ -229,6 +243,8 @@ def with_raw_retry(engine: Engine, work: Callable[[Raw], T], patience: float, be
     while True:
         try:
             with connectable.connect() as conn, conn.begin():
+                if begin == "IMMEDIATE":
+                    conn.exec_driver_sql(_TAKE_WRITE_LOCK)
                 return work(Raw(conn))
         except (OperationalError, DBAPIError) as exc:
             backoff.wait(exc)

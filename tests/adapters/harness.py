@@ -39,6 +39,7 @@ def run_gateway(
     ready: Callable[[], None] | None = None,
     *,
     config: HermesConfig | None = None,
+    database_url: str | None = None,
 ) -> T:
     """The app from the composition root, with one adapter attached, then started.
     Without a `config`, replies arrive whole: what these tests read is the finished text
@@ -46,7 +47,7 @@ def run_gateway(
     tests/adapters/test_streaming.py passes a config of its own)."""
 
     async def go() -> T:
-        db = SessionDB.open(home)
+        db = SessionDB.open(home, database_url)
         whole = app_config(fake_llm, gateway={"streaming": False})
         app = build_app(home, config or whole, db)
         RUNNING.set(app)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from gateway.pipeline.media import collect_garbage
 from hermes.state.db import SessionDB
 from tests.adapters.drivers import Driver, TelegramDriver, driver_for, platforms_with
 from tests.adapters.harness import run_gateway
@@ -19,6 +20,7 @@ from tests.apps import app_config
 from tests.fakes.documents import pdf
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import FakeTelegram
+from tests.harness.postgres import ScratchServer
 from tests.harness.wait import until
 
 
@@ -94,6 +96,40 @@ def test_a_photo_goes_to_the_model_downscaled_and_is_kept_by_reference(
     (row,) = db.conversations.media(session.id, user)
     assert row.kind == "photo" and row.path == f"media/{files[0].name}"
     db.close()
+
+
+def test_on_postgresql_a_photo_is_kept_in_the_database_not_on_this_disk(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram, postgres: ScratchServer
+) -> None:
+    """Any machine's turn can read what arrived on another; pruned, the bytes go too."""
+    side = TelegramDriver(telegram)
+    fake_llm.push(Reply(text="A red square."))
+    name, url = postgres.schema()
+
+    async def body() -> None:
+        side.photo(jpeg(), "what is this?")
+        await until(lambda: "A red square." in side.replies(), "no answer")
+
+    try:
+        cfg = app_config(fake_llm)
+        run_gateway(home, fake_llm, side.adapter, body, config=cfg, database_url=url)
+        assert not (home / "media").exists()
+        db = SessionDB.open(home, url)
+        try:
+            user = db.people.user_for_identity("telegram", side.user)
+            (session,) = db.conversations.list_sessions(user)
+            (row,) = db.conversations.media(session.id, user)
+            kept = db.conversations.media_bytes(row.path)
+            assert kept is not None and len(kept) == row.bytes
+            assert Image.open(io.BytesIO(kept)).size[0] <= 1568
+            assert collect_garbage(home, db) == 0  # still referred to
+            db.upkeep.prune(0, dry_run=False)
+            assert collect_garbage(home, db) == 1
+            assert db.conversations.media_bytes(row.path) is None
+        finally:
+            db.close()
+    finally:
+        postgres.drop_schema(name)
 
 
 def test_without_vision_a_photo_gets_an_honest_note_and_no_model_call(

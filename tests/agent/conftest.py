@@ -21,9 +21,9 @@ T = TypeVar("T")
 class Harness:
     """The app's Agent, wired to real SQLite, real files and the fake LLM over HTTP."""
 
-    def __init__(self, home: Path, fake: FakeOpenAI) -> None:
+    def __init__(self, home: Path, fake: FakeOpenAI, database_url: str | None = None) -> None:
         self.home, self.fake = home, fake
-        self.db = SessionDB.open(home)
+        self.db = SessionDB.open(home, database_url)
         self.user = self.db.people.ensure_user(owner_user_id(home), role="owner").id
         self.agent_config = AgentConfig()
         self.memory_config = MemoryConfig(review_interval=0)
@@ -57,8 +57,10 @@ class Harness:
 
 
 @pytest.fixture
-def harness(home: Path, fake_llm: FakeOpenAI) -> Iterator[Harness]:
-    h = Harness(home, fake_llm)
+def harness(home: Path, fake_llm: FakeOpenAI, database_url: str | None) -> Iterator[Harness]:
+    """On both backends: a turn (messages, memory journal, search, reminders) on
+    SQLite and on PostgreSQL."""
+    h = Harness(home, fake_llm, database_url)
     yield h
     h.db.close()
 

@@ -90,10 +90,13 @@ def test_recurring_schedule_follows_local_time_across_dst() -> None:
 
 
 def scenario(
-    home: Path, fake: FakeOpenAI, body: Callable[[App, FakeAdapter, SessionDB], Awaitable[T]]
+    home: Path,
+    fake: FakeOpenAI,
+    body: Callable[[App, FakeAdapter, SessionDB], Awaitable[T]],
+    url: str | None = None,
 ) -> T:
     async def go() -> T:
-        db = SessionDB.open(home)
+        db = SessionDB.open(home, url)
         app = build_app(home, app_config(fake), db)
         adapter = FakeAdapter()
         app.router.attach(adapter)
@@ -161,7 +164,7 @@ def test_the_tool_refuses_a_local_time_without_a_zone_then_uses_the_one_given(
 
 
 def test_due_reminder_is_delivered_once_to_its_chat_and_two_runners_never_double(
-    home: Path, fake_llm: FakeOpenAI
+    home: Path, fake_llm: FakeOpenAI, database_url: str | None
 ) -> None:
     async def body(app: App, adapter: FakeAdapter, db: SessionDB) -> None:
         clock = Clock()
@@ -181,11 +184,11 @@ def test_due_reminder_is_delivered_once_to_its_chat_and_two_runners_never_double
         reminder = db.reminders.get(added["id"])
         assert reminder is not None and reminder.status == "done" and reminder.due_at is None
 
-    scenario(home, fake_llm, body)
+    scenario(home, fake_llm, body, database_url)
 
 
 def test_missed_runs_while_down_give_one_late_catch_up_then_the_next_time(
-    home: Path, fake_llm: FakeOpenAI
+    home: Path, fake_llm: FakeOpenAI, database_url: str | None
 ) -> None:
     async def body(app: App, adapter: FakeAdapter, db: SessionDB) -> None:
         clock = Clock()
@@ -207,11 +210,11 @@ def test_missed_runs_while_down_give_one_late_catch_up_then_the_next_time(
         assert await run.sweep() == 1 and len(adapter.texts()) == 2
         assert [r.late for r in db.reminders.runs(added["id"])] == [True, False]
 
-    scenario(home, fake_llm, body)
+    scenario(home, fake_llm, body, database_url)
 
 
 def test_a_failed_delivery_is_retried_later_and_recorded_never_sent_twice(
-    home: Path, fake_llm: FakeOpenAI
+    home: Path, fake_llm: FakeOpenAI, database_url: str | None
 ) -> None:
     async def body(app: App, adapter: FakeAdapter, db: SessionDB) -> None:
         clock = Clock()
@@ -240,11 +243,11 @@ def test_a_failed_delivery_is_retried_later_and_recorded_never_sent_twice(
         assert await run.sweep() == 0
         assert [r.status for r in db.reminders.runs(again["id"])] == ["unknown"]
 
-    scenario(home, fake_llm, body)
+    scenario(home, fake_llm, body, database_url)
 
 
 def test_retries_run_out_and_a_gone_chat_or_blocked_person_pauses_it(
-    home: Path, fake_llm: FakeOpenAI
+    home: Path, fake_llm: FakeOpenAI, database_url: str | None
 ) -> None:
     async def body(app: App, adapter: FakeAdapter, db: SessionDB) -> None:
         clock = Clock()
@@ -277,7 +280,7 @@ def test_retries_run_out_and_a_gone_chat_or_blocked_person_pauses_it(
         assert reminder is not None and reminder.reason == "the person who set it is blocked"
         assert adapter.texts() == []
 
-    scenario(home, fake_llm, body)
+    scenario(home, fake_llm, body, database_url)
 
 
 def test_a_prompt_reminder_runs_a_short_turn_and_sends_its_answer(
@@ -407,8 +410,8 @@ from pathlib import Path
 from hermes.state.db import SessionDB
 from hermes.state.models import Reminder
 from hermes.state.reminders import new_reminder_id
-home, worker = Path(sys.argv[1]), sys.argv[2]
-db = SessionDB.open(home)
+home, worker, url = Path(sys.argv[1]), sys.argv[2], sys.argv[3] or None
+db = SessionDB.open(home, url)
 while not (home / "go").exists():
     time.sleep(0.005)
 added = 0
@@ -423,22 +426,28 @@ print(added)
 """
 
 
-def test_concurrent_processes_never_pass_the_per_person_cap(home: Path) -> None:
+def test_concurrent_processes_never_pass_the_per_person_cap(
+    home: Path, database_url: str | None
+) -> None:
+    """On PostgreSQL the cap's count and insert collide as SERIALIZABLE writes, retried."""
     import subprocess
     import sys
 
-    db = SessionDB.open(home)
+    home.mkdir(parents=True, exist_ok=True)
+    db = SessionDB.open(home, database_url)
     db.people.ensure_user(USER)
     db.close()
     workers = [
         subprocess.Popen(
-            [sys.executable, "-c", _ADDER, str(home), str(n)], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", _ADDER, str(home), str(n), database_url or ""],
+            stdout=subprocess.PIPE,
+            text=True,
         )
         for n in range(8)
     ]
     (home / "go").touch()
     added = sum(int(w.communicate(timeout=120)[0]) for w in workers)
-    db = SessionDB.open(home)
+    db = SessionDB.open(home, database_url)
     try:
         assert added == 50 and len(db.reminders.of_user(USER)) == 50
     finally:

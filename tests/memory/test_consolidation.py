@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import multiprocessing
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +40,9 @@ ENTRIES = [
 
 
 @pytest.fixture
-def setup(home: Path) -> tuple[UserMemory, SessionDB]:
-    db = SessionDB.open(home)
+def setup(home: Path, database_url: str | None) -> Iterator[tuple[UserMemory, SessionDB]]:
+    """The store's record (versions, events, the consolidation state) on both backends."""
+    db = SessionDB.open(home, database_url)
     user = db.people.ensure_user(owner_user_id(home), role="owner").id
     memory = UserMemory(home, user, MemoryConfig(memory_char_limit=LIMIT))
     memory.folder.mkdir(parents=True, exist_ok=True)

@@ -30,8 +30,8 @@ CONFIG = MemoryConfig(memory_char_limit=300, user_char_limit=200)
 
 
 @pytest.fixture
-def db(home: Path) -> Iterator[SessionDB]:
-    database = SessionDB.open(home)
+def db(home: Path, database_url: str | None) -> Iterator[SessionDB]:
+    database = SessionDB.open(home, database_url)
     yield database
     database.close()
 

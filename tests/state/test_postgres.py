@@ -145,6 +145,8 @@ def populated_home(home: Path) -> str:
             db.conversations.add_messages(
                 chat.id, [NewMessage("user", words), NewMessage("assistant", "noted")]
             )
+        (home / "media").mkdir(mode=0o700)
+        (home / "media" / "x.jpg").write_bytes(b"\xff\xd8 a photo")
         db.conversations.add_media(
             [
                 Media(
@@ -213,6 +215,10 @@ def test_db_migrate_moves_a_home_and_every_read_command_says_the_same(
         assert done.returncode == 0, done.stderr + done.stdout
         report = json.loads(done.stdout)
         assert report["ok"] and all(t["source_rows"] == t["target_rows"] for t in report["tables"])
+        assert report["media_missing"] == []
+        moved = SessionDB.open(home, url)
+        assert moved.conversations.media_bytes("media/x.jpg") == b"\xff\xd8 a photo"
+        moved.close()
         write_config(home, {"url": url})  # what the command says to do
         (home / "state.db").rename(home / "state.db.migrated")  # not read any more
         for args, was in before.items():
