@@ -192,12 +192,12 @@ def _patience(patience: float) -> Patience:
 
 def with_retry(engine: Engine, work: Callable[[Session], T], patience: float) -> T:
     """Run `work` in a transaction holding the write lock (one writer at a time, as on
-    SQLite), retried while the server reports a collision."""
-    writer = engine.execution_options(isolation_level="READ COMMITTED")
+    SQLite), retried while the server reports a collision. (READ COMMITTED, the
+    server's default: no isolation level is set or reset around it.)"""
     backoff = _patience(patience)
     while True:
         try:
-            with Session(writer, expire_on_commit=False) as session:
+            with Session(engine, expire_on_commit=False) as session:
                 session.connection().exec_driver_sql(_TAKE_WRITE_LOCK)
                 result = work(session)
                 session.commit()
@@ -237,8 +237,10 @@ _TAKE_WRITE_LOCK = f"SELECT pg_advisory_xact_lock({WRITE_LOCK})"
 
 
 def with_raw_retry(engine: Engine, work: Callable[[Raw], T], patience: float, begin: str) -> T:
-    level = _LEVELS[begin]
-    connectable = engine.execution_options(isolation_level=level)
+    level = _LEVELS[begin]  # the server's default (READ COMMITTED) is never set and reset
+    connectable = (
+        engine if level == "READ COMMITTED" else engine.execution_options(isolation_level=level)
+    )
     backoff = _patience(patience)
     while True:
         try:

@@ -14,6 +14,7 @@ fusion: a paraphrase that shares no word with its answer is still found.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import unicodedata
@@ -142,14 +143,20 @@ _STEMMABLE = re.compile(r"[a-z]{4,}")
 _LATIN_WORDS = re.compile(r"[a-z]+")
 
 
+@functools.lru_cache(maxsize=65536)
 def _stem(word: str) -> str | None:
     """The Porter stem of an English-looking word, as SQLite's index stems its words;
     None for anything else (short words, digits, other scripts are kept whole)."""
     if not _STEMMABLE.fullmatch(word):
         return None
+    return str(_porter().stemWord(word))
+
+
+@functools.cache
+def _porter() -> Any:
     import snowballstemmer  # noqa: PLC0415 - only a PostgreSQL search needs it
 
-    return str(snowballstemmer.stemmer("porter").stemWord(word))
+    return snowballstemmer.stemmer("porter")
 
 
 def word_document(content: str, scope: str) -> str:
