@@ -19,7 +19,11 @@ from tests.harness.cli import HERMES, hermes
 
 
 def write_config(
-    home: Path, llm: FakeOpenAI, tg: FakeTelegram, token_env: str = "HERMES_TEST_TG_TOKEN"
+    home: Path,
+    llm: FakeOpenAI,
+    tg: FakeTelegram,
+    token_env: str = "HERMES_TEST_TG_TOKEN",
+    database_url: str | None = None,
 ) -> None:
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.yaml").write_text(
@@ -27,6 +31,7 @@ def write_config(
         f"platforms:\n  telegram:\n    enabled: true\n    token_env: {token_env}\n"
         f"    base_url: {tg.base_url}\n    allowed_users: ['42']\n"
         "gateway:\n  http:\n    port: 0\n"
+        + (f"database:\n  url: '{database_url}'\n" if database_url else "")
     )
 
 
@@ -49,9 +54,11 @@ def wait_connected(proc: subprocess.Popen[str], tg: FakeTelegram, timeout: float
 
 
 def test_gateway_answers_allowed_users_pairs_strangers_and_stops_on_sigterm(
-    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram, database_url: str | None
 ) -> None:
-    write_config(home, fake_llm, telegram)
+    """On both backends: on PostgreSQL the approval made by another process reaches the
+    gateway through the change stamp's row, its jobs live in the database too."""
+    write_config(home, fake_llm, telegram, database_url=database_url)
     fake_llm.default = Reply(text="Hi from the gateway")
     proc = start(home, HERMES_TEST_TG_TOKEN="123:ABC")
     try:
