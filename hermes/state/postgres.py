@@ -52,6 +52,13 @@ MIGRATION_LOCK = 0x6865726D  # "herm": the advisory lock of a schema change
 WRITE_LOCK = 0x68657277  # "herw": the one writer at a time (as SQLite's write lock)
 _PLACEHOLDER = re.compile(r"\?")
 
+# a message a model should embed (when hybrid search is on) goes on the queue
+_QUEUE_EMBEDDING = (
+    "IF NEW.role IN ('user', 'assistant') AND NEW.content <> '' "
+    "AND EXISTS (SELECT 1 FROM vector_model) THEN "
+    "INSERT INTO embedding_queue(message_id) VALUES (NEW.id) ON CONFLICT DO NOTHING; END IF;"
+)
+
 # what the models cannot say: tables the repositories reach only with SQL of their own
 # (the vectors), the search columns and their indexes, the change stamp of who is who
 EXTRA: tuple[str, ...] = (
@@ -74,23 +81,14 @@ EXTRA: tuple[str, ...] = (
         message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE
     )""",
     # what SQLite's vector triggers do (hermes/state/schema.py, v10 and v11)
-    """CREATE FUNCTION hermes_queue_embedding() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        IF NEW.role IN ('user', 'assistant') AND NEW.content <> ''
-                AND EXISTS (SELECT 1 FROM vector_model) THEN
-            INSERT INTO embedding_queue(message_id) VALUES (NEW.id) ON CONFLICT DO NOTHING;
-        END IF;
-        RETURN NULL;
-    END $$""",
+    f"""CREATE FUNCTION hermes_queue_embedding() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN {_QUEUE_EMBEDDING} RETURN NULL; END $$""",
     """CREATE TRIGGER embedding_queue_ai AFTER INSERT ON messages
         FOR EACH ROW EXECUTE FUNCTION hermes_queue_embedding()""",
-    """CREATE FUNCTION hermes_message_edited() RETURNS trigger LANGUAGE plpgsql AS $$
+    f"""CREATE FUNCTION hermes_message_edited() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
         DELETE FROM message_vectors WHERE message_id = OLD.id;
-        IF NEW.role IN ('user', 'assistant') AND NEW.content <> ''
-                AND EXISTS (SELECT 1 FROM vector_model) THEN
-            INSERT INTO embedding_queue(message_id) VALUES (NEW.id) ON CONFLICT DO NOTHING;
-        END IF;
+        {_QUEUE_EMBEDDING}
         RETURN NULL;
     END $$""",
     """CREATE TRIGGER message_vectors_u AFTER UPDATE OF content, role ON messages
