@@ -55,6 +55,8 @@ def test_the_commands_use_the_configured_database(home: Path, postgres: ScratchS
             people = db.people.users()
             assert [p.user.role for p in people] == ["owner"]
             assert db.upkeep.schema_version() == SCHEMA_VERSION
+            assert db.upkeep.maintenance().startswith("vacuumed and analyzed messages")
+            assert db.upkeep.quick_check() == "ok" and db.upkeep.writable()
         finally:
             db.close()
         doctor = hermes("doctor", "--json", home=home)
