@@ -211,15 +211,30 @@ class ConversationDB:
         """The user's best messages for `query`; with `vector` (the query's embedding),
         the nearest of the user's own messages are fused with the word ranking."""
         if self.engine.dialect.name == "postgresql":
+            with eng.reading(self.engine) as session:
+                conn = session.connection()
+                # what was written since the last search is indexed first (asked inside
+                # this snapshot: nothing newer than what it sees can be missing)
+                if not _backlog_waiting(conn):
+                    return self._search_in(conn, scope, query, limit, vector)
             from hermes.state import postgres  # noqa: PLC0415
 
-            postgres.index_backlog(self.engine)  # what was written since is found too
+            postgres.index_backlog(self.engine)
         with eng.reading(self.engine) as session:
-            conn = session.connection()
-            nearest = None
-            if vector is not None and self.vectors is not None:
-                nearest = self.vectors.nearest(conn, scope.user_id, vector)
-            return search_messages(conn, scope, query, limit, nearest=nearest)
+            return self._search_in(session.connection(), scope, query, limit, vector)
+
+    def _search_in(
+        self,
+        conn: Any,
+        scope: SearchScope,
+        query: str,
+        limit: int,
+        vector: QueryVector | None,
+    ) -> list[MessageHit]:
+        nearest = None
+        if vector is not None and self.vectors is not None:
+            nearest = self.vectors.nearest(conn, scope.user_id, vector)
+        return search_messages(conn, scope, query, limit, nearest=nearest)
 
     def idle_sessions(self, idle_for: timedelta) -> list[ChatSession]:
         """Open sessions without a message for longer than `idle_for` (all users)."""
@@ -347,6 +362,10 @@ _TOUCH = (
     "WHERE id = ?"
 )
 _NEVER = "0001-01-01 00:00:00.000000"  # a time no session is older than
+
+
+def _backlog_waiting(conn: Any) -> bool:
+    return bool(conn.execute(text("SELECT EXISTS (SELECT 1 FROM search_backlog)")).scalar())
 
 
 def _insert_message(
