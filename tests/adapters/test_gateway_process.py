@@ -169,8 +169,6 @@ def test_a_platform_that_fails_to_start_is_retried_until_it_connects_and_readyz_
     home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
 ) -> None:
     import json
-    import urllib.error
-    import urllib.request
 
     from tests.fakes.telegram_server import Fault
 
@@ -193,8 +191,7 @@ def test_a_platform_that_fails_to_start_is_retried_until_it_connects_and_readyz_
             time.sleep(0.05)
         since.add(json.loads((home / "gateway.json").read_text())["started_at"])
         port = json.loads((home / "gateway.json").read_text())["http"].rsplit(":", 1)[1]
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as ready:
-            body = json.loads(ready.read())
+        body = _ready(f"http://127.0.0.1:{port}/readyz")
         telegram.user_message("hello", user_id=42)
         assert str(telegram.wait_sent(1)[0]["text"]) == "back online"
         second = hermes("gateway", "run", home=home)
@@ -209,6 +206,23 @@ def test_a_platform_that_fails_to_start_is_retried_until_it_connects_and_readyz_
     assert body["ready"] is True and all(body["checks"].values()), body
     assert second.returncode == 1 and "already running" in second.stderr
     assert f"pid {proc.pid}" in second.stderr
+
+
+def _ready(url: str, timeout: float = 30) -> dict[str, object]:
+    """/readyz once it says ready (the commands are registered during the platform's
+    start, a moment before the gateway counts it connected); its body."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as ready:
+                return dict(json.loads(ready.read()))
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 503 and time.monotonic() < deadline, exc
+            time.sleep(0.05)
 
 
 def test_a_gateway_with_no_platform_connected_exits_non_zero_for_its_supervisor(
