@@ -16,6 +16,7 @@ from sqlmodel import Session, col, select
 
 from hermes.identity import validate_user_id
 from hermes.state import engine as eng
+from hermes.state import postgres
 from hermes.state.models import ChatSession, Delivery, Media, Message, SystemPrompt, utcnow
 from hermes.state.search import MessageHit, SearchScope, search_messages
 from hermes.state.vectors import QueryVector, VectorDB
@@ -217,7 +218,6 @@ class ConversationDB:
                 # this snapshot: nothing newer than what it sees can be missing)
                 if not _backlog_waiting(conn):
                     return self._search_in(conn, scope, query, limit, vector)
-            from hermes.state import postgres  # noqa: PLC0415
 
             postgres.index_backlog(self.engine)
         with eng.reading(self.engine) as session:

@@ -52,10 +52,7 @@ def data_tables(engine: Engine) -> list[str]:
     return [
         t.name
         for t in metadata.sorted_tables
-        if not t.name.startswith(_NOT_DATA)
-        and "_fts_" not in t.name
-        and "_cjk_" not in t.name
-        and t.name not in _TARGET_ONLY
+        if not t.name.startswith(_NOT_DATA) and t.name not in _TARGET_ONLY
     ]
 
 

@@ -23,7 +23,7 @@ from sqlalchemy.exc import DatabaseError, OperationalError
 from sqlalchemy.pool import ConnectionPoolEntry
 from sqlmodel import Session, create_engine
 
-from hermes.state import cjk
+from hermes.state import cjk, postgres
 from hermes.state.retry import DatabaseBusyError, Patience, StateDBError, is_locked
 from hermes.state.schema import MIGRATIONS, SCHEMA_VERSION
 
@@ -200,8 +200,6 @@ def with_retry(engine: Engine, work: Callable[[Session], T], patience: float) ->
     """Run `work` in a BEGIN IMMEDIATE transaction, retrying while the database is locked
     (on PostgreSQL: SERIALIZABLE, retried while it collides with other writers)."""
     if _postgres(engine):
-        from hermes.state import postgres  # noqa: PLC0415 - only a PostgreSQL home needs it
-
         return postgres.with_retry(engine, work, patience)
     writer = engine.execution_options(sqlite_begin="IMMEDIATE")
     backoff = Patience(patience)
@@ -245,8 +243,6 @@ def with_raw_retry(
     settle on their keys, counters updated in place): on SQLite the same as IMMEDIATE, on
     PostgreSQL READ COMMITTED, so concurrent appenders never retry each other."""
     if _postgres(engine):
-        from hermes.state import postgres  # noqa: PLC0415
-
         return postgres.with_raw_retry(engine, work, patience, begin)
     backoff = Patience(patience)
     mode = "IMMEDIATE" if begin == "APPEND" else begin
@@ -273,8 +269,6 @@ def with_raw_retry(
 @contextmanager
 def reading(engine: Engine) -> Iterator[Session]:
     if _postgres(engine):
-        from hermes.state import postgres  # noqa: PLC0415
-
         with postgres.reading(engine) as session:
             yield session
         return
@@ -285,7 +279,6 @@ def reading(engine: Engine) -> Iterator[Session]:
 def open_server(url: str, patience: float, pool_size: int = 5) -> tuple[Engine, int]:
     """The engine of a PostgreSQL database at `url`, migrated; (engine, the version it
     had before). A server that cannot be reached or used raises StateDBError saying why."""
-    from hermes.state import postgres  # noqa: PLC0415 - only a PostgreSQL home needs it
 
     try:
         engine = postgres.open_engine(url, pool_size)
@@ -313,8 +306,6 @@ def redact(url: str) -> str:
 def migrate(engine: Engine, patience: float) -> int:
     """Bring the database to SCHEMA_VERSION; returns the version it had before."""
     if _postgres(engine):
-        from hermes.state import postgres  # noqa: PLC0415
-
         try:
             return postgres.migrate(engine, SCHEMA_VERSION, patience)
         except postgres.SchemaTooNewError as exc:

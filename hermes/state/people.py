@@ -17,6 +17,7 @@ from sqlmodel import Session, col, select
 
 from hermes.identity import new_user_id, validate_user_id
 from hermes.state import engine as eng
+from hermes.state import postgres
 from hermes.state.models import (
     ChatSession,
     ConsolidationState,
@@ -64,8 +65,6 @@ class Stamped:
 
     def stamp(self) -> int:
         if self._server:
-            from hermes.state import postgres  # noqa: PLC0415
-
             return postgres.stamp(self.engine, "people")
         try:
             return self.stamp_path.stat().st_mtime_ns
@@ -78,7 +77,6 @@ class Stamped:
     def _changed(self, work: Callable[[Session], T]) -> T:
         """A write that changes who someone is or what they may do."""
         if self._server:
-            from hermes.state import postgres  # noqa: PLC0415
 
             def stamped(session: Session) -> T:
                 found = work(session)

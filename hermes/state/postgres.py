@@ -43,7 +43,9 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.sql.schema import ScalarElementColumnDefault
 from sqlmodel import Session, SQLModel
 
+from hermes.state import cjk
 from hermes.state.retry import Patience, StateDBError
+from hermes.state.search import scope_token, word_document
 
 T = TypeVar("T")
 
@@ -324,9 +326,6 @@ def index_backlog(engine: Engine) -> int:
     """Index the messages written or changed since the last search (by any program):
     their word and CJK terms, computed here in Python exactly as for SQLite. Rows that
     another process is indexing right now are left to it. Returns how many."""
-    from hermes.state import cjk  # noqa: PLC0415
-    from hermes.state.search import scope_token, word_document  # noqa: PLC0415
-
     done = 0
     committed = engine.execution_options(isolation_level="READ COMMITTED")
     while True:

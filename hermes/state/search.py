@@ -277,7 +277,7 @@ def _index_hits(
     smoothed with their neighbouring turns and their session's coverage of the query.
     """
     token = scope_token(scope.user_id)
-    total = _count(conn, table, f"scope : {token}")
+    total = _count(conn, table, token)
     weights: dict[int, float] = {}
     idf_of: dict[str, float] = {}
     postings: dict[str, list[int]] = {}
@@ -423,14 +423,14 @@ _FOLLOWING = (
 )
 
 
-def _count(conn: Connection, table: str, query: str) -> int:
+def _count(conn: Connection, table: str, token: str) -> int:
+    """How many of the person's messages `table` indexes (their scope token's rows)."""
     if conn.dialect.name == "postgresql":
-        token = query.split(":", 1)[1].strip()
         cjk_only = " AND cardinality(cjk) > 0" if table == "messages_cjk" else ""
         sql = f"SELECT count(*) FROM message_terms WHERE scope = :s{cjk_only}"
         return int(conn.execute(text(sql), {"s": token}).scalar_one())
     sql = f"SELECT count(*) FROM {table} WHERE {table} MATCH :q"
-    return int(conn.execute(text(sql), {"q": query}).scalar_one())
+    return int(conn.execute(text(sql), {"q": f"scope : {token}"}).scalar_one())
 
 
 def _pg_postings(

@@ -14,6 +14,7 @@ from sqlalchemy.exc import DatabaseError, SQLAlchemyError
 from sqlmodel import Session, col, select
 
 from hermes.state import engine as eng
+from hermes.state import postgres
 from hermes.state.models import ChatSession, JobRun, Message, utcnow
 
 
@@ -54,8 +55,6 @@ class UpkeepDB:
     def maintenance(self) -> str:
         """Checkpoint the WAL and merge the FTS indexes' segments."""
         if self._server:
-            from hermes.state import postgres  # noqa: PLC0415
-
             return postgres.maintenance(self.engine)
 
         def work(session: Session) -> None:
@@ -108,15 +107,11 @@ class UpkeepDB:
     def server(self) -> str:
         """The engine and its version ("SQLite 3.40.1", "PostgreSQL 15.20")."""
         if self._server:
-            from hermes.state import postgres  # noqa: PLC0415
-
             return f"PostgreSQL {postgres.server_version(self.engine)}"
         return f"SQLite {sqlite3.sqlite_version}"
 
     def schema_version(self) -> int:
         if self._server:
-            from hermes.state import postgres  # noqa: PLC0415
-
             with self.engine.connect() as conn:
                 return postgres.version(conn)
         with eng.reading(self.engine) as session:
@@ -138,8 +133,6 @@ class UpkeepDB:
 
     def integrity_check(self) -> str:
         if self._server:
-            from hermes.state import postgres  # noqa: PLC0415
-
             return postgres.check(self.engine)
         with eng.reading(self.engine) as session:
             return str(session.connection().exec_driver_sql("PRAGMA integrity_check").scalar_one())
