@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
 import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from gateway.edge.platform_config import (
     AccessConfig,
@@ -112,6 +112,16 @@ class HermesConfig(Section):
     transcription: TranscriptionConfig = TranscriptionConfig()
     media: MediaConfig = MediaConfig()
     logging: LoggingConfig = LoggingConfig()
+
+    @model_validator(mode="after")
+    def _memory_beside_the_database(self) -> HermesConfig:
+        """A PostgreSQL database holds the memory stores too, unless memory.backend
+        says files (then they stay on this machine's disk)."""
+        if self.memory.backend is None:
+            implied = "database" if self.database.url else "files"
+            memory = self.memory.model_copy(update={"backend": implied})
+            object.__setattr__(self, "memory", memory)  # frozen: set once, while validated
+        return self
 
 
 def resolve_home(env: Mapping[str, str] | None = None) -> Path:

@@ -32,7 +32,6 @@ from gateway.reminders import ReminderRunner
 from gateway.scheduler import Scheduler
 from gateway.status_file import remove_status_file, write_status_file
 from hermes.backoff import Backoff
-from hermes.memory.sweep import users_with_memory
 from hermes.state.db import SessionDB
 from hermes.state.engine import StateDBError, explain
 
@@ -104,8 +103,9 @@ class Gateway:
         self._refuse_unstartable(problems)
         self.started_wall = datetime.now(UTC)
         if self.app is not None:  # settle what a crash left between stores and state.db
-            for user_id in users_with_memory(self.home):
-                await asyncio.to_thread(self.app.agent.memory.reconcile, user_id)
+            memory = self.app.agent.memory
+            for user_id in await asyncio.to_thread(memory.users):
+                await asyncio.to_thread(memory.reconcile, user_id)
         built = self._build_platforms(problems)
         for adapter in built.values():
             if isinstance(adapter, WebhookAdapter):

@@ -35,6 +35,10 @@ class MemoryConfig(Section):
 
     memory_enabled: bool = True
     user_profile_enabled: bool = True
+    # where the stores are: MEMORY.md/USER.md files in the home, or rows of the database
+    # holding the same text; unset (None): the database with a PostgreSQL database.url,
+    # else the files
+    backend: Literal["files", "database"] | None = None
     memory_char_limit: int = Field(default=2200, ge=100, le=100_000)
     user_char_limit: int = Field(default=1375, ge=100, le=100_000)
     review_interval: int = Field(default=10, ge=0, le=1000)  # user turns; 0 disables

@@ -13,7 +13,9 @@ from gateway.cli.output import AsJson, new_table, note, print_json, print_table,
 
 if TYPE_CHECKING:
     from gateway.config import DatabaseConfig
+    from hermes.config import MemoryConfig
     from hermes.state.copy import TableCheck
+    from hermes.state.db import SessionDB
 
 app = typer.Typer(
     help="Where state.db lives: move it to a PostgreSQL server.", no_args_is_help=True
@@ -66,7 +68,7 @@ def migrate(
     except AlreadyRunningError as exc:
         fail(f"{exc} (the copy must be of a state.db nobody writes)", EXIT_REFUSED)
     try:
-        copied = _copy(path, url, dry_run, as_json)
+        copied = _copy(path, url, dry_run, as_json, ctx.config.memory)
     except StateDBError as exc:
         fail(str(exc), EXIT_REFUSED)
     finally:
@@ -75,8 +77,53 @@ def migrate(
         _report(*copied, redact(to), section, as_json)
 
 
+def _copy_memory(
+    home: Path, config: MemoryConfig, source: SessionDB, target: SessionDB
+) -> list[TableCheck]:
+    """Every person's memory files into the database's stores, byte for byte: one
+    check per store (its characters as rows, its text as the checksum). A file that
+    cannot be read is a check that fails (the operator fixes it and migrates again)."""
+    from hermes.memory.store import Target
+    from hermes.memory.sweep import users_with_memory
+    from hermes.memory.user_memory import UserMemory
+    from hermes.state.copy import TableCheck
+    from hermes.state.memory_stores import StoredText
+
+    files = config.model_copy(update={"backend": "files"})
+    checks = []
+    for user_id in users_with_memory(home, files, source):
+        memory = UserMemory(home, user_id, files)
+        for kind in Target:
+            state = memory.file_store(kind).read()
+            name = f"memories/{user_id}/{kind.filename}"
+            if state.damage and not state.entries:  # not UTF-8: nothing can be copied
+                checks.append(TableCheck(name, 1, 0, "unreadable", ""))
+                continue
+            if not state.raw and not state.pending_raw:
+                continue
+            target.memory_stores.swap(StoredText(user_id, kind.value), state.raw, state.pending_raw)
+            copied = target.memory_stores.read(user_id, kind.value)
+            size = len(state.raw) + len(state.pending_raw)
+            checks.append(
+                TableCheck(
+                    name,
+                    size,
+                    len(copied.text) + len(copied.pending),
+                    _digest(state.raw, state.pending_raw),
+                    _digest(copied.text, copied.pending),
+                )
+            )
+    return checks
+
+
+def _digest(text: str, pending: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(f"{text}\x00{pending}".encode()).hexdigest()
+
+
 def _copy(
-    path: Path, url: str, dry_run: bool, as_json: bool
+    path: Path, url: str, dry_run: bool, as_json: bool, config: MemoryConfig
 ) -> tuple[list[TableCheck], list[str]] | None:
     """Copy, index and verify: the checks and the media files that were already gone
     (None: a dry run, reported here)."""
@@ -109,7 +156,9 @@ def _copy(
                 copy.copy_all(source.engine, target.engine, moved)
                 postgres.index_backlog(target.engine)
                 _, missing = copy.copy_media_files(path.parent, target.engine)
-            return copy.verify(source.engine, target.engine), missing
+                tables = copy.verify(source.engine, target.engine)
+                stores = _copy_memory(path.parent, config, source, target)
+            return tables + stores, missing
         finally:
             target.close()
     finally:
@@ -128,9 +177,9 @@ def _report_plan(counts: dict[str, int], as_json: bool) -> None:
 
 
 _STAYS = (
-    "stay in HERMES_HOME on this machine: the memory files (memories/) and a memory "
-    "provider's own files (not moved to PostgreSQL yet); the files people sent move "
-    "into the database (media/ may be removed once the gateway runs on it)"
+    "the memory files (memories/) and the files people sent (media/) move into the "
+    "database and may be removed once the gateway runs on it; a memory provider's own "
+    "files stay in HERMES_HOME on this machine (not moved to PostgreSQL yet)"
 )
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -38,10 +40,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print exactly the tool's 
 
 
 def _memory(user: str | None, ctx: CliContext | None = None) -> UserMemory:
-    from hermes.memory.user_memory import UserMemory
-
     ctx = ctx or CliContext.load()
-    return UserMemory(ctx.home, ctx.user_id(user), ctx.config.memory)
+    return ctx.memory(ctx.open_db()).of(ctx.user_id(user))
 
 
 @app.command()
@@ -53,12 +53,11 @@ def status(
     as_json: AsJson = False,
 ) -> None:
     """Usage per store: chars used / limit, percent and entry count."""
-    from hermes.memory import sweep
 
     ctx = CliContext.load(reading=True)
     service = ctx.memory(ctx.open_db())
     if as_json:
-        users = sweep.users_with_memory(ctx.home) if all_users else [ctx.user_id(user)]
+        users = service.users() if all_users else [ctx.user_id(user)]
         print_json({user_id: service.status(user_id) for user_id in users})
         return
     if all_users:
@@ -151,11 +150,10 @@ def _remark(store: StoreStatus) -> str:
 
 
 def _status_all(ctx: CliContext, service: MemoryService) -> None:
-    from hermes.memory import sweep
 
     names = {s.user.id: s.user.display_name for s in service.db.people.users()}
     rows = []
-    for user_id in sorted(set(names) | set(sweep.users_with_memory(ctx.home))):
+    for user_id in sorted(set(names) | set(service.users())):
         stores = {s.target: s for s in service.status(user_id)}
         fill = max(s.percent for s in stores.values())
         rows.append((fill, user_id, stores))
@@ -316,14 +314,13 @@ def consolidate(
     db = ctx.open_db()
     model = ctx.auxiliary_model()
     users = None if all_users else [ctx.user_id(user)]
-    from hermes.memory import sweep
 
     runs = asyncio.run(_consolidate(ctx, db, model, users, force))
     if not runs:
         service = ctx.memory(db)
         waiting = [
             f"{user_id} {store.target.value}: {store.remark()}"
-            for user_id in users or sweep.users_with_memory(ctx.home)
+            for user_id in users or service.users()
             for store in service.status(user_id)
             if store.needs_consolidation
         ]
@@ -398,6 +395,100 @@ def why(
         note(f"  source: session {source.session_id} on {source.platform}, {started} — {title}")
         if source.message is not None:
             note(f"  message: {escape(source.message_role or '')}: {escape(source.message[:200])}")
+
+
+FilesOpt = Annotated[
+    Path,
+    typer.Option("--files", help="A folder: <user id>/MEMORY.md and USER.md in it, per person."),
+]
+
+
+@app.command()
+def export(
+    files: FilesOpt,
+    user: Annotated[
+        str | None, typer.Option("--user", help="Only this user id (default: everyone).")
+    ] = None,
+) -> None:
+    """Write the stores out as real MEMORY.md / USER.md files (wherever they are kept:
+    files or the database), exactly as the store holds them, for reading or editing;
+    `hermes memory import` loads them back."""
+    ctx = CliContext.load(reading=True)
+    service = ctx.memory(ctx.open_db())
+    users = [ctx.user_id(user)] if user else service.users()
+    written = 0
+    try:
+        files.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for user_id in users:
+            memory = service.of(user_id)
+            folder = files / user_id
+            for target in Target:
+                state = memory.file_store(target).read()
+                for name, text in (
+                    (target.filename, state.raw),
+                    (f"{target.filename}.pending", state.pending_raw),
+                ):
+                    if text:
+                        folder.mkdir(mode=0o700, exist_ok=True)
+                        _write_private(folder / name, text)
+                        written += 1
+    except OSError as exc:
+        fail(f"cannot write {exc.filename or files}: {exc.strerror}", EXIT_USAGE)
+    note(f"[green]✓[/green] {written} files for {len(users)} people in {escape(str(files))}")
+
+
+@app.command(name="import")
+def import_files(
+    files: Annotated[
+        Path, typer.Argument(help="A folder written by `hermes memory export --files`.")
+    ],
+    user: Annotated[
+        str | None, typer.Option("--user", help="Only this user id (default: every folder).")
+    ] = None,
+) -> None:
+    """Load MEMORY.md / USER.md files into the stores: each store then holds its file
+    exactly (recorded as a change by the admin: `hermes memory undo` reverts it)."""
+    from hermes.identity import InvalidUserIdError, validate_user_id
+    from hermes.memory.store import StoreError
+
+    ctx = CliContext.load()
+    service = ctx.memory(ctx.open_db())
+    if not files.is_dir():
+        fail(f"{files} is not a folder (write one with `hermes memory export --files`)", EXIT_USAGE)
+    folders = [files / user] if user else sorted(p for p in files.iterdir() if p.is_dir())
+    refused = 0
+    for folder in folders:
+        try:
+            user_id = validate_user_id(folder.name)
+        except InvalidUserIdError:
+            note(f"[yellow]skipped {escape(folder.name)}: not a user id[/yellow]")
+            continue
+        for target in Target:
+            try:
+                text = _read_or_empty(folder / target.filename)
+                pending = _read_or_empty(folder / f"{target.filename}.pending")
+                if text is None and pending is None:
+                    continue
+                done = service.load(user_id, target, text or "", pending or "")
+                note(f"{user_id} {target.filename}: {escape(done)}")
+            except (StoreError, UnicodeDecodeError, OSError) as exc:
+                refused += 1
+                note(f"[red]{user_id} {target.filename}: {escape(str(exc))}[/red]")
+    if refused:
+        raise typer.Exit(EXIT_REFUSED)
+
+
+def _read_or_empty(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
 
 
 __all__ = ["EXIT_USAGE", "app", "fail"]

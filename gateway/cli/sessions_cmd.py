@@ -186,7 +186,7 @@ def export(
                     sink.write(export_markdown(chat, messages) + "\n\n")
                 advance(done, len(chats))
             if with_memory:
-                _export_memory(ctx, user_id, fmt, sink)
+                _export_memory(ctx, db, user_id, fmt, sink)
     finally:
         if output:
             sink.close()
@@ -202,11 +202,11 @@ def _private_output(path: Path) -> TextIO:
     return os.fdopen(fd, "w", encoding="utf-8")
 
 
-def _export_memory(ctx: CliContext, user_id: str, fmt: str, sink: TextIO) -> None:
+def _export_memory(ctx: CliContext, db: SessionDB, user_id: str, fmt: str, sink: TextIO) -> None:
     from hermes.memory.user_memory import UserMemory
     from hermes.state.transfer import memory_lines
 
-    memory = UserMemory(ctx.home, user_id, ctx.config.memory)
+    memory = UserMemory(ctx.home, user_id, ctx.config.memory, db)
     for target in memory.enabled_targets():
         entries = memory.store(target).read().entries
         if fmt == "jsonl":
@@ -274,7 +274,7 @@ async def _import_memory(
     from hermes.memory.store import Target
     from hermes.memory.user_memory import UserMemory
 
-    memory = UserMemory(ctx.home, user_id, ctx.config.memory)
+    memory = UserMemory(ctx.home, user_id, ctx.config.memory, db)
     service = ctx.memory(db)
     added, present, refused = 0, 0, []
     for target, content in entries:

@@ -18,14 +18,9 @@ needing consolidation and retried later with backoff.
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import json
 import logging
-import os
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -37,7 +32,7 @@ from hermes.memory import entries as fmt
 from hermes.memory.fidelity import is_instruction, meaning_changes
 from hermes.memory.journal import swap_recorded
 from hermes.memory.scanner import scan
-from hermes.memory.store import MemoryStore, StoreState, Target
+from hermes.memory.store import Store, StoreState, Target
 from hermes.memory.user_memory import UserMemory
 from hermes.state.db import SessionDB
 from hermes.state.memory_log import MemoryEventRecord, VersionRecord
@@ -96,25 +91,6 @@ class ProposalError(ValueError):
     pass
 
 
-@contextmanager
-def consolidation_lock(store: MemoryStore) -> Iterator[bool]:
-    """Non-blocking, cross-process: yields False when another run holds it."""
-    store.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path = store.path.with_name(store.path.name + ".consolidate.lock")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)
-
-
 def over_threshold(state: StoreState, config: ConsolidationConfig) -> bool:
     return state.used > config.threshold * state.limit
 
@@ -129,7 +105,7 @@ async def consolidate(
     force: bool = False,
 ) -> Outcome:
     store = memory.store(target)
-    with consolidation_lock(store) as acquired:
+    with store.consolidation_claim() as acquired:
         if not acquired:
             return Outcome("busy", "another consolidation of this store is running")
         outcome = await _consolidate_locked(memory, store, db, model, config, force=force)
@@ -139,7 +115,7 @@ async def consolidate(
 
 async def _consolidate_locked(
     memory: UserMemory,
-    store: MemoryStore,
+    store: Store,
     db: SessionDB,
     model: ChatModel | None,
     config: ConsolidationConfig,

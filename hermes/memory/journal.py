@@ -25,11 +25,11 @@ explains every entry and `undo` can go back past it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from hermes.memory import entries as fmt
-from hermes.memory.store import MemoryStore, StoreError, StoreState, Target
+from hermes.memory.store import Store, StoreError, StoreState, Target
 from hermes.memory.tool import MemoryTool, ToolOutcome
 from hermes.state.db import SessionDB
 from hermes.state.memory_log import MemoryEventRecord, VersionRecord
@@ -77,14 +77,14 @@ def run_recorded(
         )
         intents.append(db.memory_log.begin_change([event], version))
 
-    outcome = tool.run(args, before_write=record_intent, before_decide=settle)
-    for intent in intents:
-        db.memory_log.complete_change(intent)
+    outcome = tool.run(
+        args, before_write=record_intent, before_decide=settle, after_write=complete(db, intents)
+    )
     return outcome
 
 
 def swap_recorded(
-    store: MemoryStore,
+    store: Store,
     db: SessionDB,
     events: Sequence[MemoryEventRecord],
     version: VersionRecord,
@@ -111,19 +111,28 @@ def swap_recorded(
     def record_intent() -> None:
         intents.append(db.memory_log.begin_change(events, version, undoes=undoes))
 
-    done = store.compare_and_swap(
+    return store.compare_and_swap(
         version.text_before,
         version.text_after,
         pending,
         before_check=settle,
         before_write=record_intent,
+        after_write=complete(db, intents),
     )
-    for intent in intents:
-        db.memory_log.complete_change(intent)
-    return done
 
 
-def reconcile(store: MemoryStore, db: SessionDB, user_id: str) -> None:
+def complete(db: SessionDB, intents: list[int]) -> Callable[[], None]:
+    """Complete the intents recorded so far, still under the store's lock (in the
+    database, inside the change's own transaction: the pair commits as one)."""
+
+    def run() -> None:
+        while intents:
+            db.memory_log.complete_change(intents.pop())
+
+    return run
+
+
+def reconcile(store: Store, db: SessionDB, user_id: str) -> None:
     """Settle what a crash left between a store and its record (see the module doc)."""
 
     def settle(state: StoreState) -> tuple[None, None]:

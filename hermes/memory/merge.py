@@ -5,37 +5,34 @@ in their order, as many as fit under the limit. Entries that do not fit wait in 
 store's `.pending` file and the store is flagged for consolidation, which folds them in
 (see consolidation.py): nothing is dropped. Each merged entry is a memory_event (action
 `merge`, or `merge_pending` while it waits) and the whole change one undoable version.
-The other user's folder is then kept, untouched, under `memories/.merged/`. Its stores
-stay locked from the first read to the move, so nothing written to them is left behind;
-callers hold the memory gate exclusively around the merge and the user merge in
-state.db (see gate.py and gateway/admission/people.py).
+The other user's stores are then kept, untouched, under `memories/.merged/` (in the
+database: its memory archive). They stay held from the first read to the move, so
+nothing written to them is left behind; callers hold the memory gate exclusively
+around the merge and the user merge in state.db (see gate.py and
+gateway/admission/people.py).
 """
 
 from __future__ import annotations
 
-import shutil
-from contextlib import ExitStack
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
 from hermes.config import MemoryConfig
 from hermes.memory import entries as fmt
 from hermes.memory.journal import swap_recorded
-from hermes.memory.store import MemoryStore, Target
+from hermes.memory.store import Store, Target
 from hermes.memory.user_memory import UserMemory
 from hermes.state.db import SessionDB
 from hermes.state.memory_log import MemoryEventRecord, VersionRecord
 
 MAX_RACE_RETRIES = 5
-ARCHIVE = ".merged"
 
 
 @dataclass
 class MergeReport:
     added: dict[Target, int] = field(default_factory=dict)
     waiting: dict[Target, int] = field(default_factory=dict)
-    archived: Path | None = None
+    archived: str | None = None  # where the other person's stores are kept
 
     def describe(self) -> str:
         parts = []
@@ -57,16 +54,12 @@ def merge_memory(
     home: Path, config: MemoryConfig, db: SessionDB, keep: str, gone: str
 ) -> MergeReport:
     """Fold `gone`'s stores into `keep`'s; then archive `gone`'s folder."""
-    kept, old = UserMemory(home, keep, config), UserMemory(home, gone, config)
-    with ExitStack() as held:
-        if old.folder.exists():
-            for target in Target:  # a fixed order: memory, then user
-                held.enter_context(old.file_store(target).held())
-        return _merge_held(home, db, kept, old)
+    kept, old = UserMemory(home, keep, config, db), UserMemory(home, gone, config, db)
+    return old.holding(lambda: _merge_held(db, kept, old))
 
 
-def _merge_held(home: Path, db: SessionDB, kept: UserMemory, old: UserMemory) -> MergeReport:
-    keep, gone = kept.user_id, old.user_id
+def _merge_held(db: SessionDB, kept: UserMemory, old: UserMemory) -> MergeReport:
+    keep = kept.user_id
     report = MergeReport()
     _refuse_damaged(old, kept)  # before writing anything: a merge is all or nothing
     for target in Target:
@@ -83,12 +76,7 @@ def _merge_held(home: Path, db: SessionDB, kept: UserMemory, old: UserMemory) ->
                     next_attempt_at=None,
                     last_error=f"{waiting} entries from a linked account wait to be merged",
                 )
-    if old.folder.exists():
-        archive = home / "memories" / ARCHIVE
-        archive.mkdir(mode=0o700, exist_ok=True)
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-        report.archived = archive / f"{gone}-{stamp}"
-        shutil.move(old.folder, report.archived)
+    report.archived = old.archive(keep)
     return report
 
 
@@ -99,19 +87,17 @@ def _refuse_damaged(old: UserMemory, kept: UserMemory) -> None:
         source, destination = old.file_store(target), kept.file_store(target)
         read = source.read()
         if read.damage and not read.entries:
-            raise MergeError(f"{source.path} cannot be read ({read.damage}); fix it first")
+            raise MergeError(f"{source.where} cannot be read ({read.damage}); fix it first")
         damage = destination.read().damage
         if damage:
-            raise MergeError(f"{destination.path} needs fixing by hand first: {damage}")
+            raise MergeError(f"{destination.where} needs fixing by hand first: {damage}")
 
 
-def _merge_store(
-    store: MemoryStore, incoming: list[str], db: SessionDB, user_id: str
-) -> tuple[int, int]:
+def _merge_store(store: Store, incoming: list[str], db: SessionDB, user_id: str) -> tuple[int, int]:
     for _ in range(MAX_RACE_RETRIES):
         state = store.read()
         if state.damage:
-            raise MergeError(f"{store.path} needs fixing by hand first: {state.damage}")
+            raise MergeError(f"{store.where} needs fixing by hand first: {state.damage}")
         have = set(state.entries) | set(state.pending)
         entries, waiting = list(state.entries), list(state.pending)
         added: list[str] = []
@@ -146,4 +132,4 @@ def _merge_store(
         )
         if swap_recorded(store, db, events, version):
             return len(added), len(parked)
-    raise MergeError(f"{store.path} kept changing during the merge; try again")
+    raise MergeError(f"{store.where} kept changing during the merge; try again")

@@ -34,10 +34,11 @@ from hermes import metrics
 from hermes.config import MemoryConfig
 from hermes.identity import validate_user_id
 from hermes.llm.types import ChatModel
+from hermes.memory import entries as fmt
 from hermes.memory import sweep
 from hermes.memory.consolidation import over_threshold
 from hermes.memory.gate import memory_gate
-from hermes.memory.journal import Actor, reconcile, run_recorded
+from hermes.memory.journal import Actor, reconcile, run_recorded, swap_recorded
 from hermes.memory.merge import MergeError, MergeReport, merge_memory
 from hermes.memory.provenance import Change, explain
 from hermes.memory.render import display_entry
@@ -50,6 +51,7 @@ from hermes.memory.user_memory import UserMemory
 from hermes.providers.base import MemoryWrite
 from hermes.providers.host import ProviderHost, ProviderMergeError
 from hermes.state.db import SessionDB
+from hermes.state.memory_log import MemoryEventRecord, VersionRecord
 from hermes.state.models import MemoryPending, MemoryVersion
 
 logger = logging.getLogger(__name__)
@@ -135,7 +137,7 @@ class MemoryService:
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019 - one service per process; paths only
     def _memory_of(self, user_id: str) -> UserMemory:
-        return UserMemory(self.home, user_id, self.config)
+        return UserMemory(self.home, user_id, self.config, self.db)
 
     # -- changes ---------------------------------------------------------------------------
 
@@ -339,12 +341,60 @@ class MemoryService:
         self.reconcile(user_id)
         return explain(self.db, user_id, text, limit)
 
+    def users(self) -> list[str]:
+        """Everyone with memory, wherever the stores are."""
+        return sweep.users_with_memory(self.home, self.config, self.db)
+
     def reconcile(self, user_id: str) -> None:
         """Settle what a crash left between this user's stores and their record (and
         record changes made outside Hermes), so `why` and `undo` see the whole story."""
         memory = self.of(user_id)
         for target in memory.enabled_targets():
             reconcile(memory.file_store(target), self.db, user_id)
+
+    def load(self, user_id: str, target: Target, text: str, pending: str = "") -> str:
+        """Make a store hold `text` exactly (and `pending` as its waiting entries): an
+        import of files written by `export`, or edited by hand. Recorded like every
+        change (entry by entry, with the whole before/after for undo), by the admin.
+        Raises StoreError when the text is over the store's limit (nothing written)."""
+        with memory_gate(self.home):
+            user_id = self.db.people.current_id(user_id)
+            self.reconcile(user_id)
+            store = self.of(user_id).file_store(target)
+            entries, current = fmt.parse(text), store.read()
+            if fmt.usage(entries) > store.limit:
+                raise StoreError(
+                    f"{target.filename} of {user_id} holds {fmt.usage(entries):,} chars, over "
+                    f"its limit of {store.limit:,}: shorten it (nothing was imported)"
+                )
+            if (current.raw, current.pending_raw) == (text, pending):
+                return "unchanged"
+            before = list(current.entries)
+            events = [
+                MemoryEventRecord(user_id, target.value, "import", entry, None, "admin")
+                for entry in before
+                if entry not in entries
+            ] + [
+                MemoryEventRecord(user_id, target.value, "import", None, entry, "admin")
+                for entry in entries
+                if entry not in before
+            ]
+            version = VersionRecord(
+                user_id,
+                target.value,
+                current.raw,
+                text,
+                "admin",
+                reason="import",
+                pending_before=current.pending_raw,
+                pending_after=pending,
+            )
+            if not swap_recorded(store, self.db, events, version):
+                raise StoreBusyError(f"{store.where} changed during the import; try again")
+        self.providers.memory_written(
+            MemoryWrite("import", target.value, text, None, user_id, "admin")
+        )
+        return f"{len(entries)} entries"
 
     async def undo(self, user_id: str, actor: str = "user") -> tuple[bool, str]:
         """Revert the last change of this user's memory (a consolidation too)."""

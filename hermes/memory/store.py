@@ -22,7 +22,7 @@ import hashlib
 import os
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -118,44 +118,113 @@ class StoreState:
         return replace(self, entries=self.entries + self.pending, pending=())
 
 
-class MemoryStore:
-    def __init__(
-        self, path: Path, target: Target, limit: int, lock_timeout: float = LOCK_TIMEOUT_S
-    ) -> None:
-        self.path = path
-        self.target = target
-        self.limit = limit
-        self.lock_timeout = lock_timeout
-        self.lock_path = path.with_name(path.name + ".lock")
-        self._prepared = False  # the folder checked and old temps swept: once per store
-        # entries from a merged account that did not fit; consolidation folds them in
-        self.pending_path = path.with_name(path.name + ".pending")
-        # the last text read or written and its entries: a file that has not changed
+class Store:
+    """What every memory store does, wherever its text lives: a file (MemoryStore,
+    below) or a row of the database (db_store.py, with `memory.backend: database`).
+
+    `mutate` and `compare_and_swap` run under the store's lock (the file's flock, or
+    the database transaction holding the row); their hooks run there too, in this
+    order: `before_check`/`decide` on the fresh state, `before_write` once the change
+    is decided, `after_write` once the new text is in place (the journal records its
+    intent, then completes it)."""
+
+    target: Target
+    limit: int
+    where: str  # how messages name the store
+
+    def __init__(self, target: Target, limit: int) -> None:
+        self.target, self.limit = target, limit
+        # the last text read or written and its entries: a store that has not changed
         # since (the common case under the lock, after this process's own write) is not
         # parsed again
         self._parsed: tuple[str, tuple[str, ...]] = ("", ())
 
     def read(self) -> StoreState:
-        state = self._state(_read_bytes(self.path))
-        pending_raw = _read_text(self.pending_path)
-        if pending_raw:
-            state = replace(state, pending=tuple(fmt.parse(pending_raw)), pending_raw=pending_raw)
-        return state
+        raise NotImplementedError
 
     def mutate(
         self,
         decide: Callable[[StoreState], tuple[list[str] | None, T]],
         before_write: Callable[[T], None] | None = None,
+        after_write: Callable[[], None] | None = None,
     ) -> T:
         """Run `decide` on the current state under the lock; write what it returns.
 
         `decide` returns (new entries or None for no write, result); the entries in the
         form `read` gives them (stripped, unique, no separator line inside one: what
-        parsing their file gives back), which is kept as the file's parse. `before_write`
-        gets the result, still under the lock, just before the file is replaced (the
-        journal records its intent there). A damaged file is backed up and
-        StoreDamagedError raised before `decide` is called.
-        """
+        parsing their text gives back), which is kept as the store's parse.
+        `before_write` gets the result just before the text is replaced. A damaged store
+        raises StoreDamagedError before `decide` is called."""
+        raise NotImplementedError
+
+    def compare_and_swap(
+        self,
+        expected: str,
+        text: str,
+        pending: tuple[str, str] | None = None,
+        *,
+        before_check: Callable[[StoreState], None] | None = None,
+        before_write: Callable[[], None] | None = None,
+        after_write: Callable[[], None] | None = None,
+    ) -> bool:
+        """Write `text` only if the store still reads exactly `expected`; under the lock.
+
+        With `pending` = (expected, new), the waiting entries must match too and are
+        replaced in the same critical section ('' means none). `before_check` gets the
+        store as read first, `before_write` runs once the comparison holds."""
+        raise NotImplementedError
+
+    def consolidation_claim(self) -> AbstractContextManager[bool]:
+        """Non-blocking, across processes: yields False while another run holds it."""
+        raise NotImplementedError
+
+    def _state(self, text: str, pending_raw: str = "") -> StoreState:
+        if self._parsed[0] == text:
+            entries = self._parsed[1]
+        else:
+            entries = tuple(fmt.parse(text))
+            self._parsed = (text, entries)
+        used = fmt.usage(entries)
+        damage = None
+        if used > self.limit:
+            shape = (
+                "1 entry with no '§' separator lines"
+                if len(entries) == 1
+                else (f"{len(entries)} entries")
+            )
+            damage = f"it holds {used:,}/{self.limit:,} chars in {shape}"
+        state = StoreState(entries, self.limit, damage, raw=text)
+        if pending_raw:
+            state = replace(state, pending=tuple(fmt.parse(pending_raw)), pending_raw=pending_raw)
+        return state
+
+
+class MemoryStore(Store):
+    def __init__(
+        self, path: Path, target: Target, limit: int, lock_timeout: float = LOCK_TIMEOUT_S
+    ) -> None:
+        super().__init__(target, limit)
+        self.path = path
+        self.where = str(path)
+        self.lock_timeout = lock_timeout
+        self.lock_path = path.with_name(path.name + ".lock")
+        self._prepared = False  # the folder checked and old temps swept: once per store
+        # entries from a merged account that did not fit; consolidation folds them in
+        self.pending_path = path.with_name(path.name + ".pending")
+
+    def read(self) -> StoreState:
+        try:
+            text = _read_bytes(self.path).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return StoreState((), self.limit, f"it is not valid UTF-8 (byte {exc.start})")
+        return self._state(text, _read_text(self.pending_path))
+
+    def mutate(
+        self,
+        decide: Callable[[StoreState], tuple[list[str] | None, T]],
+        before_write: Callable[[T], None] | None = None,
+        after_write: Callable[[], None] | None = None,
+    ) -> T:
         with self._io(), self._locked():
             state = self.read()
             if state.damage is not None:
@@ -168,6 +237,8 @@ class MemoryStore:
                 text = fmt.serialize(new_entries)
                 self._atomic_write(text)
                 self._parsed = (text, tuple(new_entries))
+                if after_write is not None:
+                    after_write()
             return result
 
     def compare_and_swap(
@@ -178,15 +249,8 @@ class MemoryStore:
         *,
         before_check: Callable[[StoreState], None] | None = None,
         before_write: Callable[[], None] | None = None,
+        after_write: Callable[[], None] | None = None,
     ) -> bool:
-        """Write `text` only if the file still reads exactly `expected`; under the lock.
-
-        With `pending` = (expected, new), the waiting-entries file must match too and is
-        replaced in the same critical section ('' means no file). Under the lock,
-        `before_check` gets the store as read first, and `before_write` runs once the
-        comparison holds, just before the files are replaced (the journal's hooks, as
-        for `mutate`).
-        """
         with self._io(), self._locked():
             if before_check is not None:
                 before_check(self.read())
@@ -206,28 +270,26 @@ class MemoryStore:
                     self.pending_path.unlink(missing_ok=True)
             if text != current:
                 self._atomic_write(text)
+            if after_write is not None:
+                after_write()
             return True
 
-    def _state(self, raw: bytes) -> StoreState:
+    @contextmanager
+    def consolidation_claim(self) -> Iterator[bool]:
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = self.path.with_name(self.path.name + ".consolidate.lock")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            return StoreState((), self.limit, f"it is not valid UTF-8 (byte {exc.start})")
-        if self._parsed[0] == text:
-            entries = self._parsed[1]
-        else:
-            entries = tuple(fmt.parse(text))
-            self._parsed = (text, entries)
-        used = fmt.usage(entries)
-        if used > self.limit:
-            shape = (
-                "1 entry with no '§' separator lines"
-                if len(entries) == 1
-                else (f"{len(entries)} entries")
-            )
-            damage = f"it holds {used:,}/{self.limit:,} chars in {shape}"
-            return StoreState(entries, self.limit, damage, raw=text)
-        return StoreState(entries, self.limit, raw=text)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)
 
     def _ensure_dir(self) -> None:
         if self._prepared and self.path.parent.is_dir():

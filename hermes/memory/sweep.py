@@ -22,8 +22,11 @@ class StoreRun:
     outcome: Outcome
 
 
-def users_with_memory(home: Path) -> list[str]:
-    """Users that have a memory folder (the files are the source of truth)."""
+def users_with_memory(home: Path, config: MemoryConfig, db: SessionDB) -> list[str]:
+    """Users that have memory: a folder of stores, or rows with `memory.backend:
+    database` (where the stores are is the source of truth)."""
+    if config.backend == "database":
+        return db.memory_stores.users()
     folder = home / "memories"
     ids = []
     for child in sorted(folder.iterdir()) if folder.is_dir() else []:
@@ -47,11 +50,11 @@ async def check(
     """Consolidate each store over the threshold (all stores with `force`); `progress`
     hears (users done, users in all)."""
     runs = []
-    users = user_ids if user_ids is not None else users_with_memory(home)
+    users = user_ids if user_ids is not None else users_with_memory(home, config, db)
     for done, user_id in enumerate(users, 1):
         if progress:
             progress(done - 1, len(users))
-        memory = UserMemory(home, user_id, config)
+        memory = UserMemory(home, user_id, config, db)
         for target in memory.enabled_targets():
             state = memory.store(target).read().with_pending()
             if not force and not (

@@ -98,10 +98,11 @@ class MemoryTool:
         args: Mapping[str, Any],
         before_write: Callable[[ToolOutcome], None] | None = None,
         before_decide: Callable[[Target, StoreState], None] | None = None,
+        after_write: Callable[[], None] | None = None,
     ) -> ToolOutcome:
         """Apply one operation. Under the store's lock, `before_decide` sees the fresh
-        state first and `before_write` a change before the file is replaced (the
-        journal settles and records there)."""
+        state first, `before_write` a change before the store's text is replaced and
+        `after_write` once it is (the journal settles, records and completes there)."""
         try:
             action, target, content, old_text = _parse_args(args)
             store = self.memory.store(target)
@@ -112,7 +113,7 @@ class MemoryTool:
                     before_decide(target, state)
                 return op.decide(state)
 
-            return store.mutate(decide, before_write)
+            return store.mutate(decide, before_write, after_write)
         except StoreIOError as exc:  # the disk refused: say so, and that it may pass
             return ToolOutcome(_error(str(exc), storage_failure=True))
         except (StoreError, _UsageError) as exc:

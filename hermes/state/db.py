@@ -5,6 +5,7 @@
 - `people` (PeopleDB): users, identities, roles, blocks, links (merges);
 - `access` (AccessDB): link codes, pairing requests, allow/block rules;
 - `memory_log` (MemoryLogDB): memory events and versions, consolidation bookkeeping;
+- `memory_stores` (MemoryStoresDB): the stores themselves, with memory.backend: database;
 - `upkeep` (UpkeepDB): job results, pruning, maintenance, integrity, bulk imports;
 - `reminders` (RemindersDB): reminders, their runs (the claim), each person's time zone.
 
@@ -20,6 +21,7 @@ from hermes.state import engine as eng
 from hermes.state.access import AccessDB
 from hermes.state.conversations import ConversationDB
 from hermes.state.memory_log import MemoryLogDB
+from hermes.state.memory_stores import MemoryStoresDB
 from hermes.state.people import PeopleDB
 from hermes.state.reminders import RemindersDB
 from hermes.state.upkeep import UpkeepDB
@@ -52,6 +54,7 @@ class SessionDB:
         self.people = PeopleDB(self)
         self.access = AccessDB(self)
         self.memory_log = MemoryLogDB(self)
+        self.memory_stores = MemoryStoresDB(self)
         self.upkeep = UpkeepDB(self)
         self.reminders = RemindersDB(self)
 

@@ -14,12 +14,13 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from sqlalchemy import Engine, event
-from sqlalchemy.exc import DatabaseError, OperationalError
+from sqlalchemy import Connection, Engine, event
+from sqlalchemy.exc import DatabaseError, DBAPIError, OperationalError
 from sqlalchemy.pool import ConnectionPoolEntry
 from sqlmodel import Session, create_engine
 
@@ -196,9 +197,76 @@ def _postgres(engine: Engine) -> bool:
     return engine.dialect.name == "postgresql"
 
 
+# the write transaction that `in_one_transaction` holds in this thread (or task), with
+# its engine: repository calls on that engine join it instead of starting their own
+_JOINED: ContextVar[tuple[Engine, Connection] | None] = ContextVar("joined", default=None)
+
+
+def _joined(engine: Engine) -> Connection | None:
+    held = _JOINED.get()
+    return held[1] if held is not None and held[0] is engine else None
+
+
+def unavailable(exc: DBAPIError) -> StateDBError:
+    """A driver's error (the server gone, a disk full) as one clear sentence."""
+    detail = str(exc.orig or exc).strip().splitlines()[0]
+    return StateDBError(f"the database could not be used ({detail})")
+
+
+@contextmanager
+def explained(engine: Engine) -> Iterator[None]:
+    """Outside a held transaction, a driver's error raised inside is StateDBError
+    (inside one it stays as it is: the holder retries or rolls back)."""
+    if _joined(engine) is not None:
+        yield
+        return
+    try:
+        yield
+    except DBAPIError as exc:
+        raise unavailable(exc) from exc
+
+
+def in_one_transaction(engine: Engine, work: Callable[[], T], patience: float) -> T:
+    """Run `work` in one write transaction (the write lock taken first, as by
+    `with_retry`) that every repository call it makes on this engine joins: what they
+    write commits together or not at all. The whole of `work` is retried while the
+    database is locked (or, on PostgreSQL, while it collides), so it must be safe to run
+    again after a rollback. Inside another such transaction, `work` simply joins it."""
+    if _joined(engine) is not None:
+        return work()
+    if _postgres(engine):
+        connectable, backoff = engine, postgres.write_patience(patience)
+    else:
+        connectable, backoff = engine.execution_options(sqlite_begin="IMMEDIATE"), None
+    backoff = backoff or Patience(patience)
+    while True:
+        try:
+            with connectable.connect() as conn, conn.begin():
+                if _postgres(engine):
+                    postgres.take_write_lock(conn)
+                token = _JOINED.set((engine, conn))
+                try:
+                    return work()
+                finally:
+                    _JOINED.reset(token)
+        except (DBAPIError, sqlite3.OperationalError) as exc:
+            backoff.wait(exc)
+
+
+@contextmanager
+def _joined_session(conn: Connection) -> Iterator[Session]:
+    """An ORM session inside the held transaction: it flushes, the holder commits."""
+    with Session(bind=conn, expire_on_commit=False) as session:
+        yield session
+        session.flush()
+
+
 def with_retry(engine: Engine, work: Callable[[Session], T], patience: float) -> T:
     """Run `work` in a BEGIN IMMEDIATE transaction, retrying while the database is locked
     (on PostgreSQL: SERIALIZABLE, retried while it collides with other writers)."""
+    if (held := _joined(engine)) is not None:
+        with _joined_session(held) as session:
+            return work(session)
     if _postgres(engine):
         return postgres.with_retry(engine, work, patience)
     writer = engine.execution_options(sqlite_begin="IMMEDIATE")
@@ -242,6 +310,12 @@ def with_raw_retry(
     begin="APPEND", a write each of whose statements is safe beside others (inserts that
     settle on their keys, counters updated in place): on SQLite the same as IMMEDIATE, on
     PostgreSQL READ COMMITTED, so concurrent appenders never retry each other."""
+    if (held := _joined(engine)) is not None:
+        if _postgres(engine):
+            return work(postgres.Raw(held))
+        driver = held.connection.driver_connection
+        assert isinstance(driver, sqlite3.Connection)
+        return work(driver)
     if _postgres(engine):
         return postgres.with_raw_retry(engine, work, patience, begin)
     backoff = Patience(patience)
@@ -268,6 +342,10 @@ def with_raw_retry(
 
 @contextmanager
 def reading(engine: Engine) -> Iterator[Session]:
+    if (held := _joined(engine)) is not None:
+        with _joined_session(held) as session:
+            yield session
+        return
     if _postgres(engine):
         with postgres.reading(engine) as session:
             yield session

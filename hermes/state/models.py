@@ -202,6 +202,39 @@ class MemoryPending(SQLModel, table=True):
     last_tried_at: datetime | None = None
 
 
+class MemoryStoreRow(SQLModel, table=True):
+    """One store of one person with `memory.backend: database`: the text its MEMORY.md
+    or USER.md would hold, the merged entries waiting for consolidation (its `.pending`
+    file), and a version that every write compares and swaps."""
+
+    __tablename__ = "memory_stores"
+    __table_args__ = (_one_of("target", "memory", "user"),)
+
+    user_id: str = Field(primary_key=True, foreign_key="users.id", ondelete="CASCADE")
+    target: str = Field(primary_key=True)
+    text: str = ""
+    pending: str = ""
+    version: int = 0
+    updated_at: datetime = Field(default_factory=utcnow)
+    # a consolidation's claim on the store (it calls a model: no lock is held that long)
+    consolidating_until: datetime | None = None
+
+
+class MemoryArchive(SQLModel, table=True):
+    """The stores of a person merged into another by a link, kept as they were (the
+    database's `memories/.merged/`); the person's row is gone, so no foreign key."""
+
+    __tablename__ = "memory_archive"
+
+    id: int | None = Field(default=None, primary_key=True)
+    user_id: str
+    merged_into: str
+    target: str
+    text: str
+    pending: str = ""
+    archived_at: datetime = Field(default_factory=utcnow)
+
+
 class ConsolidationState(SQLModel, table=True):
     __tablename__ = "consolidation_state"
 

@@ -182,7 +182,7 @@ def is_retryable(exc: BaseException) -> bool:
     return getattr(cause, "sqlstate", None) in RETRYABLE
 
 
-def _patience(patience: float) -> Patience:
+def write_patience(patience: float) -> Patience:
     return Patience(
         patience,
         is_retryable,
@@ -194,7 +194,7 @@ def with_retry(engine: Engine, work: Callable[[Session], T], patience: float) ->
     """Run `work` in a transaction holding the write lock (one writer at a time, as on
     SQLite), retried while the server reports a collision. (READ COMMITTED, the
     server's default: no isolation level is set or reset around it.)"""
-    backoff = _patience(patience)
+    backoff = write_patience(patience)
     while True:
         try:
             with Session(engine, expire_on_commit=False) as session:
@@ -204,6 +204,10 @@ def with_retry(engine: Engine, work: Callable[[Session], T], patience: float) ->
                 return result
         except (OperationalError, DBAPIError) as exc:
             backoff.wait(exc)
+
+
+def take_write_lock(conn: Connection) -> None:
+    conn.exec_driver_sql(_TAKE_WRITE_LOCK)
 
 
 class Raw:
@@ -241,7 +245,7 @@ def with_raw_retry(engine: Engine, work: Callable[[Raw], T], patience: float, be
     connectable = (
         engine if level == "READ COMMITTED" else engine.execution_options(isolation_level=level)
     )
-    backoff = _patience(patience)
+    backoff = write_patience(patience)
     while True:
         try:
             with connectable.connect() as conn, conn.begin():
@@ -282,9 +286,20 @@ def migrate(engine: Engine, current: int, patience: float) -> int:
                 conn.exec_driver_sql(statement)
             conn.exec_driver_sql("CREATE TABLE hermes_schema (version INTEGER NOT NULL)")
             conn.exec_driver_sql(f"INSERT INTO hermes_schema(version) VALUES ({current})")
+        elif found < current:
+            schema = _schema()
+            for step in range(found + 1, current + 1):
+                for table in UPGRADES[step]:
+                    schema.tables[table].create(conn)
+            conn.exec_driver_sql(f"UPDATE hermes_schema SET version = {current}")
         return found
 
     return with_retry(engine, upgrade, patience)
+
+
+# what each version after the first on PostgreSQL (13) adds: tables built from their
+# models, as a new database builds them (so both paths give the same schema)
+UPGRADES: dict[int, tuple[str, ...]] = {14: ("memory_stores", "memory_archive")}
 
 
 def _schema() -> MetaData:
@@ -468,8 +483,10 @@ __all__ = [
     "reading",
     "server_version",
     "stamp",
+    "take_write_lock",
     "touch",
     "version",
     "with_raw_retry",
     "with_retry",
+    "write_patience",
 ]

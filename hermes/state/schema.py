@@ -454,7 +454,32 @@ _V13 = [
     "CREATE INDEX ix_memory_pending_user ON memory_pending(user_id)",
 ]
 
+# v14: memory stores in the database (memory.backend: database; what PostgreSQL uses):
+# each person's MEMORY.md / USER.md text, its waiting entries and a version compared and
+# swapped by every write; and the stores of people merged away by a link.
+_V14 = [
+    """CREATE TABLE memory_stores (
+        user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        target TEXT NOT NULL CONSTRAINT ck_target CHECK (target IN ('memory', 'user')),
+        text TEXT NOT NULL DEFAULT '',
+        pending TEXT NOT NULL DEFAULT '',
+        version INTEGER NOT NULL DEFAULT 0,
+        updated_at TIMESTAMP NOT NULL,
+        consolidating_until TIMESTAMP,
+        PRIMARY KEY (user_id, target)
+    )""",
+    """CREATE TABLE memory_archive (
+        id INTEGER PRIMARY KEY,
+        user_id TEXT NOT NULL,
+        merged_into TEXT NOT NULL,
+        target TEXT NOT NULL,
+        text TEXT NOT NULL,
+        pending TEXT NOT NULL DEFAULT '',
+        archived_at TIMESTAMP NOT NULL
+    )""",
+]
+
 MIGRATIONS: list[list[str]] = [
-    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13,
+    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14,
 ]  # fmt: skip
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -8,11 +9,27 @@ from hermes.config import MemoryConfig
 from hermes.identity import owner_user_id
 from hermes.memory.tool import MemoryTool
 from hermes.memory.user_memory import UserMemory
+from hermes.state.db import SessionDB
+from tests.memory.stores import backend_of
 
 
 @pytest.fixture
-def memory(home: Path) -> UserMemory:
-    return UserMemory(home, owner_user_id(home), MemoryConfig())
+def db(home: Path, database_url: str | None) -> Iterator[SessionDB]:
+    """state.db on the backend under test (SQLite, or a fresh PostgreSQL schema)."""
+    database = SessionDB.open(home, database_url)
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def memory_backend(backend: str) -> str:
+    """The memory stores' backend: files beside SQLite, the database on PostgreSQL."""
+    return backend_of(backend)
+
+
+@pytest.fixture
+def memory(home: Path, db: SessionDB, memory_backend: str) -> UserMemory:
+    return UserMemory(home, owner_user_id(home), MemoryConfig(backend=memory_backend), db)
 
 
 @pytest.fixture

@@ -10,11 +10,23 @@ from hermes.config import MemoryConfig
 from hermes.memory.store import MemoryStore, StoreState, Target
 from hermes.memory.tool import MemoryTool
 from hermes.memory.user_memory import UserMemory
+from hermes.state.db import SessionDB
 
 
-def churn(home: Path, user_id: str, worker: int, rounds: int) -> None:
-    """add, replace, and (for 2 of 3 rounds) remove this worker's own entries: 3 ops a round."""
-    tool = MemoryTool(UserMemory(home, user_id, MemoryConfig()))
+def _memory(home: Path, user_id: str, url: str) -> tuple[UserMemory, SessionDB]:
+    """The person's stores: files beside SQLite (url '-'), rows of PostgreSQL at `url`."""
+    db = SessionDB.open(home, None if url == "-" else url)
+    config = MemoryConfig(backend="files" if url == "-" else "database")
+    return UserMemory(home, user_id, config, db), db
+
+
+def churn(home: Path, user_id: str, worker: int, rounds: int, url: str) -> None:
+    """add, replace, and (for 2 of 3 rounds) remove this worker's own entries: 3 ops a
+    round, each recorded with its provenance as the memory service records it."""
+    from hermes.memory.journal import run_recorded
+
+    memory, db = _memory(home, user_id, url)
+    tool = MemoryTool(memory)
     for j in range(rounds):
         for args in (
             {"action": "add", "content": f"[p{worker}:e{j}]"},
@@ -23,7 +35,7 @@ def churn(home: Path, user_id: str, worker: int, rounds: int) -> None:
         ):
             if args is None:
                 continue
-            outcome = tool.run({"target": "memory", **args})
+            outcome = run_recorded(tool, db, {"target": "memory", **args}, actor="agent")
             if not outcome.ok:
                 raise SystemExit(f"worker {worker} op failed: {outcome.result}")
 
@@ -46,13 +58,12 @@ def rewrite_forever(path: Path, size: int) -> None:
         print(i, flush=True)
 
 
-def journal_forever(home: Path, user_id: str) -> None:
+def journal_forever(home: Path, user_id: str, url: str) -> None:
     """Recorded memory writes (add, and remove the oldest past 60 %) until killed."""
     from hermes.memory.journal import run_recorded
-    from hermes.state.db import SessionDB
 
-    db = SessionDB.open(home)
-    tool = MemoryTool(UserMemory(home, user_id, MemoryConfig()))
+    memory, db = _memory(home, user_id, url)
+    tool = MemoryTool(memory)
     n = int(time.time() * 1000) % 10_000_000  # unique across restarts
     while True:
         n += 1
@@ -67,15 +78,14 @@ def journal_forever(home: Path, user_id: str) -> None:
         print(n, flush=True)
 
 
-def undo_forever(home: Path, user_id: str) -> None:
+def undo_forever(home: Path, user_id: str, url: str) -> None:
     """A recorded add, then its undo (a change decided before the lock, made by
     compare-and-swap), again and again until killed."""
     from hermes.memory.journal import run_recorded
     from hermes.memory.undo import undo_last
-    from hermes.state.db import SessionDB
 
-    db = SessionDB.open(home)
-    tool = MemoryTool(UserMemory(home, user_id, MemoryConfig()))
+    memory, db = _memory(home, user_id, url)
+    tool = MemoryTool(memory)
     n = int(time.time() * 1000) % 10_000_000
     while True:
         n += 1
@@ -133,13 +143,13 @@ def remember(home: Path, user_id: str, count: int, start_at: float) -> None:
 if __name__ == "__main__":
     command, *rest = sys.argv[1:]
     if command == "churn":
-        churn(Path(rest[0]), rest[1], int(rest[2]), int(rest[3]))
+        churn(Path(rest[0]), rest[1], int(rest[2]), int(rest[3]), rest[4])
     elif command == "rewrite":
         rewrite_forever(Path(rest[0]), int(rest[1]))
     elif command == "journal":
-        journal_forever(Path(rest[0]), rest[1])
+        journal_forever(Path(rest[0]), rest[1], rest[2])
     elif command == "undo":
-        undo_forever(Path(rest[0]), rest[1])
+        undo_forever(Path(rest[0]), rest[1], rest[2])
     elif command == "link":
         link(Path(rest[0]), rest[1], rest[2], rest[3], float(rest[4]))
     elif command == "remember":

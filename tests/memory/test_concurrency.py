@@ -11,20 +11,27 @@ from pathlib import Path
 
 import pytest
 
+from hermes.config import MemoryConfig
 from hermes.identity import owner_user_id
 from hermes.memory import entries as fmt
 from hermes.memory.store import MemoryStore, Target
+from hermes.memory.user_memory import UserMemory
+from hermes.state.db import SessionDB
+from tests.memory.stores import backend_of, stored
 
 WORKER = str(Path(__file__).with_name("store_worker.py"))
 
 
 @pytest.mark.slow
-def test_eight_processes_lose_no_update(home: Path) -> None:
+def test_eight_processes_lose_no_update(home: Path, database_url: str | None) -> None:
+    """On the file (flock) and on PostgreSQL (the row, in one transaction with its
+    provenance): 8 processes x 101 recorded operations on one person's store."""
     user_id = owner_user_id(home)
+    url = database_url or "-"
     workers, rounds = 8, 34  # 34 rounds x (add, replace, remove 2 of 3) = 101 ops each
     procs = [
         subprocess.Popen(
-            [sys.executable, WORKER, "churn", str(home), user_id, str(w), str(rounds)],
+            [sys.executable, WORKER, "churn", str(home), user_id, str(w), str(rounds), url],
             stderr=subprocess.PIPE,
             text=True,
         )
@@ -33,11 +40,23 @@ def test_eight_processes_lose_no_update(home: Path) -> None:
     for proc in procs:
         _, err = proc.communicate(timeout=180)
         assert proc.returncode == 0, err
-    text = (home / "memories" / user_id / "MEMORY.md").read_text(encoding="utf-8")
+    memory, db = _stores(home, user_id, database_url)
+    try:
+        text = stored(memory) or ""
+        events = db.memory_log.memory_events(user_id)
+    finally:
+        db.close()
     expected = {f"[p{w}:E{j}]" for w in range(workers) for j in range(rounds) if j % 3 == 0}
     entries = fmt.parse(text)
     assert set(entries) == expected and len(entries) == len(expected)
     assert text == fmt.serialize(entries)
+    assert len(events) == workers * (rounds + rounds + (rounds - len(range(0, rounds, 3))))
+
+
+def _stores(home: Path, user_id: str, url: str | None) -> tuple[UserMemory, SessionDB]:
+    db = SessionDB.open(home, url)
+    config = MemoryConfig(backend=backend_of("postgresql" if url else "sqlite"))
+    return UserMemory(home, user_id, config, db), db
 
 
 @pytest.mark.slow
@@ -75,21 +94,20 @@ def test_sigkill_mid_write_leaves_old_or_new_never_torn(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("writer", ["journal", "undo"], ids=["the tool", "undo"])
 def test_sigkill_between_file_and_record_leaves_no_unexplained_change(
-    home: Path, writer: str
+    home: Path, writer: str, database_url: str | None
 ) -> None:
     """A writer killed at random moments, again and again: after each restart every
     entry on disk is explained by a recorded event and the record matches the file.
     The tool decides under the lock; undo (like consolidation and merges) decided
-    before it and swaps: both go through the one journal."""
-    from hermes.config import MemoryConfig
+    before it and swaps: both go through the one journal. (On PostgreSQL the store and
+    its record are one transaction: the same check proves nothing is half done.)"""
     from hermes.memory.service import MemoryService
-    from hermes.state.db import SessionDB
 
     user_id = owner_user_id(home)
     rng = random.Random(7)
     for _ in range(30):
         with subprocess.Popen(
-            [sys.executable, WORKER, writer, str(home), user_id],
+            [sys.executable, WORKER, writer, str(home), user_id, database_url or "-"],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
@@ -99,9 +117,9 @@ def test_sigkill_between_file_and_record_leaves_no_unexplained_change(
             time.sleep(rng.uniform(0.0, 0.05))
             proc.send_signal(signal.SIGKILL)
             proc.wait()
-    db = SessionDB.open(home)
+    memory, db = _stores(home, user_id, database_url)
     try:
-        service = MemoryService(home, MemoryConfig(), db)
+        service = MemoryService(home, memory.config, db)
         service.reconcile(user_id)  # what the next process does before using the store
         store = service.of(user_id).store(Target.MEMORY)
         state = store.read()
@@ -120,10 +138,6 @@ def test_concurrent_link_chains_leave_every_entry_with_the_survivor(tmp_path: Pa
     """X<-Y and Y<-Z linked at the same moment in two processes while a third writes to
     Z (under the id it knew before): every entry of the three, and every late write that
     was stored, ends in the survivor's store, and state.db holds one person."""
-    from hermes.config import MemoryConfig
-    from hermes.memory.user_memory import UserMemory
-    from hermes.state.db import SessionDB
-
     rng = random.Random(11)
     for trial in range(8):
         home = tmp_path / f"trial{trial}"

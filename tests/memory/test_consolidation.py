@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import multiprocessing
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from hermes.identity import owner_user_id
 from hermes.llm.client import LLMClient
 from hermes.llm.endpoint import Endpoint
 from hermes.memory import entries as fmt
-from hermes.memory.consolidation import Outcome, consolidate, consolidation_lock, due
+from hermes.memory.consolidation import Outcome, consolidate, due
 from hermes.memory.journal import run_recorded
 from hermes.memory.store import Target
 from hermes.memory.tool import MemoryTool
@@ -24,6 +23,7 @@ from hermes.memory.undo import undo_last
 from hermes.memory.user_memory import UserMemory
 from hermes.state.db import SessionDB
 from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.memory.stores import seed, stored
 
 LIMIT = 400
 CONFIG = ConsolidationConfig()
@@ -40,16 +40,16 @@ ENTRIES = [
 
 
 @pytest.fixture
-def setup(home: Path, database_url: str | None) -> Iterator[tuple[UserMemory, SessionDB]]:
-    """The store's record (versions, events, the consolidation state) on both backends."""
-    db = SessionDB.open(home, database_url)
+def setup(home: Path, db: SessionDB, memory_backend: str) -> tuple[UserMemory, SessionDB]:
+    """The store and its record (versions, events, the consolidation state) on both
+    backends: files beside SQLite, rows of PostgreSQL."""
     user = db.people.ensure_user(owner_user_id(home), role="owner").id
-    memory = UserMemory(home, user, MemoryConfig(memory_char_limit=LIMIT))
-    memory.folder.mkdir(parents=True, exist_ok=True)
-    (memory.folder / "MEMORY.md").write_text(fmt.serialize(ENTRIES))
+    memory = UserMemory(
+        home, user, MemoryConfig(memory_char_limit=LIMIT, backend=memory_backend), db
+    )
+    seed(memory, Target.MEMORY, ENTRIES)
     assert memory.store(Target.MEMORY).read().used > 0.8 * LIMIT
-    yield memory, db
-    db.close()
+    return memory, db
 
 
 def proposal(entries: list[tuple[str, list[int]]], dropped: dict[int, str] | None = None) -> Reply:
@@ -84,8 +84,8 @@ def run(fake: FakeOpenAI, memory: UserMemory, db: SessionDB, **kw: Any) -> Outco
     return asyncio.run(go())
 
 
-def text_of(memory: UserMemory) -> str:
-    return (memory.folder / "MEMORY.md").read_text()
+def text_of(memory: UserMemory) -> str | None:
+    return stored(memory)
 
 
 def test_a_good_proposal_is_applied_recorded_and_undone_byte_for_byte(
@@ -172,16 +172,15 @@ def test_bad_proposals_are_rejected_and_the_store_untouched(
     )
 
 
-def test_too_many_drops_are_rejected(home: Path, fake_llm: FakeOpenAI) -> None:
-    db = SessionDB.open(home)
-    memory = UserMemory(home, owner_user_id(home), MemoryConfig(memory_char_limit=LIMIT))
-    memory.folder.mkdir(parents=True, exist_ok=True)
+def test_too_many_drops_are_rejected(
+    setup: tuple[UserMemory, SessionDB], fake_llm: FakeOpenAI
+) -> None:
+    memory, db = setup
     plain = [f"Fact number {i} about the garden shed" for i in range(1, 9)]
-    (memory.folder / "MEMORY.md").write_text(fmt.serialize(plain))
+    seed(memory, Target.MEMORY, plain)
     fake_llm.push(proposal([(plain[0], [1, 2, 3, 4, 5])], {6: "stale", 7: "stale", 8: "stale"}))
     outcome = run(fake_llm, memory, db, force=True)
     assert outcome.status == "rejected" and "drops 38% of entries" in outcome.detail
-    db.close()
 
 
 def test_a_write_during_consolidation_is_never_lost(
@@ -221,18 +220,21 @@ def test_below_threshold_and_no_model(setup: tuple[UserMemory, SessionDB]) -> No
     outcome = asyncio.run(go(False))
     assert outcome.status == "no_model" and text_of(memory) == original
     assert db.memory_log.consolidation_state(memory.user_id, "memory").needs_consolidation
-    (memory.folder / "MEMORY.md").write_text("short\n§\nnotes")
+    seed(memory, Target.MEMORY, "short\n§\nnotes")
     assert asyncio.run(go(False)).status == "below_threshold"
 
 
-def _hold_lock(path: str, ready: Any, release: Any) -> None:
-    from hermes.memory.store import MemoryStore
-
-    store = MemoryStore(Path(path), Target.MEMORY, LIMIT)
-    with consolidation_lock(store) as acquired:
+def _hold_claim(where: tuple[str, str | None, str, str], ready: Any, release: Any) -> None:
+    """Another process claims the store for a consolidation and holds the claim."""
+    home, url, backend, user = where
+    db = SessionDB.open(Path(home), url)
+    config = MemoryConfig(memory_char_limit=LIMIT, backend=backend)  # type: ignore[arg-type]
+    store = UserMemory(Path(home), user, config, db).store(Target.MEMORY)
+    with store.consolidation_claim() as acquired:
         assert acquired
         ready.set()
         release.wait(10)
+    db.close()
 
 
 def test_two_processes_never_consolidate_the_same_store_at_once(
@@ -241,9 +243,8 @@ def test_two_processes_never_consolidate_the_same_store_at_once(
     memory, db = setup
     context = multiprocessing.get_context("spawn")
     ready, release = context.Event(), context.Event()
-    holder = context.Process(
-        target=_hold_lock, args=(str(memory.folder / "MEMORY.md"), ready, release)
-    )
+    where = (str(memory.home), db.url, memory.config.backend, memory.user_id)
+    holder = context.Process(target=_hold_claim, args=(where, ready, release))
     holder.start()
     try:
         assert ready.wait(20)
@@ -259,7 +260,7 @@ def test_two_processes_never_consolidate_the_same_store_at_once(
 def test_undo_of_ordinary_changes_walks_back(setup: tuple[UserMemory, SessionDB]) -> None:
     memory, db = setup
     tool = MemoryTool(memory)
-    (memory.folder / "MEMORY.md").write_text("one")
+    seed(memory, Target.MEMORY, "one")
     run_recorded(tool, db, {"action": "add", "target": "memory", "content": "two"}, actor="user")
     run_recorded(
         tool,
@@ -271,7 +272,7 @@ def test_undo_of_ordinary_changes_walks_back(setup: tuple[UserMemory, SessionDB]
     assert undo_last(memory, db)[0] and text_of(memory) == "one"
     assert undo_last(memory, db) == (False, "Nothing to undo.")
     run_recorded(tool, db, {"action": "add", "target": "memory", "content": "three"}, actor="user")
-    (memory.folder / "MEMORY.md").write_text("edited by hand")
+    seed(memory, Target.MEMORY, "edited by hand")  # a hand edit, or an import
     done, message = undo_last(memory, db)
     assert not done and "changed after" in message and text_of(memory) == "edited by hand"
 

@@ -15,7 +15,6 @@ from gateway.config import HermesConfig
 from hermes.config import MemoryConfig
 from hermes.llm.client import LLMClient
 from hermes.llm.endpoint import Endpoint
-from hermes.memory import entries as fmt
 from hermes.memory.consolidation import consolidate
 from hermes.memory.merge import MergeError, merge_memory
 from hermes.memory.service import MemoryService
@@ -25,23 +24,25 @@ from hermes.memory.user_memory import UserMemory
 from hermes.state.db import SessionDB
 from hermes.state.people import PeopleDB
 from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.memory.stores import seed
 
-CONFIG = MemoryConfig(memory_char_limit=300, user_char_limit=200)
+
+@pytest.fixture(autouse=True)
+def config(memory_backend: str) -> Iterator[None]:
+    """Every test here on both backends: the stores' files with SQLite, rows with
+    PostgreSQL (CONFIG is set for the test that runs)."""
+    global CONFIG
+    CONFIG = MemoryConfig(memory_char_limit=300, user_char_limit=200, backend=memory_backend)
+    yield
 
 
-@pytest.fixture
-def db(home: Path, database_url: str | None) -> Iterator[SessionDB]:
-    database = SessionDB.open(home, database_url)
-    yield database
-    database.close()
+CONFIG = MemoryConfig()
 
 
 def person(home: Path, db: SessionDB, platform: str, ident: str, memory: list[str]) -> str:
     user = db.people.user_for_identity(platform, ident)
-    mem = UserMemory(home, user, CONFIG)
-    mem.folder.mkdir(parents=True, exist_ok=True)
     if memory:
-        (mem.folder / "MEMORY.md").write_text(fmt.serialize(memory))
+        seed(UserMemory(home, user, CONFIG, db), Target.MEMORY, memory)
     return user
 
 
@@ -49,14 +50,16 @@ def test_union_in_order_without_duplicates_traced_and_undoable(home: Path, db: S
     keep = person(home, db, "telegram", "1", ["Lives in Lisbon", "Has a cat named Miso"])
     gone = person(home, db, "slack", "U1", ["Has a cat named Miso", "Works at Acme"])
     report = merge_memory(home, CONFIG, db, keep, gone)
-    store = UserMemory(home, keep, CONFIG).store(Target.MEMORY)
+    store = UserMemory(home, keep, CONFIG, db).store(Target.MEMORY)
     assert store.read().entries == ("Lives in Lisbon", "Has a cat named Miso", "Works at Acme")
     assert report.added[Target.MEMORY] == 1 and not report.waiting.get(Target.MEMORY)
-    assert report.archived is not None and (report.archived / "MEMORY.md").exists()
-    assert not (home / "memories" / gone).exists()
+    assert report.archived is not None
+    assert UserMemory(home, gone, CONFIG, db).store(Target.MEMORY).read().entries == ()
+    if CONFIG.backend == "files":
+        assert (Path(report.archived) / "MEMORY.md").exists()
     events = db.memory_log.memory_events(keep, "Acme")
     assert [(e.action, e.actor) for e in events] == [("merge", "user")]
-    done, _ = undo_last(UserMemory(home, keep, CONFIG), db)
+    done, _ = undo_last(UserMemory(home, keep, CONFIG, db), db)
     assert done and store.read().entries == ("Lives in Lisbon", "Has a cat named Miso")
 
 
@@ -68,7 +71,7 @@ def test_over_the_limit_the_rest_waits_flagged_and_consolidation_folds_it_in(
     keep = person(home, db, "telegram", "1", mine)
     gone = person(home, db, "slack", "U1", theirs)
     report = merge_memory(home, CONFIG, db, keep, gone)
-    memory = UserMemory(home, keep, CONFIG)
+    memory = UserMemory(home, keep, CONFIG, db)
     state = memory.store(Target.MEMORY).read()
     assert state.used <= CONFIG.memory_char_limit
     assert set(state.entries) | set(state.pending) == set(mine) | set(theirs)  # nothing lost
@@ -107,7 +110,7 @@ def test_over_the_limit_the_rest_waits_flagged_and_consolidation_folds_it_in(
     prompt = fake_llm.requests[-1]["messages"][-1]["content"]
     assert all(entry in prompt for entry in every)  # the waiting entries were offered too
     after = memory.store(Target.MEMORY).read()
-    assert after.pending == () and not memory.file_store(Target.MEMORY).pending_path.exists()
+    assert after.pending == () and after.pending_raw == ""
     assert len(after.entries) == 2
 
     done, _ = undo_last(memory, db)  # undoing the consolidation restores the waiting file
@@ -127,7 +130,7 @@ def test_linking_merges_people_and_the_owner_id_survives(home: Path, db: Session
     outcome = people.link(code, requester="cli:local", current_user=owner)
     assert outcome.ok and outcome.user_id == owner and outcome.merged_away == tg
     assert db.people.user_for_identity("telegram", "1") == owner
-    assert UserMemory(home, owner, CONFIG).store(Target.MEMORY).read().entries == (
+    assert UserMemory(home, owner, CONFIG, db).store(Target.MEMORY).read().entries == (
         "Prefers tea over coffee",
     )
     again = people.link(code, requester="cli:local", current_user=owner)
@@ -139,13 +142,15 @@ def test_a_damaged_store_stops_the_merge_before_anything_is_written(
 ) -> None:
     keep = person(home, db, "telegram", "1", ["Lives in Lisbon"])
     gone = person(home, db, "slack", "U1", ["Works at Acme"])
-    (home / "memories" / keep / "USER.md").write_bytes(b"\xff\xfe broken")
+    over = "x" * (CONFIG.user_char_limit + 1)  # the limit was lowered, or a hand edit
+    seed(UserMemory(home, keep, CONFIG, db), Target.USER, [over])
     with pytest.raises(MergeError, match="needs fixing by hand"):
         merge_memory(home, CONFIG, db, keep, gone)
-    assert UserMemory(home, keep, CONFIG).store(Target.MEMORY).read().entries == (
+    assert UserMemory(home, keep, CONFIG, db).store(Target.MEMORY).read().entries == (
         "Lives in Lisbon",
     )
-    assert (home / "memories" / gone / "MEMORY.md").exists()  # not archived, not merged
+    left = UserMemory(home, gone, CONFIG, db).store(Target.MEMORY).read()
+    assert left.entries == ("Works at Acme",)  # not archived, not merged
 
 
 def test_after_a_link_the_old_id_and_its_live_code_reach_the_survivor(
@@ -165,10 +170,10 @@ def test_after_a_link_the_old_id_and_its_live_code_reach_the_survivor(
 
     args = {"action": "add", "target": "memory", "content": "Plays the cello"}
     assert asyncio.run(service.apply(gone, args, actor="agent")).ok
-    entries = UserMemory(home, keep, CONFIG).store(Target.MEMORY).read().entries
+    entries = UserMemory(home, keep, CONFIG, db).store(Target.MEMORY).read().entries
     assert entries == ("Lives in Lisbon", "Works at Acme", "Plays the cello")
     assert db.people.get_user(gone) is None  # the write did not bring the old id back
-    assert not (home / "memories" / gone).exists()
+    assert UserMemory(home, gone, CONFIG, db).store(Target.MEMORY).read().entries == ()
 
     linked = people.link(gone_code, requester="discord:9", current_user=third)
     assert linked.ok and linked.user_id == keep and linked.merged_away == third

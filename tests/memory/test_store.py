@@ -1,4 +1,6 @@
-"""The store file: permissions, atomic writes, hand-edited files, locking."""
+"""The store file: permissions, atomic writes, hand-edited files, locking. About the
+file itself (memory.backend: files), so on SQLite's side only; what the database store
+does with the same situations is in test_tool.py (both backends)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,9 @@ import pytest
 from hermes.memory.store import MemoryStore, StoreBusyError, StoreDamagedError, Target
 from hermes.memory.tool import MemoryTool
 from hermes.memory.user_memory import UserMemory
+from tests.harness.postgres import sqlite_only
+
+pytestmark = sqlite_only
 
 
 def test_folders_are_0700_and_files_0600(tool: MemoryTool, memory: UserMemory, home: Path) -> None:

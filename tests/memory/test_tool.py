@@ -1,4 +1,5 @@
-"""Every rule of the `memory` tool, checked against the file on disk."""
+"""Every rule of the `memory` tool, checked against the store itself (the file on disk, or
+the database row: each test runs on both)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import pytest
 
 from hermes.config import MemoryConfig
 from hermes.memory import entries as fmt
-from hermes.memory.store import Target
+from hermes.memory.store import StoreDamagedError, Target
 from hermes.memory.tool import DUPLICATE_MESSAGE, MEMORY_TOOL_SCHEMA, MemoryTool
 from hermes.memory.user_memory import UserMemory
+from tests.memory.stores import seed, stored, stored_entries, write_mark
 
 
 def run(tool: MemoryTool, **args: Any) -> dict[str, Any]:
@@ -21,14 +23,8 @@ def run(tool: MemoryTool, **args: Any) -> dict[str, Any]:
     return result
 
 
-def on_disk(memory: UserMemory, target: Target = Target.MEMORY) -> list[str]:
-    path = memory.folder / target.filename
-    return fmt.parse(path.read_text(encoding="utf-8")) if path.exists() else []
-
-
-def fill(memory: UserMemory, target: Target, entries: list[str]) -> None:
-    memory.folder.mkdir(parents=True, exist_ok=True)
-    (memory.folder / target.filename).write_text(fmt.serialize(entries), encoding="utf-8")
+on_disk = stored_entries  # the store as it is now, file or database row
+fill = seed
 
 
 def test_schema_is_an_openai_function_without_a_read_action() -> None:
@@ -61,16 +57,16 @@ def test_add_to_user_target_goes_to_user_md(tool: MemoryTool, memory: UserMemory
 def test_add_empty_is_an_error(tool: MemoryTool, memory: UserMemory, content: str | None) -> None:
     result = run(tool, action="add", target="memory", content=content)
     assert result["success"] is False and "empty" in result["error"]
-    assert not (memory.folder / "MEMORY.md").exists()
+    assert stored(memory) is None
 
 
 def test_add_exact_duplicate_succeeds_without_writing(tool: MemoryTool, memory: UserMemory) -> None:
     run(tool, action="add", target="memory", content="Uses zsh")
-    before = (memory.folder / "MEMORY.md").stat().st_mtime_ns
+    before = write_mark(memory)
     result = run(tool, action="add", target="memory", content="Uses zsh")
     assert result["success"] is True and result["message"] == DUPLICATE_MESSAGE
     assert result["entry_count"] == 1
-    assert (memory.folder / "MEMORY.md").stat().st_mtime_ns == before
+    assert write_mark(memory) == before
 
 
 def test_add_over_the_limit_has_the_documented_shape(tool: MemoryTool, memory: UserMemory) -> None:
@@ -134,8 +130,7 @@ def test_several_matches_are_refused_with_previews(tool: MemoryTool, memory: Use
 
 
 def test_identical_duplicates_on_disk_count_as_one(tool: MemoryTool, memory: UserMemory) -> None:
-    memory.folder.mkdir(parents=True, exist_ok=True)
-    (memory.folder / "MEMORY.md").write_text("Likes tea\n§\nLikes tea\n§\nRuns Arch")
+    seed(memory, Target.MEMORY, "Likes tea\n§\nLikes tea\n§\nRuns Arch")
     assert run(tool, action="replace", target="memory", old_text="tea", content="Likes coffee")[
         "success"
     ]
@@ -251,3 +246,22 @@ def test_changes_are_reported_for_provenance(tool: MemoryTool) -> None:
     assert outcome.change is not None
     assert (outcome.change.before, outcome.change.after) == ("Likes tea", "Likes coffee")
     assert tool.run({"action": "add", "target": "user", "content": "Likes coffee"}).change is None
+
+
+def test_a_store_over_a_lowered_limit_is_never_rewritten_and_renders_bounded(
+    home: Path, memory: UserMemory, memory_backend: str
+) -> None:
+    """The limit was lowered (or the file edited by hand): the store is left exactly as
+    it is, every write refused with what to do, and the prompt still bounded."""
+    seed(memory, Target.MEMORY, ["x" * 1500, "y" * 1000])
+    smaller = MemoryConfig(memory_char_limit=2000, backend=memory_backend)
+    lowered = UserMemory(home, memory.user_id, smaller, memory.db)
+    called: list[int] = []
+    with pytest.raises(StoreDamagedError, match="can no longer be updated safely"):
+        lowered.store(Target.MEMORY).mutate(lambda state: (called.append(1) or ["z"], None))
+    assert called == []
+    result = MemoryTool(lowered).run({"action": "add", "target": "memory", "content": "z"})
+    assert result.result["success"] is False
+    assert stored_entries(memory) == ["x" * 1500, "y" * 1000]
+    snapshot = lowered.snapshot()
+    assert len(snapshot) < 2000 + 400 and "truncated" in snapshot

@@ -138,6 +138,9 @@ def populated_home(home: Path) -> str:
         owner = db.people.users()[0].user.id
         ana = db.people.user_for_identity("telegram", "42", "Ana")
         db.people.ensure_identity("slack", "U42", ana)
+        for entry in ("Name: Ana", "Speaks French and Korean"):
+            done = hermes("memory", "add", "-t", "user", entry, "--user", ana, home=home)
+            assert done.returncode == 0, done.stderr
         for user, platform, words in (
             (owner, "cli", "the boat is called Ondine"),
             (ana, "telegram", "지난주에 부산에서 돼지국밥을 먹었어요"),
@@ -198,8 +201,15 @@ def test_db_migrate_moves_a_home_and_every_read_command_says_the_same(
     tmp_path: Path, postgres: ScratchServer
 ) -> None:
     home = tmp_path / "home"
-    populated_home(home)
-    before = {args: hermes(*args, home=home) for args in READS}
+    ana = populated_home(home)
+    reads = (
+        *READS,
+        ("memory", "show", "--user", ana, "--json"),
+        ("memory", "why", "Korean", "--user", ana, "--json"),
+    )
+    before = {args: hermes(*args, home=home) for args in reads}
+    exported = hermes("memory", "export", "--files", str(tmp_path / "from-files"), home=home)
+    assert exported.returncode == 0, exported.stderr
     for args, done in before.items():
         assert done.returncode == 0, (args, done.stderr)
     for search in READS[-3:]:  # each language is found, before as after
@@ -218,21 +228,31 @@ def test_db_migrate_moves_a_home_and_every_read_command_says_the_same(
         report = json.loads(done.stdout)
         assert report["ok"] and all(t["source_rows"] == t["target_rows"] for t in report["tables"])
         assert report["media_missing"] == []
+        stores = [t["table"] for t in report["tables"] if t["table"].startswith("memories/")]
+        assert len(stores) == 2 and any(ana in name for name in stores)  # bytes and checksums
         moved = SessionDB.open(home, url)
         assert moved.conversations.media_bytes("media/x.jpg") == b"\xff\xd8 a photo"
         moved.close()
         write_config(home, {"url": url})  # what the command says to do
         (home / "state.db").rename(home / "state.db.migrated")  # not read any more
+        (home / "memories").rename(home / "memories.migrated")  # nor are the files
         for args, was in before.items():
             now = hermes(*args, home=home)
             assert now.returncode == 0, (args, now.stderr)
             assert now.stdout == was.stdout, args
+        out = tmp_path / "from-database"
+        assert hermes("memory", "export", "--files", str(out), home=home).returncode == 0
+        assert tree(out) == tree(tmp_path / "from-files") and len(tree(out)) == 2
         other = tmp_path / "other"
         populated_home(other)
         again = hermes("db", "migrate", "--to", url, home=other)
         assert again.returncode != 0 and "already holds tables" in again.stderr
     finally:
         postgres.drop_schema(name)
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
 
 class InstanceLockHeld:
