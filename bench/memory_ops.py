@@ -15,6 +15,11 @@ spells fall on all of them alike:
   a child process by `--peer PYTHON`, an interpreter with `pip install
   hermes-agent==0.19.0` (nothing of it is shipped here).
 
+With `--postgres URL` (a database the bench may create a schema in, e.g.
+postgresql://postgres@127.0.0.1:5432/postgres): the same tool and service writers with
+`memory.backend: database` on PostgreSQL (the store a row, each write one transaction
+with its provenance), beside the files.
+
 Also: the rules stage alone (scan of the new entry and of the store with it) per write.
 """
 
@@ -53,8 +58,9 @@ def operations(i: int) -> list[tuple[str, dict[str, str]]]:
     ]
 
 
-def near_full_store(home: Path) -> tuple[MemoryTool, UserMemory]:
-    memory = UserMemory(home, new_user_id(), MemoryConfig())
+def near_full_store(home: Path, db: SessionDB | None = None) -> tuple[MemoryTool, UserMemory]:
+    config = MemoryConfig(backend="database" if db is not None else "files")
+    memory = UserMemory(home, new_user_id(), config, db)
     tool = MemoryTool(memory)
     k = 0
     while fmt.usage(memory.store(Target.MEMORY).read().entries) < 0.85 * 2200:
@@ -88,9 +94,10 @@ class Writer(Protocol):
 
 
 class ToolWriter:
-    def __init__(self) -> None:
+    def __init__(self, url: str | None = None) -> None:
         self._tmp = tempfile.TemporaryDirectory()
-        self.tool, self.memory = near_full_store(Path(self._tmp.name))
+        self.db = SessionDB.open(Path(self._tmp.name), url) if url else None
+        self.tool, self.memory = near_full_store(Path(self._tmp.name), self.db)
 
     def run(self, start: int, count: int) -> dict[str, list[float]]:
         timings: dict[str, list[float]] = {action: [] for action in ACTIONS}
@@ -107,18 +114,21 @@ class ToolWriter:
         return self.memory.store(Target.MEMORY).read().percent
 
     def close(self) -> None:
+        if self.db is not None:
+            self.db.close()
         self._tmp.cleanup()
 
 
 class ServiceWriter:
     """MemoryService.apply in one event loop kept across rounds, as in the gateway."""
 
-    def __init__(self) -> None:
+    def __init__(self, url: str | None = None) -> None:
         self._tmp = tempfile.TemporaryDirectory()
         home = Path(self._tmp.name)
-        _, self.memory = near_full_store(home)
-        self.db = SessionDB.open(home)
-        self.service = MemoryService(home, MemoryConfig(), self.db, auto_consolidate=False)
+        self.db = SessionDB.open(home, url)
+        _, self.memory = near_full_store(home, self.db if url else None)
+        config = self.memory.config
+        self.service = MemoryService(home, config, self.db, auto_consolidate=False)
         self.loop = asyncio.new_event_loop()
 
     def run(self, start: int, count: int) -> dict[str, list[float]]:
@@ -226,6 +236,27 @@ def interleaved(writers: dict[str, Writer], ops: int, rounds: int) -> dict[str, 
     return {name: summary(values) for name, values in timings.items()}
 
 
+def scratch_schema(url: str) -> tuple[str, str]:
+    """A new schema in the database at `url`: (its name, a URL whose sessions use it)."""
+    import os
+    from urllib.parse import quote
+
+    import psycopg
+
+    name = f"bench_memory_{os.getpid()}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {name}")
+    joiner = "&" if "?" in url else "?"
+    return name, f"{url}{joiner}options={quote(f'-csearch_path={name},public')}"
+
+
+def drop_schema(url: str, name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -234,6 +265,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--rounds", type=int, default=20, help="slices the writers take turns in")
     parser.add_argument("--peer", metavar="PYTHON", help="a Python with hermes-agent installed")
+    parser.add_argument("--postgres", metavar="URL", help="also on PostgreSQL (a scratch schema)")
     args = parser.parse_args()
     report: dict[str, Any] = {"ops_per_action": args.ops}
     report["rules_per_write"] = measure_rules(args.ops)
@@ -241,12 +273,18 @@ def main() -> None:
     writers: dict[str, Writer] = {"tool": tool, "service": ServiceWriter()}
     if args.peer:
         writers["peer"] = PeerWriter(args.peer)
+    schema = scratch_schema(args.postgres) if args.postgres else None
+    if schema is not None:
+        writers["tool (postgresql)"] = ToolWriter(schema[1])
+        writers["service (postgresql)"] = ServiceWriter(schema[1])
     try:
         report.update(interleaved(writers, args.ops, args.rounds))
         report["tool"]["store_fill_percent"] = tool.fill_percent()
     finally:
         for writer in writers.values():
             writer.close()
+        if schema is not None:
+            drop_schema(args.postgres, schema[0])
     if args.json:
         print(json.dumps(report))
         return
@@ -255,7 +293,7 @@ def main() -> None:
     print(f"rules stage per write: p50 {rules['p50_ms']:.3f} ms, p99 {rules['p99_ms']:.3f} ms")
     print("| writer | add ops/s | replace ops/s | remove ops/s | add p50 ms | add p99 ms |")
     print("|---|---|---|---|---|---|")
-    for name in ("tool", "service", "peer"):
+    for name in ("tool", "service", "tool (postgresql)", "service (postgresql)", "peer"):
         if name in report:
             r = report[name]
             print(

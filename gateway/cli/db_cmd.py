@@ -158,7 +158,8 @@ def _copy(
                 _, missing = copy.copy_media_files(path.parent, target.engine)
                 tables = copy.verify(source.engine, target.engine)
                 stores = _copy_memory(path.parent, config, source, target)
-            return tables + stores, missing
+                providers = copy.copy_provider_stores(path.parent, target.engine)
+            return tables + stores + providers, missing
         finally:
             target.close()
     finally:
@@ -177,9 +178,9 @@ def _report_plan(counts: dict[str, int], as_json: bool) -> None:
 
 
 _STAYS = (
-    "the memory files (memories/) and the files people sent (media/) move into the "
-    "database and may be removed once the gateway runs on it; a memory provider's own "
-    "files stay in HERMES_HOME on this machine (not moved to PostgreSQL yet)"
+    "the memory files (memories/), the local memory providers' stores (holographic.db, "
+    "evidence.db) and the files people sent (media/) move into the database and may be "
+    "removed once the gateway runs on it"
 )
 
 

@@ -26,6 +26,7 @@ def _provider(user: str | None) -> EvidenceProvider:
     from hermes.providers.evidence import EvidenceProvider
 
     ctx = CliContext.load()
+    ctx.open_db()  # on PostgreSQL, the evidence tables are in that database
     provider = EvidenceProvider()
     provider.initialize(
         "",
@@ -78,7 +79,7 @@ def search(
         print_json({"chunks": chunks, "facts": facts})
         return
     if not chunks:
-        note(f"[dim]nothing found in {provider.store.path}[/dim]")
+        note(f"[dim]nothing found in {provider.store.where}[/dim]")
     for fact in facts:
         cites = ", ".join(fact.chunk_ids)
         note(f"[green]fact #{fact.id}[/green] {escape(fact.text)} (cites {cites})")

@@ -321,7 +321,8 @@ def check_server(home: Path, config: HermesConfig, env: Mapping[str, str] | None
         return [fail(name, f"{type(exc).__name__}: {exc}", fix)]
     finally:
         db.close()
-    checks = [ok(name, f"{server} at {where}, schema version {version}")]
+    stores = "the database" if config.memory.backend == "database" else "files in the home"
+    checks = [ok(name, f"{server} at {where}, schema version {version}; memory in {stores}")]
     if found != "ok" or not writable:
         checks.append(fail("database answers", found if found != "ok" else "read-only", fix))
     return checks

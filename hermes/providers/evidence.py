@@ -305,7 +305,7 @@ class EvidenceProvider(BaseProvider):
         self._store = EvidenceStore.at(Path(kw["hermes_home"]))
 
     def merge_people(self, keep: str, gone: str, hermes_home: Path) -> None:
-        if (hermes_home / EvidenceStore.FILENAME).exists():
+        if EvidenceStore.exists(hermes_home):
             moved = EvidenceStore.at(hermes_home).merge_people(keep, gone)
             logger.info("evidence: %d chunks of %s are now %s's", moved, gone, keep)
 

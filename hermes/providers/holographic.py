@@ -258,7 +258,7 @@ class HolographicProvider(BaseProvider):
         return []  # holographic.db lives in HERMES_HOME: the backup has it already
 
     def merge_people(self, keep: str, gone: str, hermes_home: Path) -> None:
-        if (hermes_home / FactStore.FILENAME).exists():
+        if FactStore.exists(hermes_home):
             moved = FactStore.at(hermes_home).merge_people(keep, gone)
             logger.info("holographic: %d facts of %s are now %s's", moved, gone, keep)
 

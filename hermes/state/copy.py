@@ -13,13 +13,18 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Iterator
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Boolean, Connection, Engine, MetaData, Table, inspect, text
+
+from hermes.state.evidence import FileEvidenceStore, ServerEvidenceStore
+from hermes.state.factstore import FileFactStore, ServerFactStore
+from hermes.state.postgres import Raw
 
 BATCH = 2000
 # state.db's own indexes and SQLite's bookkeeping: rebuilt or meaningless elsewhere
@@ -147,6 +152,68 @@ def copy_media_files(home: Path, target: Engine) -> tuple[int, list[str]]:
     return copied, missing
 
 
+def copy_provider_stores(home: Path, target: Engine) -> list[TableCheck]:
+    """Each local memory provider's SQLite file in the home (holographic.db,
+    evidence.db) into its tables in the database: every row, ids kept (sequences moved
+    past them), in foreign-key order, then the words index built; one check per table
+    (rows, and a checksum of every row taken in any order). A provider never used has
+    no file: nothing to copy."""
+    pairs: list[tuple[str, Any]] = [
+        (FileFactStore.FILENAME, ServerFactStore),
+        (FileEvidenceStore.FILENAME, ServerEvidenceStore),
+    ]
+    checks = []
+    for filename, server in pairs:
+        path = home / filename
+        if not path.exists():
+            continue
+        store = server.on(target)  # its tables, created on first use
+        source = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            tables = {
+                name: (moved, [row[1] for row in source.execute(f'PRAGMA table_info("{name}")')])
+                for name, moved in server.TABLES.items()
+            }
+            with target.begin() as conn:
+                for name, (moved, columns) in tables.items():
+                    listed = ", ".join(columns)
+                    rows = source.execute(f"SELECT {listed} FROM {name}").fetchall()
+                    marks = ", ".join("%s" for _ in columns)
+                    if rows:
+                        conn.exec_driver_sql(
+                            f"INSERT INTO {moved} ({listed}) VALUES ({marks})", rows
+                        )
+                    if "id" in columns and rows and name not in ("chunks",):
+                        conn.exec_driver_sql(
+                            f"SELECT setval(pg_get_serial_sequence('{moved}', 'id'), "
+                            f"(SELECT max(id) FROM {moved}))"
+                        )
+                store.rebuild_words(Raw(conn))
+            with target.connect() as conn:
+                for name, (moved, columns) in tables.items():
+                    listed = ", ".join(columns)
+                    left = source.execute(f"SELECT {listed} FROM {name}").fetchall()
+                    right = conn.exec_driver_sql(f"SELECT {listed} FROM {moved}").fetchall()
+                    checks.append(
+                        TableCheck(
+                            f"{filename}:{name}",
+                            len(left),
+                            len(right),
+                            _rows_sum(left),
+                            _rows_sum(right),
+                        )
+                    )
+        finally:
+            source.close()
+    return checks
+
+
+def _rows_sum(rows: Sequence[Any]) -> str:
+    """A checksum of rows in any order (each row's values as both engines give them)."""
+    lines = sorted(repr([_canonical(v) for v in row]) for row in rows)
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
 def verify(source: Engine, target: Engine) -> list[TableCheck]:
     """Each data table's rows and checksum on both sides (the source's tables)."""
     checks = []
@@ -199,4 +266,12 @@ def _canonical(value: Any, time: bool = False) -> Any:
     return value
 
 
-__all__ = ["TableCheck", "copy_all", "copy_media_files", "data_tables", "row_counts", "verify"]
+__all__ = [
+    "TableCheck",
+    "copy_all",
+    "copy_media_files",
+    "copy_provider_stores",
+    "data_tables",
+    "row_counts",
+    "verify",
+]

@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hermes.state import engine as eng
+from hermes.state import sidecar
 from hermes.state.access import AccessDB
 from hermes.state.conversations import ConversationDB
 from hermes.state.memory_log import MemoryLogDB
@@ -48,6 +49,7 @@ class SessionDB:
             self.engine, self.upgraded_from = eng.open_database(path, patience)
         else:
             self.engine, self.upgraded_from = eng.open_server(url, patience, pool_size)
+            sidecar.serve_from(path.parent, self.engine)  # the providers' stores too
         self.backend = self.engine.dialect.name  # "sqlite" | "postgresql"
         self.vectors = VectorDB(self)
         self.conversations = ConversationDB(self, self.vectors)

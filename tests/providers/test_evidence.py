@@ -13,16 +13,42 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from sqlalchemy.exc import DBAPIError
 
 from hermes.providers.evidence import EvidenceProvider, chunk_text, index_paths
-from hermes.state.evidence import FILENAME, EvidenceError
+from hermes.state.db import SessionDB
+from hermes.state.evidence import FILENAME, EvidenceError, EvidenceStore
 from tests.harness.cli import hermes
+from tests.harness.postgres import sqlite_only
 
 ALICE, BOB = "u_00000000000000a1", "u_00000000000000b2"
+
+
+@pytest.fixture(autouse=True)
+def state(home: Path, database_url: str | None) -> Iterator[SessionDB]:
+    """Every test on both backends unless it says why not: the store is the home's
+    evidence.db beside SQLite, and the state database's evidence tables when the home
+    is on PostgreSQL (config.yaml says so, for the CLI in another process too)."""
+    home.mkdir(parents=True, exist_ok=True)
+    if database_url is not None:
+        (home / "config.yaml").write_text(yaml.safe_dump({"database": {"url": database_url}}))
+    db = SessionDB.open(home, database_url)
+    yield db
+    db.close()
+
+
+def bypassing(store: EvidenceStore, sql: str, params: Sequence[object] = ()) -> Any:
+    """Run SQL on the store's own tables as a hand edit would, past the module's rules
+    (what is left to hold is the schema's): the first row, if any."""
+    with store._write() as conn:
+        done = conn.execute(sql, params)
+        return done.fetchone() if sql.startswith("SELECT") else None
 
 
 def person(home: Path, user_id: str) -> EvidenceProvider:
@@ -122,12 +148,12 @@ def test_a_fact_cannot_exist_without_a_live_chunk_of_its_own_person(
     refused = call(bob, "evidence_add_fact", text="borrowed", chunk_ids=[cid])
     assert not refused["success"] and "live chunk" in refused["error"]
     fact = alice.store.add_fact(ALICE, "s0 listens on 8000", [cid])
-    with sqlite3.connect(home / FILENAME) as raw:  # the schema itself holds the rule
-        raw.execute("PRAGMA foreign_keys=ON")
-        with pytest.raises(sqlite3.DatabaseError, match="at least one chunk"):
-            raw.execute("DELETE FROM fact_chunks WHERE fact_id = ?", (fact,))
-        with pytest.raises(sqlite3.IntegrityError):
-            raw.execute("DELETE FROM chunks WHERE id = ?", (cid,))
+    refused = (sqlite3.DatabaseError, DBAPIError)  # the schema itself holds the rules
+    with pytest.raises(refused, match="at least one chunk"):
+        bypassing(alice.store, "DELETE FROM {fact_chunks} WHERE fact_id = ?", (fact,))
+    with pytest.raises(refused, match=r"(?i)foreign key"):
+        bypassing(alice.store, "DELETE FROM {chunks} WHERE id = ?", (cid,))
+    assert alice.store.facts(ALICE, ids=[fact])[0].chunk_ids == (cid,)  # nothing changed
     path.unlink()
     index_paths(alice.store, ALICE, [path])
     with pytest.raises(EvidenceError):  # a stale chunk cannot be cited anew
@@ -187,12 +213,12 @@ def test_verify_from_the_cli_exits_nonzero_on_an_orphan(home: Path, tmp_path: Pa
     assert pack.returncode == 0 and "note001.md" in pack.stdout and not pack.stdout.startswith("{")
     packed = json.loads(hermes("evidence", "pack", "ports", "--json").stdout)  # by a script
     assert packed["name"] == "ports" and packed["chunks"]
-    with sqlite3.connect(home / FILENAME) as raw:  # damage made by hand, rules bypassed
-        raw.execute("PRAGMA foreign_keys=OFF")
-        raw.execute(
-            "INSERT INTO facts(user_id, text, created_at) SELECT user_id, 'orphan', '' "
-            "FROM sources LIMIT 1"
-        )
+    store = EvidenceStore.at(home)  # damage made by hand, the module's rules bypassed
+    bypassing(
+        store,
+        "INSERT INTO {facts}(user_id, text, created_at) SELECT user_id, 'orphan', '' "
+        "FROM {sources} LIMIT 1",
+    )
     result = hermes("evidence", "verify", "--json")
     assert result.returncode == 1 and json.loads(result.stdout)["orphan_facts"] == 1
     assert hermes("evidence", "facts", "--status", "nope").returncode == 2
@@ -242,6 +268,7 @@ def test_indexing_in_another_process_while_turns_are_written(home: Path, tmp_pat
     assert counts["sources"] == 121 and counts["orphan_facts"] == 0
 
 
+@sqlite_only  # the scenario's app keeps its state in SQLite (the PostgreSQL app: below)
 def test_through_the_app_turns_become_evidence_recalled_later(home: Path, fake_llm: Any) -> None:
     from gateway.pipeline.router import Router
     from tests.fakes.platform import FakeAdapter
@@ -264,6 +291,7 @@ def test_through_the_app_turns_become_evidence_recalled_later(home: Path, fake_l
     assert "<recalled-memory" in asked and "port 7443" in asked and "session s_" in asked
 
 
+@sqlite_only  # about the file and its WAL (PostgreSQL's backup is pg_dump's: test_postgres)
 def test_backup_snapshots_the_evidence_store_with_what_is_still_in_its_wal(
     home: Path, tmp_path: Path
 ) -> None:
@@ -297,9 +325,8 @@ def test_events_and_artifacts_keep_to_the_same_rules(home: Path, tmp_path: Path)
         person(home, BOB).store.add_artifact(BOB, "summary", "borrowed", [cid])
     artifact = alice.store.add_artifact(ALICE, "summary", "s0 listens on 8000", [cid])
     alice.store.add_event(ALICE, "s0 deployed", cid)
-    with sqlite3.connect(home / FILENAME) as raw:
-        status = raw.execute("SELECT status FROM artifacts WHERE id = ?", (artifact,)).fetchone()
-    assert status == ("draft",)
+    status = bypassing(alice.store, "SELECT status FROM {artifacts} WHERE id = ?", (artifact,))
+    assert tuple(status) == ("draft",)
     path.write_text("# Note 0\nService s0 moved to port 9000.\n")
     os.utime(path, (time.time() + 5, time.time() + 5))
     report = index_paths(alice.store, ALICE, [path])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +13,22 @@ import pytest
 
 from gateway.pipeline.router import Router
 from hermes.providers.holographic import HolographicProvider, entities, hrr, similarity
-from hermes.state.factstore import FILENAME
+from hermes.state.db import SessionDB
+from hermes.state.factstore import FILENAME, FactStore, FileFactStore
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.platform import FakeAdapter
 from tests.gateway.test_router import dm, scenario
 
 ALICE, BOB = "u_00000000000000a1", "u_00000000000000b2"
+
+
+@pytest.fixture(autouse=True)
+def state(home: Path, database_url: str | None) -> Iterator[SessionDB]:
+    """Every test on both backends: the fact store is the home's file beside SQLite, and
+    the state database's tables when the home's state is on PostgreSQL."""
+    db = SessionDB.open(home, database_url)
+    yield db
+    db.close()
 
 
 def person(home: Path, user_id: str) -> HolographicProvider:
@@ -116,9 +126,12 @@ def test_one_persons_facts_never_reach_another(home: Path) -> None:
     assert call(alice, "fact_store", action="list")["count"] == 1
     # the same text for two people is two facts
     call(bob, "fact_store", action="add", content="Mina's passport number is X123")
-    with sqlite3.connect(home / FILENAME) as raw:
-        assert raw.execute("SELECT count(DISTINCT user_id) FROM facts").fetchone()[0] == 2
-    assert oct((home / FILENAME).stat().st_mode & 0o777) == "0o600"
+    store = FactStore.at(home)
+    assert [len(store.facts(ALICE)), len(store.facts(BOB))] == [1, 2]
+    if isinstance(store, FileFactStore):
+        assert oct((home / FILENAME).stat().st_mode & 0o777) == "0o600"
+    else:
+        assert not (home / FILENAME).exists()  # in the database, nothing on this disk
 
 
 def remembering(request: dict[str, Any]) -> Reply:
@@ -174,8 +187,10 @@ def test_through_the_app_it_mirrors_the_built_in_stores_and_recalls(
     )
     assert "Drinks green tea [user" in asked and "Mina runs on Sundays" in asked
     assert "oolong" not in asked  # the replace was mirrored as a replace
-    with sqlite3.connect(home / FILENAME) as raw:
-        mirrored = [
-            r[0] for r in raw.execute("SELECT content FROM facts WHERE source LIKE 'builtin:%'")
-        ]
-    assert mirrored == []  # and the remove as a remove
+    app_state = SessionDB.open(home)  # the scenario's own (the app's people)
+    people = [row.user.id for row in app_state.people.users()]
+    app_state.close()
+    store = FactStore.at(home)
+    facts = [f for user in people for f in store.facts(user)]
+    assert any(f.content == "Mina runs on Sundays" for f in facts)
+    assert [f.content for f in facts if f.source.startswith("builtin:")] == []  # removed too

@@ -14,6 +14,8 @@ import yaml
 from gateway.config import ConfigError, database_url, parse_config
 from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
+from hermes.state.evidence import EvidenceStore
+from hermes.state.factstore import FactStore
 from hermes.state.models import Media, Reminder
 from hermes.state.schema import SCHEMA_VERSION
 from hermes.state.search import SearchScope
@@ -165,6 +167,26 @@ def populated_home(home: Path) -> str:
                 )
             ]
         )
+        facts = FactStore.at(home)  # the local providers' stores (their files, here)
+        facts.add(
+            ana,
+            "Ana's sister Mina lives in Busan",
+            category="general",
+            source="tool",
+            entities=["Mina"],
+            body="Ana's sister Mina lives in Busan",
+        )
+        evidence = EvidenceStore.at(home)
+        evidence.index(
+            ana,
+            "note",
+            "trip.md",
+            [("The train to Zürich leaves at 9:10", 1, 1)],
+            content_hash="h1",
+            size=34,
+        )
+        chunk = evidence.search_chunks(ana, ["zurich"], 1)[0]
+        evidence.review_fact(ana, evidence.add_fact(ana, "Train at 9:10", [chunk.id]), "verified")
         due = datetime.now(UTC) + timedelta(days=1)
         reminder = Reminder(
             id="r_0000000000000001",
@@ -230,12 +252,20 @@ def test_db_migrate_moves_a_home_and_every_read_command_says_the_same(
         assert report["media_missing"] == []
         stores = [t["table"] for t in report["tables"] if t["table"].startswith("memories/")]
         assert len(stores) == 2 and any(ana in name for name in stores)  # bytes and checksums
-        moved = SessionDB.open(home, url)
+        copied = {t["table"]: t["target_rows"] for t in report["tables"] if ".db:" in t["table"]}
+        assert copied["holographic.db:facts"] == 1 and copied["evidence.db:fact_chunks"] == 1
+        moved = SessionDB.open(home, url)  # the providers' stores of this home: the database's
         assert moved.conversations.media_bytes("media/x.jpg") == b"\xff\xd8 a photo"
+        assert [f.content for f in FactStore.at(home).facts(ana)] == [
+            "Ana's sister Mina lives in Busan"
+        ]
+        assert FactStore.at(home).candidates(ana, ["busan"]) != []  # its words indexed
         moved.close()
         write_config(home, {"url": url})  # what the command says to do
         (home / "state.db").rename(home / "state.db.migrated")  # not read any more
         (home / "memories").rename(home / "memories.migrated")  # nor are the files
+        for store in ("holographic.db", "evidence.db"):
+            (home / store).rename(home / f"{store}.migrated")
         for args, was in before.items():
             now = hermes(*args, home=home)
             assert now.returncode == 0, (args, now.stderr)
