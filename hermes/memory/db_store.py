@@ -41,6 +41,8 @@ class _RacedError(Exception):
 
 
 class DatabaseStore(Store):
+    atomic = True
+
     def __init__(self, db: SessionDB, user_id: str, target: Target, limit: int) -> None:
         super().__init__(target, limit)
         self.db, self.user_id = db, user_id

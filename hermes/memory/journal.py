@@ -14,6 +14,10 @@ across a crash, in this order:
 2. the files are replaced (temp file, fsync, rename);
 3. the intent is completed into its events and version (one transaction).
 
+With `memory.backend: database` the store's new text and its record commit in one
+transaction (db_store.py): the events and version are recorded directly, without an
+intent, and a crash leaves either both or neither.
+
 A process killed between 1 and 3 leaves an intent. `reconcile`, run under the same
 lock before the store is next used (every change runs it first), settles it: the files
 hold the intent's text -> completed; they do not -> dropped (the change never
@@ -75,6 +79,9 @@ def run_recorded(
             actor,
             reason=change.action,
         )
+        if tool.memory.file_store(change.target).atomic:  # commits with its record
+            db.memory_log.log_change([event], version)
+            return
         intents.append(db.memory_log.begin_change([event], version))
 
     outcome = tool.run(
@@ -109,6 +116,9 @@ def swap_recorded(
         _settle(state, store.target, db, version.user_id)
 
     def record_intent() -> None:
+        if store.atomic:  # the store commits with its record: no intent
+            db.memory_log.log_change(events, version, undoes=undoes)
+            return
         intents.append(db.memory_log.begin_change(events, version, undoes=undoes))
 
     return store.compare_and_swap(

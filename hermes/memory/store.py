@@ -131,6 +131,7 @@ class Store:
     target: Target
     limit: int
     where: str  # how messages name the store
+    atomic = False  # whether a change commits in one transaction with its record
 
     def __init__(self, target: Target, limit: int) -> None:
         self.target, self.limit = target, limit

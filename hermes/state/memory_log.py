@@ -134,17 +134,28 @@ class MemoryLogDB:
                 return False
             planned = json.loads(found[0])
             version = {**planned["version"], "text_before": found[1], "text_after": found[2]}
-            now = eng.sql_time(utcnow())
-            raw.execute(_ENSURE_USER, (version["user_id"], now))
-            raw.executemany(_INSERT_EVENT, [(*_event_row(e), now) for e in planned["events"]])
-            if "undoes" in planned:
-                raw.execute(_MARK_UNDONE, (now, planned["undoes"]))
-            else:
-                raw.execute(_INSERT_VERSION, (*_version_row(version), now))
+            _log(raw, planned["events"], version, planned.get("undoes"))
             raw.execute(_DELETE_INTENT, (intent_id,))
             return True
 
         return eng.with_raw_retry(self.engine, work, self.patience)
+
+    def log_change(
+        self,
+        events: Sequence[MemoryEventRecord],
+        version: VersionRecord,
+        *,
+        undoes: int | None = None,
+    ) -> None:
+        """What `begin_change` and `complete_change` record, at once: for a store whose
+        change commits in the same transaction as this (memory.backend: database), where
+        there is nothing for an intent to protect."""
+        fields = [_fields(e) for e in events]
+
+        def work(raw: eng.RawConnection) -> None:
+            _log(raw, fields, _fields(version), undoes)
+
+        eng.with_raw_retry(self.engine, work, self.patience)
 
     def drop_change(self, intent_id: int) -> None:
         """The file never got the intent's text: forget it."""
@@ -326,6 +337,22 @@ _LAST_VERSION = (
     "SELECT text_before, text_after, undone_at IS NOT NULL FROM memory_versions "
     "WHERE user_id = ? AND target = ? ORDER BY id DESC LIMIT 1"
 )
+
+
+def _log(
+    raw: eng.RawConnection,
+    events: list[dict[str, Any]],
+    version: dict[str, Any],
+    undoes: int | None,
+) -> None:
+    """A change's events, and its version (or, with `undoes`, that version undone)."""
+    now = eng.sql_time(utcnow())
+    raw.execute(_ENSURE_USER, (version["user_id"], now))
+    raw.executemany(_INSERT_EVENT, [(*_event_row(e), now) for e in events])
+    if undoes is not None:
+        raw.execute(_MARK_UNDONE, (now, undoes))
+    else:
+        raw.execute(_INSERT_VERSION, (*_version_row(version), now))
 
 
 def _event_row(fields: dict[str, Any]) -> tuple[Any, ...]:
