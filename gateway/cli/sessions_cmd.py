@@ -332,22 +332,27 @@ def reindex(
         bool, typer.Option("--embeddings", help="Embed every message that has no vector yet.")
     ] = False,
 ) -> None:
-    """Build search indexes now. --embeddings: give every stored message its vector for
-    hybrid search (search.embeddings), with progress; the gateway and the chat otherwise do
-    it in the background. Interrupted, it continues where it stopped when run again."""
+    """Build search indexes now: on PostgreSQL, the word index of what waits for it (after
+    an upgrade or a bulk load; searches otherwise do it first). --embeddings: give every
+    stored message its vector for hybrid search (search.embeddings), with progress; the
+    gateway and the chat otherwise do it in the background. Interrupted, it continues
+    where it stopped when run again."""
     import asyncio
 
     from gateway.app import build_embedder
     from hermes.llm.client import LLMError
 
+    ctx = CliContext.load()
+    db = ctx.open_db()
+    if not embeddings and db.backend == "postgresql":  # what waits for the word index
+        note(f"indexed {db.upkeep.index_search():,} messages for search")
+        return
     if not embeddings:
         fail(
             "nothing to do: the word indexes are kept up to date by state.db itself; "
             "--embeddings embeds the history for hybrid search",
             EXIT_USAGE,
         )
-    ctx = CliContext.load()
-    db = ctx.open_db()
     embedder = build_embedder(ctx.config, db)
     if embedder is None:
         fail(f"search.embeddings.model is not set in {ctx.home}: hybrid search is off", EXIT_USAGE)

@@ -45,7 +45,7 @@ from sqlmodel import Session, SQLModel
 
 from hermes.state import cjk
 from hermes.state.retry import Patience, StateDBError
-from hermes.state.search import scope_token, word_document
+from hermes.state.search import scope_token, word_document, word_keys
 
 T = TypeVar("T")
 
@@ -63,6 +63,16 @@ _QUEUE_EMBEDDING = (
 
 # what the models cannot say: tables the repositories reach only with SQL of their own
 # (the vectors), the search columns and their indexes, the change stamp of who is who
+# v15: each message's words as keys that hold the person's scope term (GIN; a word's
+# lookup reads that person's postings only), and the person's count of messages with
+# CJK terms read from an index. An upgraded database puts every message on the backlog:
+# the next search (or `hermes sessions reindex`) builds the keys.
+_V15_SEARCH = (
+    "ALTER TABLE message_terms ADD COLUMN IF NOT EXISTS keys TEXT[] NOT NULL DEFAULT '{}'",
+    "CREATE INDEX ix_message_terms_keys ON message_terms USING GIN (keys)",
+    "CREATE INDEX ix_message_terms_cjk_scope ON message_terms(scope) WHERE cardinality(cjk) > 0",
+)
+
 EXTRA: tuple[str, ...] = (
     """CREATE TABLE vector_model (
         id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -117,6 +127,7 @@ EXTRA: tuple[str, ...] = (
     "CREATE INDEX ix_message_terms_scope ON message_terms(scope)",
     "CREATE INDEX ix_message_terms_words ON message_terms USING GIN (words)",
     "CREATE INDEX ix_message_terms_cjk ON message_terms USING GIN (cjk)",
+    *_V15_SEARCH,
     """CREATE TABLE search_backlog (
         message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE
     )""",
@@ -174,6 +185,9 @@ def _driver_url(url: str) -> str:
 
 def _on_connect(dbapi_conn: Any, _record: Any) -> None:
     dbapi_conn.execute("SET TIME ZONE 'UTC'")
+    # short queries whose estimates can pass jit_above_cost (a search's subqueries over
+    # a large table): compiling them took longer than running them (12 ms of 49)
+    dbapi_conn.execute("SET jit = off")
     dbapi_conn.commit()
 
 
@@ -291,6 +305,8 @@ def migrate(engine: Engine, current: int, patience: float) -> int:
             for step in range(found + 1, current + 1):
                 for table in UPGRADES[step]:
                     schema.tables[table].create(conn)
+                for statement in UPGRADE_STATEMENTS.get(step, ()):
+                    conn.exec_driver_sql(statement)
             conn.exec_driver_sql(f"UPDATE hermes_schema SET version = {current}")
         return found
 
@@ -298,8 +314,16 @@ def migrate(engine: Engine, current: int, patience: float) -> int:
 
 
 # what each version after the first on PostgreSQL (13) adds: tables built from their
-# models, as a new database builds them (so both paths give the same schema)
-UPGRADES: dict[int, tuple[str, ...]] = {14: ("memory_stores", "memory_archive")}
+# models, as a new database builds them (so both paths give the same schema), and
+# statements of what the models cannot say (also in EXTRA)
+UPGRADES: dict[int, tuple[str, ...]] = {14: ("memory_stores", "memory_archive"), 15: ()}
+UPGRADE_STATEMENTS: dict[int, tuple[str, ...]] = {
+    15: (
+        *_V15_SEARCH,
+        "INSERT INTO search_backlog(message_id) SELECT message_id FROM message_terms "
+        "ON CONFLICT DO NOTHING",
+    )
+}
 
 
 def _schema() -> MetaData:
@@ -331,9 +355,10 @@ _TAKE_BACKLOG = (
     "SELECT m.id, m.user_id, m.content FROM messages m JOIN taken t ON t.message_id = m.id"
 )
 _PUT_TERMS = (
-    "INSERT INTO message_terms(message_id, scope, words, cjk) "
-    "VALUES (%s, %s, to_tsvector('simple', %s), %s) ON CONFLICT (message_id) DO UPDATE "
-    "SET scope = excluded.scope, words = excluded.words, cjk = excluded.cjk"
+    "INSERT INTO message_terms(message_id, scope, words, cjk, keys) "
+    "VALUES (%s, %s, to_tsvector('simple', %s), %s, %s) ON CONFLICT (message_id) DO UPDATE "
+    "SET scope = excluded.scope, words = excluded.words, cjk = excluded.cjk, "
+    "keys = excluded.keys"
 )
 
 
@@ -350,7 +375,8 @@ def index_backlog(engine: Engine) -> int:
             for message_id, user_id, content in rows:
                 scope = scope_token(user_id)
                 words = word_document(content, scope)
-                terms.append((message_id, scope, words, cjk.index_terms(content, scope).split()))
+                cjk_terms = cjk.index_terms(content, scope).split()
+                terms.append((message_id, scope, words, cjk_terms, word_keys(content, scope)))
             if terms:
                 conn.exec_driver_sql(_PUT_TERMS, terms)
         done += len(rows)
@@ -360,8 +386,9 @@ def index_backlog(engine: Engine) -> int:
 
 def maintenance(engine: Engine) -> str:
     """The daily upkeep: vacuum and analyze the tables search reads (autovacuum does it
-    too, later: after a bulk load a search's counts otherwise visit the heap)."""
-    tables = ("messages", "message_terms", "sessions")
+    too, later: after a bulk load a search's counts otherwise visit the heap, and every
+    search's look at an emptied backlog reads its dead rows)."""
+    tables = ("messages", "message_terms", "sessions", "search_backlog")
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         for table in tables:
             conn.exec_driver_sql(f"VACUUM (ANALYZE) {table}")

@@ -479,7 +479,10 @@ _V14 = [
     )""",
 ]
 
+# v15: PostgreSQL's search keys (hermes/state/postgres.py); nothing changes on SQLite
+_V15: list[str] = []
+
 MIGRATIONS: list[list[str]] = [
-    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14,
+    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15,
 ]  # fmt: skip
 SCHEMA_VERSION = len(MIGRATIONS)

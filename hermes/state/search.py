@@ -168,6 +168,20 @@ def word_document(content: str, scope: str) -> str:
     return " ".join([scope, folded, *sorted(stems)])
 
 
+_TOKENS = re.compile(r"[^\W_]+")  # what SQLite's unicode61 keeps as one token
+
+
+def word_keys(content: str, scope: str) -> list[str]:
+    """What PostgreSQL's word lookups read for one message: each distinct token of the
+    folded text (runs of letters and digits, as SQLite's tokenizer cuts them) and the
+    Porter stem of each English-looking one, each prefixed with the person's scope term,
+    so a lookup reads that person's postings of that word only."""
+    folded = fold(content)
+    tokens = set(_TOKENS.findall(folded))
+    tokens |= {stem for w in _LATIN_WORDS.findall(folded) if (stem := _stem(w))}
+    return [f"{scope}:{token}" for token in sorted(tokens)]
+
+
 def scope_token(user_id: str) -> str:
     return "s" + user_id[2:]
 
@@ -207,10 +221,10 @@ def _vector_hits(
     do), ranked like them: a message's neighbouring turns lend it their similarity with
     the same weights, since an answer is often one turn away from the words that match."""
     similarity = dict(nearest)
-    candidates = _load(conn, scope, [mid for mid, _ in nearest], terms)
+    candidates, near = _load(conn, scope, [mid for mid, _ in nearest], terms)
     if len(candidates) < 2:
         return candidates
-    return _smoothed(conn, candidates, {h.message_id: similarity[h.message_id] for h in candidates})
+    return _smoothed(candidates, near, {h.message_id: similarity[h.message_id] for h in candidates})
 
 
 def fuse(ranked: list[list[MessageHit]]) -> list[MessageHit]:
@@ -248,15 +262,6 @@ def _filters(scope: SearchScope) -> tuple[str, dict[str, Any]]:
     return " ".join(clauses), params
 
 
-def _run(
-    conn: Connection, sql: str, params: dict[str, Any], terms: tuple[str, ...]
-) -> list[MessageHit]:
-    rows = conn.execute(text(sql), params).all()
-    return [
-        MessageHit(r[0], r[1], r[2], r[3], _as_datetime(r[4]), float(r[5]), terms) for r in rows
-    ]
-
-
 def _index_hits(
     conn: Connection,
     scope: SearchScope,
@@ -277,11 +282,13 @@ def _index_hits(
     smoothed with their neighbouring turns and their session's coverage of the query.
     """
     token = scope_token(scope.user_id)
-    total = _count(conn, table, token)
     weights: dict[int, float] = {}
     idf_of: dict[str, float] = {}
     postings: dict[str, list[int]] = {}
-    server = _pg_postings(conn, table, token, lookups) if conn.dialect.name == "postgresql" else {}
+    if conn.dialect.name == "postgresql":  # the count and every term: one round trip
+        total, server = _pg_postings(conn, table, token, lookups)
+    else:
+        total, server = _count(conn, table, token), {}
     for word in lookups:
         if table == "messages_cjk":  # its terms carry the scope (hermes/state/cjk.py)
             query = {"q": quote(token + word)}
@@ -298,14 +305,14 @@ def _index_hits(
             weights[rowid] = weights.get(rowid, 0.0) + idf_of[word]
     ranked = sorted(weights, key=lambda rowid: (-weights[rowid], -rowid))
     order = _with_replies(conn, ranked, weights)
-    candidates = _load(conn, scope, order, terms)
+    candidates, near = _load(conn, scope, order, terms)
     if len(candidates) < 2:
         return candidates
     for hit in candidates if whole else ():  # a Korean word met whole, not inside another
         for word in whole_words(hit.content, whole or []):
             bonus = max(idf_of.get(word[i : i + 2], 0.0) for i in range(len(word) - 1))
             weights[hit.message_id] = weights.get(hit.message_id, 0.0) + bonus
-    return _rerank(conn, candidates, weights, postings, idf_of)
+    return _rerank(candidates, near, weights, postings, idf_of)
 
 
 def _with_replies(conn: Connection, order: list[int], weights: dict[int, float]) -> list[int]:
@@ -332,28 +339,34 @@ _POSTINGS = "SELECT rowid FROM {table} WHERE {table} MATCH :q"
 
 def _load(
     conn: Connection, scope: SearchScope, order: list[int], terms: tuple[str, ...]
-) -> list[MessageHit]:
-    """The first CANDIDATES messages of `order` that pass the scope's filters."""
+) -> tuple[list[MessageHit], dict[int, Near]]:
+    """The first CANDIDATES messages of `order` that pass the scope's filters, and the
+    ids of the turns around each (1 before, 1 after, 2 before, 2 after it in its
+    session), read in the same statement."""
     filters, params = _filters(scope)
     params.pop("n")
     found: dict[int, MessageHit] = {}
+    near: dict[int, Near] = {}
     for start in range(0, len(order), CANDIDATES):
         page = order[start : start + CANDIDATES]
         sql = (
-            "SELECT m.id, m.session_id, m.role, m.content, m.created_at, 0.0 FROM messages m "
-            "JOIN sessions s ON s.id = m.session_id WHERE m.user_id = :uid "
+            f"SELECT m.id, m.session_id, m.role, m.content, m.created_at, 0.0, {_AROUND} "
+            "FROM messages m JOIN sessions s ON s.id = m.session_id WHERE m.user_id = :uid "
             f"AND m.id IN ({','.join(str(i) for i in page)}) {filters}"
         )
-        for hit in _run(conn, sql, params, terms):
-            found[hit.message_id] = hit
+        for row in conn.execute(text(sql), params).all():
+            found[row[0]] = MessageHit(
+                row[0], row[1], row[2], row[3], _as_datetime(row[4]), 0.0, terms
+            )
+            near[row[0]] = (row[6], row[7], row[8], row[9])
         if len(found) >= CANDIDATES:
             break
-    return [found[i] for i in order if i in found][:CANDIDATES]
+    return [found[i] for i in order if i in found][:CANDIDATES], near
 
 
 def _rerank(
-    conn: Connection,
     candidates: list[MessageHit],
+    near: dict[int, Near],
     weights: dict[int, float],
     postings: dict[str, list[int]],
     idf_of: dict[str, float],
@@ -375,26 +388,27 @@ def _rerank(
     coverage = {
         mid: SESSION_WEIGHT * sum(covered.get(session_of[mid], {}).values()) for mid in base
     }
-    return _smoothed(conn, candidates, base, coverage)
+    return _smoothed(candidates, near, base, coverage)
 
 
 def _smoothed(
-    conn: Connection,
     candidates: list[MessageHit],
+    near: dict[int, Near],
     base: dict[int, float],
     extra: dict[int, float] | None = None,
 ) -> list[MessageHit]:
     """Candidates reranked by their score plus their neighbouring turns' (1 and 2 turns
     away in the same session, among the candidates) and `extra`."""
-    id_list = ",".join(str(hit.message_id) for hit in candidates)
-    neighbours = conn.execute(text(_NEIGHBOURS.format(ids=id_list))).all()
-    final = {
-        mid: base.get(mid, 0.0)
-        + NEIGHBOUR_WEIGHT * (base.get(p1 or 0, 0.0) + base.get(n1 or 0, 0.0))
-        + NEIGHBOUR2_WEIGHT * (base.get(p2 or 0, 0.0) + base.get(n2 or 0, 0.0))
-        + (extra or {}).get(mid, 0.0)
-        for mid, p1, n1, p2, n2 in neighbours
-    }
+    final = {}
+    for hit in candidates:
+        mid = hit.message_id
+        p1, n1, p2, n2 = near[mid]
+        final[mid] = (
+            base.get(mid, 0.0)
+            + NEIGHBOUR_WEIGHT * (base.get(p1 or 0, 0.0) + base.get(n1 or 0, 0.0))
+            + NEIGHBOUR2_WEIGHT * (base.get(p2 or 0, 0.0) + base.get(n2 or 0, 0.0))
+            + (extra or {}).get(mid, 0.0)
+        )
     ranked = sorted(candidates, key=lambda h: (-final[h.message_id], -h.message_id))
     return [_rescored(hit, final[hit.message_id]) for hit in ranked]
 
@@ -403,16 +417,13 @@ _NEAR = (
     "(SELECT x.id FROM messages x WHERE x.session_id = m.session_id AND x.id {op} m.id "
     "ORDER BY x.id {direction} LIMIT 1 OFFSET {skip})"
 )
-# each candidate with the ids of the turns 1 before, 1 after, 2 before, 2 after it
-_NEIGHBOURS = (
-    "SELECT m.id, "
-    + ", ".join(
-        _NEAR.format(op=op, direction=direction, skip=skip)
-        for skip in (0, 1)
-        for op, direction in (("<", "DESC"), (">", "ASC"))
-    )
-    + " FROM messages m WHERE m.id IN ({ids})"
+# the ids of the turns 1 before, 1 after, 2 before, 2 after a message `m`
+_AROUND = ", ".join(
+    _NEAR.format(op=op, direction=direction, skip=skip)
+    for skip in (0, 1)
+    for op, direction in (("<", "DESC"), (">", "ASC"))
 )
+Near = tuple[int | None, int | None, int | None, int | None]
 
 
 _FOLLOWING = (
@@ -425,48 +436,49 @@ _FOLLOWING = (
 
 def _count(conn: Connection, table: str, token: str) -> int:
     """How many of the person's messages `table` indexes (their scope token's rows)."""
-    if conn.dialect.name == "postgresql":
-        cjk_only = " AND cardinality(cjk) > 0" if table == "messages_cjk" else ""
-        sql = f"SELECT count(*) FROM message_terms WHERE scope = :s{cjk_only}"
-        return int(conn.execute(text(sql), {"s": token}).scalar_one())
     sql = f"SELECT count(*) FROM {table} WHERE {table} MATCH :q"
     return int(conn.execute(text(sql), {"q": f"scope : {token}"}).scalar_one())
 
 
 def _pg_postings(
     conn: Connection, table: str, token: str, words: tuple[str, ...]
-) -> dict[str, list[int]]:
-    """PostgreSQL's counterpart of the FTS5 lookups, all of a query's terms in one round
-    trip (hermes/state/postgres.py keeps the terms): for each, the user's messages that
-    hold it, found inside the GIN index through the user's scope term, as on SQLite. A
-    word of one token is looked up by its stem when it has one (the index holds the
-    stems), several tokens as a phrase."""
-    if not words:
-        return {}
+) -> tuple[int, dict[str, list[int]]]:
+    """PostgreSQL's counterpart of `_count` and the FTS5 lookups, in one round trip
+    (hermes/state/postgres.py keeps the terms): how many of the person's messages the
+    index holds, and for each term the person's messages that hold it, found inside the
+    GIN index by keys that hold the person's scope term (`word_keys`; the CJK terms
+    carry it too), so only that person's postings of the term are read, each term's as
+    one array (thousands of rows one by one cost more to read than to find). A word of
+    one token is looked up by its stem when it has one (the keys hold the stems);
+    several tokens, or a term the tokenizer would cut, as a phrase of the tsvector."""
     if table == "messages_cjk":
         terms = [token + word for word in words]
         sql = (
-            "SELECT q.i, t.message_id FROM unnest(CAST(:terms AS text[])) "
-            "WITH ORDINALITY AS q(term, i) CROSS JOIN LATERAL (SELECT message_id FROM "
-            "message_terms WHERE cjk @> ARRAY[q.term]) t"
+            "SELECT (SELECT count(*) FROM message_terms WHERE scope = :s "
+            "AND cardinality(cjk) > 0), q.i, ARRAY(SELECT message_id FROM message_terms "
+            "WHERE cjk @> ARRAY[q.term]) FROM unnest(CAST(:terms AS text[])) "
+            "WITH ORDINALITY AS q(term, i)"
         )
-        params: dict[str, Any] = {"terms": terms}
+        params: dict[str, Any] = {"terms": terms, "s": token}
     else:
         terms = [_lookup(word) for word in words]
         phrase = [" " in term or not _SIMPLE_TERM.fullmatch(term) for term in terms]
         sql = (
-            "SELECT q.i, t.message_id FROM unnest(CAST(:terms AS text[]), "
-            "CAST(:phrase AS boolean[])) WITH ORDINALITY AS q(term, phrase, i) "
-            "CROSS JOIN LATERAL (SELECT message_id FROM message_terms WHERE words @@ "
-            "(to_tsquery('simple', :s) && CASE WHEN q.phrase "
-            "THEN phraseto_tsquery('simple', q.term) "
-            "ELSE to_tsquery('simple', q.term) END)) t"
+            "SELECT (SELECT count(*) FROM message_terms WHERE scope = :s), q.i, "
+            "CASE WHEN q.phrase THEN ARRAY(SELECT message_id FROM message_terms WHERE words @@ "
+            "(to_tsquery('simple', :s) && phraseto_tsquery('simple', q.term))) "
+            "ELSE ARRAY(SELECT message_id FROM message_terms WHERE keys @> "
+            "ARRAY[:s || ':' || q.term]) END "
+            "FROM unnest(CAST(:terms AS text[]), CAST(:phrase AS boolean[])) "
+            "WITH ORDINALITY AS q(term, phrase, i)"
         )
         params = {"terms": terms, "phrase": phrase, "s": token}
     found: dict[str, list[int]] = {word: [] for word in words}
-    for index, message_id in conn.execute(text(sql), params):
-        found[words[index - 1]].append(int(message_id))
-    return found
+    total = 0
+    for count, index, message_ids in conn.execute(text(sql), params).all():
+        total = int(count)
+        found[words[index - 1]] = message_ids
+    return total, found
 
 
 _SIMPLE_TERM = re.compile(r"[^\W_]+")  # one word the tsquery syntax takes as it is

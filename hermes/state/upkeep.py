@@ -52,6 +52,12 @@ class UpkeepDB:
 
         return eng.with_retry(self.engine, work, self.patience)
 
+    def index_search(self) -> int:
+        """Index now what waits for PostgreSQL's search index (an upgrade, a bulk load;
+        searches otherwise do it first); how many messages. SQLite's triggers keep its
+        index current: 0."""
+        return postgres.index_backlog(self.engine) if self._server else 0
+
     def maintenance(self) -> str:
         """Checkpoint the WAL and merge the FTS indexes' segments."""
         if self._server:

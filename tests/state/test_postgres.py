@@ -296,3 +296,37 @@ class InstanceLockHeld:
 
     def __exit__(self, *_exc: object) -> None:
         self.lock.release()
+
+
+@pytest.mark.parametrize("older", [13, 14])
+def test_an_older_postgresql_database_upgrades_in_place(
+    home: Path, postgres: ScratchServer, older: int
+) -> None:
+    """A database made by an earlier Hermes (version 13: before the memory stores; 14:
+    before the search keys) is brought to this version on open; its messages are
+    indexed again for the keys and found, and its memory can be written."""
+    name, url = postgres.schema()
+    try:
+        db = SessionDB.open(home, url)
+        user = db.people.ensure_user("u_00000000000000a1").id
+        chat = db.conversations.start_session(user, "cli", "cli:dm")
+        db.conversations.add_messages(chat.id, [NewMessage("user", "the boat is called Ondine")])
+        with db.engine.begin() as conn:  # as the older version left it
+            conn.exec_driver_sql("ALTER TABLE message_terms DROP COLUMN keys")
+            conn.exec_driver_sql("DROP INDEX ix_message_terms_cjk_scope")
+            if older == 13:
+                conn.exec_driver_sql("DROP TABLE memory_stores, memory_archive")
+            conn.exec_driver_sql(f"UPDATE hermes_schema SET version = {older}")
+        db.close()
+        db = SessionDB.open(home, url)
+        try:
+            assert db.upgraded_from == older and db.upkeep.schema_version() == SCHEMA_VERSION
+            assert db.upkeep.index_search() == 1  # what `hermes sessions reindex` runs
+            hits = db.conversations.search(SearchScope(user), "boats Ondine")
+            assert [h.content for h in hits] == ["the boat is called Ondine"]
+            stored = db.memory_stores.read(user, "memory")
+            assert db.memory_stores.swap(stored, "Owns a boat", "")
+        finally:
+            db.close()
+    finally:
+        postgres.drop_schema(name)
