@@ -6,30 +6,45 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from hermes.agent.sessions import Sessions
 from hermes.config import ConsolidationConfig, MemoryConfig
 from hermes.identity import owner_user_id
-from hermes.memory import entries as fmt
 from hermes.memory.consolidation import over_threshold
 from hermes.memory.service import MemoryService
 from hermes.memory.store import Target
 from hermes.state.db import SessionDB
+from tests.memory.stores import seed
 
 LIMIT = 1000
 
 
+@pytest.fixture(autouse=True)
+def backend_under_test(database_url: str | None, memory_backend: str) -> None:
+    """Every test here on both backends (the stores' files with SQLite, rows with
+    PostgreSQL): `service` opens the one under test."""
+    global URL, BACKEND
+    URL, BACKEND = database_url, memory_backend
+
+
+URL: str | None = None
+BACKEND = "files"
+
+
 def service(home: Path, threshold: float) -> MemoryService:
     config = MemoryConfig(
-        memory_char_limit=LIMIT, consolidation=ConsolidationConfig(threshold=threshold)
+        memory_char_limit=LIMIT,
+        consolidation=ConsolidationConfig(threshold=threshold),
+        backend=BACKEND,
     )
-    return MemoryService(home, config, SessionDB.open(home), auto_consolidate=False)
+    return MemoryService(home, config, SessionDB.open(home, URL), auto_consolidate=False)
 
 
 def fill(service: MemoryService, user_id: str, percent: int) -> None:
     memory = service.of(user_id)
-    memory.folder.mkdir(parents=True, exist_ok=True)
     entry = "Fact: " + "x" * (percent * LIMIT // 100 - 6)
-    (memory.folder / "MEMORY.md").write_text(fmt.serialize([entry]))
+    seed(memory, Target.MEMORY, [entry])
     assert memory.store(Target.MEMORY).read().percent == percent
 
 
