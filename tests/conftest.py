@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+from hermes.state.db import SessionDB
 from tests.fakes.openai_server import FakeOpenAI
 from tests.harness.postgres import BACKENDS, ScratchServer, start_test_server
 
@@ -78,6 +79,14 @@ def database_url(backend: str, request: pytest.FixtureRequest) -> Iterator[str |
     name, url = server.schema()
     yield url
     server.drop_schema(name)
+
+
+@pytest.fixture
+def db(home: Path, database_url: str | None) -> Iterator[SessionDB]:
+    """state.db on the backend under test (SQLite, or a fresh PostgreSQL schema)."""
+    database = SessionDB.open(home, database_url)
+    yield database
+    database.close()
 
 
 @pytest.fixture

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,14 +10,6 @@ from hermes.memory.tool import MemoryTool
 from hermes.memory.user_memory import UserMemory
 from hermes.state.db import SessionDB
 from tests.memory.stores import backend_of
-
-
-@pytest.fixture
-def db(home: Path, database_url: str | None) -> Iterator[SessionDB]:
-    """state.db on the backend under test (SQLite, or a fresh PostgreSQL schema)."""
-    database = SessionDB.open(home, database_url)
-    yield database
-    database.close()
 
 
 @pytest.fixture
