@@ -7,7 +7,8 @@
 - `memory_log` (MemoryLogDB): memory events and versions, consolidation bookkeeping;
 - `memory_stores` (MemoryStoresDB): the stores themselves, with memory.backend: database;
 - `upkeep` (UpkeepDB): job results, pruning, maintenance, integrity, bulk imports;
-- `reminders` (RemindersDB): reminders, their runs (the claim), each person's time zone.
+- `reminders` (RemindersDB): reminders, their runs (the claim), each person's time zone;
+- `cluster` (ClusterDB): several gateways on PostgreSQL: instances, leases, the inbox.
 
 All SQL lives in these modules; everything else calls their methods. A second backend
 (PostgreSQL) implements the same repositories over its own engine.
@@ -20,6 +21,7 @@ from pathlib import Path
 from hermes.state import engine as eng
 from hermes.state import sidecar
 from hermes.state.access import AccessDB
+from hermes.state.cluster import ClusterDB
 from hermes.state.conversations import ConversationDB
 from hermes.state.memory_log import MemoryLogDB
 from hermes.state.memory_stores import MemoryStoresDB
@@ -59,6 +61,7 @@ class SessionDB:
         self.memory_stores = MemoryStoresDB(self)
         self.upkeep = UpkeepDB(self)
         self.reminders = RemindersDB(self)
+        self.cluster = ClusterDB(self)
 
     @classmethod
     def open(cls, home: Path, url: str | None = None, pool_size: int = 5) -> SessionDB:

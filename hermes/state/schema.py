@@ -482,7 +482,12 @@ _V14 = [
 # v15: PostgreSQL's search keys (hermes/state/postgres.py); nothing changes on SQLite
 _V15: list[str] = []
 
+# v16: the rows that coordinate several gateways (hermes/state/cluster.py); PostgreSQL
+# only: a SQLite home keeps its one-process lock (gateway/instance.py)
+_V16: list[str] = []
+
 MIGRATIONS: list[list[str]] = [
     _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15,
+    _V16,
 ]  # fmt: skip
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -298,13 +298,14 @@ class InstanceLockHeld:
         self.lock.release()
 
 
-@pytest.mark.parametrize("older", [13, 14])
+@pytest.mark.parametrize("older", [13, 14, 15])
 def test_an_older_postgresql_database_upgrades_in_place(
     home: Path, postgres: ScratchServer, older: int
 ) -> None:
     """A database made by an earlier Hermes (version 13: before the memory stores; 14:
-    before the search keys) is brought to this version on open; its messages are
-    indexed again for the keys and found, and its memory can be written."""
+    before the search keys; 15: before the rows of several gateways) is brought to this
+    version on open; its messages are indexed again for the keys and found, its memory
+    can be written, and a lease taken."""
     name, url = postgres.schema()
     try:
         db = SessionDB.open(home, url)
@@ -312,8 +313,10 @@ def test_an_older_postgresql_database_upgrades_in_place(
         chat = db.conversations.start_session(user, "cli", "cli:dm")
         db.conversations.add_messages(chat.id, [NewMessage("user", "the boat is called Ondine")])
         with db.engine.begin() as conn:  # as the older version left it
-            conn.exec_driver_sql("ALTER TABLE message_terms DROP COLUMN keys")
-            conn.exec_driver_sql("DROP INDEX ix_message_terms_cjk_scope")
+            conn.exec_driver_sql("DROP TABLE gateway_instances, leases, inbound_seen, inbox")
+            if older < 15:
+                conn.exec_driver_sql("ALTER TABLE message_terms DROP COLUMN keys")
+                conn.exec_driver_sql("DROP INDEX ix_message_terms_cjk_scope")
             if older == 13:
                 conn.exec_driver_sql("DROP TABLE memory_stores, memory_archive")
             conn.exec_driver_sql(f"UPDATE hermes_schema SET version = {older}")
@@ -326,6 +329,7 @@ def test_an_older_postgresql_database_upgrades_in_place(
             assert [h.content for h in hits] == ["the boat is called Ondine"]
             stored = db.memory_stores.read(user, "memory")
             assert db.memory_stores.swap(stored, "Owns a boat", "")
+            assert db.cluster.acquire("leader", "gw-1", 30)
         finally:
             db.close()
     finally:

@@ -1,0 +1,372 @@
+"""Several gateway processes on one PostgreSQL database: the rows that coordinate them.
+
+PostgreSQL is the only coordinator (no broker, no lock service). Four tables (schema
+16, PostgreSQL only: `_V16_CLUSTER` in hermes/state/postgres.py; a SQLite home keeps
+its one-process lock):
+
+- `gateway_instances`: each running gateway's id, host, pid and heartbeat, and what it
+  holds (platforms, sessions), for `hermes gateway status` and `/admin status`;
+- `leases`: a name (`session:<key>`, `leader`, `platform:discord`), its holder and an
+  expiry. A lease is a row, not a session-level advisory lock, so it works through
+  connection poolers, outlives no holder (it expires) and can be listed. Taken with
+  one `INSERT … ON CONFLICT DO UPDATE … WHERE` (free, expired, or already ours),
+  renewed for every lease of a holder in one statement with its heartbeat;
+- `inbound_seen`: every platform event's own ids (`e:<delivery id>`, `m:<message id>`),
+  recorded before the event is acted on: a delivery that reaches two instances, or a
+  platform's redelivery, is acted on once (pruned after `SEEN_DAYS`);
+- `inbox`: the events of a session waiting for a turn, in sent order, until the turn
+  that worked them has ended. Taken by the session lease's holder; a row that a dead
+  holder had taken (`taken_by` set, its lease expired) is taken again by the next
+  holder, which checks the conversation before answering it (never twice).
+
+Every method is one statement in autocommit (one round trip): the turns' hot path pays
+for `seen`, `enqueue` and `finish`, nothing else. None takes the database-wide write
+lock of the repositories' writes (hermes/state/postgres.py): rows and their unique keys
+settle every race here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine
+
+from hermes.state import engine as eng
+
+SEEN_DAYS = 7  # a platform redelivers within minutes (Slack), hours at most
+INBOX_CHANNEL = "hermes_inbox"  # payload: "<holder id> <session key>": wake that holder
+STOP_CHANNEL = "hermes_stop"  # payload: "<holder id> <session key>": stop its running turn
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """An inbox row handed to the holder of its session's lease."""
+
+    id: int
+    session_key: str
+    sent_at: float
+    event: dict[str, Any]
+    interrupted: bool  # a holder had taken it and died (or stopped) before its turn ended
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    id: int
+    held: bool  # this instance holds the session's lease: it works the row now
+    waiting: int  # rows of the session queued before this one and not taken
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    id: str
+    host: str
+    pid: int
+    started_at: datetime
+    heartbeat_at: datetime
+    stopped_at: datetime | None
+    info: dict[str, Any]
+    leases: tuple[str, ...]
+    alive: bool
+
+
+def session_lease(key: str) -> str:
+    return f"session:{key}"
+
+
+_TAKE_LEASE = (
+    "INSERT INTO leases(name, holder, expires_at) "
+    "VALUES (%(name)s, %(me)s, now() + make_interval(secs => %(ttl)s::float8)) "
+    "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, "
+    "expires_at = excluded.expires_at, "
+    "acquired_at = CASE WHEN leases.holder = excluded.holder THEN leases.acquired_at "
+    "ELSE now() END "
+    "WHERE leases.holder = excluded.holder OR leases.expires_at < now() "
+    "RETURNING name"
+)
+
+_ENQUEUE = (
+    "WITH lease AS (" + _TAKE_LEASE + "), "
+    "earlier AS (SELECT count(*) AS n FROM inbox WHERE session_key = %(key)s "
+    "AND (state = 'queued' OR taken_by <> %(me)s)), "
+    "row AS (INSERT INTO inbox(session_key, platform, sent_at, event, state, taken_by) "
+    "SELECT %(key)s, %(platform)s, %(sent_at)s::float8, %(event)s::jsonb, "
+    "CASE WHEN EXISTS (SELECT 1 FROM lease) THEN 'taken' ELSE 'queued' END, "
+    "CASE WHEN EXISTS (SELECT 1 FROM lease) THEN %(me)s END RETURNING id, state), "
+    "wake AS (SELECT pg_notify('" + INBOX_CHANNEL + "', l.holder || ' ' || %(key)s) "
+    "FROM leases l WHERE l.name = %(name)s AND NOT EXISTS (SELECT 1 FROM lease)) "
+    "SELECT row.id, row.state = 'taken', (SELECT n FROM earlier), "
+    "(SELECT count(*) FROM wake) FROM row"
+)
+
+_CLAIM = (
+    "WITH lease AS ("
+    + _TAKE_LEASE.replace(
+        "VALUES (%(name)s, %(me)s, now() + make_interval(secs => %(ttl)s::float8))",
+        "SELECT %(name)s, %(me)s, now() + make_interval(secs => %(ttl)s::float8) WHERE EXISTS "
+        "(SELECT 1 FROM inbox WHERE session_key = %(key)s "
+        "AND (state = 'queued' OR taken_by <> %(me)s))",
+    )
+    + ") "
+    "UPDATE inbox SET state = 'taken', taken_by = %(me)s, "
+    "interrupted = interrupted OR taken_by IS NOT NULL "
+    "WHERE session_key = %(key)s AND EXISTS (SELECT 1 FROM lease) "
+    "AND (state = 'queued' OR taken_by <> %(me)s) "
+    "RETURNING id, session_key, sent_at, event, interrupted"
+)
+
+_FINISH = (
+    "WITH gone AS (DELETE FROM inbox WHERE id = ANY(%(ids)s::bigint[]) AND taken_by = %(me)s "
+    "RETURNING id), "
+    "waiting AS (SELECT count(*) AS n FROM inbox WHERE session_key = %(key)s "
+    "AND NOT (id = ANY(%(ids)s::bigint[])) AND (state = 'queued' OR taken_by <> %(me)s)), "
+    "freed AS (DELETE FROM leases WHERE name = %(name)s AND holder = %(me)s "
+    "AND %(release)s::boolean AND (SELECT n FROM waiting) = 0 RETURNING 1) "
+    "SELECT (SELECT n FROM waiting), EXISTS (SELECT 1 FROM freed)"
+)
+
+_RENEW = (
+    "WITH beat AS (UPDATE gateway_instances SET heartbeat_at = now(), info = %(info)s::jsonb "
+    "WHERE id = %(me)s RETURNING 1) "
+    "UPDATE leases SET expires_at = now() + make_interval(secs => %(ttl)s::float8) "
+    "WHERE holder = %(me)s AND expires_at >= now() RETURNING name"
+)
+
+_ORPHANED = (
+    "SELECT DISTINCT i.session_key FROM inbox i "
+    "WHERE i.platform = ANY(%(platforms)s::text[]) "
+    "AND (i.state = 'queued' OR i.taken_by <> %(me)s) "
+    "AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.name = 'session:' || i.session_key "
+    "AND l.expires_at >= now()) LIMIT %(limit)s"
+)
+
+
+class ClusterDB:
+    """The coordination rows of several gateways (PostgreSQL only)."""
+
+    def __init__(self, db: eng.Handle) -> None:
+        self.engine: Engine = db.engine
+        self._auto = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    @property
+    def available(self) -> bool:
+        return self.engine.dialect.name == "postgresql"
+
+    def _one(self, sql: str, params: dict[str, Any]) -> Sequence[Any] | None:
+        with eng.explained(self.engine), self._auto.connect() as conn:
+            row = conn.exec_driver_sql(sql, params).first()
+            return tuple(row) if row is not None else None
+
+    def _all(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        with eng.explained(self.engine), self._auto.connect() as conn:
+            return [tuple(row) for row in conn.exec_driver_sql(sql, params)]
+
+    # -- instances -------------------------------------------------------------------------
+
+    def register(self, me: str, host: str, pid: int, info: dict[str, Any]) -> None:
+        self._one(
+            "INSERT INTO gateway_instances(id, host, pid, info) VALUES "
+            "(%(me)s, %(host)s, %(pid)s, %(info)s::jsonb) RETURNING 1",
+            {"me": me, "host": host, "pid": pid, "info": json.dumps(info)},
+        )
+
+    def renew(self, me: str, ttl: float, info: dict[str, Any]) -> set[str]:
+        """The heartbeat: `me`'s row stamped, every lease it still holds extended by
+        `ttl`; the names of those leases (one it lost by expiring is not among them)."""
+        rows = self._all(_RENEW, {"me": me, "ttl": ttl, "info": json.dumps(info)})
+        return {str(name) for (name,) in rows}
+
+    def retire(self, me: str) -> None:
+        """A clean stop: rows taken but not worked go back to the queue (the next holder
+        checks them as interrupted), every lease is freed at once, the row says stopped."""
+        self._one(
+            "WITH back AS (UPDATE inbox SET state = 'queued', interrupted = true "
+            "WHERE taken_by = %(me)s RETURNING 1), "
+            "freed AS (DELETE FROM leases WHERE holder = %(me)s RETURNING 1) "
+            "UPDATE gateway_instances SET stopped_at = now() WHERE id = %(me)s RETURNING "
+            "(SELECT count(*) FROM back)",
+            {"me": me},
+        )
+
+    def instances(self, ttl: float, *, include_stopped_hours: float = 1.0) -> list[Instance]:
+        """Every instance that ran lately: alive when its heartbeat is within `ttl`."""
+        rows = self._all(
+            "SELECT g.id, g.host, g.pid, g.started_at, g.heartbeat_at, g.stopped_at, g.info, "
+            "coalesce((SELECT array_agg(l.name ORDER BY l.name) FROM leases l "
+            "WHERE l.holder = g.id AND l.expires_at >= now()), '{}'), "
+            "g.stopped_at IS NULL "
+            "AND g.heartbeat_at >= now() - make_interval(secs => %(ttl)s::float8) "
+            "FROM gateway_instances g WHERE g.stopped_at IS NULL "
+            "OR g.stopped_at >= now() - make_interval(secs => %(hours)s::float8 * 3600) "
+            "ORDER BY g.started_at",
+            {"ttl": ttl, "hours": include_stopped_hours},
+        )
+        return [
+            Instance(
+                str(r[0]), str(r[1]), int(r[2]), r[3], r[4], r[5], dict(r[6]), tuple(r[7]), r[8]
+            )
+            for r in rows
+        ]
+
+    def others_alive(self, me: str, ttl: float) -> list[str]:
+        """The ids of other instances whose heartbeat is within `ttl`."""
+        rows = self._all(
+            "SELECT id FROM gateway_instances WHERE id <> %(me)s AND stopped_at IS NULL "
+            "AND heartbeat_at >= now() - make_interval(secs => %(ttl)s::float8)",
+            {"me": me, "ttl": ttl},
+        )
+        return [str(r[0]) for r in rows]
+
+    def forget_instances(self, older_than_days: int = 7) -> int:
+        rows = self._all(
+            "DELETE FROM gateway_instances WHERE heartbeat_at < now() - "
+            "make_interval(days => %(days)s::int) RETURNING 1",
+            {"days": older_than_days},
+        )
+        return len(rows)
+
+    # -- leases ----------------------------------------------------------------------------
+
+    def acquire(self, name: str, me: str, ttl: float) -> bool:
+        """Take (or keep) the lease `name` for `ttl` s: free, expired or already ours."""
+        return self._one(_TAKE_LEASE, {"name": name, "me": me, "ttl": ttl}) is not None
+
+    def release(self, name: str, me: str) -> None:
+        self._one(
+            "DELETE FROM leases WHERE name = %(name)s AND holder = %(me)s RETURNING 1",
+            {"name": name, "me": me},
+        )
+
+    def holder(self, name: str) -> str | None:
+        """Who holds `name` now (None: nobody, or its holder let it expire)."""
+        row = self._one(
+            "SELECT holder FROM leases WHERE name = %(name)s AND expires_at >= now()",
+            {"name": name},
+        )
+        return str(row[0]) if row is not None else None
+
+    # -- inbound events --------------------------------------------------------------------
+
+    def seen(self, platform: str, keys: Sequence[str]) -> bool:
+        """Record the event's ids; False when any was recorded before (a redelivery, or
+        the same delivery at another instance): then it must not be acted on."""
+        rows = self._all(
+            "INSERT INTO inbound_seen(platform, key) SELECT %(platform)s, unnest(%(keys)s::text[]) "
+            "ON CONFLICT DO NOTHING RETURNING 1",
+            {"platform": platform, "keys": list(keys)},
+        )
+        return len(rows) == len(set(keys))
+
+    def prune_seen(self, days: int = SEEN_DAYS) -> int:
+        rows = self._all(
+            "DELETE FROM inbound_seen WHERE seen_at < now() - make_interval(days => %(days)s::int) "
+            "RETURNING 1",
+            {"days": days},
+        )
+        return len(rows)
+
+    def enqueue(
+        self,
+        me: str,
+        key: str,
+        *,
+        platform: str,
+        sent_at: float,
+        event: dict[str, Any],
+        ttl: float,
+    ) -> Enqueued:
+        """Queue an event of session `key` and take the session's lease if it is free:
+        `held` says this instance works it now (the row is taken by it). Otherwise the
+        lease's holder is woken (NOTIFY) and takes it in sent order."""
+        row = self._one(
+            _ENQUEUE,
+            {
+                "me": me,
+                "key": key,
+                "name": session_lease(key),
+                "platform": platform,
+                "sent_at": sent_at,
+                "event": json.dumps(event),
+                "ttl": ttl,
+            },
+        )
+        assert row is not None
+        return Enqueued(int(row[0]), bool(row[1]), int(row[2]))
+
+    def claim(self, me: str, key: str, ttl: float) -> list[Queued]:
+        """Take session `key`'s lease (free, expired or ours) and every row waiting in
+        its queue, in sent order; [] when the lease is another's or nothing waits."""
+        rows = self._all(_CLAIM, {"me": me, "key": key, "name": session_lease(key), "ttl": ttl})
+        queued = [Queued(int(r[0]), str(r[1]), float(r[2]), dict(r[3]), bool(r[4])) for r in rows]
+        return sorted(queued, key=lambda q: (q.sent_at, q.id))
+
+    def finish(self, me: str, key: str, ids: Sequence[int], *, release: bool) -> tuple[int, bool]:
+        """Rows whose turn ended are removed; with `release`, the session's lease is
+        freed unless rows wait. (rows waiting, whether the lease was freed)."""
+        row = self._one(
+            _FINISH,
+            {
+                "me": me,
+                "key": key,
+                "name": session_lease(key),
+                "ids": list(ids),
+                "release": release,
+            },
+        )
+        assert row is not None
+        return int(row[0]), bool(row[1])
+
+    def orphaned(self, me: str, platforms: Sequence[str], limit: int = 50) -> list[str]:
+        """Session keys on these platforms with rows waiting and nobody holding them (the
+        wake-up was lost, or the holder died): whoever finds them claims them."""
+        rows = self._all(_ORPHANED, {"me": me, "platforms": list(platforms), "limit": limit})
+        return [str(r[0]) for r in rows]
+
+    def waiting(self) -> int:
+        row = self._one("SELECT count(*) FROM inbox", {})
+        return int(row[0]) if row else 0
+
+    def stop_turn(self, key: str) -> str | None:
+        """Ask the holder of session `key`'s lease to stop its running turn; its id, or
+        None when nobody holds it."""
+        row = self._one(
+            "SELECT holder, pg_notify('" + STOP_CHANNEL + "', holder || ' ' || %(key)s) "
+            "FROM leases "
+            "WHERE name = %(name)s AND expires_at >= now()",
+            {"key": key, "name": session_lease(key)},
+        )
+        return str(row[0]) if row is not None else None
+
+    # -- wake-ups ----------------------------------------------------------------------------
+
+    async def notifications(
+        self, channels: Sequence[str], listening: asyncio.Event | None = None
+    ) -> AsyncIterator[tuple[str, str]]:
+        """(channel, payload) of every NOTIFY on `channels`, on a connection of its own
+        (LISTEN needs one that stays open; a pooler in transaction mode drops them, so the
+        callers also poll). `listening` is set once every LISTEN is in place."""
+        import psycopg  # noqa: PLC0415 - PostgreSQL only (the postgres extra)
+
+        url = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            for channel in channels:
+                await conn.execute(f"LISTEN {channel}")
+            if listening is not None:
+                listening.set()
+            async for note in conn.notifies():
+                yield note.channel, note.payload
+
+
+__all__ = [
+    "INBOX_CHANNEL",
+    "STOP_CHANNEL",
+    "ClusterDB",
+    "Enqueued",
+    "Instance",
+    "Queued",
+    "session_lease",
+]
