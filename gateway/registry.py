@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from gateway.config import ConfigError, secret
-from gateway.edge.platform_config import Platform, PlatformConfig, platforms
+from gateway.edge.platform_config import Platform, PlatformConfig, Sharing, platforms
 from gateway.edge.platforms import TERMINAL
 from gateway.edge.ports import LocalChat, MenuEntry, PlatformAdapter
 
@@ -51,8 +51,15 @@ def credential_problems(
 
 
 def build(
-    name: str, config: PlatformConfig, env: Mapping[str, str] | None = None, menu: Menu = ()
+    name: str,
+    config: PlatformConfig,
+    env: Mapping[str, str] | None = None,
+    menu: Menu = (),
+    *,
+    announce: bool = True,
 ) -> PlatformAdapter:
+    """`name`'s adapter; `announce`: it registers itself with the platform at start
+    (Telegram's setWebhook), which one instance of several does."""
     platform = platforms().get(name)
     if platform is None:
         raise ConfigError(f"platforms.{name}: this platform is not available yet")
@@ -64,7 +71,7 @@ def build(
         for credential in platform.credentials(config)
     }
     try:
-        return platform.build(config, values, menu)
+        return platform.build(config, values, menu, announce)
     except ImportError as exc:
         raise ConfigError(
             f"platforms.{name} is enabled but its SDK is missing ({exc.name}): "
@@ -72,6 +79,12 @@ def build(
         ) from None
     except ValueError as exc:  # a mistake in the platform's section
         raise ConfigError(f"platforms.{name}.{exc}") from None
+
+
+def sharing(name: str, config: PlatformConfig) -> Sharing:
+    """How several gateway processes share `name`'s connection (see `Sharing`)."""
+    platform = platforms().get(name)
+    return platform.sharing(config) if platform is not None else "shared"
 
 
 def local_chat() -> LocalChat:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from gateway import registry
 from gateway.app import App, build_app
+from gateway.cluster import Cluster, platform_lease
 from gateway.config import ConfigError, HermesConfig, enabled_platforms, main_endpoint
 from gateway.edge.http_server import HttpServer, WebhookAdapter
 from gateway.edge.ports import MenuEntry, PlatformAdapter
@@ -50,7 +51,11 @@ class Gateway:
         damage = db.upkeep.quick_check()  # pages overwritten go unnoticed otherwise
         if damage != "ok":
             raise StateDBError(explain(db.path, Exception(damage)))
-        self.scheduler = Scheduler(home, config, db)
+        # several gateway processes on one PostgreSQL database (gateway/cluster.py)
+        self.cluster = Cluster(db, config.gateway.cluster) if db.backend == "postgresql" else None
+        self.scheduler = Scheduler(
+            home, config, db, leader=self.cluster.lead if self.cluster is not None else None
+        )
         http = config.gateway.http
         self.http = HttpServer(
             http.host,
@@ -64,6 +69,7 @@ class Gateway:
         self.failed: dict[str, str] = {}
         self.retrying: dict[str, str] = {}
         self.links: dict[str, str] = {}  # a started platform's connection, when not "connected"
+        self.standby: dict[str, str] = {}  # a leased platform another instance holds: why
         self.checks = 0  # rounds of connection checks done (each every SUPERVISE_S)
         self.exit_code = 0
         self._tasks: list[asyncio.Task[None]] = []
@@ -102,11 +108,14 @@ class Gateway:
         }
         self._refuse_unstartable(problems)
         self.started_wall = datetime.now(UTC)
+        if self.cluster is not None:
+            self._join_cluster()
         if self.app is not None:  # settle what a crash left between stores and state.db
             memory = self.app.agent.memory
             for user_id in await asyncio.to_thread(memory.users):
                 await asyncio.to_thread(memory.reconcile, user_id)
         built = self._build_platforms(problems)
+        leased = {name for name in built if self._leased(name)}
         for adapter in built.values():
             if isinstance(adapter, WebhookAdapter):
                 for route in adapter.routes():
@@ -119,10 +128,7 @@ class Gateway:
                 self.http.host,
             )
         await self.http.start()  # before the adapters: webhooks must find it listening
-        for name, adapter in built.items():
-            if not await self._start_platform(name, adapter):
-                self.retrying[name] = "retrying"
-                self._tasks.append(asyncio.create_task(self._retry(name, adapter)))
+        await self._start_platforms(built, leased)
         await self.scheduler.start()
         deadline = self.config.gateway.connect_timeout_seconds
         if self.platforms and deadline > 0:
@@ -136,6 +142,16 @@ class Gateway:
         self.started_at = time.monotonic()
         self._publish()
         logger.info("gateway started: %s", self._summary())
+
+    async def _start_platforms(self, built: dict[str, PlatformAdapter], leased: set[str]) -> None:
+        """Each platform started (one that fails is retried); a leased one whose
+        connection another instance holds waits for its lease."""
+        for name, adapter in built.items():
+            if name in leased and not self._hold(name):
+                self._tasks.append(asyncio.create_task(self._wait_for_lease(name, adapter)))
+            elif not await self._start_platform(name, adapter):
+                self.retrying[name] = "retrying"
+                self._tasks.append(asyncio.create_task(self._retry(name, adapter)))
 
     def _start_reminders(self, app: App) -> None:
         """The reminder runner of this process, woken by the scheduler's jobs; every
@@ -167,12 +183,109 @@ class Gateway:
             listed = "; ".join(p for found in problems.values() for p in found)
             logger.error("platform credentials: %s", listed)
         built: dict[str, PlatformAdapter] = {}
-        for name, section in self.platforms.items():
+        for name in self.platforms:
             try:
-                built[name] = registry.build(name, section, self.env, self._menu())
+                built[name] = self._build(name)
             except Exception as exc:
                 self._failed(name, exc)
         return built
+
+    def _build(self, name: str) -> PlatformAdapter:
+        """`name`'s adapter; with several instances only the leader announces itself to
+        the platform (Telegram's one setWebhook, to the load balancer's URL)."""
+        announce = self.cluster is None or self.cluster.leader
+        section = self.platforms[name]
+        return registry.build(name, section, self.env, self._menu(), announce=announce)
+
+    # -- several instances on one database --------------------------------------------------
+
+    def _join_cluster(self) -> None:
+        """Register this instance, refuse what cannot be shared, share the sessions."""
+        assert self.cluster is not None
+        cluster = self.cluster
+        cluster.info = self._instance_info
+        sole = [n for n, s in self.platforms.items() if registry.sharing(n, s) == "sole"]
+        others = cluster.others()
+        if sole and others:
+            raise ConfigError(
+                f"another gateway runs on this database ({', '.join(others)}), and "
+                f"platforms {', '.join(sole)} connect in a mode only one process can use "
+                "(polling: a second consumer of the updates ends the first one's). With "
+                "several gateways use webhook mode behind a load balancer (see "
+                "deploy/README, 'Several gateways'), or run one gateway"
+            )
+        router = self.app.router if self.app is not None else None
+        if router is not None:
+            router.share(self.db, cluster.id, cluster.lease_s)
+            if self.app is not None and self.app.embedder is not None:
+                self.app.embedder.may_run = lambda: cluster.leader  # one instance embeds
+        cluster.on_beat = self._check_leases
+        cluster.start(router)
+        logger.info(
+            "instance %s joined %d other gateway(s) on this database%s",
+            cluster.id,
+            len(others),
+            " (the maintenance leader)" if cluster.leader else "",
+        )
+
+    def _leased(self, name: str) -> bool:
+        return self.cluster is not None and registry.sharing(name, self.platforms[name]) == "leased"
+
+    def _hold(self, name: str) -> bool:
+        """Take (or keep) `name`'s connection lease; False: another instance holds it."""
+        assert self.cluster is not None
+        if self.cluster.hold(platform_lease(name)):
+            self.standby.pop(name, None)
+            return True
+        holder = self.cluster.holder(platform_lease(name)) or "another instance"
+        self.standby[name] = f"standby: the connection is held by {holder}"
+        return False
+
+    async def _wait_for_lease(self, name: str, adapter: PlatformAdapter) -> None:
+        """A leased platform held elsewhere: try for its lease every third of the lease
+        time; once it is ours (its holder died or stopped), connect."""
+        assert self.cluster is not None
+        every = self.cluster.lease_s / 3
+        while not self._stopping.is_set():
+            if self.started_at is not None:
+                self._publish()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), every)
+                return
+            if await asyncio.to_thread(self._hold, name):
+                logger.info("platform %s: its connection lease is ours; connecting", name)
+                if not await self._start_platform(name, adapter):
+                    self.retrying[name] = "retrying"
+                    await self._retry(name, adapter)
+                return
+
+    async def _check_leases(self, held: set[str]) -> None:
+        """After each heartbeat: a leased platform whose lease was lost (this process
+        stalled past the lease time, another instance took it) disconnects at once."""
+        for name, adapter in list(self.adapters.items()):
+            if not self._leased(name) or platform_lease(name) in held:
+                continue
+            logger.error("platform %s: its connection lease was lost; disconnecting", name)
+            self.adapters.pop(name, None)
+            self.links.pop(name, None)
+            assert self.app is not None
+            self.app.router.detach(name)
+            if self.app.router.shared is not None:
+                self.app.router.shared.hand_back(name)
+            with contextlib.suppress(Exception):
+                await adapter.stop()
+            self._tasks.append(asyncio.create_task(self._wait_for_lease(name, self._build(name))))
+            self._publish()
+
+    def _instance_info(self) -> dict[str, object]:
+        """What `hermes gateway status` and `/admin status` show of this instance."""
+        shared = self.app.router.shared if self.app is not None else None
+        return {
+            "http": f"{self.http.host}:{self.http.port}",
+            "platforms": self.status(),
+            "leader": self.cluster.leader if self.cluster is not None else False,
+            "taken_over": shared.taken_over if shared is not None else 0,
+        }
 
     async def _start_platform(self, name: str, adapter: PlatformAdapter) -> bool:
         """Attach, then start: events may arrive before start() returns (Discord syncs
@@ -211,7 +324,7 @@ class Gateway:
                 await asyncio.wait_for(self._stopping.wait(), wait)
                 return  # stopping
             if not isinstance(adapter, WebhookAdapter):  # its routes are bound to it
-                adapter = registry.build(name, self.platforms[name], self.env, self._menu())
+                adapter = self._build(name)
             if await self._start_platform(name, adapter):
                 return
 
@@ -251,8 +364,13 @@ class Gateway:
         self._publish()
 
     def _publish(self) -> None:
-        """What `hermes gateway status` reads: the platforms now, since the start."""
-        assert self.started_wall is not None
+        """What `hermes gateway status` reads: the platforms now, since the start (with
+        several instances, each one's row in the database, renewed with its heartbeat)."""
+        if self.cluster is not None:
+            self.cluster.publish()
+            return
+        if self.started_wall is None:
+            return
         where = f"{self.http.host}:{self.http.port}"
         write_status_file(self.home, self.status(), where, started_at=self.started_wall)
 
@@ -264,7 +382,13 @@ class Gateway:
         parts = [f"connected: {connected}"]
         if waiting := [name for name in self.platforms if name in self.retrying]:
             parts.append(f"retrying: {', '.join(waiting)}")
-        if off := [n for n in self.platforms if n not in self.adapters and n not in waiting]:
+        if standby := [n for n in self.platforms if n in self.standby]:
+            parts.append(f"standby (held by another instance): {', '.join(standby)}")
+        if off := [
+            n
+            for n in self.platforms
+            if n not in self.adapters and n not in waiting and n not in self.standby
+        ]:
             parts.append(f"off: {', '.join(off)}")
         return "; ".join(parts)
 
@@ -290,6 +414,7 @@ class Gateway:
 
     def status(self) -> dict[str, str]:
         states = {name: self.links.get(name, "connected") for name in self.adapters}
+        states.update({n: why for n, why in self.standby.items() if n not in self.adapters})
         for name, why in self.failed.items():
             retry = self.retrying.get(name)
             states[name] = f"failed: {why}" + (f" ({retry})" if retry else "")
@@ -298,8 +423,9 @@ class Gateway:
     def readiness(self) -> dict[str, bool]:
         """What /readyz requires: every enabled platform connected, state.db writable,
         the scheduler running."""
-        checks = {
-            f"platform {name}": name in self.adapters and name not in self.links
+        checks = {  # (a platform whose one connection another instance holds is fine)
+            f"platform {name}": (name in self.adapters and name not in self.links)
+            or (name in self.standby and name not in self.failed)
             for name in self.platforms
         }
         checks["state.db writable"] = self.db.upkeep.writable()
@@ -325,6 +451,8 @@ class Gateway:
             self.reminders.unregister()
         if self.app is not None:
             await self.app.router.stop(TURN_GRACE_S)
+        if self.cluster is not None:  # what was taken and not worked goes back, leases freed
+            await self.cluster.stop()
         for name, adapter in list(self.adapters.items()):
             try:
                 await adapter.stop()

@@ -1,26 +1,41 @@
-"""APScheduler (3.x, AsyncIOScheduler) inside the gateway process, its jobs in state.db.
+"""APScheduler (3.x, AsyncIOScheduler) inside the gateway process.
 
-Jobs are added only when missing from the job store, so a restart keeps their schedule;
-an interval changed in config reschedules the job. Every run's result is recorded in
-state.db for `hermes scheduler status` and `/admin status`.
+On SQLite (one gateway per home) its jobs live in state.db: jobs are added only when
+missing from the job store, so a restart keeps their schedule; an interval changed in
+config reschedules the job.
+
+On PostgreSQL several gateways may share the database, and APScheduler 3 must not share
+a job store between schedulers: each process keeps its own timers in memory and the
+database decides who runs. A maintenance job (consolidation, idle sessions, held memory
+writes, the daily upkeep) runs only on the instance that holds the leader lease
+(`leader`), and only when the last recorded run is at least ~an interval old, so a
+leader that died mid-interval is followed by one run, later, not two; each start
+schedules a job from its last recorded run. The reminder sweep runs on every instance
+(each due run is claimed once in the database: hermes/state/reminders.py).
+
+Every run's result is recorded in state.db for `hermes scheduler status` and `/admin
+status`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, JobExecutionEvent
-from apscheduler.jobstores.base import ConflictingIdError
+from apscheduler.jobstores.base import BaseJobStore, ConflictingIdError
+from apscheduler.jobstores.memory import MemoryJobStore
 from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
-from apscheduler.util import undefined
+from apscheduler.util import ref_to_obj, undefined
 
 from gateway.config import HermesConfig
 from hermes.state.db import SessionDB
@@ -31,6 +46,9 @@ logger = logging.getLogger(__name__)
 REMINDER_JOB = "reminder:"
 REMINDER_SWEEP_S = 30.0  # reminders made by another process are found this often
 RUN_AT_ONCE = ("consolidation_check", "reminders")  # first run at the first start
+EVERY_INSTANCE = ("reminders",)  # run on every gateway of a shared database
+DUE_FRACTION = 0.9  # a leader's run waits until the last one is this much of an interval old
+SKIPPED = "skipped: not this instance's turn"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +85,23 @@ def job_specs(config: HermesConfig) -> list[JobSpec]:
 
 
 class Scheduler:
-    def __init__(self, home: Path, config: HermesConfig, db: SessionDB) -> None:
+    def __init__(
+        self,
+        home: Path,
+        config: HermesConfig,
+        db: SessionDB,
+        *,
+        leader: Callable[[], bool] | None = None,
+    ) -> None:
+        """`leader`: with several gateways on one database, whether this one is the
+        maintenance leader now (asked when a job is due)."""
         self.home, self.db = home, db
         self.specs = job_specs(config)
-        self._store = SQLAlchemyJobStore(engine=db.engine)
+        self.shared = db.backend == "postgresql"
+        self._leader = leader or (lambda: True)
+        self._store: BaseJobStore = (
+            MemoryJobStore() if self.shared else SQLAlchemyJobStore(engine=db.engine)
+        )
         self._scheduler = AsyncIOScheduler(
             jobstores={"default": self._store},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 3600},
@@ -80,8 +111,13 @@ class Scheduler:
 
     async def start(self) -> None:
         """Start inside the running event loop; existing schedules are kept."""
+        if self.shared:
+            self._start_shared()
+            return
         # create the job table under our write lock: several processes may start at once
-        self.db.upkeep.run_ddl(lambda conn: self._store.jobs_t.create(conn, checkfirst=True))
+        store = self._store
+        assert isinstance(store, SQLAlchemyJobStore)
+        self.db.upkeep.run_ddl(lambda conn: store.jobs_t.create(conn, checkfirst=True))
         self._scheduler.start(paused=True)
         for spec in self.specs:
             trigger = IntervalTrigger(seconds=spec.every.total_seconds(), timezone="UTC")
@@ -99,6 +135,47 @@ class Scheduler:
             elif getattr(job.trigger, "interval", None) != spec.every:
                 job.reschedule(trigger)
         self._scheduler.resume()
+
+    def _start_shared(self) -> None:
+        """Each job's timer in memory, its first run an interval after its last recorded
+        one (at once when overdue, or never run and run at the first start)."""
+        self._scheduler.start(paused=True)
+        runs = self.db.upkeep.job_runs()
+        now = datetime.now(UTC)
+        for spec in self.specs:
+            last = runs.get(spec.id)
+            if last is not None:
+                first = max(now, as_utc(last.last_run_at) + spec.every)
+            else:
+                first = now if spec.id in RUN_AT_ONCE else now + spec.every
+            self._scheduler.add_job(
+                self._turn(spec),
+                IntervalTrigger(seconds=spec.every.total_seconds(), timezone="UTC"),
+                id=spec.id,
+                next_run_time=first,
+            )
+        self._scheduler.resume()
+
+    def _turn(self, spec: JobSpec) -> Callable[[], Awaitable[str]]:
+        """`spec`'s job, run here only when it is this instance's turn."""
+        func = ref_to_obj(spec.func)
+        everyone = spec.id in EVERY_INSTANCE
+
+        async def run() -> str:
+            if not everyone and not await asyncio.to_thread(self._due, spec):
+                return SKIPPED
+            result: str = await func(home=str(self.home))
+            return result
+
+        return run
+
+    def _due(self, spec: JobSpec) -> bool:
+        if not self._leader():
+            return False
+        last = self.db.upkeep.job_runs().get(spec.id)
+        return last is None or (
+            datetime.now(UTC) - as_utc(last.last_run_at) >= spec.every * DUE_FRACTION
+        )
 
     async def stop(self) -> None:
         """Stop taking new runs and wait for the running ones."""
@@ -131,6 +208,8 @@ class Scheduler:
         if event.job_id.startswith(REMINDER_JOB):  # recorded on the reminder's own runs
             return
         ok = event.exception is None
+        if ok and event.retval == SKIPPED:  # another instance's turn: nothing ran
+            return
         summary = (
             str(event.retval) if ok else f"{type(event.exception).__name__}: {event.exception}"
         )
@@ -138,25 +217,34 @@ class Scheduler:
 
 
 def read_status(home: Path, config: HermesConfig, db: SessionDB) -> list[JobStatus]:
-    """Job status from state.db, without running a scheduler (for the CLI)."""
+    """Job status from state.db, without running a scheduler (for the CLI). With
+    PostgreSQL the timers live in the gateways: the next run is an interval after the
+    last recorded one."""
+    if db.backend == "postgresql":
+        return describe([], db, job_specs(config), from_last_run=True)
     store = SQLAlchemyJobStore(engine=db.engine)
     store.start(AsyncIOScheduler(timezone="UTC"), "default")
     jobs = store.get_all_jobs()
     return describe(jobs, db, job_specs(config))
 
 
-def describe(jobs: list[Any], db: SessionDB, specs: list[JobSpec]) -> list[JobStatus]:
+def describe(
+    jobs: list[Any], db: SessionDB, specs: list[JobSpec], *, from_last_run: bool = False
+) -> list[JobStatus]:
     runs = db.upkeep.job_runs()
     by_id = {job.id: job for job in jobs}
     statuses = []
     for spec in specs:
         job = by_id.get(spec.id)
         run = runs.get(spec.id)
+        next_run = job.next_run_time if job else None
+        if from_last_run and run is not None:
+            next_run = as_utc(run.last_run_at) + spec.every
         statuses.append(
             JobStatus(
                 spec.id,
                 spec.every,
-                job.next_run_time if job else None,
+                next_run,
                 run.last_run_at if run else None,
                 run.ok if run else None,
                 run.summary if run else "",

@@ -50,6 +50,9 @@ class Embedder:
         self._broken_until = 0.0
         self._activated = False
         db.vectors.cache.budget = config.cache_mb << 20
+        # whether this process embeds the queue now (with several gateways on one
+        # database, the maintenance leader does; the others only wait)
+        self.may_run: Callable[[], bool] = lambda: True
 
     @property
     def model(self) -> str:
@@ -111,7 +114,8 @@ class Embedder:
         delay = BACKOFF_S[0]
         while not stop.is_set():
             try:
-                await self.drain(stop=stop)
+                if self.may_run():
+                    await self.drain(stop=stop)
                 delay = BACKOFF_S[0]
                 wait = IDLE_POLL_S
             except LLMError as exc:

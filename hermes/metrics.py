@@ -48,6 +48,18 @@ QUEUE_DEPTH = Gauge(
     ["platform"],
     registry=REGISTRY,
 )
+# several gateways on one database: what this instance holds now, and its hand-overs
+LEASES_HELD = Gauge(
+    "hermes_leases_held",
+    "Leases this gateway instance holds (session, leader, platform)",
+    ["kind"],
+    registry=REGISTRY,
+)
+EVENTS_TAKEN_OVER = Counter(
+    "hermes_events_taken_over",
+    "Events this instance took from another's queue or from a holder that died",
+    registry=REGISTRY,
+)
 TURN_SECONDS = Histogram(
     "hermes_turn_seconds",
     "One agent turn, model calls and tools included",

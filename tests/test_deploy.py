@@ -17,13 +17,19 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 UNIT = ROOT / "deploy" / "hermes-gateway.service"
+TEMPLATE = ROOT / "deploy" / "hermes-gateway@.service"  # several gateways on one machine
+# each unit, the name systemd starts it by, and the home it gives the gateway
+UNITS = [
+    (UNIT, UNIT.name, "/var/lib/hermes"),
+    (TEMPLATE, "hermes-gateway@gw1.service", "/var/lib/hermes/%i"),
+]
 DOCKERFILE = ROOT / "deploy" / "docker" / "Dockerfile"
 README = ROOT / "deploy" / "README.md"
 
 
-def unit_settings() -> dict[str, list[str]]:
+def unit_settings(unit: Path = UNIT) -> dict[str, list[str]]:
     settings: dict[str, list[str]] = {}
-    for line in UNIT.read_text().splitlines():
+    for line in unit.read_text().splitlines():
         if "=" in line and not line.startswith(("#", "[")):
             key, _, value = line.partition("=")
             settings.setdefault(key.strip(), []).append(value.strip())
@@ -31,19 +37,22 @@ def unit_settings() -> dict[str, list[str]]:
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze here")
-def test_the_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("unit", "started_as", "_home"), UNITS, ids=["one", "several"])
+def test_the_unit_passes_systemd_analyze_verify(
+    tmp_path: Path, unit: Path, started_as: str, _home: str
+) -> None:
     """In a throwaway root holding the unit, the system's own units and the program."""
     program = tmp_path / "opt" / "hermes" / "venv" / "bin" / "hermes"
     program.parent.mkdir(parents=True)
     shutil.copy(Path(sys.executable).parent / "hermes", program)
     units = tmp_path / "etc" / "systemd" / "system"
     units.mkdir(parents=True)
-    shutil.copy(UNIT, units / UNIT.name)
+    shutil.copy(unit, units / unit.name)
     system = Path("/usr/lib/systemd/system")
     if system.is_dir():
         shutil.copytree(system, tmp_path / "usr" / "lib" / "systemd" / "system", symlinks=True)
     done = subprocess.run(
-        ["systemd-analyze", "verify", f"--root={tmp_path}", UNIT.name],
+        ["systemd-analyze", "verify", f"--root={tmp_path}", started_as],
         capture_output=True,
         text=True,
         timeout=60,
@@ -51,9 +60,9 @@ def test_the_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     )
     assert done.returncode == 0 and done.stderr.strip() == "", done.stderr
     # the check bites: a misspelt key is reported
-    (units / UNIT.name).write_text(UNIT.read_text().replace("NoNewPrivileges", "NoNewPrivilege"))
+    (units / unit.name).write_text(unit.read_text().replace("NoNewPrivileges", "NoNewPrivilege"))
     typo = subprocess.run(
-        ["systemd-analyze", "verify", f"--root={tmp_path}", UNIT.name],
+        ["systemd-analyze", "verify", f"--root={tmp_path}", started_as],
         capture_output=True,
         text=True,
         timeout=60,
@@ -62,11 +71,14 @@ def test_the_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     assert "Unknown key 'NoNewPrivilege'" in typo.stderr
 
 
-def test_the_unit_is_unprivileged_hardened_and_restarts() -> None:
-    unit = unit_settings()
+@pytest.mark.parametrize(("path", "_started_as", "home"), UNITS, ids=["one", "several"])
+def test_the_unit_is_unprivileged_hardened_and_restarts(
+    path: Path, _started_as: str, home: str
+) -> None:
+    unit = unit_settings(path)
     assert unit["User"] == ["hermes"] and unit["EnvironmentFile"] == ["/etc/hermes/env"]
-    assert unit["Environment"] == ["HERMES_HOME=/var/lib/hermes"]
-    assert unit["ReadWritePaths"] == ["/var/lib/hermes"]
+    assert unit["Environment"] == [f"HERMES_HOME={home}"]
+    assert unit["ReadWritePaths"] == [home]
     for key, value in {
         "NoNewPrivileges": "true",
         "ProtectSystem": "strict",
@@ -128,6 +140,28 @@ def test_compose_runs_the_image_with_its_volume_env_file_and_health_check() -> N
     )
     assert "/healthz" in " ".join(service["healthcheck"]["test"])
     assert all(port.startswith("127.0.0.1:") for port in service["ports"])
+
+
+def test_the_cluster_compose_runs_three_gateways_on_postgres_behind_the_proxy() -> None:
+    """deploy/docker/compose.cluster.yaml: PostgreSQL, three gateways (each a volume of
+    its own, the one config read-only, ready when /readyz says so) and Caddy spreading
+    the webhook paths over them."""
+    folder = ROOT / "deploy" / "docker"
+    compose = yaml.safe_load((folder / "compose.cluster.yaml").read_text())
+    services = compose["services"]
+    gateways = [name for name in services if name.startswith("gw")]
+    assert gateways == ["gw1", "gw2", "gw3"] and "postgres" in services
+    for name in gateways:
+        service = services[name]
+        assert service["depends_on"]["postgres"]["condition"] == "service_healthy"
+        assert f"{name}-data:/var/lib/hermes" in service["volumes"]
+        assert "./cluster.config.yaml:/var/lib/hermes/config.yaml:ro" in service["volumes"]
+        assert "/readyz" in " ".join(service["healthcheck"]["test"])
+        assert "ports" not in service  # reached through the proxy only
+    caddy = (folder / "Caddyfile").read_text()
+    assert "gw1:8787 gw2:8787 gw3:8787" in caddy
+    assert "/telegram/webhook" in caddy and "/slack/events" in caddy
+    assert services["proxy"]["volumes"][0] == "./Caddyfile:/etc/caddy/Caddyfile:ro"
 
 
 def test_no_secrets_file_or_environment_can_reach_the_image_or_git() -> None:

@@ -239,6 +239,7 @@ ROOMS = [
         "registry.py",
         "instance.py",
         "status_file.py",
+        "cluster.py",
     ),
     ("ops",),
     ("cli",),

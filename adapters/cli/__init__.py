@@ -16,7 +16,7 @@ def _credentials(_config: PlatformConfig) -> list[Credential]:
 
 
 def _build(
-    _config: PlatformConfig, _values: Mapping[str, str], _menu: Sequence[MenuEntry]
+    _config: PlatformConfig, _values: Mapping[str, str], _menu: Sequence[MenuEntry], _announce: bool
 ) -> PlatformAdapter:
     from adapters.cli.adapter import CliAdapter  # noqa: PLC0415
 

@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from gateway.edge.platform_config import Credential, Platform, PlatformConfig, Setup
+from gateway.edge.platform_config import Credential, Platform, PlatformConfig, Setup, Sharing
 
 if TYPE_CHECKING:
     from gateway.edge.ports import MenuEntry, PlatformAdapter
@@ -31,7 +31,7 @@ def _credentials(_config: DiscordConfig) -> list[Credential]:
 
 
 def _build(
-    config: DiscordConfig, values: Mapping[str, str], menu: Sequence[MenuEntry]
+    config: DiscordConfig, values: Mapping[str, str], menu: Sequence[MenuEntry], _announce: bool
 ) -> PlatformAdapter:
     from adapters.discord.adapter import DiscordAdapter  # noqa: PLC0415 - the SDK
 
@@ -40,11 +40,18 @@ def _build(
     )
 
 
+def _sharing(_config: DiscordConfig) -> Sharing:
+    """A bot's gateway websocket is one connection (without sharding): held by one
+    instance under a lease, taken over by another when it dies."""
+    return "leased"
+
+
 PLATFORM = Platform(
     name="discord",
     config=DiscordConfig,
     credentials=_credentials,
     build=_build,
+    sharing=_sharing,
     extra="discord",
     setup=Setup(
         section="""\

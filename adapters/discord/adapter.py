@@ -71,6 +71,7 @@ def to_event(data: dict[str, Any], bot_id: str) -> MessageEvent | None:
         replied_to_bot=str((referenced.get("author") or {}).get("id")) == bot_id,
         attachments=tuple(_attachment(a) for a in data.get("attachments") or []),
         sent_at=_snowflake_time(str(data["id"])),
+        order=int(data["id"]),  # snowflakes grow: ties in the millisecond keep their order
         raw=data,
     )
 

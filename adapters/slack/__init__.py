@@ -43,7 +43,7 @@ def _credentials(config: SlackConfig) -> list[Credential]:
 
 
 def _build(
-    config: SlackConfig, values: Mapping[str, str], _menu: Sequence[MenuEntry]
+    config: SlackConfig, values: Mapping[str, str], _menu: Sequence[MenuEntry], _announce: bool
 ) -> PlatformAdapter:
     """Slack's menu is `/hermes help`, answered from the same command table."""
     from adapters.slack.adapter import SlackAdapter  # noqa: PLC0415 - the SDK

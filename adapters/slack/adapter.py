@@ -214,6 +214,9 @@ class SlackAdapter:
             signing_secret=signing_secret,
             request_verification_enabled=signing_secret is not None,
             ignoring_self_events_enabled=True,
+            # HTTP mode: an event is taken (recorded, queued) before Slack hears 200, so
+            # one accepted by a process that dies at once is redelivered, not lost
+            process_before_response=not app_token,
         )
         self.handler = None
         self._app_token = app_token

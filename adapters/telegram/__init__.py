@@ -6,7 +6,14 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
-from gateway.edge.platform_config import Credential, Platform, PlatformConfig, Setup, WebhookCheck
+from gateway.edge.platform_config import (
+    Credential,
+    Platform,
+    PlatformConfig,
+    Setup,
+    Sharing,
+    WebhookCheck,
+)
 
 if TYPE_CHECKING:
     from gateway.edge.ports import MenuEntry, PlatformAdapter
@@ -36,7 +43,7 @@ def _credentials(config: TelegramConfig) -> list[Credential]:
 
 
 def _build(
-    config: TelegramConfig, values: Mapping[str, str], menu: Sequence[MenuEntry]
+    config: TelegramConfig, values: Mapping[str, str], menu: Sequence[MenuEntry], announce: bool
 ) -> PlatformAdapter:
     if config.mode == "webhook" and not config.webhook_url:
         raise ValueError("webhook_url: required in webhook mode")
@@ -45,7 +52,7 @@ def _build(
     webhook = None
     if config.mode == "webhook":
         assert config.webhook_url is not None
-        webhook = Webhook(config.webhook_url, values["webhook_secret_env"])
+        webhook = Webhook(config.webhook_url, values["webhook_secret_env"], announce=announce)
     return TelegramAdapter(
         values["token_env"], base_url=config.base_url, webhook=webhook, menu=menu
     )
@@ -65,11 +72,18 @@ def _webhook(config: TelegramConfig, http_port: int) -> WebhookCheck | None:
     return WebhookCheck(True, f"{url} -> gateway.http port {http_port}")
 
 
+def _sharing(config: TelegramConfig) -> Sharing:
+    """getUpdates allows one consumer (a second one's poll ends the first's): polling
+    cannot be shared; webhook pushes go to any instance behind the load balancer."""
+    return "sole" if config.mode == "polling" else "shared"
+
+
 PLATFORM = Platform(
     name="telegram",
     config=TelegramConfig,
     credentials=_credentials,
     build=_build,
+    sharing=_sharing,
     extra="telegram",
     setup=Setup(
         section="""\

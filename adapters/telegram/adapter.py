@@ -109,6 +109,7 @@ def to_event(update: dict[str, Any], bot_id: int, bot_username: str) -> MessageE
         replied_to_bot=(reply.get("from") or {}).get("id") == bot_id,
         attachments=tuple(_attachment(k, message[k]) for k in _ATTACHMENTS if message.get(k)),
         sent_at=float(message["date"]) if isinstance(message.get("date"), int) else None,
+        order=int(message["message_id"]),  # grows within a chat; `date` is whole seconds
         raw=update,
     )
 
@@ -194,6 +195,9 @@ class Webhook:
     public_url: str  # where Telegram reaches the gateway's HTTP server
     secret: str  # checked against X-Telegram-Bot-Api-Secret-Token on every push
     path: str = "/telegram/webhook"
+    # setWebhook at start: one instance of several does it (the leader); the URL is the
+    # load balancer's, the same for all
+    announce: bool = True
 
 
 class _WatchedPolling(HTTPXRequest):
@@ -259,10 +263,13 @@ class TelegramAdapter:
             await self.app.bot.set_my_commands(self.menu)
         await self.app.start()
         if self.webhook is not None:  # Telegram pushes to routes() on the gateway's server
-            url = self.webhook.public_url.rstrip("/") + self.webhook.path
-            await self.app.bot.set_webhook(
-                url, secret_token=self.webhook.secret, allowed_updates=["message", "callback_query"]
-            )
+            if self.webhook.announce:
+                url = self.webhook.public_url.rstrip("/") + self.webhook.path
+                await self.app.bot.set_webhook(
+                    url,
+                    secret_token=self.webhook.secret,
+                    allowed_updates=["message", "callback_query"],
+                )
             return
         assert self.app.updater is not None
         await self.app.updater.start_polling(
@@ -284,8 +291,13 @@ class TelegramAdapter:
             update = Update.de_json(data, self.app.bot)
         except (ValueError, TypeError, KeyError):
             return web.Response(status=400, text="not a Telegram update")
-        if update is not None:
-            await self.app.update_queue.put(update)
+        if update is None:
+            return web.Response(status=200)
+        try:  # taken (recorded, queued) before Telegram hears 200: it never redelivers then
+            await self._take(update)
+        except Exception:
+            logger.exception("a pushed Telegram update could not be taken; Telegram retries it")
+            return web.Response(status=503, text="try again", headers={"Retry-After": "1"})
         return web.Response(status=200)
 
     async def stop_intake(self) -> None:
@@ -324,16 +336,21 @@ class TelegramAdapter:
         logger.warning("telegram polling error (retrying): %s", error)
 
     async def _on_update(self, update: Update, _context: ContextTypes.DEFAULT_TYPE) -> None:
-        bot = self.app.bot
-        event = to_event(update.to_dict(), bot.id, bot.username or "")
-        if event is not None and self._sink is not None:
-            await self._sink(event)
+        await self._take(update)
 
     async def _on_press(self, update: Update, _context: ContextTypes.DEFAULT_TYPE) -> None:
-        if update.callback_query is not None:  # stop the button's spinner at once
+        await self._take(update)
+
+    async def _take(self, update: Update) -> None:
+        """A polled or pushed update into the sink: a button press (its spinner stopped
+        at once) or a message."""
+        if update.callback_query is not None:
             with contextlib.suppress(TelegramError):
                 await update.callback_query.answer()
-        event = press_event(update.to_dict())
+            event = press_event(update.to_dict())
+        else:
+            bot = self.app.bot
+            event = to_event(update.to_dict(), bot.id, bot.username or "")
         if event is not None and self._sink is not None:
             await self._sink(event)
 

@@ -3,7 +3,8 @@
 The steps, in this order (each one may end the event's way here):
 
 1. drop the bot's own messages and other bots' (adapters mark them `is_bot`);
-2. drop redeliveries (the same delivery id or message id seen before);
+2. drop redeliveries (the same delivery id or message id seen before; with several
+   gateways on one database, seen by any of them: recorded there first);
 3. drop what is not addressed to the assistant (in groups: a mention, a reply to the
    bot, a command, or a chat configured to be answered without one);
 4. admit the person (gateway/admission/people.py): allowed -> on; a stranger's DM -> a pairing
@@ -48,6 +49,10 @@ class Admitted:
     event: MessageEvent
     person: Person
     key: SessionKey
+    # several gateways: its row in the database's inbox (gateway/pipeline/shared.py), and
+    # whether an instance had taken it and died before its turn ended
+    row: int | None = None
+    interrupted: bool = False
 
 
 SLOW_DOWN = (
@@ -78,6 +83,9 @@ class Intake:
         self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._budgets: OrderedDict[str, _Budget] = OrderedDict()
         self.clock = clock
+        # several gateways on one database: records the event's ids there, False when
+        # another instance (or an earlier delivery) had them (gateway/pipeline/shared.py)
+        self.first_sighting: Callable[[MessageEvent], bool] | None = None
 
     def admit(self, event: MessageEvent) -> Admitted | None:
         if event.user.is_bot or self._duplicate(event) or not self._addressed(event):  # 1-3
@@ -96,6 +104,18 @@ class Intake:
             return None
         scope = self.policy.scopes.get(event.platform, self.policy.group_scope)
         return Admitted(event, person, session_key(event, scope))  # 6
+
+    def readmit(self, event: MessageEvent) -> Admitted | None:
+        """An event another gateway process admitted, to be worked here: its person is
+        resolved again (a block made since holds) and its key decided; it was deduped
+        and rate-counted where it arrived."""
+        person = self.people.resolve(event)
+        if not person.admitted:
+            if person.verdict is not Verdict.PAIR or not self._open_to_strangers(event.text):
+                return None
+            person = self.people.resolve(event, create=True)
+        scope = self.policy.scopes.get(event.platform, self.policy.group_scope)
+        return Admitted(event, person, session_key(event, scope))
 
     def _within_rate(self, user_id: str, event: MessageEvent) -> bool:
         """A token bucket per person: `per_person_burst` tokens, refilled at
@@ -124,7 +144,7 @@ class Intake:
             self._seen[k] = None
         while len(self._seen) > self.policy.remembered_deliveries:
             self._seen.popitem(last=False)
-        return False
+        return self.first_sighting is not None and not self.first_sighting(event)
 
     def _addressed(self, event: MessageEvent) -> bool:
         if event.chat.type is ChatType.DM or event.addressed:

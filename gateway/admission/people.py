@@ -29,7 +29,6 @@ from enum import StrEnum
 from gateway.config import HermesConfig
 from gateway.edge.events import MessageEvent
 from hermes.identity import owner_user_id
-from hermes.memory.gate import memory_gate
 from hermes.memory.merge import MergeError, MergeReport
 from hermes.memory.service import MemoryService
 from hermes.memory.store import StoreError
@@ -215,7 +214,7 @@ class People:
         links of a chain run one after the other, each on the ids as they are then.
         """
         try:
-            with memory_gate(self.memory.home, exclusive=True):
+            with self.memory.gate(exclusive=True):
                 outcome = self._link(code, requester=requester, current_user=current_user)
         except StoreError as exc:
             return LinkOutcome(False, f"Could not merge the memories: {exc}")

@@ -51,9 +51,12 @@ def run(
         logger.critical("%s", message)
         raise typer.Exit(code)
 
-    instance = InstanceLock(ctx.home)
+    # one gateway per home on SQLite; on PostgreSQL several share the database (and
+    # may share a home): the database coordinates them (gateway/cluster.py)
+    instance = InstanceLock(ctx.home) if ctx.config.database.url is None else None
     try:
-        instance.acquire()
+        if instance is not None:
+            instance.acquire()
     except AlreadyRunningError as exc:
         fatal(str(exc), EXIT_REFUSED)
     db = ctx.open_db()
@@ -69,7 +72,8 @@ def run(
         fatal(str(exc), EXIT_REFUSED)
     finally:
         db.close()
-        instance.release()
+        if instance is not None:
+            instance.release()
     logger.info("gateway stopped")
     if code:
         raise typer.Exit(code)
@@ -77,8 +81,13 @@ def run(
 
 @gateway_app.command("status")
 def gateway_status(as_json: AsJson = False) -> None:
-    """Whether a gateway is running for this HERMES_HOME, its platforms and uptime."""
-    home = CliContext.home_only(reading=True)
+    """Whether a gateway is running for this HERMES_HOME, its platforms and uptime (with
+    a PostgreSQL database: every gateway instance on it)."""
+    ctx = CliContext.load(reading=True)
+    if ctx.config.database.url is not None:
+        _instances_status(ctx, as_json)
+        return
+    home = ctx.home
     found = read_status_file(home)
     if as_json:
         print_json({"home": str(home), "running": bool(found and found.running), "last": found})
@@ -103,6 +112,42 @@ def gateway_status(as_json: AsJson = False) -> None:
         note(f"  {name}: [{colour}]{escape(state)}[/{colour}]")
     if not found.platforms:
         note("  no platforms enabled")
+
+
+def _instances_status(ctx: CliContext, as_json: bool) -> None:
+    """Every gateway instance on the database: host, pid, uptime, heartbeat, platforms,
+    the leases it holds (sessions being worked, the leader, a platform's connection)."""
+    db = ctx.open_db()
+    try:
+        lease_s = ctx.config.gateway.cluster.lease_seconds
+        instances = db.cluster.instances(lease_s)
+        waiting = db.cluster.waiting()
+    finally:
+        db.close()
+    alive = [i for i in instances if i.alive]
+    if as_json:
+        print_json({"running": bool(alive), "instances": instances, "inbox": waiting})
+        raise typer.Exit(0 if alive else EXIT_REFUSED)
+    if not alive:
+        note(f"No gateway is running on this database ({len(instances)} stopped lately).")
+        raise typer.Exit(EXIT_REFUSED)
+    now = datetime.now(UTC)
+    note(f"[green]Gateway running[/green]: {len(alive)} instance(s); {waiting} event(s) queued")
+    for found in instances:
+        state = "[green]alive[/green]" if found.alive else "[red]gone[/red]"
+        sessions = sum(1 for name in found.leases if name.startswith("session:"))
+        held = [name for name in found.leases if not name.startswith("session:")]
+        up = str(now - found.started_at).split(".")[0]
+        beat = (now - found.heartbeat_at).total_seconds()
+        note(
+            f"  {escape(found.id)} {state}: host {escape(found.host)}, pid {found.pid}, up {up}, "
+            f"heartbeat {beat:.0f} s ago, http {escape(str(found.info.get('http', '?')))}, "
+            f"sessions leased {sessions}" + (f", holds {', '.join(held)}" if held else "")
+        )
+        platforms = found.info.get("platforms") or {}
+        for name, platform_state in dict(platforms).items():
+            colour = "green" if platform_state == "connected" else "yellow"
+            note(f"    {name}: [{colour}]{escape(str(platform_state))}[/{colour}]")
 
 
 @scheduler_app.command("status")

@@ -3,6 +3,7 @@ process, everyone known, another person's memory usage, pairing and access rules
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 from gateway.admission.people import People
@@ -56,7 +57,32 @@ class AdminCommands:
         lines.append(f"LLM endpoint: {health}")
         embedder = self.embedder
         lines.append(f"Search: hybrid {embedder.status_line()}" if embedder else "Search: lexical")
+        if self.db.backend == "postgresql":
+            lines += self._instances()
         return "\n".join(lines)
+
+    def _instances(self) -> list[str]:
+        """Every gateway instance on the database (several may share it)."""
+        lease_s = self.config.gateway.cluster.lease_seconds
+        found = [i for i in self.db.cluster.instances(lease_s) if i.alive]
+        lines = [f"Instances: {len(found)} · events queued: {self.db.cluster.waiting()}"]
+        now = datetime.now(UTC)
+        for instance in found:
+            sessions = sum(1 for name in instance.leases if name.startswith("session:"))
+            held = [name for name in instance.leases if not name.startswith("session:")]
+            platforms = dict(instance.info.get("platforms") or {})
+            beat = (now - instance.heartbeat_at).total_seconds()
+            lines.append(
+                f"- {instance.id} (pid {instance.pid}): heartbeat {beat:.0f} s ago, "
+                f"sessions {sessions}"
+                + (f", holds {', '.join(held)}" if held else "")
+                + (
+                    "; " + ", ".join(f"{name} {state}" for name, state in platforms.items())
+                    if platforms
+                    else ""
+                )
+            )
+        return lines
 
     async def users(self, _ctx: CommandContext, _: str) -> str:
         lines = []

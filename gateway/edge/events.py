@@ -74,6 +74,9 @@ class MessageEvent:
     attachments: tuple[Attachment, ...] = ()
     received_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     sent_at: float | None = None  # the platform's timestamp (epoch seconds), for ordering
+    # ties in `sent_at` are broken by this: a number that grows within a chat where the
+    # timestamp is coarse (Telegram's message_id; its `date` is whole seconds)
+    order: int = 0
     # a button press: `text` is the button's command, `reply_to_id` the message it is on
     pressed: bool = False
     raw: Any = field(default=None, compare=False, repr=False)
@@ -113,6 +116,50 @@ class SendResult:
     outcome_unknown: bool = False
 
 
+def event_record(event: MessageEvent) -> dict[str, Any]:
+    """`event` as JSON-ready data (what another gateway process needs to work it: the
+    SDK's `raw` object stays behind); `event_from_record` reads it back."""
+    return {
+        "platform": event.platform,
+        "event_id": event.event_id,
+        "message_id": event.message_id,
+        "chat": [event.chat.id, event.chat.type.value, event.chat.thread_id],
+        "user": [event.user.id, event.user.display_name, event.user.is_bot],
+        "text": event.text,
+        "reply_to_id": event.reply_to_id,
+        "mentioned": event.mentioned,
+        "replied_to_bot": event.replied_to_bot,
+        "attachments": [
+            [a.kind, a.name, a.mime, a.size, a.ref, a.duration] for a in event.attachments
+        ],
+        "received_at": event.received_at.isoformat(),
+        "sent_at": event.sent_at,
+        "order": event.order,
+        "pressed": event.pressed,
+    }
+
+
+def event_from_record(record: dict[str, Any]) -> MessageEvent:
+    chat_id, chat_type, thread_id = record["chat"]
+    user_id, display_name, is_bot = record["user"]
+    return MessageEvent(
+        platform=record["platform"],
+        event_id=record["event_id"],
+        message_id=record["message_id"],
+        chat=ChatRef(chat_id, ChatType(chat_type), thread_id),
+        user=UserRef(user_id, display_name, is_bot),
+        text=record["text"],
+        reply_to_id=record["reply_to_id"],
+        mentioned=record["mentioned"],
+        replied_to_bot=record["replied_to_bot"],
+        attachments=tuple(Attachment(*fields) for fields in record["attachments"]),
+        received_at=datetime.fromisoformat(record["received_at"]),
+        sent_at=record["sent_at"],
+        order=record.get("order", 0),
+        pressed=record["pressed"],
+    )
+
+
 __all__ = [
     "Attachment",
     "AttachmentKind",
@@ -123,4 +170,6 @@ __all__ = [
     "OutboundMessage",
     "SendResult",
     "UserRef",
+    "event_from_record",
+    "event_record",
 ]

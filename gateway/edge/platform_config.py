@@ -58,15 +58,31 @@ class WebhookCheck:
     fix: str = ""
 
 
+# How several gateway processes on one database share a platform's connection:
+# "shared": each instance receives its part (webhooks behind a load balancer, Slack's
+# Events API, Socket Mode with a connection per instance); "leased": one connection for
+# all, held by one instance under a lease and taken over when it dies (Discord's gateway
+# websocket); "sole": one consumer only, never shared (Telegram's getUpdates): refused
+# while another instance runs.
+Sharing = Literal["shared", "leased", "sole"]
+
+
+def always_shared(_config: Any) -> Sharing:
+    return "shared"
+
+
 @dataclass(frozen=True, slots=True)
 class Platform:
     name: str
     config: type[PlatformConfig]
     # the credentials this config needs (by mode), each checked before anything connects
     credentials: Callable[[Any], Sequence[Credential]]
-    # the adapter, from its config, the credentials' values by key and the command menu;
-    # imports the SDK code (ImportError: not installed; ValueError: a config mistake)
-    build: Callable[[Any, Mapping[str, str], Sequence[MenuEntry]], PlatformAdapter]
+    # the adapter, from its config, the credentials' values by key, the command menu
+    # and whether it announces itself to the platform (a push URL: one instance does,
+    # the maintenance leader); imports the SDK code (ImportError: not installed;
+    # ValueError: a config mistake)
+    build: Callable[[Any, Mapping[str, str], Sequence[MenuEntry], bool], PlatformAdapter]
+    sharing: Callable[[Any], Sharing] = always_shared
     extra: str = ""  # the pip extra that installs its SDK ('' : always installed)
     setup: Setup | None = None  # None: never in config.yaml (the terminal)
     webhook: Callable[[Any, int], WebhookCheck | None] | None = None  # doctor, push modes
@@ -128,8 +144,22 @@ class HttpConfig(Section):
     read_timeout_seconds: float = Field(default=15.0, gt=0, le=600)
 
 
+class ClusterConfig(Section):
+    """Several gateway processes on one PostgreSQL database (ignored on SQLite, where
+    one process runs per home)."""
+
+    # a session, the maintenance leader and Discord's connection are each held under a
+    # lease renewed every third of this; an instance that dies loses them this long
+    # after its last renewal, and another continues
+    lease_seconds: float = Field(default=30.0, ge=2, le=300)
+    # how often each instance looks for waiting sessions nobody holds (the fallback
+    # when a NOTIFY wake-up is lost, e.g. behind a pooler in transaction mode)
+    poll_seconds: float = Field(default=1.0, gt=0, le=60)
+
+
 class GatewaySection(Section):
     http: HttpConfig = HttpConfig()
+    cluster: ClusterConfig = ClusterConfig()
     queue_mode: Literal["queue", "merge"] = "queue"
     # what one person may send: a burst, then this many per minute (messages, commands
     # and button presses alike); past it events are dropped with one notice a minute

@@ -10,6 +10,8 @@ not opened: opening would upgrade it) and no message is sent.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import secrets
 import shutil
 import stat
 from collections.abc import Awaitable, Mapping
@@ -91,6 +93,8 @@ async def run_checks(
     if not enabled:
         checks.append(skip("platforms", "none enabled (the terminal chat works without any)"))
     checks.extend(check_webhooks(config, enabled))
+    if config.database.url is not None:
+        checks.extend(await check_cluster(home, config, env))
     checks.append(check_scheduler(home, config))
     checks.append(check_provider(home, config, env))
     checks.append(check_guard(config, env))
@@ -407,12 +411,92 @@ def check_webhooks(config: HermesConfig, enabled: Mapping[str, PlatformConfig]) 
     return checks
 
 
+async def check_cluster(
+    home: Path, config: HermesConfig, env: Mapping[str, str] | None
+) -> list[Check]:
+    """Several gateways on the PostgreSQL database, seen from this home: who runs,
+    whether this config may join them, whether wake-ups (NOTIFY) arrive, and whether
+    events wait with nobody to take them."""
+    settings = config.gateway.cluster
+    try:
+        db = open_state(home, config, env)
+    except Exception as exc:
+        return [skip("gateways", f"the database cannot be opened: {exc}")]
+    try:
+        alive = [i for i in db.cluster.instances(settings.lease_seconds) if i.alive]
+        stranded = db.cluster.stranded(3 * settings.lease_seconds)
+        wakes = await _notify_arrives(db)
+    finally:
+        db.close()
+    leader = next((i.id for i in alive if "leader" in i.leases), "none")
+    checks = [ok("gateways", f"{len(alive)} running on the database; leader: {leader}")]
+    enabled = enabled_platforms(config)
+    sole = [n for n, section in enabled.items() if registry.sharing(n, section) == "sole"]
+    if sole and len(alive) > 1:
+        checks.append(
+            fail(
+                "gateways: platforms",
+                f"{', '.join(sole)} connect in a mode one process only may use, and "
+                f"{len(alive)} gateways run on this database",
+                "use webhook mode behind the load balancer (deploy/README, 'Several "
+                "gateways'), or run one gateway",
+            )
+        )
+    if stranded:
+        checks.append(
+            fail(
+                "gateways: queue",
+                f"{stranded} event(s) waiting with no gateway to take them",
+                "start a gateway with the platforms these events came from",
+            )
+        )
+    checks.append(
+        ok("gateways: wake-ups", "NOTIFY arrives")
+        if wakes
+        else fail(
+            "gateways: wake-ups",
+            "a NOTIFY sent to the database did not arrive on a LISTEN connection (a "
+            "pooler in transaction mode drops them): events for sessions held by "
+            f"another gateway wait for its poll (every {settings.poll_seconds:g} s)",
+            "connect the gateways to PostgreSQL directly or through a pooler in session mode",
+        )
+    )
+    return checks
+
+
+async def _notify_arrives(db: SessionDB, timeout: float = 3.0) -> bool:
+    """Whether a NOTIFY this process sends comes back on a LISTEN connection."""
+    channel, token = "hermes_doctor", secrets.token_hex(4)
+    listening = asyncio.Event()
+
+    async def listen() -> bool:
+        notes = db.cluster.notifications([channel], listening)
+        async with contextlib.aclosing(notes):
+            async for _, payload in notes:
+                if payload == token:
+                    return True
+        return False
+
+    task = asyncio.create_task(listen())
+    try:
+        await asyncio.wait_for(listening.wait(), timeout)
+        await asyncio.to_thread(db.cluster.notify, channel, token)
+        return await asyncio.wait_for(task, timeout)
+    except Exception:
+        return False
+    finally:
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+
+
 def check_scheduler(home: Path, config: HermesConfig) -> Check:
     """The jobs' last runs: recent and successful while a gateway runs."""
     name = "scheduler"
-    running = read_status_file(home)
-    if running is None or not running.running:
-        return skip(name, "no gateway is running (the scheduler runs inside it)")
+    if config.database.url is None:
+        running = read_status_file(home)
+        if running is None or not running.running:
+            return skip(name, "no gateway is running (the scheduler runs inside it)")
     try:
         db = open_state(home, config)
         try:

@@ -37,19 +37,19 @@ class _Lane:
     they were sent (the platform's timestamp), not the order they arrived in: an SDK
     handling deliveries concurrently (slack-bolt) may hand them over shuffled."""
 
-    queue: list[tuple[float, int, Admitted]] = field(default_factory=list)  # a heap
+    queue: list[tuple[float, int, int, Admitted]] = field(default_factory=list)  # a heap
     worker: asyncio.Task[None] | None = None
     current: asyncio.Task[None] | None = None  # the turn running now (/stop cancels it)
 
     def put(self, item: Admitted) -> None:
         sent = item.event.sent_at if item.event.sent_at is not None else time.time()
-        heapq.heappush(self.queue, (sent, next(_arrivals), item))
+        heapq.heappush(self.queue, (sent, item.event.order, next(_arrivals), item))
 
     def take(self) -> Admitted:
-        return heapq.heappop(self.queue)[2]
+        return heapq.heappop(self.queue)[3]
 
     def peek(self) -> Admitted | None:
-        return self.queue[0][2] if self.queue else None
+        return self.queue[0][3] if self.queue else None
 
 
 class Lanes:
@@ -64,6 +64,13 @@ class Lanes:
         self._run, self._crashed, self.queue_mode = run, crashed, queue_mode
         self._lanes: dict[SessionKey, _Lane] = {}
         self.settled = 0  # items whose batch has run (answered, failed or stopped)
+        # after each batch, with whether the lane has nothing left: several gateways
+        # finish its rows in the database there (and may put more items in the lane)
+        self.after: Callable[[SessionKey, Batch, bool], None] | None = None
+
+    def active(self, key: SessionKey) -> bool:
+        """Whether `key`'s lane has a worker now."""
+        return key in self._lanes
 
     def put(self, item: Admitted, window: float = 0.0) -> None:
         """Queue `item` in its session's lane; a new lane first waits `window` s, so a
@@ -74,14 +81,37 @@ class Lanes:
         if lane.worker is None:
             lane.worker = asyncio.create_task(self._drain(item.key, lane, window))
 
-    def cancel_running(self, key: SessionKey) -> bool:
-        """Cancel the batch running in `key`'s lane; False when none runs."""
-        lane = self._lanes.get(key)
+    def cancel_running(self, key: SessionKey | str) -> bool:
+        """Cancel the batch running in `key`'s lane (the key, or its stored form); False
+        when none runs."""
+        found = key if isinstance(key, SessionKey) else self._named(key)
+        lane = self._lanes.get(found) if found is not None else None
         running = lane.current if lane is not None else None
         if running is None or running.done():
             return False
         running.cancel()
         return True
+
+    def drop(self, platform: str) -> int:
+        """Give up every lane of `platform` (this process lost its connection): what
+        waits is dropped, a running turn cancelled; how many items."""
+        dropped = 0
+        for key, lane in list(self._lanes.items()):
+            if key.platform != platform:
+                continue
+            dropped += len(lane.queue)
+            lane.queue.clear()
+            if lane.current is not None and not lane.current.done():
+                lane.current.cancel()
+                dropped += 1
+        return dropped
+
+    def running(self, stored: str) -> bool:
+        """Whether the lane of the key stored as `stored` has a worker now."""
+        return self._named(stored) is not None
+
+    def _named(self, stored: str) -> SessionKey | None:
+        return next((key for key in self._lanes if str(key) == stored), None)
 
     def workers(self) -> list[asyncio.Task[None]]:
         return [lane.worker for lane in self._lanes.values() if lane.worker]
@@ -108,14 +138,25 @@ class Lanes:
                     finally:
                         lane.current = None
                         self.settled += len(batch)
+                    self._ended(key, batch, lane)
         finally:
             self._lanes.pop(key, None)
+
+    def _ended(self, key: SessionKey, batch: Batch, lane: _Lane) -> None:
+        """A batch ran to its end (answered, failed, or stopped by /stop; not one cut off
+        by the gateway stopping): `after` is told."""
+        if self.after is None:
+            return
+        try:
+            self.after(key, batch, not lane.queue)
+        except Exception:  # the database gone: the rows stay; a holder takes them later
+            logger.exception("could not record the end of a turn for %s", key)
 
     def _count_queued(self, platform: str) -> None:
         waiting = sum(
             1
             for lane in self._lanes.values()
-            for _, _, item in lane.queue
+            for *_, item in lane.queue
             if item.event.platform == platform
         )
         metrics.QUEUE_DEPTH.labels(platform).set(waiting)
@@ -134,8 +175,10 @@ class Lanes:
 
 
 def _mergeable(item: Admitted) -> bool:
+    """A plain message (an interrupted one goes alone: its outcome is checked first)."""
     text = item.event.text.strip()
-    return bool(text) and not text.startswith("/") and not item.event.attachments
+    plain = bool(text) and not text.startswith("/") and not item.event.attachments
+    return plain and not item.interrupted
 
 
 __all__ = ["Batch", "Lanes"]

@@ -33,6 +33,7 @@ from gateway.pipeline.approvals import Approvals
 from gateway.pipeline.delivery import Delivery
 from gateway.pipeline.lanes import Lanes
 from gateway.pipeline.media import MediaIntake
+from gateway.pipeline.shared import SharedSessions
 from gateway.pipeline.turns import NO_TEXT_REPLY, LiveConversations, Turns, surface_of
 from hermes import metrics
 from hermes.agent.agent import Agent
@@ -40,6 +41,7 @@ from hermes.agent.conversation import Conversation
 from hermes.places import ChatType
 from hermes.state.db import SessionDB
 from hermes.state.models import PairingRequest
+from hermes.state.retry import StateDBError
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +105,22 @@ class Router(SessionControl):
             media=media,
         )
         self.lanes = Lanes(self.turns.run, self._apologize, policy.queue_mode)
+        self.shared: SharedSessions | None = None  # several gateways on one database
+
+    def share(self, db: SessionDB, me: str, lease_s: float) -> SharedSessions:
+        """Work sessions with the other gateway processes on this (PostgreSQL) database,
+        as instance `me` (gateway/pipeline/shared.py)."""
+        self.shared = SharedSessions(
+            db,
+            me,
+            lease_s,
+            lanes=self.lanes,
+            intake=self.intake,
+            forget=self.conversations.forget,
+            serves=self.adapters.__contains__,
+        )
+        self.turns.outcome = self.shared.outcome
+        return self.shared
 
     # -- adapters and people ----------------------------------------------------------------
 
@@ -186,7 +204,15 @@ class Router(SessionControl):
             self._spawn(self._command(item))
             return
         adapter = self.adapters.get(event.platform)
-        self.lanes.put(item, adapter.capabilities.reorder_window_s if adapter else 0.0)
+        window = adapter.capabilities.reorder_window_s if adapter else 0.0
+        if self.shared is None:
+            self.lanes.put(item, window)
+            return
+        try:
+            self.shared.put(item, window)
+        except StateDBError:
+            logger.exception("could not queue a message of %s", item.key)
+            self._spawn(self._apologize(event))
 
     async def _apologize(self, event: MessageEvent) -> None:
         """A turn that crashed still gets an answer (the message itself is saved)."""
@@ -263,7 +289,11 @@ class Router(SessionControl):
         self.conversations.forget(item.key)
 
     def stop_turn(self, ctx: CommandContext) -> bool:
-        return ctx.admitted is not None and self.lanes.cancel_running(ctx.admitted.key)
+        if ctx.admitted is None:
+            return False
+        if self.lanes.cancel_running(ctx.admitted.key):
+            return True
+        return self.shared is not None and self.shared.stop_elsewhere(ctx.admitted.key)
 
     async def stop(self, timeout: float = 20.0) -> None:
         """Let running and queued turns finish within `timeout` (lanes started meanwhile

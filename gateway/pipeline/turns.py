@@ -33,6 +33,10 @@ logger = logging.getLogger(__name__)
 
 TYPING_AFTER_S = 0.3
 SESSION_RECHECK_S = 10.0  # an open session is re-read from state.db this often
+ASK_AGAIN = (
+    "I was interrupted while answering this (a restart on my side) and lost my reply. "
+    "Could you send it again?"
+)
 NO_TEXT_REPLY = (
     "I can read text messages (and captions on photos and files), but I can't open "
     "{what} yet. Could you describe it in words?"
@@ -120,11 +124,15 @@ class Turns:
         self.agent, self.db, self.delivery, self.adapters = agent, db, delivery, adapters
         self.conversations, self.media = conversations, media
         self._command, self._streams = command, streams
+        # several gateways: how far an interrupted item's turn got (SharedSessions)
+        self.outcome: Callable[[Admitted], str] | None = None
 
     async def run(self, batch: Batch) -> None:
         first = batch[0]
         event = first.event
         adapter = self.adapters[event.platform]
+        if first.interrupted and await self._settled_before(adapter, first):
+            return
         prepared, answered = await self._attachments(adapter, event)
         if answered:
             return
@@ -186,6 +194,18 @@ class Turns:
             time.monotonic() - started,
         )
 
+    async def _settled_before(self, adapter: PlatformAdapter, item: Admitted) -> bool:
+        """An item whose first holder died mid-turn (several gateways): whether it was
+        settled already: its reply stored (sent, or its outcome unknown: never twice), or
+        its model call in flight (the person is asked to send it again)."""
+        if self.outcome is None:
+            return False
+        done = await asyncio.to_thread(self.outcome, item)
+        if done == "asked":
+            event = item.event
+            await self.delivery.deliver(adapter, event.chat, ASK_AGAIN, event.message_id)
+        return done != "new"
+
     async def _attachments(
         self, adapter: PlatformAdapter, event: MessageEvent
     ) -> tuple[Prepared | None, bool]:
@@ -226,4 +246,4 @@ async def keep_typing(adapter: PlatformAdapter, chat: ChatRef) -> None:
             await asyncio.sleep(4)
 
 
-__all__ = ["NO_TEXT_REPLY", "LiveConversations", "Turns", "keep_typing", "surface_of"]
+__all__ = ["ASK_AGAIN", "NO_TEXT_REPLY", "LiveConversations", "Turns", "keep_typing", "surface_of"]

@@ -8,8 +8,10 @@ other), and a write that waited for a merge finds its person's surviving id (sta
 keeps an alias for every merged-away id) and writes there.
 
 The gate is a flock on `memories/.gate.lock`, so it holds across processes (the CLI and
-the gateway) and across threads (each holder opens its own descriptor). Never pass it
-twice in one thread: a shared hold inside an exclusive one waits for itself.
+the gateway) and across threads (each holder opens its own descriptor). With the stores
+in a PostgreSQL database (several gateways, maybe on several machines, one database),
+it is an advisory lock there instead (`database_gate`). Never pass it twice in one
+thread: a shared hold inside an exclusive one waits for itself.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from hermes.identity import ensure_private_dir
 from hermes.memory.store import LOCK_TIMEOUT_S, StoreBusyError, io_error, wait_for_flock
+from hermes.state.memory_stores import GateBusyError, MemoryStoresDB
 
 GATE_FILE = ".gate.lock"
 
@@ -38,8 +41,23 @@ def memory_gate(
         raise io_error(folder / GATE_FILE, exc) from None
     try:
         if not wait_for_flock(fd, timeout, shared=not exclusive):
-            what = "another change of memory" if exclusive else "a merge of linked accounts"
-            raise StoreBusyError(f"memory is busy with {what} for over {timeout:g} s; try again")
+            raise _busy(exclusive, timeout)
         yield
     finally:
         os.close(fd)
+
+
+@contextmanager
+def database_gate(
+    stores: MemoryStoresDB, *, exclusive: bool = False, timeout: float = LOCK_TIMEOUT_S
+) -> Iterator[None]:
+    try:
+        with stores.gate(exclusive=exclusive, timeout=timeout):
+            yield
+    except GateBusyError:
+        raise _busy(exclusive, timeout) from None
+
+
+def _busy(exclusive: bool, timeout: float) -> StoreBusyError:
+    what = "another change of memory" if exclusive else "a merge of linked accounts"
+    return StoreBusyError(f"memory is busy with {what} for over {timeout:g} s; try again")

@@ -20,6 +20,7 @@ It is also the one place that computes memory status, for the chat and the CLI.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -37,7 +38,7 @@ from hermes.llm.types import ChatModel
 from hermes.memory import entries as fmt
 from hermes.memory import sweep
 from hermes.memory.consolidation import over_threshold
-from hermes.memory.gate import memory_gate
+from hermes.memory.gate import database_gate, memory_gate
 from hermes.memory.journal import Actor, reconcile, run_recorded, swap_recorded
 from hermes.memory.merge import MergeError, MergeReport, merge_memory
 from hermes.memory.provenance import Change, explain
@@ -134,6 +135,13 @@ class MemoryService:
 
     def of(self, user_id: str) -> UserMemory:
         return self._memory_of(user_id)
+
+    def gate(self, *, exclusive: bool = False) -> contextlib.AbstractContextManager[None]:
+        """The gate between memory writes and merges (hermes/memory/gate.py): in the
+        database when the stores are there on PostgreSQL, else the home's lock file."""
+        if self.config.backend == "database" and self.db.backend == "postgresql":
+            return database_gate(self.db.memory_stores, exclusive=exclusive)
+        return memory_gate(self.home, exclusive=exclusive)
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019 - one service per process; paths only
     def _memory_of(self, user_id: str) -> UserMemory:
@@ -282,7 +290,7 @@ class MemoryService:
         """The write, under the memory gate, for the person `user_id` is now (a turn that
         began before a link still writes to the merged person); returns that id too."""
         try:
-            with memory_gate(self.home):
+            with self.gate():
                 user_id = self.db.people.current_id(user_id)
                 validate_user_id(user_id)  # its row is made with the change's record
                 outcome = run_recorded(
@@ -357,7 +365,7 @@ class MemoryService:
         import of files written by `export`, or edited by hand. Recorded like every
         change (entry by entry, with the whole before/after for undo), by the admin.
         Raises StoreError when the text is over the store's limit (nothing written)."""
-        with memory_gate(self.home):
+        with self.gate():
             user_id = self.db.people.current_id(user_id)
             self.reconcile(user_id)
             store = self.of(user_id).file_store(target)
@@ -410,7 +418,7 @@ class MemoryService:
         return done, message
 
     def _undo(self, user_id: str, actor: str) -> tuple[str, MemoryVersion | None, bool, str]:
-        with memory_gate(self.home):
+        with self.gate():
             user_id = self.db.people.current_id(user_id)
             self.reconcile(user_id)
             version = self.db.memory_log.last_version(user_id)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -50,6 +50,7 @@ class Queued:
     id: int
     session_key: str
     sent_at: float
+    seq: int  # ties in sent_at: the platform's order within the chat
     event: dict[str, Any]
     interrupted: bool  # a holder had taken it and died (or stopped) before its turn ended
 
@@ -93,8 +94,8 @@ _ENQUEUE = (
     "WITH lease AS (" + _TAKE_LEASE + "), "
     "earlier AS (SELECT count(*) AS n FROM inbox WHERE session_key = %(key)s "
     "AND (state = 'queued' OR taken_by <> %(me)s)), "
-    "row AS (INSERT INTO inbox(session_key, platform, sent_at, event, state, taken_by) "
-    "SELECT %(key)s, %(platform)s, %(sent_at)s::float8, %(event)s::jsonb, "
+    "row AS (INSERT INTO inbox(session_key, platform, sent_at, seq, event, state, taken_by) "
+    "SELECT %(key)s, %(platform)s, %(sent_at)s::float8, %(seq)s::bigint, %(event)s::jsonb, "
     "CASE WHEN EXISTS (SELECT 1 FROM lease) THEN 'taken' ELSE 'queued' END, "
     "CASE WHEN EXISTS (SELECT 1 FROM lease) THEN %(me)s END RETURNING id, state), "
     "wake AS (SELECT pg_notify('" + INBOX_CHANNEL + "', l.holder || ' ' || %(key)s) "
@@ -116,7 +117,7 @@ _CLAIM = (
     "interrupted = interrupted OR taken_by IS NOT NULL "
     "WHERE session_key = %(key)s AND EXISTS (SELECT 1 FROM lease) "
     "AND (state = 'queued' OR taken_by <> %(me)s) "
-    "RETURNING id, session_key, sent_at, event, interrupted"
+    "RETURNING id, session_key, sent_at, seq, event, interrupted"
 )
 
 _FINISH = (
@@ -133,7 +134,7 @@ _RENEW = (
     "WITH beat AS (UPDATE gateway_instances SET heartbeat_at = now(), info = %(info)s::jsonb "
     "WHERE id = %(me)s RETURNING 1) "
     "UPDATE leases SET expires_at = now() + make_interval(secs => %(ttl)s::float8) "
-    "WHERE holder = %(me)s AND expires_at >= now() RETURNING name"
+    "WHERE holder = %(me)s RETURNING name"
 )
 
 _ORPHANED = (
@@ -176,7 +177,8 @@ class ClusterDB:
 
     def renew(self, me: str, ttl: float, info: dict[str, Any]) -> set[str]:
         """The heartbeat: `me`'s row stamped, every lease it still holds extended by
-        `ttl`; the names of those leases (one it lost by expiring is not among them)."""
+        `ttl`; the names of those leases. A lease is lost only when another instance
+        took it (after it expired): one renewed late that nobody took is still ours."""
         rows = self._all(_RENEW, {"me": me, "ttl": ttl, "info": json.dumps(info)})
         return {str(name) for (name,) in rows}
 
@@ -184,13 +186,28 @@ class ClusterDB:
         """A clean stop: rows taken but not worked go back to the queue (the next holder
         checks them as interrupted), every lease is freed at once, the row says stopped."""
         self._one(
-            "WITH back AS (UPDATE inbox SET state = 'queued', interrupted = true "
-            "WHERE taken_by = %(me)s RETURNING 1), "
+            "WITH back AS (UPDATE inbox SET state = 'queued', taken_by = NULL, "
+            "interrupted = true WHERE taken_by = %(me)s RETURNING 1), "
             "freed AS (DELETE FROM leases WHERE holder = %(me)s RETURNING 1) "
             "UPDATE gateway_instances SET stopped_at = now() WHERE id = %(me)s RETURNING "
             "(SELECT count(*) FROM back)",
             {"me": me},
         )
+
+    def hand_back(self, me: str, platform: str) -> int:
+        """`me` lost `platform`'s connection: the rows of that platform it had taken go
+        back to the queue (interrupted: checked before they are answered) and their
+        sessions' leases are freed; how many rows."""
+        rows = self._all(
+            "WITH back AS (UPDATE inbox SET state = 'queued', taken_by = NULL, "
+            "interrupted = true WHERE taken_by = %(me)s AND platform = %(platform)s "
+            "RETURNING session_key), "
+            "freed AS (DELETE FROM leases WHERE holder = %(me)s AND name IN "
+            "(SELECT 'session:' || session_key FROM back) RETURNING 1) "
+            "SELECT 1 FROM back",
+            {"me": me, "platform": platform},
+        )
+        return len(rows)
 
     def instances(self, ttl: float, *, include_stopped_hours: float = 1.0) -> list[Instance]:
         """Every instance that ran lately: alive when its heartbeat is within `ttl`."""
@@ -278,6 +295,7 @@ class ClusterDB:
         sent_at: float,
         event: dict[str, Any],
         ttl: float,
+        seq: int = 0,
     ) -> Enqueued:
         """Queue an event of session `key` and take the session's lease if it is free:
         `held` says this instance works it now (the row is taken by it). Otherwise the
@@ -290,6 +308,7 @@ class ClusterDB:
                 "name": session_lease(key),
                 "platform": platform,
                 "sent_at": sent_at,
+                "seq": seq,
                 "event": json.dumps(event),
                 "ttl": ttl,
             },
@@ -301,8 +320,11 @@ class ClusterDB:
         """Take session `key`'s lease (free, expired or ours) and every row waiting in
         its queue, in sent order; [] when the lease is another's or nothing waits."""
         rows = self._all(_CLAIM, {"me": me, "key": key, "name": session_lease(key), "ttl": ttl})
-        queued = [Queued(int(r[0]), str(r[1]), float(r[2]), dict(r[3]), bool(r[4])) for r in rows]
-        return sorted(queued, key=lambda q: (q.sent_at, q.id))
+        queued = [
+            Queued(int(r[0]), str(r[1]), float(r[2]), int(r[3]), dict(r[4]), bool(r[5]))
+            for r in rows
+        ]
+        return sorted(queued, key=lambda q: (q.sent_at, q.seq, q.id))
 
     def finish(self, me: str, key: str, ids: Sequence[int], *, release: bool) -> tuple[int, bool]:
         """Rows whose turn ended are removed; with `release`, the session's lease is
@@ -326,6 +348,22 @@ class ClusterDB:
         rows = self._all(_ORPHANED, {"me": me, "platforms": list(platforms), "limit": limit})
         return [str(r[0]) for r in rows]
 
+    def stranded(self, older_than_s: float) -> int:
+        """Events waiting longer than `older_than_s` with nobody holding their session
+        (no instance serves their platform, or none is running)."""
+        row = self._one(
+            "SELECT count(*) FROM inbox i WHERE i.received_at < now() - "
+            "make_interval(secs => %(age)s::float8) AND NOT EXISTS (SELECT 1 FROM leases l "
+            "WHERE l.name = 'session:' || i.session_key AND l.expires_at >= now())",
+            {"age": older_than_s},
+        )
+        return int(row[0]) if row else 0
+
+    def notify(self, channel: str, payload: str) -> None:
+        self._one(
+            "SELECT pg_notify(%(channel)s, %(payload)s)", {"channel": channel, "payload": payload}
+        )
+
     def waiting(self) -> int:
         row = self._one("SELECT count(*) FROM inbox", {})
         return int(row[0]) if row else 0
@@ -345,7 +383,7 @@ class ClusterDB:
 
     async def notifications(
         self, channels: Sequence[str], listening: asyncio.Event | None = None
-    ) -> AsyncIterator[tuple[str, str]]:
+    ) -> AsyncGenerator[tuple[str, str], None]:
         """(channel, payload) of every NOTIFY on `channels`, on a connection of its own
         (LISTEN needs one that stays open; a pooler in transaction mode drops them, so the
         callers also poll). `listening` is set once every LISTEN is in place."""

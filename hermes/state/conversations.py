@@ -91,6 +91,35 @@ class ConversationDB:
             row = session.get(ChatSession, session_id)
             return row if row is not None and row.user_id == user_id else None
 
+    def turn_outcome(self, session_key: str, platform_message_id: str) -> str:
+        """How far the turn of a platform message got, for a gateway taking over from
+        one that died: "new" (not stored: answer it), "asked" (stored, no reply after
+        it: the model call was in flight), "answered" (a reply was stored after it: it
+        was sent, or its sending's outcome is unknown; never sent twice). A merged
+        turn's stored id lists its messages' ids joined by ','."""
+        recent = (
+            select(Message.id, Message.session_id, Message.platform_message_id)
+            .join(ChatSession, col(ChatSession.id) == col(Message.session_id))
+            .where(
+                ChatSession.session_key == session_key,
+                Message.role == "user",
+                col(Message.platform_message_id).is_not(None),
+            )
+            .order_by(col(Message.id).desc())
+            .limit(50)
+        )
+        with eng.reading(self.engine) as session:
+            for message_id, session_id, stored in session.exec(recent):
+                if platform_message_id in str(stored).split(","):
+                    reply = select(Message.id).where(
+                        Message.session_id == session_id,
+                        col(Message.id) > message_id,
+                        Message.role == "assistant",
+                        col(Message.tool_calls).is_(None),  # a reply, not a tool call
+                    )
+                    return "answered" if session.exec(reply.limit(1)).first() else "asked"
+        return "new"
+
     def session_taken(self, session_id: str) -> bool:
         """Whether any user has a session with this id (imports keep ids when free)."""
         with eng.reading(self.engine) as session:

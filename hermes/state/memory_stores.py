@@ -5,7 +5,8 @@ provenance and its undo history commit as one transaction."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -14,6 +15,12 @@ from hermes.state import engine as eng
 from hermes.state.models import utcnow
 
 T = TypeVar("T")
+
+GATE_LOCK = 0x68656D67  # "hemg": the memory gate (hermes/memory/gate.py) on PostgreSQL
+
+
+class GateBusyError(Exception):
+    """The memory gate was not free within the timeout."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +62,24 @@ _RELEASE = "UPDATE memory_stores SET consolidating_until = NULL WHERE user_id = 
 class MemoryStoresDB:
     def __init__(self, db: eng.Handle) -> None:
         self.engine, self.patience = db.engine, db.patience
+
+    @contextmanager
+    def gate(self, *, exclusive: bool, timeout: float) -> Iterator[None]:
+        """The memory gate in the database (PostgreSQL), for gateways on several
+        machines: a transaction on a connection of its own holds an advisory lock,
+        shared or exclusive, until the block ends (a transaction-level lock: it works
+        through connection poolers and ends with its holder). GateBusyError when it is
+        not free within `timeout` s."""
+        take = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+        with eng.explained(self.engine), self.engine.connect() as conn, conn.begin():
+            conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{int(timeout * 1000)}ms'")
+            try:
+                conn.exec_driver_sql(f"SELECT {take}({GATE_LOCK})")
+            except Exception as exc:
+                if getattr(getattr(exc, "orig", None), "sqlstate", None) == "55P03":
+                    raise GateBusyError from None
+                raise
+            yield
 
     def read(self, user_id: str, target: str, *, for_update: bool = False) -> StoredText:
         """The store's text now; `for_update` inside `change`: the row locked against

@@ -103,6 +103,7 @@ _V16_CLUSTER: tuple[str, ...] = (
         session_key TEXT NOT NULL,
         platform TEXT NOT NULL,
         sent_at DOUBLE PRECISION NOT NULL,
+        seq BIGINT NOT NULL DEFAULT 0,
         event JSONB NOT NULL,
         state TEXT NOT NULL DEFAULT 'queued' CHECK (state IN ('queued', 'taken')),
         taken_by TEXT,

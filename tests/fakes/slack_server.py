@@ -9,6 +9,8 @@ acks recorded. Faults: 429 with Retry-After, dropped websocket (the client recon
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import itertools
 import json
 import time
@@ -20,6 +22,7 @@ from urllib.parse import parse_qs
 from aiohttp import WSMsgType, web
 
 from tests.fakes.aio_thread import AioFake, AioThread
+from tests.fakes.balancer import Pusher
 
 BOT_USER = "UBOT"
 
@@ -45,6 +48,7 @@ class FakeSlack(AioFake):
     files: dict[str, bytes] = field(default_factory=dict)  # download path: data
     downloads: list[tuple[str, str]] = field(default_factory=list)  # (path, Authorization)
     broken_downloads: set[str] = field(default_factory=set)
+    pusher: Pusher | None = None  # HTTP mode: see events_to
 
     def __post_init__(self) -> None:
         self._sockets: list[web.WebSocketResponse] = []
@@ -170,7 +174,27 @@ class FakeSlack(AioFake):
             return web.Response(status=404)
         return web.Response(body=self.files[path], content_type="application/octet-stream")
 
+    def events_to(self, url: str, signing_secret: str) -> None:
+        """HTTP mode (the Events API): from now on events are POSTed to `url`, signed,
+        each channel's in order, retried until answered 2xx."""
+
+        def headers(body: bytes) -> dict[str, str]:
+            ts = str(int(time.time()))
+            base = f"v0:{ts}:".encode() + body
+            digest = hmac.new(signing_secret.encode(), base, hashlib.sha256).hexdigest()
+            return {
+                "Content-Type": "application/json",
+                "X-Slack-Request-Timestamp": ts,
+                "X-Slack-Signature": f"v0={digest}",
+            }
+
+        self.pusher = Pusher(url, headers)
+
     def push(self, body: dict[str, Any], retry_attempt: int = 0, kind: str = "events_api") -> str:
+        if self.pusher is not None and kind == "events_api":
+            channel = str((body.get("event") or {}).get("channel", ""))
+            self.pusher.deliver(channel, json.dumps(body).encode())
+            return str(body.get("event_id", ""))
         envelope_id = f"env-{time.monotonic_ns()}"
         envelope = {
             "envelope_id": envelope_id,

@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs
 
+from tests.fakes.balancer import Pusher
 from tests.fakes.http_base import JsonHandler, ThreadedHttp
 
 BOT = {"id": 999, "is_bot": True, "first_name": "Hermes", "username": "hermes_test_bot"}
@@ -47,6 +48,7 @@ class FakeTelegram:
     files: dict[str, tuple[str, bytes]] = field(default_factory=dict)  # file_id: (path, data)
     downloads: list[str] = field(default_factory=list)  # file paths fetched
     broken_downloads: set[str] = field(default_factory=set)  # file paths answered with 500
+    pusher: Pusher | None = None  # webhook mode: set by setWebhook
 
     def __post_init__(self) -> None:
         self._cond = threading.Condition()
@@ -146,11 +148,19 @@ class FakeTelegram:
         }
 
     def push(self, update: dict[str, Any]) -> dict[str, Any]:
+        """A new update: fetched by getUpdates, or, once setWebhook named a URL, POSTed
+        there as Telegram does (each chat's in order, retried until answered 2xx)."""
         with self._cond:
             update = {"update_id": self.next_update_id, **update}
             self.next_update_id += 1
-            self.updates.append(update)
+            pusher = self.pusher
+            if pusher is None:
+                self.updates.append(update)
             self._cond.notify_all()
+        if pusher is not None:
+            found = update.get("message") or (update.get("callback_query") or {}).get("message")
+            chat = str(((found or {}).get("chat") or {}).get("id", ""))
+            pusher.deliver(chat, json.dumps(update).encode())
         return update
 
     def redeliver(self, update: dict[str, Any]) -> None:
@@ -222,6 +232,17 @@ class FakeTelegram:
             }
         if method == "getUpdates":
             return self._get_updates(params)
+        if method == "setWebhook":
+            secret = str(params.get("secret_token", ""))
+            with self._cond:
+                self.pusher = Pusher(
+                    str(params["url"]),
+                    lambda _body: {
+                        "Content-Type": "application/json",
+                        "X-Telegram-Bot-Api-Secret-Token": secret,
+                    },
+                )
+            return True
         if method == "sendMessage":
             chat_id = int(params["chat_id"])
             message_id = self._message_id()

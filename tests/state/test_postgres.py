@@ -66,6 +66,8 @@ def test_the_commands_use_the_configured_database(home: Path, postgres: ScratchS
         assert lines["database"]["status"] == "ok"
         assert "PostgreSQL 1" in lines["database"]["detail"]
         assert f"schema version {SCHEMA_VERSION}" in lines["database"]["detail"]
+        assert lines["gateways"]["detail"].startswith("0 running on the database")
+        assert lines["gateways: wake-ups"]["status"] == "ok"  # LISTEN/NOTIFY work here
     finally:
         postgres.drop_schema(name)
 

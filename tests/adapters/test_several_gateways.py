@@ -1,0 +1,386 @@
+"""Several gateway processes on one PostgreSQL database, behind a load balancer: every
+message answered exactly once and in the order sent, any instance may die.
+
+Real processes (`hermes gateway run`), a real PostgreSQL, the platform fakes pushing
+webhooks through a small balancer (tests/fakes/balancer.py) that also duplicates some
+deliveries to a second instance; nothing is patched."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes.memory import entries as fmt
+from hermes.memory.consolidation import INSTRUCTIONS
+from hermes.state.db import SessionDB
+from hermes.state.models import Reminder, utcnow
+from hermes.state.reminders import new_reminder_id
+from tests.fakes.balancer import Balancer
+from tests.fakes.discord_server import FakeDiscord
+from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.slack_server import FakeSlack
+from tests.fakes.telegram_server import FakeTelegram
+from tests.harness.cli import hermes
+from tests.harness.fleet import SLACK_SIGNING, Fleet, Platforms, fleet_config, start_fleet
+
+pytestmark = pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+
+MARK = re.compile(r"\bc(\d+)m(\d+)\b")
+LEASE_S = 3.0
+
+
+def echo(body: dict[str, Any]) -> Reply:
+    """The reply names the message it answers (the last user message's mark)."""
+    users = [m for m in body.get("messages", []) if m.get("role") == "user"]
+    found = MARK.search(str(users[-1].get("content", ""))) if users else None
+    return Reply(text=f"re {found.group(0)}" if found else "ok")
+
+
+def marks_asked(llm: FakeOpenAI) -> list[str]:
+    """The mark of each model request's last user message (one per turn)."""
+    asked = []
+    for body in list(llm.requests):
+        users = [m for m in body.get("messages", []) if m.get("role") == "user"]
+        found = MARK.search(str(users[-1].get("content", ""))) if users else None
+        if found:
+            asked.append(found.group(0))
+    return asked
+
+
+@pytest.fixture
+def fakes(telegram: FakeTelegram, slack: FakeSlack, discord_fake: FakeDiscord) -> Platforms:
+    return Platforms(telegram, slack, discord_fake)
+
+
+@pytest.fixture
+def balancer() -> Iterator[Balancer]:
+    lb = Balancer(duplicate_every=7).start()
+    yield lb
+    lb.stop()
+
+
+@pytest.fixture
+def fleet(home: Path, database_url: str, fakes: Platforms, balancer: Balancer) -> Iterator[Fleet]:
+    """(Stopped before the fakes and the balancer it uses.)"""
+    found = Fleet(home, database_url, LEASE_S)
+    yield found
+    found.stop_all()
+
+
+def configure(
+    fleet: Fleet, names: list[str], llm: FakeOpenAI, fakes: Platforms, lb: Balancer
+) -> None:
+    for name in names:
+        fleet_config(fleet.home(name), llm, fakes, lb.url, fleet.database_url, lease_s=LEASE_S)
+    fakes.slack.events_to(f"{lb.url}/slack/events", SLACK_SIGNING)
+
+
+# -- who says what ----------------------------------------------------------------------------
+
+
+def say(fakes: Platforms, chat: int, text: str) -> None:
+    """Chat `chat` (0-19 Telegram, 20-39 Slack, 40-49 Discord) sends `text`."""
+    if chat < 20:
+        fakes.telegram.user_message(text, user_id=1000 + chat)
+    elif chat < 40:
+        fakes.slack.message(text, user=f"U{1000 + chat}", channel=f"D{1000 + chat}")
+    else:
+        fakes.discord.message(text, user=discord_user(chat))
+
+
+def replies(fakes: Platforms, chat: int) -> list[str]:
+    """What chat `chat` was sent, in the order it arrived."""
+    if chat < 20:
+        posts = list(fakes.telegram.posts)
+        return [str(p.get("text", "")) for c, _, p in posts if c == 1000 + chat]
+    if chat < 40:
+        channel = f"D{1000 + chat}"
+        return [str(p.get("text", "")) for c, _, p in list(fakes.slack.posts) if c == channel]
+    channel = f"6{discord_user(chat)[1:]}"  # the fake's DM channel with that user
+    return [
+        str(p.get("content", ""))
+        for p in list(fakes.discord.posted)
+        if p.get("channel_id") == channel
+    ]
+
+
+def discord_user(chat: int) -> str:
+    return f"7000000000000{1000 + chat}"
+
+
+def wait_for(check: Callable[[], bool], what: str | Callable[[], str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what() if callable(what) else what
+        time.sleep(0.1)
+
+
+def test_three_instances_answer_every_message_once_and_in_order(
+    fleet: Fleet, fake_llm: FakeOpenAI, fakes: Platforms, balancer: Balancer
+) -> None:
+    """50 chats x 10 messages over Telegram (webhook), Slack (Events API) and Discord
+    (one websocket), three instances behind the balancer, some deliveries duplicated to
+    two instances: every message answered once, each chat's replies in the order sent,
+    no model request made twice for one message; one setWebhook, by the leader."""
+    names = ["gw1", "gw2", "gw3"]
+    configure(fleet, names, fake_llm, fakes, balancer)
+    fake_llm.responder = echo
+    start_fleet(fleet, names, balancer)
+    fakes.discord.wait_ready()
+    chats, per_chat = range(50), 10
+
+    def chat_sends(chat: int) -> None:
+        for n in range(per_chat):
+            say(fakes, chat, f"message c{chat}m{n} please")
+            time.sleep(0.01)
+
+    senders = [threading.Thread(target=chat_sends, args=(c,)) for c in chats]
+    for sender in senders:
+        sender.start()
+    for sender in senders:
+        sender.join()
+
+    def done() -> bool:
+        return all(len(replies(fakes, c)) >= per_chat for c in chats)
+
+    def missing() -> str:
+        short = {c: len(replies(fakes, c)) for c in chats if len(replies(fakes, c)) < per_chat}
+        return f"chats still waiting for replies: {short}; logs: {fleet.log('gw1')[-3000:]}"
+
+    wait_for(done, missing, 240)
+    time.sleep(1.0)  # a reply sent twice would arrive now
+    for chat in chats:
+        expected = [f"re c{chat}m{n}" for n in range(per_chat)]
+        assert replies(fakes, chat) == expected, chat
+    asked = marks_asked(fake_llm)
+    assert sorted(asked) == sorted(f"c{c}m{n}" for c in chats for n in range(per_chat))
+    assert len(fakes.telegram.sent("setWebhook")) == 1
+    assert balancer.duplicated > 0  # some deliveries did reach two instances
+    served = balancer.by_backend
+    assert len(served) == 3 and min(served.values()) > 0  # every instance took its share
+    holders = [i for i in fleet.instances() if "platform:discord" in i.leases]
+    assert len(holders) == 1 and len(fakes.discord.identifies) == 1
+    holder = f"http://{holders[0].info['http']}"
+
+    def holder_metrics() -> str:
+        with urllib.request.urlopen(f"{holder}/metrics", timeout=10) as response:
+            return str(response.read().decode())
+
+    wait_for(
+        lambda: 'hermes_leases_held{kind="platform"} 1.0' in holder_metrics(),
+        "the holder's metrics do not show its platform lease",
+        10,
+    )
+    for url in balancer.backends:
+        with urllib.request.urlopen(f"{url}/readyz", timeout=10) as response:
+            assert response.status == 200  # standby instances are ready too
+    # the operator's view: every instance, from any home or chat
+    status = hermes("gateway", "status", "--json", home=fleet.home("gw2"))
+    listed = json.loads(status.stdout)
+    assert status.returncode == 0 and listed["running"] and listed["inbox"] == 0
+    assert sorted(i["pid"] for i in listed["instances"] if i["alive"]) == sorted(
+        p.pid for p in fleet.procs.values()
+    )
+    doctor = hermes("doctor", "--json", home=fleet.home("gw3"))
+    checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
+    assert "3 running on the database" in checks["gateways"]["detail"]
+    assert checks["gateways: wake-ups"]["status"] == "ok"
+    assert "gateways: platforms" not in checks and "gateways: queue" not in checks
+    probe = SessionDB.open(fleet.root / "probe", fleet.database_url)
+    try:
+        admin = probe.people.ensure_user("u_00000000000000f4").id
+        probe.people.set_role(admin, "admin")
+        probe.people.ensure_identity("telegram", "1099", admin)
+    finally:
+        probe.close()
+    fakes.telegram.user_message("/admin status", user_id=1099)
+
+    def admin_replies() -> list[str]:
+        return [str(p.get("text", "")) for c, _, p in list(fakes.telegram.posts) if c == 1099]
+
+    wait_for(lambda: bool(admin_replies()), "no /admin status", 30)
+    shown = admin_replies()[0]
+    assert "Instances: 3" in shown and "holds platform:discord" in shown, shown
+    codes = fleet.stop_all()
+    assert set(codes.values()) == {0}, {n: fleet.log(n)[-2000:] for n in names}
+    for name in names:
+        assert "Traceback" not in fleet.log(name), fleet.log(name)
+
+
+def test_an_instance_killed_mid_turn_loses_nothing_and_answers_nothing_twice(
+    fleet: Fleet, fake_llm: FakeOpenAI, fakes: Platforms, balancer: Balancer, database_url: str
+) -> None:
+    """SIGKILL of the instance holding busy sessions and Discord's connection, its
+    turns mid-way: after its leases expire the others continue; every message is
+    answered once or its sender is asked to send it again; nothing twice; a reminder
+    due during the kill is delivered once; Discord's connection is taken over."""
+    names = ["gw1", "gw2", "gw3"]
+    configure(fleet, names, fake_llm, fakes, balancer)
+    slow = threading.Event()
+
+    def respond(body: dict[str, Any]) -> Reply:
+        reply = echo(body)
+        return Reply(text=reply.text, delay=2.0 if not slow.is_set() else 0.0)
+
+    fake_llm.responder = respond
+    start_fleet(fleet, names, balancer)
+    fakes.discord.wait_ready()
+    [holder] = [i for i in fleet.instances() if "platform:discord" in i.leases]
+    victim = next(n for n in names if fleet.procs[n].pid == holder.pid)
+    chats = [0, 1, 2, 20, 21, 22, 40, 41, 42]
+    for chat in chats:
+        say(fakes, chat, f"first c{chat}m0")
+        say(fakes, chat, f"second c{chat}m1")
+
+    discord_sessions = {
+        f"session:discord:dm:6{discord_user(c)[1:]}:-:{discord_user(c)}" for c in (40, 41, 42)
+    }
+
+    def victim_busy() -> bool:  # its Discord turns are running (the model takes 2 s)
+        found = fleet.instance_of(victim)
+        return found is not None and discord_sessions <= set(found.leases)
+
+    wait_for(victim_busy, lambda: f"{victim} never took its sessions: {fleet.dump()}", 30)
+    probe = SessionDB.open(fleet.root / "probe", database_url)
+    try:
+        owner = probe.people.ensure_user("u_00000000000000f1").id
+        probe.people.ensure_identity("telegram", "1000", owner)
+        reminder = Reminder(
+            id=new_reminder_id(),
+            user_id=owner,
+            owner_id=owner,
+            platform="telegram",
+            chat_id="1000",
+            chat_type="dm",
+            session_key="telegram:dm:1000",
+            timezone="UTC",
+            text="water the plants",
+            due_at=utcnow() + timedelta(seconds=2),
+        )
+        assert probe.reminders.add(10, reminder) is not None
+    finally:
+        probe.close()
+    fleet.kill(victim)  # mid-turn: the model takes 2 s to answer
+    slow.set()
+
+    def settled() -> bool:
+        return all(len(replies(fakes, c)) >= 2 for c in chats)
+
+    wait_for(
+        settled,
+        lambda: f"replies: { {c: replies(fakes, c) for c in chats} }; {fleet.dump()}",
+        60,
+    )
+    wait_for(lambda: any("water the plants" in r for r in replies(fakes, 0)), "no reminder", 60)
+    time.sleep(LEASE_S)  # anything sent twice would have arrived by now
+    for chat in chats:
+        got = replies(fakes, chat)
+        answered = [r for r in got if r.startswith("re ")]
+        asked_again = [r for r in got if "send it again" in r]
+        assert len(answered) == len(set(answered)), (chat, got)  # nothing twice
+        for n in (0, 1):  # each message: answered once, or its sender asked to send again
+            mark = f"re c{chat}m{n}"
+            assert answered.count(mark) == 1 or asked_again, (chat, got)
+    assert sum("water the plants" in r for r in replies(fakes, 0)) == 1
+    assert len(fakes.discord.identifies) == 2  # the connection was taken over
+    alive = [i for i in fleet.instances() if i.alive]
+    assert len(alive) == 2 and any("platform:discord" in i.leases for i in alive)
+
+
+FULL = [f"Note {i}: the staging cluster runs Postgres replica number {i}" for i in range(1, 9)]
+
+
+def consolidation(body: dict[str, Any]) -> bool:
+    return str(body.get("messages", [{}])[0].get("content", "")) == INSTRUCTIONS
+
+
+def test_a_consolidation_due_while_the_leader_dies_runs_once_later(
+    fleet: Fleet, fake_llm: FakeOpenAI, fakes: Platforms, balancer: Balancer, database_url: str
+) -> None:
+    """Maintenance runs on the leader only; the leader is SIGKILLed; a store goes over
+    the threshold meanwhile: the other instance takes the leader lease when it expires
+    and consolidates the store once."""
+    names = ["gw1", "gw2"]
+    extra = (
+        "memory:\n  memory_char_limit: 560\n  consolidation:\n    check_interval_minutes: 0.05\n"
+    )
+    for name in names:
+        fleet_config(fleet.home(name), fake_llm, fakes, balancer.url, database_url, lease_s=LEASE_S)
+        config = fleet.home(name) / "config.yaml"
+        config.write_text(config.read_text().replace("memory:\n  review_interval: 0\n", "") + extra)
+    numbers = ", ".join(str(i) for i in range(1, 8))
+    merged = f"Notes {numbers}: the staging cluster runs Postgres replica number {numbers}"
+    proposal = {
+        "entries": [
+            {"text": merged, "sources": list(range(1, 8))},
+            {"text": FULL[7], "sources": [8]},
+        ],
+        "dropped": [],
+    }
+    fake_llm.responder = lambda body: Reply(
+        text=json.dumps(proposal) if consolidation(body) else "ok"
+    )
+    start_fleet(fleet, names, balancer)
+    [leader] = [i for i in fleet.instances() if "leader" in i.leases]
+    dead = next(n for n in names if fleet.procs[n].pid == leader.pid)
+    survivor = next(n for n in names if n != dead)
+    fleet.kill(dead)
+    probe = SessionDB.open(fleet.root / "probe", database_url)
+    try:
+        user = probe.people.ensure_user("u_00000000000000f2").id
+        stored = probe.memory_stores.read(user, "memory")
+        assert probe.memory_stores.swap(stored, fmt.serialize(FULL), "")  # 85 % of 560
+
+        def consolidated() -> bool:
+            text = probe.memory_stores.read(user, "memory").text
+            return len(fmt.parse(text)) == 2
+
+        wait_for(consolidated, lambda: f"not consolidated: {fleet.log(survivor)[-2000:]}", 60)
+        after = utcnow()
+        finished: set[object] = set()
+
+        def two_more_checks() -> bool:  # a second consolidation would be one of them
+            run = probe.upkeep.job_runs().get("consolidation_check")
+            if run is not None and run.last_run_at > after:
+                finished.add(run.last_run_at)
+            return len(finished) >= 2
+
+        wait_for(two_more_checks, "the checks stopped running", 60)
+        [now_leader] = [i for i in fleet.instances() if "leader" in i.leases]
+        assert now_leader.pid == fleet.procs[survivor].pid
+    finally:
+        probe.close()
+    assert sum(1 for body in list(fake_llm.requests) if consolidation(body)) == 1
+
+
+def test_polling_is_refused_beside_another_instance(
+    fleet: Fleet, fake_llm: FakeOpenAI, fakes: Platforms, balancer: Balancer, database_url: str
+) -> None:
+    """Telegram allows one getUpdates consumer: a second instance in polling mode on the
+    same database exits at start (code 2), saying why and what to do instead."""
+    for name in ("gw1", "gw2"):
+        fleet_config(
+            fleet.home(name),
+            fake_llm,
+            fakes,
+            balancer.url,
+            database_url,
+            lease_s=LEASE_S,
+            telegram_mode="polling",
+        )
+    start_fleet(fleet, ["gw1"], balancer)
+    second = fleet.start("gw2")
+    assert second.wait(60) == 2
+    said = " ".join(fleet.log("gw2").split())
+    assert "another gateway runs on this database" in said and "telegram" in said
+    assert "webhook mode behind a load balancer" in said and "Traceback" not in said
+    assert fleet.procs["gw1"].poll() is None  # the first one runs on
