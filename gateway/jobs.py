@@ -96,6 +96,8 @@ async def maintenance(home: str) -> str:
         removed = collect_garbage(Path(home), db)  # photos etc. of sessions that are gone
         if removed:
             summary += f"; removed {removed} media file(s) no session refers to"
+        if db.backend == "postgresql":  # several gateways: ids seen, released leases
+            summary += f"; forgot {db.cluster.prune()} old coordination row(s)"
         return summary
     finally:
         db.close()

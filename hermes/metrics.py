@@ -55,6 +55,11 @@ LEASES_HELD = Gauge(
     ["kind"],
     registry=REGISTRY,
 )
+CLUSTER_STATEMENTS = Counter(
+    "hermes_cluster_statements",
+    "Statements (each one round trip) sent to coordinate with other gateway instances",
+    registry=REGISTRY,
+)
 EVENTS_TAKEN_OVER = Counter(
     "hermes_events_taken_over",
     "Events this instance took from another's queue or from a holder that died",

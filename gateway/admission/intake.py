@@ -4,7 +4,8 @@ The steps, in this order (each one may end the event's way here):
 
 1. drop the bot's own messages and other bots' (adapters mark them `is_bot`);
 2. drop redeliveries (the same delivery id or message id seen before; with several
-   gateways on one database, seen by any of them: recorded there first);
+   gateways on one database, by any of them: gateway/pipeline/shared.py records the
+   ids there with the event's queue row, or before acting on one that has none);
 3. drop what is not addressed to the assistant (in groups: a mention, a reply to the
    bot, a command, or a chat configured to be answered without one);
 4. admit the person (gateway/admission/people.py): allowed -> on; a stranger's DM -> a pairing
@@ -83,8 +84,9 @@ class Intake:
         self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._budgets: OrderedDict[str, _Budget] = OrderedDict()
         self.clock = clock
-        # several gateways on one database: records the event's ids there, False when
-        # another instance (or an earlier delivery) had them (gateway/pipeline/shared.py)
+        # several gateways on one database: records the event's ids there before a
+        # pairing reply, False when another instance (or an earlier delivery) had them
+        # (gateway/pipeline/shared.py; a queued event's ids are recorded with its row)
         self.first_sighting: Callable[[MessageEvent], bool] | None = None
 
     def admit(self, event: MessageEvent) -> Admitted | None:
@@ -95,6 +97,8 @@ class Intake:
             if person.verdict is not Verdict.PAIR or event.pressed:
                 return None  # (a stranger pressing a button: nothing to say)
             if not self._open_to_strangers(event.text):
+                if self.first_sighting is not None and not self.first_sighting(event):
+                    return None  # another instance answered this delivery already
                 reply = self.people.pairing_reply(event)
                 if reply is not None:
                     self._reply(event, reply)
@@ -144,7 +148,7 @@ class Intake:
             self._seen[k] = None
         while len(self._seen) > self.policy.remembered_deliveries:
             self._seen.popitem(last=False)
-        return self.first_sighting is not None and not self.first_sighting(event)
+        return False
 
     def _addressed(self, event: MessageEvent) -> bool:
         if event.chat.type is ChatType.DM or event.addressed:

@@ -197,22 +197,31 @@ class Router(SessionControl):
             else:
                 self._settle()
             return
+        try:
+            self._route(item)
+        except StateDBError:
+            logger.exception("could not take an event of %s", item.key)
+            self._spawn(self._apologize(event))
+
+    def _route(self, item: Admitted) -> None:
+        event = item.event
+        immediate = event.pressed or self.commands.immediate(event.text)
+        shared = self.shared
+        if immediate and shared is not None and not shared.first_sighting(event):
+            self._settle()  # another instance acts on it
+            return
         if event.pressed:  # a button: at once, beside the lanes (no turn waits for it)
             self._spawn(self._press(item))
             return
-        if self.commands.immediate(event.text):  # /stop must not wait behind its turn
+        if immediate:  # /stop must not wait behind its turn
             self._spawn(self._command(item))
             return
         adapter = self.adapters.get(event.platform)
         window = adapter.capabilities.reorder_window_s if adapter else 0.0
-        if self.shared is None:
+        if shared is None:
             self.lanes.put(item, window)
-            return
-        try:
-            self.shared.put(item, window)
-        except StateDBError:
-            logger.exception("could not queue a message of %s", item.key)
-            self._spawn(self._apologize(event))
+        elif not shared.put(item, window):
+            self._settle()  # a duplicate: recorded by another delivery
 
     async def _apologize(self, event: MessageEvent) -> None:
         """A turn that crashed still gets an answer (the message itself is saved)."""

@@ -4,10 +4,12 @@ With one process, a session's lane lives in that process's memory (gateway/pipel
 lanes.py). With several, an event may reach any of them, so the database decides
 (hermes/state/cluster.py):
 
-- intake records the event's own ids first (`first_sighting`): a delivery that reaches
-  two instances, or a redelivery, is acted on once;
-- an admitted event goes into its session's inbox and, in the same statement, the
-  session's lease is taken if it is free: the instance that holds it works the session
+- an admitted event's own ids are recorded in the statement that puts it into its
+  session's inbox (an event with no row, a button press or /stop, right before it is
+  acted on): a delivery that reaches two instances, or a redelivery, is acted on once,
+  and one taken by a process that died before that statement is taken again;
+- in that same statement the session's lease is taken if it is free: the instance
+  that holds it works the session
   in its local lane, one turn at a time in the order sent; any other instance only
   queues the event and wakes the holder (NOTIFY);
 - after each turn the holder removes the turn's rows and, when its lane is empty and
@@ -63,31 +65,36 @@ class SharedSessions:
         lanes.after = self._after
 
     def first_sighting(self, event: MessageEvent) -> bool:
-        keys = [f"e:{event.event_id}", f"m:{event.message_id}"]
-        return self.cluster.seen(event.platform, keys)
+        """Record the event's own ids before acting on an event that leaves no queue row
+        (a button press, /stop, a pairing reply); False: acted on elsewhere already."""
+        return self.cluster.seen(event.platform, _ids(event))
 
-    def put(self, item: Admitted, window: float) -> None:
-        """Queue `item` in the database; work it here when this instance holds (or just
-        took) its session's lease."""
+    def put(self, item: Admitted, window: float) -> bool:
+        """Record and queue `item` in the database (one statement); work it here when
+        this instance holds (or just took) its session's lease. False: a duplicate."""
         key = item.key
         sent = item.event.sent_at if item.event.sent_at is not None else 0.0
         queued = self.cluster.enqueue(
             self.me,
             str(key),
             platform=item.event.platform,
+            ids=_ids(item.event),
             sent_at=sent or item.event.received_at.timestamp(),
             seq=item.event.order,
             event=event_record(item.event),
             ttl=self.lease_s,
         )
+        if queued is None:
+            return False
         if not queued.held:
             self.queued_elsewhere += 1
-            return
-        if not self.lanes.active(key):
-            self._forget(key)  # another instance may have worked it since
+            return True
+        if not self.lanes.active(key) and queued.prior != self.me:
+            self._forget(key)  # another instance worked it since: read it again
         self.lanes.put(replace(item, row=queued.id), window)
         if queued.waiting:
             self.take(str(key))
+        return True
 
     def take(self, stored_key: str) -> int:
         """Take `stored_key`'s waiting rows into its lane (this instance is woken for it,
@@ -153,6 +160,11 @@ class SharedSessions:
         another instance holds it."""
         holder = self.cluster.stop_turn(str(key))
         return holder is not None and holder != self.me
+
+
+def _ids(event: MessageEvent) -> list[str]:
+    """An event's own ids as recorded: its delivery's and its message's."""
+    return [f"e:{event.event_id}", f"m:{event.message_id}"]
 
 
 __all__ = ["SharedSessions"]

@@ -10,17 +10,20 @@ its one-process lock):
   expiry. A lease is a row, not a session-level advisory lock, so it works through
   connection poolers, outlives no holder (it expires) and can be listed. Taken with
   one `INSERT … ON CONFLICT DO UPDATE … WHERE` (free, expired, or already ours),
-  renewed for every lease of a holder in one statement with its heartbeat;
+  renewed for every lease of a holder in one statement with its heartbeat. A session's
+  lease is released by expiring it at once ('-infinity'), not deleted: its row keeps
+  its last holder, which then knows that nobody worked the session since;
 - `inbound_seen`: every platform event's own ids (`e:<delivery id>`, `m:<message id>`),
-  recorded before the event is acted on: a delivery that reaches two instances, or a
-  platform's redelivery, is acted on once (pruned after `SEEN_DAYS`);
+  recorded in the statement that queues it (or right before an action that leaves no
+  row: a button press, /stop, a pairing reply): a delivery that reaches two instances,
+  or a platform's redelivery, is acted on once (pruned after `SEEN_DAYS`);
 - `inbox`: the events of a session waiting for a turn, in sent order, until the turn
   that worked them has ended. Taken by the session lease's holder; a row that a dead
   holder had taken (`taken_by` set, its lease expired) is taken again by the next
   holder, which checks the conversation before answering it (never twice).
 
-Every method is one statement in autocommit (one round trip): the turns' hot path pays
-for `seen`, `enqueue` and `finish`, nothing else. None takes the database-wide write
+Every method is one statement in autocommit (one round trip): a message's hot path pays
+for `enqueue` and `finish`, nothing else. None takes the database-wide write
 lock of the repositories' writes (hermes/state/postgres.py): rows and their unique keys
 settle every race here.
 """
@@ -35,8 +38,11 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
 
+from hermes import metrics
 from hermes.state import engine as eng
+from hermes.state import postgres
 
 SEEN_DAYS = 7  # a platform redelivers within minutes (Slack), hours at most
 INBOX_CHANNEL = "hermes_inbox"  # payload: "<holder id> <session key>": wake that holder
@@ -60,6 +66,7 @@ class Enqueued:
     id: int
     held: bool  # this instance holds the session's lease: it works the row now
     waiting: int  # rows of the session queued before this one and not taken
+    prior: str | None  # who held the session's lease last (its conversation is current)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,17 +98,29 @@ _TAKE_LEASE = (
 )
 
 _ENQUEUE = (
-    "WITH lease AS (" + _TAKE_LEASE + "), "
+    "WITH seen AS (INSERT INTO inbound_seen(platform, key) "
+    "SELECT %(platform)s, unnest(%(keys)s::text[]) ON CONFLICT DO NOTHING RETURNING 1), "
+    "new AS (SELECT (SELECT count(*) FROM seen) = %(nkeys)s AS yes), "
+    "prior AS (SELECT holder FROM leases WHERE name = %(name)s), "
+    "lease AS ("
+    + _TAKE_LEASE.replace(
+        "VALUES (%(name)s, %(me)s, now() + make_interval(secs => %(ttl)s::float8))",
+        "SELECT %(name)s, %(me)s, now() + make_interval(secs => %(ttl)s::float8) "
+        "WHERE (SELECT yes FROM new)",
+    )
+    + "), "
     "earlier AS (SELECT count(*) AS n FROM inbox WHERE session_key = %(key)s "
     "AND (state = 'queued' OR taken_by <> %(me)s)), "
     "row AS (INSERT INTO inbox(session_key, platform, sent_at, seq, event, state, taken_by) "
     "SELECT %(key)s, %(platform)s, %(sent_at)s::float8, %(seq)s::bigint, %(event)s::jsonb, "
     "CASE WHEN EXISTS (SELECT 1 FROM lease) THEN 'taken' ELSE 'queued' END, "
-    "CASE WHEN EXISTS (SELECT 1 FROM lease) THEN %(me)s END RETURNING id, state), "
+    "CASE WHEN EXISTS (SELECT 1 FROM lease) THEN %(me)s END WHERE (SELECT yes FROM new) "
+    "RETURNING id, state), "
     "wake AS (SELECT pg_notify('" + INBOX_CHANNEL + "', l.holder || ' ' || %(key)s) "
-    "FROM leases l WHERE l.name = %(name)s AND NOT EXISTS (SELECT 1 FROM lease)) "
+    "FROM leases l WHERE l.name = %(name)s AND (SELECT yes FROM new) "
+    "AND NOT EXISTS (SELECT 1 FROM lease)) "
     "SELECT row.id, row.state = 'taken', (SELECT n FROM earlier), "
-    "(SELECT count(*) FROM wake) FROM row"
+    "(SELECT count(*) FROM wake), (SELECT holder FROM prior) FROM row"
 )
 
 _CLAIM = (
@@ -125,8 +144,9 @@ _FINISH = (
     "RETURNING id), "
     "waiting AS (SELECT count(*) AS n FROM inbox WHERE session_key = %(key)s "
     "AND NOT (id = ANY(%(ids)s::bigint[])) AND (state = 'queued' OR taken_by <> %(me)s)), "
-    "freed AS (DELETE FROM leases WHERE name = %(name)s AND holder = %(me)s "
-    "AND %(release)s::boolean AND (SELECT n FROM waiting) = 0 RETURNING 1) "
+    "freed AS (UPDATE leases SET expires_at = '-infinity' WHERE name = %(name)s "
+    "AND holder = %(me)s AND %(release)s::boolean AND (SELECT n FROM waiting) = 0 "
+    "RETURNING 1) "
     "SELECT (SELECT n FROM waiting), EXISTS (SELECT 1 FROM freed)"
 )
 
@@ -134,7 +154,7 @@ _RENEW = (
     "WITH beat AS (UPDATE gateway_instances SET heartbeat_at = now(), info = %(info)s::jsonb "
     "WHERE id = %(me)s RETURNING 1) "
     "UPDATE leases SET expires_at = now() + make_interval(secs => %(ttl)s::float8) "
-    "WHERE holder = %(me)s RETURNING name"
+    "WHERE holder = %(me)s AND expires_at > '-infinity' RETURNING name"
 )
 
 _ORPHANED = (
@@ -151,20 +171,41 @@ class ClusterDB:
 
     def __init__(self, db: eng.Handle) -> None:
         self.engine: Engine = db.engine
-        self._auto = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._auto: Engine | None = None  # made on first use (PostgreSQL only)
 
-    @property
-    def available(self) -> bool:
-        return self.engine.dialect.name == "postgresql"
+    def _connection(self) -> Engine:
+        """An engine of its own: autocommit (each statement its own transaction), two
+        pooled connections, no check before each use (a round trip on every statement
+        of the hot path): a connection found dropped is retried once instead."""
+        if self._auto is None:
+            url = self.engine.url.render_as_string(hide_password=False)
+            own = postgres.open_engine(url, 2, pre_ping=False)
+            self._auto = own.execution_options(isolation_level="AUTOCOMMIT")
+        return self._auto
+
+    def close(self) -> None:
+        if self._auto is not None:
+            self._auto.dispose()
+            self._auto = None
+
+    def _run(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        metrics.CLUSTER_STATEMENTS.inc()
+        with eng.explained(self.engine):
+            for attempt in (1, 2):
+                try:
+                    with self._connection().connect() as conn:
+                        return [tuple(row) for row in conn.exec_driver_sql(sql, params)]
+                except DBAPIError as exc:
+                    if attempt == 2 or not exc.connection_invalidated:
+                        raise
+        raise AssertionError("unreachable")
 
     def _one(self, sql: str, params: dict[str, Any]) -> Sequence[Any] | None:
-        with eng.explained(self.engine), self._auto.connect() as conn:
-            row = conn.exec_driver_sql(sql, params).first()
-            return tuple(row) if row is not None else None
+        rows = self._run(sql, params)
+        return rows[0] if rows else None
 
     def _all(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        with eng.explained(self.engine), self._auto.connect() as conn:
-            return [tuple(row) for row in conn.exec_driver_sql(sql, params)]
+        return self._run(sql, params)
 
     # -- instances -------------------------------------------------------------------------
 
@@ -238,14 +279,6 @@ class ClusterDB:
         )
         return [str(r[0]) for r in rows]
 
-    def forget_instances(self, older_than_days: int = 7) -> int:
-        rows = self._all(
-            "DELETE FROM gateway_instances WHERE heartbeat_at < now() - "
-            "make_interval(days => %(days)s::int) RETURNING 1",
-            {"days": older_than_days},
-        )
-        return len(rows)
-
     # -- leases ----------------------------------------------------------------------------
 
     def acquire(self, name: str, me: str, ttl: float) -> bool:
@@ -278,13 +311,21 @@ class ClusterDB:
         )
         return len(rows) == len(set(keys))
 
-    def prune_seen(self, days: int = SEEN_DAYS) -> int:
+    def prune(self, days: int = SEEN_DAYS) -> int:
+        """Forget event ids, released leases and stopped instances older than `days`;
+        how many rows."""
         rows = self._all(
-            "DELETE FROM inbound_seen WHERE seen_at < now() - make_interval(days => %(days)s::int) "
-            "RETURNING 1",
+            "WITH seen AS (DELETE FROM inbound_seen WHERE seen_at < now() - "
+            "make_interval(days => %(days)s::int) RETURNING 1), "
+            "leases AS (DELETE FROM leases WHERE expires_at < now() - "
+            "make_interval(days => %(days)s::int) RETURNING 1), "
+            "gone AS (DELETE FROM gateway_instances WHERE heartbeat_at < now() - "
+            "make_interval(days => %(days)s::int) RETURNING 1) "
+            "SELECT (SELECT count(*) FROM seen) + (SELECT count(*) FROM leases) "
+            "+ (SELECT count(*) FROM gone)",
             {"days": days},
         )
-        return len(rows)
+        return int(rows[0][0]) if rows else 0
 
     def enqueue(
         self,
@@ -292,14 +333,19 @@ class ClusterDB:
         key: str,
         *,
         platform: str,
+        ids: Sequence[str],
         sent_at: float,
         event: dict[str, Any],
         ttl: float,
         seq: int = 0,
-    ) -> Enqueued:
-        """Queue an event of session `key` and take the session's lease if it is free:
-        `held` says this instance works it now (the row is taken by it). Otherwise the
-        lease's holder is woken (NOTIFY) and takes it in sent order."""
+    ) -> Enqueued | None:
+        """Record the event's own `ids` and, in the same statement, queue it for session
+        `key` and take the session's lease if it is free: `held` says this instance works
+        it now (the row is taken by it); otherwise the lease's holder is woken (NOTIFY)
+        and takes it in sent order. None: an id was recorded before (a redelivery, or
+        the same delivery at another instance): nothing is queued. A process that dies
+        before this statement leaves nothing recorded: the platform's redelivery is
+        taken then."""
         row = self._one(
             _ENQUEUE,
             {
@@ -307,14 +353,17 @@ class ClusterDB:
                 "key": key,
                 "name": session_lease(key),
                 "platform": platform,
+                "keys": list(ids),
+                "nkeys": len(set(ids)),
                 "sent_at": sent_at,
                 "seq": seq,
                 "event": json.dumps(event),
                 "ttl": ttl,
             },
         )
-        assert row is not None
-        return Enqueued(int(row[0]), bool(row[1]), int(row[2]))
+        if row is None:
+            return None
+        return Enqueued(int(row[0]), bool(row[1]), int(row[2]), row[4])
 
     def claim(self, me: str, key: str, ttl: float) -> list[Queued]:
         """Take session `key`'s lease (free, expired or ours) and every row waiting in

@@ -68,6 +68,7 @@ class SessionDB:
         return cls(home / STATE_DB_FILENAME, url=url, pool_size=pool_size)
 
     def close(self) -> None:
+        self.cluster.close()
         self.engine.dispose()
 
 

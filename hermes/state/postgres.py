@@ -209,12 +209,14 @@ class SchemaTooNewError(Exception):
         self.found = found
 
 
-def open_engine(url: str, pool_size: int = 5) -> Engine:
+def open_engine(url: str, pool_size: int = 5, *, pre_ping: bool = True) -> Engine:
+    """`pre_ping`: each checkout first checks the connection (a round trip); the
+    coordination rows' engine (hermes/state/cluster.py) retries a dropped one instead."""
     engine = create_engine(
         _driver_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
-        pool_pre_ping=True,
+        pool_pre_ping=pre_ping,
     )
     event.listen(engine, "connect", _on_connect)
     return engine

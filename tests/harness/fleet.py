@@ -52,8 +52,20 @@ def fleet_config(
     lease_s: float = 3.0,
     telegram_mode: str = "webhook",
     extra: str = "",
+    only_telegram: bool = False,
 ) -> None:
     home.mkdir(parents=True, exist_ok=True)
+    others = (
+        ""
+        if only_telegram
+        else "  slack:\n    enabled: true\n    mode: http\n"
+        "    bot_token_env: HERMES_TEST_SLACK_BOT\n"
+        "    signing_secret_env: HERMES_TEST_SLACK_SIGNING\n"
+        f"    api_base: {fakes.slack.api_base}\n"
+        "  discord:\n    enabled: true\n    token_env: HERMES_TEST_DISCORD\n"
+        f"    api_base: {fakes.discord.api_base}\n"
+        f"    gateway_url: {fakes.discord.gateway_url}\n"
+    )
     (home / "config.yaml").write_text(
         f"llm:\n  base_url: {llm.base_url}\n  model: m\n  max_retries: 0\n  timeout: 30\n"
         f"database:\n  url: '{database_url}'\n"
@@ -65,12 +77,8 @@ def fleet_config(
         "  telegram:\n    enabled: true\n    token_env: HERMES_TEST_TG_TOKEN\n"
         f"    base_url: {fakes.telegram.base_url}\n    mode: {telegram_mode}\n"
         f"    webhook_url: {balancer_url}\n    webhook_secret_env: HERMES_TEST_TG_HOOK\n"
-        "  slack:\n    enabled: true\n    mode: http\n    bot_token_env: HERMES_TEST_SLACK_BOT\n"
-        "    signing_secret_env: HERMES_TEST_SLACK_SIGNING\n"
-        f"    api_base: {fakes.slack.api_base}\n"
-        "  discord:\n    enabled: true\n    token_env: HERMES_TEST_DISCORD\n"
-        f"    api_base: {fakes.discord.api_base}\n"
-        f"    gateway_url: {fakes.discord.gateway_url}\n" + extra
+        + others
+        + extra
     )
 
 

@@ -1,0 +1,250 @@
+"""Several gateway processes on one PostgreSQL database: throughput, cost, failover.
+
+    .venv/bin/python bench/several_gateways.py [--instances 1,2,3] [--chats 40]
+        [--messages 10] [--failover-leases 5,10] [--json] [--admin-url URL]
+
+Real `hermes gateway run` processes (each a home of its own, one database made for the
+run on the server `--admin-url` names and dropped after), Telegram in webhook mode
+through a round-robin balancer (tests/fakes/balancer.py), the fake OpenAI-compatible
+model answering at once. Each of `--chats` people sends `--messages` messages, the next
+one when the previous reply arrived, all at once.
+
+Throughput: messages/s and reply latency (push to the Bot API fake until the reply
+reaches it) for 1, 2 and 3 instances. On a 2-core machine the CPU is the limit, so what
+matters is the cost: CPU seconds of all gateway processes per message, and the
+coordination statements per message (`hermes_cluster_statements` over every instance's
+/metrics; each statement is one round trip: the event's ids recorded, queued with the
+session's lease taken, the rows finished; plus what wake-ups and hand-overs add).
+
+Failover: two instances, lease L; a person's message is mid-turn (the model takes 3 s)
+on one instance with another message queued behind it; that instance is SIGKILLed; the
+time from the kill to the first reply by the other instance in that chat (the
+interrupted message's "send it again", then the queued one's answer). Aim: <= L + 2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import secrets
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import psycopg
+
+from tests.fakes.balancer import Balancer
+from tests.fakes.discord_server import FakeDiscord
+from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.slack_server import FakeSlack
+from tests.fakes.telegram_server import FakeTelegram
+from tests.harness.fleet import Fleet, Platforms, fleet_config, start_fleet
+
+ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+MARK = re.compile(r"\bc(\d+)m(\d+)\b")
+STATEMENTS = re.compile(r"^hermes_cluster_statements_total ([0-9.e+]+)$", re.M)
+
+
+def echo(delay_for: set[str]) -> Any:
+    def respond(body: dict[str, Any]) -> Reply:
+        users = [m for m in body.get("messages", []) if m.get("role") == "user"]
+        found = MARK.search(str(users[-1].get("content", ""))) if users else None
+        mark = found.group(0) if found else ""
+        return Reply(text=f"re {mark}", delay=3.0 if mark in delay_for else 0.0)
+
+    return respond
+
+
+class Database:
+    def __init__(self, admin_url: str) -> None:
+        self.admin_url = admin_url
+        self.name = f"hermes_bench_gw_{secrets.token_hex(3)}"
+        self.url = f"{admin_url.rpartition('/')[0]}/{self.name}"
+
+    def __enter__(self) -> Database:
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{self.name}"')
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100.0  # utime + stime, in clock ticks
+
+
+def statements(url: str) -> float:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        found = STATEMENTS.search(response.read().decode())
+    return float(found.group(1)) if found else 0.0
+
+
+def replies_to(tg: FakeTelegram, chat: int) -> list[str]:
+    return [str(p.get("text", "")) for c, _, p in list(tg.posts) if c == chat]
+
+
+def throughput(admin_url: str, instances: int, chats: int, messages: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp, Database(admin_url) as database:
+        root = Path(tmp)
+        llm, tg = FakeOpenAI().start(), FakeTelegram().start()
+        slack, discord = FakeSlack().start(), FakeDiscord().start()
+        lb = Balancer().start()
+        fleet = Fleet(root, database.url, 30.0)
+        try:
+            llm.responder = echo(set())
+            names = [f"gw{i + 1}" for i in range(instances)]
+            for name in names:
+                fleet_config(
+                    fleet.home(name),
+                    llm,
+                    Platforms(tg, slack, discord),
+                    lb.url,
+                    database.url,
+                    lease_s=30.0,
+                    only_telegram=True,
+                )
+            urls = start_fleet(fleet, names, lb)
+            for chat in range(chats):  # each person known before the clock starts
+                tg.user_message(f"hello c{chat}m999", user_id=5000 + chat)
+            while any(not replies_to(tg, 5000 + c) for c in range(chats)):
+                time.sleep(0.05)
+            latencies: list[float] = []
+            lock = threading.Lock()
+
+            def person(chat: int) -> None:
+                user = 5000 + chat
+                for n in range(messages):
+                    seen = len(replies_to(tg, user))
+                    start = time.perf_counter()
+                    tg.user_message(f"message c{chat}m{n}", user_id=user)
+                    while len(replies_to(tg, user)) <= seen:
+                        time.sleep(0.002)
+                    with lock:
+                        latencies.append(time.perf_counter() - start)
+
+            pids = [fleet.procs[name].pid for name in names]
+            cpu0 = sum(cpu_seconds(pid) for pid in pids)
+            sent0 = sum(statements(url) for url in urls)
+            began = time.perf_counter()
+            people = [threading.Thread(target=person, args=(c,)) for c in range(chats)]
+            for thread in people:
+                thread.start()
+            for thread in people:
+                thread.join()
+            wall = time.perf_counter() - began
+            cpu = sum(cpu_seconds(pid) for pid in pids) - cpu0
+            sent = sum(statements(url) for url in urls) - sent0
+            total = chats * messages
+            latencies.sort()
+            return {
+                "instances": instances,
+                "messages": total,
+                "messages_per_s": round(total / wall, 1),
+                "p50_ms": round(statistics.median(latencies) * 1000, 1),
+                "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1] * 1000, 1),
+                "gateway_cpu_ms_per_message": round(cpu / total * 1000, 2),
+                "coordination_statements_per_message": round(sent / total, 2),
+            }
+        finally:
+            fleet.stop_all()
+            for fake in (lb, tg, slack, discord, llm):
+                fake.stop()
+
+
+def failover(admin_url: str, lease_s: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp, Database(admin_url) as database:
+        root = Path(tmp)
+        llm, tg = FakeOpenAI().start(), FakeTelegram().start()
+        slack, discord = FakeSlack().start(), FakeDiscord().start()
+        lb = Balancer().start()
+        fleet = Fleet(root, database.url, lease_s)
+        try:
+            llm.responder = echo({"c1m0"})
+            names = ["gw1", "gw2"]
+            for name in names:
+                fleet_config(
+                    fleet.home(name),
+                    llm,
+                    Platforms(tg, slack, discord),
+                    lb.url,
+                    database.url,
+                    lease_s=lease_s,
+                    only_telegram=True,
+                )
+            start_fleet(fleet, names, lb)
+            tg.user_message("slow one c1m0", user_id=6001)
+            holder = None
+            while holder is None:
+                holder = next(
+                    (i for i in fleet.instances() if any("6001" in n for n in i.leases)), None
+                )
+                time.sleep(0.02)
+            tg.user_message("queued behind it c1m1", user_id=6001)
+            time.sleep(0.3)
+            victim = next(n for n in names if fleet.procs[n].pid == holder.pid)
+            killed = time.perf_counter()
+            fleet.kill(victim)
+            while not replies_to(tg, 6001):
+                time.sleep(0.01)
+            first = time.perf_counter() - killed
+            while len(replies_to(tg, 6001)) < 2:
+                time.sleep(0.01)
+            both = time.perf_counter() - killed
+            return {
+                "lease_s": lease_s,
+                "first_reply_s": round(first, 2),
+                "queued_answered_s": round(both, 2),
+                "replies": replies_to(tg, 6001),
+            }
+        finally:
+            fleet.stop_all()
+            for fake in (lb, tg, slack, discord, llm):
+                fake.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--instances", default="1,2,3")
+    parser.add_argument("--chats", type=int, default=40)
+    parser.add_argument("--messages", type=int, default=10)
+    parser.add_argument("--failover-leases", default="5,10")
+    parser.add_argument("--admin-url", default=ADMIN_URL)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    runs = [
+        throughput(args.admin_url, int(n), args.chats, args.messages)
+        for n in args.instances.split(",")
+        if n
+    ]
+    failovers = [failover(args.admin_url, float(s)) for s in args.failover_leases.split(",") if s]
+    if args.json:
+        print(json.dumps({"throughput": runs, "failover": failovers}, indent=2))
+        return
+    print(f"{args.chats} people x {args.messages} messages, each sent when the last was answered")
+    print("| instances | msg/s | p50 ms | p99 ms | gateway CPU ms/msg | coordination stmts/msg |")
+    print("|---|---|---|---|---|---|")
+    for run in runs:
+        print(
+            f"| {run['instances']} | {run['messages_per_s']} | {run['p50_ms']} | "
+            f"{run['p99_ms']} | {run['gateway_cpu_ms_per_message']} | "
+            f"{run['coordination_statements_per_message']} |"
+        )
+    print("| lease s | first reply by the other instance s | queued message answered s |")
+    print("|---|---|---|")
+    for found in failovers:
+        print(f"| {found['lease_s']:g} | {found['first_reply_s']} | {found['queued_answered_s']} |")
+
+
+if __name__ == "__main__":
+    main()
