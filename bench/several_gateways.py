@@ -25,6 +25,7 @@ interrupted message's "send it again", then the queued one's answer). Aim: <= L 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import secrets
@@ -34,6 +35,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,84 +96,20 @@ def replies_to(tg: FakeTelegram, chat: int) -> list[str]:
     return [str(p.get("text", "")) for c, _, p in list(tg.posts) if c == chat]
 
 
-def throughput(admin_url: str, instances: int, chats: int, messages: int) -> dict[str, Any]:
+@contextlib.contextmanager
+def running(
+    admin_url: str, instances: int, lease_s: float, slow: set[str]
+) -> Iterator[tuple[Fleet, FakeTelegram, list[str]]]:
+    """`instances` gateways on a database of their own behind the balancer, Telegram
+    pushing webhooks, the model answering at once (in 3 s for the marks in `slow`)."""
     with tempfile.TemporaryDirectory() as tmp, Database(admin_url) as database:
-        root = Path(tmp)
         llm, tg = FakeOpenAI().start(), FakeTelegram().start()
         slack, discord = FakeSlack().start(), FakeDiscord().start()
         lb = Balancer().start()
-        fleet = Fleet(root, database.url, 30.0)
+        fleet = Fleet(Path(tmp), database.url, lease_s)
         try:
-            llm.responder = echo(set())
+            llm.responder = echo(slow)
             names = [f"gw{i + 1}" for i in range(instances)]
-            for name in names:
-                fleet_config(
-                    fleet.home(name),
-                    llm,
-                    Platforms(tg, slack, discord),
-                    lb.url,
-                    database.url,
-                    lease_s=30.0,
-                    only_telegram=True,
-                )
-            urls = start_fleet(fleet, names, lb)
-            for chat in range(chats):  # each person known before the clock starts
-                tg.user_message(f"hello c{chat}m999", user_id=5000 + chat)
-            while any(not replies_to(tg, 5000 + c) for c in range(chats)):
-                time.sleep(0.05)
-            latencies: list[float] = []
-            lock = threading.Lock()
-
-            def person(chat: int) -> None:
-                user = 5000 + chat
-                for n in range(messages):
-                    seen = len(replies_to(tg, user))
-                    start = time.perf_counter()
-                    tg.user_message(f"message c{chat}m{n}", user_id=user)
-                    while len(replies_to(tg, user)) <= seen:
-                        time.sleep(0.002)
-                    with lock:
-                        latencies.append(time.perf_counter() - start)
-
-            pids = [fleet.procs[name].pid for name in names]
-            cpu0 = sum(cpu_seconds(pid) for pid in pids)
-            sent0 = sum(statements(url) for url in urls)
-            began = time.perf_counter()
-            people = [threading.Thread(target=person, args=(c,)) for c in range(chats)]
-            for thread in people:
-                thread.start()
-            for thread in people:
-                thread.join()
-            wall = time.perf_counter() - began
-            cpu = sum(cpu_seconds(pid) for pid in pids) - cpu0
-            sent = sum(statements(url) for url in urls) - sent0
-            total = chats * messages
-            latencies.sort()
-            return {
-                "instances": instances,
-                "messages": total,
-                "messages_per_s": round(total / wall, 1),
-                "p50_ms": round(statistics.median(latencies) * 1000, 1),
-                "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1] * 1000, 1),
-                "gateway_cpu_ms_per_message": round(cpu / total * 1000, 2),
-                "coordination_statements_per_message": round(sent / total, 2),
-            }
-        finally:
-            fleet.stop_all()
-            for fake in (lb, tg, slack, discord, llm):
-                fake.stop()
-
-
-def failover(admin_url: str, lease_s: float) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp, Database(admin_url) as database:
-        root = Path(tmp)
-        llm, tg = FakeOpenAI().start(), FakeTelegram().start()
-        slack, discord = FakeSlack().start(), FakeDiscord().start()
-        lb = Balancer().start()
-        fleet = Fleet(root, database.url, lease_s)
-        try:
-            llm.responder = echo({"c1m0"})
-            names = ["gw1", "gw2"]
             for name in names:
                 fleet_config(
                     fleet.home(name),
@@ -182,35 +120,84 @@ def failover(admin_url: str, lease_s: float) -> dict[str, Any]:
                     lease_s=lease_s,
                     only_telegram=True,
                 )
-            start_fleet(fleet, names, lb)
-            tg.user_message("slow one c1m0", user_id=6001)
-            holder = None
-            while holder is None:
-                holder = next(
-                    (i for i in fleet.instances() if any("6001" in n for n in i.leases)), None
-                )
-                time.sleep(0.02)
-            tg.user_message("queued behind it c1m1", user_id=6001)
-            time.sleep(0.3)
-            victim = next(n for n in names if fleet.procs[n].pid == holder.pid)
-            killed = time.perf_counter()
-            fleet.kill(victim)
-            while not replies_to(tg, 6001):
-                time.sleep(0.01)
-            first = time.perf_counter() - killed
-            while len(replies_to(tg, 6001)) < 2:
-                time.sleep(0.01)
-            both = time.perf_counter() - killed
-            return {
-                "lease_s": lease_s,
-                "first_reply_s": round(first, 2),
-                "queued_answered_s": round(both, 2),
-                "replies": replies_to(tg, 6001),
-            }
+            yield fleet, tg, start_fleet(fleet, names, lb)
         finally:
             fleet.stop_all()
             for fake in (lb, tg, slack, discord, llm):
                 fake.stop()
+
+
+def throughput(admin_url: str, instances: int, chats: int, messages: int) -> dict[str, Any]:
+    with running(admin_url, instances, 30.0, set()) as (fleet, tg, urls):
+        for chat in range(chats):  # each person known before the clock starts
+            tg.user_message(f"hello c{chat}m999", user_id=5000 + chat)
+        while any(not replies_to(tg, 5000 + c) for c in range(chats)):
+            time.sleep(0.05)
+        latencies: list[float] = []
+        lock = threading.Lock()
+
+        def person(chat: int) -> None:
+            user = 5000 + chat
+            for n in range(messages):
+                seen = len(replies_to(tg, user))
+                start = time.perf_counter()
+                tg.user_message(f"message c{chat}m{n}", user_id=user)
+                while len(replies_to(tg, user)) <= seen:
+                    time.sleep(0.002)
+                with lock:
+                    latencies.append(time.perf_counter() - start)
+
+        pids = [proc.pid for proc in fleet.procs.values()]
+        cpu0 = sum(cpu_seconds(pid) for pid in pids)
+        sent0 = sum(statements(url) for url in urls)
+        began = time.perf_counter()
+        people = [threading.Thread(target=person, args=(c,)) for c in range(chats)]
+        for thread in people:
+            thread.start()
+        for thread in people:
+            thread.join()
+        wall = time.perf_counter() - began
+        cpu = sum(cpu_seconds(pid) for pid in pids) - cpu0
+        sent = sum(statements(url) for url in urls) - sent0
+        total = chats * messages
+        latencies.sort()
+        return {
+            "instances": instances,
+            "messages": total,
+            "messages_per_s": round(total / wall, 1),
+            "p50_ms": round(statistics.median(latencies) * 1000, 1),
+            "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1] * 1000, 1),
+            "gateway_cpu_ms_per_message": round(cpu / total * 1000, 2),
+            "coordination_statements_per_message": round(sent / total, 2),
+        }
+
+
+def failover(admin_url: str, lease_s: float) -> dict[str, Any]:
+    with running(admin_url, 2, lease_s, {"c1m0"}) as (fleet, tg, _urls):
+        tg.user_message("slow one c1m0", user_id=6001)
+        holder = None
+        while holder is None:
+            holder = next(
+                (i for i in fleet.instances() if any("6001" in n for n in i.leases)), None
+            )
+            time.sleep(0.02)
+        tg.user_message("queued behind it c1m1", user_id=6001)
+        time.sleep(0.3)
+        victim = next(n for n, proc in fleet.procs.items() if proc.pid == holder.pid)
+        killed = time.perf_counter()
+        fleet.kill(victim)
+        while not replies_to(tg, 6001):
+            time.sleep(0.01)
+        first = time.perf_counter() - killed
+        while len(replies_to(tg, 6001)) < 2:
+            time.sleep(0.01)
+        both = time.perf_counter() - killed
+        return {
+            "lease_s": lease_s,
+            "first_reply_s": round(first, 2),
+            "queued_answered_s": round(both, 2),
+            "replies": replies_to(tg, 6001),
+        }
 
 
 def main() -> None:

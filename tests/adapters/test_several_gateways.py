@@ -393,3 +393,94 @@ def test_polling_is_refused_beside_another_instance(
     assert "another gateway runs on this database" in said and "telegram" in said
     assert "webhook mode behind a load balancer" in said and "Traceback" not in said
     assert fleet.procs["gw1"].poll() is None  # the first one runs on
+
+
+def test_merge_and_stop_keep_their_meaning_across_instances(
+    fleet: Fleet, fake_llm: FakeOpenAI, fakes: Platforms, balancer: Balancer, database_url: str
+) -> None:
+    """`queue_mode: merge`: messages that reached another instance while the holder was
+    busy are taken by the holder together, as one turn. `/stop` that reaches another
+    instance stops the turn the holder runs."""
+    names = ["gw1", "gw2"]
+    for name in names:
+        fleet_config(
+            fleet.home(name),
+            fake_llm,
+            fakes,
+            balancer.url,
+            database_url,
+            lease_s=LEASE_S,
+            extra="",
+        )
+        config = fleet.home(name) / "config.yaml"
+        config.write_text(
+            config.read_text().replace("gateway:\n", "gateway:\n  queue_mode: merge\n")
+        )
+    slow = {"c1m0", "c2m0"}
+
+    def respond(body: dict[str, Any]) -> Reply:
+        reply = echo(body)
+        mark = (reply.text or "").removeprefix("re ")
+        return Reply(text=reply.text, delay=4.0 if mark in slow else 0.0)
+
+    fake_llm.responder = respond
+    first, second = start_fleet(fleet, names, balancer)
+    balancer.backends[:] = [first]
+    say(fakes, 1, "first c1m0")
+    wait_for(lambda: any("1001" in n for i in fleet.instances() for n in i.leases), "no lease", 20)
+    balancer.backends[:] = [second]  # what follows reaches the instance not holding it
+    say(fakes, 1, "then c1m1")
+    say(fakes, 1, "and c1m2")
+    wait_for(lambda: len(replies(fakes, 1)) >= 2, lambda: f"{replies(fakes, 1)}", 30)
+    assert replies(fakes, 1) == ["re c1m0", "re c1m1"]  # c1m1 and c1m2: one turn
+    merged = [b for b in list(fake_llm.requests) if "c1m2" in json.dumps(b)]
+    assert len(merged) == 1
+    # /stop at the other instance
+    say(fakes, 2, "slow c2m0")  # reaches the second instance, which takes the session
+    holder = fleet.procs["gw2"].pid
+
+    def held_by_second() -> bool:
+        return any("1002" in n for i in fleet.instances() if i.pid == holder for n in i.leases)
+
+    wait_for(held_by_second, "the second instance never took the session", 20)
+    balancer.backends[:] = [first]
+    say(fakes, 2, "/stop")
+    wait_for(lambda: bool(replies(fakes, 2)), "no answer to /stop", 20)
+    assert replies(fakes, 2)[0].startswith("Stopped.")
+    time.sleep(5.0)  # the model's answer would have come by now
+    assert replies(fakes, 2) == [replies(fakes, 2)[0]]  # the stopped turn sent nothing
+
+
+def test_slack_socket_mode_with_a_connection_per_instance_answers_each_event_once(
+    fleet: Fleet, fake_llm: FakeOpenAI, fakes: Platforms, balancer: Balancer, database_url: str
+) -> None:
+    """Socket Mode: each instance opens its own connection. Slack gives an event to one
+    of them (and again after a missing ack); this fake sends every event to every
+    connection, the harder case: each is still answered once."""
+    names = ["gw1", "gw2"]
+    for name in names:
+        fleet_config(
+            fleet.home(name),
+            fake_llm,
+            fakes,
+            balancer.url,
+            database_url,
+            lease_s=LEASE_S,
+            slack_mode="socket",
+        )
+    fake_llm.responder = echo
+    start_fleet(fleet, names, balancer)
+    fakes.slack.wait_connected(2)
+    chats = [20, 21, 22, 23]
+    for n in range(3):
+        for chat in chats:
+            say(fakes, chat, f"socket c{chat}m{n}")
+    wait_for(
+        lambda: all(len(replies(fakes, c)) >= 3 for c in chats),
+        lambda: f"{ {c: replies(fakes, c) for c in chats} }",
+        60,
+    )
+    time.sleep(1.0)  # a second answer would have come by now
+    for chat in chats:
+        assert replies(fakes, chat) == [f"re c{chat}m{n}" for n in range(3)]
+    assert sorted(marks_asked(fake_llm)) == sorted(f"c{c}m{n}" for c in chats for n in range(3))

@@ -31,6 +31,7 @@ ENV = {
     "HERMES_TEST_TG_HOOK": TG_HOOK_SECRET,
     "HERMES_TEST_SLACK_BOT": "xoxb-fleet",
     "HERMES_TEST_SLACK_SIGNING": SLACK_SIGNING,
+    "HERMES_TEST_SLACK_APP": "xapp-fleet",
     "HERMES_TEST_DISCORD": "discord-fleet-token",
 }
 
@@ -53,13 +54,14 @@ def fleet_config(
     telegram_mode: str = "webhook",
     extra: str = "",
     only_telegram: bool = False,
+    slack_mode: str = "http",
 ) -> None:
     home.mkdir(parents=True, exist_ok=True)
     others = (
         ""
         if only_telegram
-        else "  slack:\n    enabled: true\n    mode: http\n"
-        "    bot_token_env: HERMES_TEST_SLACK_BOT\n"
+        else f"  slack:\n    enabled: true\n    mode: {slack_mode}\n"
+        "    bot_token_env: HERMES_TEST_SLACK_BOT\n    app_token_env: HERMES_TEST_SLACK_APP\n"
         "    signing_secret_env: HERMES_TEST_SLACK_SIGNING\n"
         f"    api_base: {fakes.slack.api_base}\n"
         "  discord:\n    enabled: true\n    token_env: HERMES_TEST_DISCORD\n"
