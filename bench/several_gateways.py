@@ -101,22 +101,24 @@ def running(
     admin_url: str, instances: int, lease_s: float, slow: set[str]
 ) -> Iterator[tuple[Fleet, FakeTelegram, list[str]]]:
     """`instances` gateways on a database of their own behind the balancer, Telegram
-    pushing webhooks, the model answering at once (in 3 s for the marks in `slow`)."""
-    with tempfile.TemporaryDirectory() as tmp, Database(admin_url) as database:
+    pushing webhooks, the model answering at once (in 3 s for the marks in `slow`);
+    0: one gateway on SQLite (state.db in its home, no coordination), the baseline."""
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        url = "" if instances == 0 else stack.enter_context(Database(admin_url)).url
         llm, tg = FakeOpenAI().start(), FakeTelegram().start()
         slack, discord = FakeSlack().start(), FakeDiscord().start()
         lb = Balancer().start()
-        fleet = Fleet(Path(tmp), database.url, lease_s)
+        fleet = Fleet(Path(tmp), url, lease_s)
         try:
             llm.responder = echo(slow)
-            names = [f"gw{i + 1}" for i in range(instances)]
+            names = [f"gw{i + 1}" for i in range(max(instances, 1))]
             for name in names:
                 fleet_config(
                     fleet.home(name),
                     llm,
                     Platforms(tg, slack, discord),
                     lb.url,
-                    database.url,
+                    url,
                     lease_s=lease_s,
                     only_telegram=True,
                 )
@@ -127,8 +129,42 @@ def running(
                 fake.stop()
 
 
+class Replies:
+    """One thread reads the Bot API fake's new posts and counts them per chat; people
+    wait on a condition for theirs (many threads each copying every post apart would
+    starve the fakes, which share this process)."""
+
+    def __init__(self, tg: FakeTelegram) -> None:
+        self.tg, self.counts, self.seen = tg, dict[int, int](), 0
+        self.cond = threading.Condition()
+        self.done = threading.Event()
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _watch(self) -> None:
+        while not self.done.wait(0.002):
+            posts = self.tg.posts
+            if len(posts) == self.seen:
+                continue
+            fresh = posts[self.seen : len(posts)]
+            self.seen += len(fresh)
+            with self.cond:
+                for chat, _, _ in fresh:
+                    self.counts[chat] = self.counts.get(chat, 0) + 1
+                self.cond.notify_all()
+
+    def count(self, chat: int) -> int:
+        with self.cond:
+            return self.counts.get(chat, 0)
+
+    def wait(self, chat: int, more_than: int) -> None:
+        with self.cond:
+            while self.counts.get(chat, 0) <= more_than:
+                self.cond.wait(1.0)
+
+
 def throughput(admin_url: str, instances: int, chats: int, messages: int) -> dict[str, Any]:
     with running(admin_url, instances, 30.0, set()) as (fleet, tg, urls):
+        watch = Replies(tg)
         for chat in range(chats):  # each person known before the clock starts
             tg.user_message(f"hello c{chat}m999", user_id=5000 + chat)
         while any(not replies_to(tg, 5000 + c) for c in range(chats)):
@@ -139,11 +175,10 @@ def throughput(admin_url: str, instances: int, chats: int, messages: int) -> dic
         def person(chat: int) -> None:
             user = 5000 + chat
             for n in range(messages):
-                seen = len(replies_to(tg, user))
+                seen = watch.count(user)
                 start = time.perf_counter()
                 tg.user_message(f"message c{chat}m{n}", user_id=user)
-                while len(replies_to(tg, user)) <= seen:
-                    time.sleep(0.002)
+                watch.wait(user, seen)
                 with lock:
                     latencies.append(time.perf_counter() - start)
 
@@ -161,8 +196,9 @@ def throughput(admin_url: str, instances: int, chats: int, messages: int) -> dic
         sent = sum(statements(url) for url in urls) - sent0
         total = chats * messages
         latencies.sort()
+        watch.done.set()
         return {
-            "instances": instances,
+            "instances": instances or "1, SQLite",
             "messages": total,
             "messages_per_s": round(total / wall, 1),
             "p50_ms": round(statistics.median(latencies) * 1000, 1),
@@ -202,7 +238,7 @@ def failover(admin_url: str, lease_s: float) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--instances", default="1,2,3")
+    parser.add_argument("--instances", default="0,1,2,3", help="0: one gateway on SQLite")
     parser.add_argument("--chats", type=int, default=40)
     parser.add_argument("--messages", type=int, default=10)
     parser.add_argument("--failover-leases", default="5,10")

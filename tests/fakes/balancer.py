@@ -26,6 +26,11 @@ from typing import Any
 HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up mid-answer (a pusher stopping) is no error of ours."""
+
+
 class Balancer:
     def __init__(self, backends: list[str] | None = None, *, duplicate_every: int = 0) -> None:
         """`backends`: base URLs (http://127.0.0.1:PORT)."""
@@ -53,7 +58,7 @@ class Balancer:
                 self.end_headers()
                 self.wfile.write(answer)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 

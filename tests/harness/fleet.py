@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway.status_file import read_status_file
 from hermes.state.cluster import Instance
 from hermes.state.db import SessionDB
 from tests.fakes.balancer import Balancer
@@ -70,8 +71,8 @@ def fleet_config(
     )
     (home / "config.yaml").write_text(
         f"llm:\n  base_url: {llm.base_url}\n  model: m\n  max_retries: 0\n  timeout: 30\n"
-        f"database:\n  url: '{database_url}'\n"
-        "memory:\n  review_interval: 0\n"
+        + (f"database:\n  url: '{database_url}'\n" if database_url else "")
+        + "memory:\n  review_interval: 0\n"
         "access:\n  allow_all: true\n"
         "gateway:\n  streaming: false\n  http:\n    port: 0\n"
         f"  cluster:\n    lease_seconds: {lease_s}\n    poll_seconds: 0.2\n"
@@ -141,8 +142,12 @@ class Fleet:
         """The instance's HTTP base URL once it has started (from its row)."""
         deadline = time.monotonic() + timeout
         while True:
-            found = self.instance_of(name)
-            where = str(found.info.get("http", "")) if found else ""
+            if self.database_url:
+                found = self.instance_of(name)
+                where = str(found.info.get("http", "")) if found else ""
+            else:  # one gateway on SQLite: its status file
+                status = read_status_file(self.home(name))
+                where = status.http if status is not None else ""
             if where and not where.endswith(":0"):
                 return f"http://{where}"
             proc = self.procs[name]
