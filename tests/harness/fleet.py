@@ -134,6 +134,21 @@ class Fleet:
         finally:
             db.close()
 
+    def settled(self) -> bool:
+        """Nothing queued and no session held: every turn has ended, its replies sent
+        (a reply is sent inside its turn, before the session's lease is let go), so
+        nothing more can be sent until someone writes again."""
+        db = SessionDB.open(self.root / "probe", self.database_url)
+        try:
+            with db.engine.connect() as conn:
+                busy = conn.exec_driver_sql(
+                    "SELECT (SELECT count(*) FROM inbox) + (SELECT count(*) FROM leases "
+                    "WHERE name LIKE 'session:%%' AND expires_at >= now())"
+                ).scalar_one()
+            return int(busy) == 0
+        finally:
+            db.close()
+
     def instance_of(self, name: str) -> Instance | None:
         pid = self.procs[name].pid
         return next((i for i in self.instances() if i.pid == pid and i.alive), None)
