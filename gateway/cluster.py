@@ -31,7 +31,7 @@ from gateway.edge.platform_config import ClusterConfig
 from gateway.pipeline.router import Router
 from hermes import metrics
 from hermes.backoff import Backoff
-from hermes.state.cluster import INBOX_CHANNEL, STOP_CHANNEL
+from hermes.state.cluster import INBOX_CHANNEL, STOP_CHANNEL, Instance
 from hermes.state.db import SessionDB
 
 logger = logging.getLogger(__name__)
@@ -68,6 +68,15 @@ class Cluster:
     def others(self) -> list[str]:
         """The ids of the other live instances."""
         return self.cluster.others_alive(self.id, self.lease_s)
+
+    def earlier(self) -> list[Instance]:
+        """The other live instances that started before this one (ties: by id), so of
+        two starting at once exactly one sees the other as earlier."""
+        alive = [i for i in self.cluster.instances(self.lease_s) if i.alive]
+        mine = next((i for i in alive if i.id == self.id), None)
+        if mine is None:
+            return [i for i in alive if i.id != self.id]
+        return [i for i in alive if (i.started_at, i.id) < (mine.started_at, mine.id)]
 
     def start(self, router: Router | None) -> None:
         """Register, then beat (in a thread of its own), listen and poll until `stop`."""

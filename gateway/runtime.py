@@ -109,7 +109,7 @@ class Gateway:
         self._refuse_unstartable(problems)
         self.started_wall = datetime.now(UTC)
         if self.cluster is not None:
-            self._join_cluster()
+            await self._join_cluster()
         if self.app is not None:  # settle what a crash left between stores and state.db
             memory = self.app.agent.memory
             for user_id in await asyncio.to_thread(memory.users):
@@ -199,34 +199,41 @@ class Gateway:
 
     # -- several instances on one database --------------------------------------------------
 
-    def _join_cluster(self) -> None:
-        """Register this instance, refuse what cannot be shared, share the sessions."""
+    async def _join_cluster(self) -> None:
+        """Register this instance, share the sessions, refuse what cannot be shared."""
         assert self.cluster is not None
         cluster = self.cluster
         cluster.info = self._instance_info
-        sole = [n for n, s in self.platforms.items() if registry.sharing(n, s) == "sole"]
-        others = cluster.others()
-        if sole and others:
-            raise ConfigError(
-                f"another gateway runs on this database ({', '.join(others)}), and "
-                f"platforms {', '.join(sole)} connect in a mode only one process can use "
-                "(polling: a second consumer of the updates ends the first one's). With "
-                "several gateways use webhook mode behind a load balancer (see "
-                "deploy/README, 'Several gateways'), or run one gateway"
-            )
         router = self.app.router if self.app is not None else None
         if router is not None:
             router.share(self.db, cluster.id, cluster.lease_s)
             if self.app is not None and self.app.embedder is not None:
                 self.app.embedder.may_run = lambda: cluster.leader  # one instance embeds
         cluster.on_beat = self._check_leases
-        cluster.start(router)
+        cluster.start(router)  # registered first: two starting at once see each other
+        others = cluster.others()
+        earlier = cluster.earlier()  # the instances that started before this one
+        sole = self._sole()
+        if earlier and (sole or any(i.info.get("sole") for i in earlier)):
+            await cluster.stop()
+            mine = f"platforms {', '.join(sole)} here" if sole else "a platform there"
+            raise ConfigError(
+                f"another gateway runs on this database ({', '.join(i.id for i in earlier)})"
+                f", and {mine} connect in a mode only one process can use (polling: a "
+                "second consumer of the updates ends the first one's). With several "
+                "gateways use webhook mode behind a load balancer (see deploy/README, "
+                "'Several gateways'), or run one gateway"
+            )
         logger.info(
             "instance %s joined %d other gateway(s) on this database%s",
             cluster.id,
             len(others),
             " (the maintenance leader)" if cluster.leader else "",
         )
+
+    def _sole(self) -> list[str]:
+        """The enabled platforms only one process may connect (Telegram's polling)."""
+        return [n for n, s in self.platforms.items() if registry.sharing(n, s) == "sole"]
 
     def _leased(self, name: str) -> bool:
         return self.cluster is not None and registry.sharing(name, self.platforms[name]) == "leased"
@@ -285,6 +292,7 @@ class Gateway:
             "platforms": self.status(),
             "leader": self.cluster.leader if self.cluster is not None else False,
             "taken_over": shared.taken_over if shared is not None else 0,
+            "sole": self._sole(),
         }
 
     async def _start_platform(self, name: str, adapter: PlatformAdapter) -> bool:

@@ -116,7 +116,7 @@ class SharedSessions:
             self.taken_over += len(rows)
             metrics.EVENTS_TAKEN_OVER.inc(len(rows))
             logger.info("took %d waiting event(s) of session %s", len(rows), stored_key)
-        if not started and not self.lanes.running(stored_key):  # nothing to work here
+        if rows and not started and not self.lanes.running(stored_key):  # none usable
             self.cluster.finish(self.me, stored_key, [], release=True)
         return len(rows)
 

@@ -374,8 +374,10 @@ def test_a_consolidation_due_while_the_leader_dies_runs_once_later(
 def test_polling_is_refused_beside_another_instance(
     fleet: Fleet, fake_llm: FakeOpenAI, fakes: Platforms, balancer: Balancer, database_url: str
 ) -> None:
-    """Telegram allows one getUpdates consumer: a second instance in polling mode on the
-    same database exits at start (code 2), saying why and what to do instead."""
+    """Telegram allows one getUpdates consumer: of two instances in polling mode started
+    at the same moment on one database, exactly one runs and the other exits at start
+    (code 2), saying why and what to do instead; so does a third one in webhook mode
+    beside the one that polls."""
     for name in ("gw1", "gw2"):
         fleet_config(
             fleet.home(name),
@@ -386,13 +388,23 @@ def test_polling_is_refused_beside_another_instance(
             lease_s=LEASE_S,
             telegram_mode="polling",
         )
-    start_fleet(fleet, ["gw1"], balancer)
-    second = fleet.start("gw2")
-    assert second.wait(60) == 2
-    said = " ".join(fleet.log("gw2").split())
+    fleet_config(fleet.home("gw3"), fake_llm, fakes, balancer.url, database_url, lease_s=LEASE_S)
+    procs = {name: fleet.start(name) for name in ("gw1", "gw2")}  # at once
+    deadline = time.monotonic() + 90
+    while all(p.poll() is None for p in procs.values()):
+        assert time.monotonic() < deadline, "neither refused"
+        time.sleep(0.1)
+    refused = next(n for n, p in procs.items() if p.poll() is not None)
+    runs = next(n for n in procs if n != refused)
+    assert procs[refused].wait(30) == 2
+    said = " ".join(fleet.log(refused).split())
     assert "another gateway runs on this database" in said and "telegram" in said
     assert "webhook mode behind a load balancer" in said and "Traceback" not in said
-    assert fleet.procs["gw1"].poll() is None  # the first one runs on
+    fleet.http(runs)  # the other one started and runs on
+    assert fleet.procs[runs].poll() is None
+    assert fleet.start("gw3").wait(60) == 2  # webhook mode beside the one that polls
+    assert "another gateway runs on this database" in fleet.log("gw3")
+    assert fleet.procs[runs].poll() is None
 
 
 def test_merge_and_stop_keep_their_meaning_across_instances(
