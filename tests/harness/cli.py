@@ -19,7 +19,7 @@ HERMES = [sys.executable, "-c", "from gateway.cli.main import main; main()"]
 
 
 def hermes(
-    *args: str, home: Path | None = None, answer: str | None = None
+    *args: str, home: Path | None = None, answer: str | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
     """`hermes ARGS` as a subprocess; `answer` is typed on its stdin (else it has none)."""
     env = dict(os.environ, COLUMNS="200", NO_COLOR="1")
@@ -30,7 +30,7 @@ def hermes(
         capture_output=True,
         text=True,
         env=env,
-        timeout=60,
+        timeout=timeout,
         check=False,
         input=answer if answer is not None else "",
     )
