@@ -7,12 +7,13 @@
 from __future__ import annotations
 
 import io
+import ipaddress
 import os
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -94,6 +95,28 @@ class DatabaseConfig(Section):
         return value.strip()
 
 
+class DashboardConfig(Section):
+    """The operator's web dashboard under `/admin/` on the gateway's HTTP server
+    (gateway/dashboard/). On a bind other than loopback it is served only when
+    `public_url` is an https address (a TLS reverse proxy in front)."""
+
+    enabled: bool = True
+    public_url: str | None = None  # https://bot.example.com (what login links point to)
+    session_hours: float = Field(default=12.0, gt=0, le=24 * 30)
+    link_minutes: float = Field(default=10.0, gt=0, le=60)  # a /dashboard link's life
+
+    @field_validator("public_url")
+    @classmethod
+    def _an_address(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = value.strip().rstrip("/")
+        parts = urlsplit(value)
+        if parts.scheme not in ("https", "http") or not parts.hostname or parts.path:
+            raise ValueError("public_url must be an address like https://HOST[:PORT]")
+        return value
+
+
 class HermesConfig(Section):
     """The whole config.yaml."""
 
@@ -112,6 +135,7 @@ class HermesConfig(Section):
     transcription: TranscriptionConfig = TranscriptionConfig()
     media: MediaConfig = MediaConfig()
     logging: LoggingConfig = LoggingConfig()
+    dashboard: DashboardConfig = DashboardConfig()
 
     @model_validator(mode="after")
     def _memory_beside_the_database(self) -> HermesConfig:
@@ -122,6 +146,41 @@ class HermesConfig(Section):
             memory = self.memory.model_copy(update={"backend": implied})
             object.__setattr__(self, "memory", memory)  # frozen: set once, while validated
         return self
+
+
+def dashboard_refusal(config: HermesConfig) -> str | None:
+    """Why the dashboard may not be served, or None. A login page on a bind other than
+    loopback without TLS in front would send passwords and cookies in the clear."""
+    section, http = config.dashboard, config.gateway.http
+    if not section.enabled:
+        return "dashboard.enabled is false"
+    if is_loopback(http.host):
+        return None
+    if section.public_url and section.public_url.startswith("https://"):
+        return None
+    return (
+        f"gateway.http.host is {http.host}, reachable from other machines, and "
+        "dashboard.public_url is not an https:// address: put the gateway behind a TLS "
+        "reverse proxy and set dashboard.public_url to its address (deploy/README.md), "
+        "or bind gateway.http.host to 127.0.0.1 and reach it through an SSH tunnel"
+    )
+
+
+def dashboard_address(config: HermesConfig) -> str:
+    """Where the dashboard is reached: `public_url`, else the HTTP server's address."""
+    if config.dashboard.public_url:
+        return config.dashboard.public_url + "/admin/"
+    http = config.gateway.http
+    host = f"[{http.host}]" if ":" in http.host else http.host
+    return f"http://{host}:{http.port}/admin/"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bind address is reachable from this machine only."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def resolve_home(env: Mapping[str, str] | None = None) -> Path:

@@ -98,6 +98,8 @@ async def maintenance(home: str) -> str:
             summary += f"; removed {removed} media file(s) no session refers to"
         if db.backend == "postgresql":  # several gateways: ids seen, released leases
             summary += f"; forgot {db.cluster.prune()} old coordination row(s)"
+        if ended := db.dashboard.prune():  # dashboard logins and links, a week after expiry
+            summary += f"; forgot {ended} ended dashboard login(s) and link(s)"
         return summary
     finally:
         db.close()

@@ -15,6 +15,7 @@ logged at INFO: a turn's line names the platform, the chat and the person, not t
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import contextvars
 import functools
@@ -24,12 +25,15 @@ import re
 import secrets
 import sys
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from gateway.config import HermesConfig, secret
 from gateway.edge.platform_config import platforms
 
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s%(turn_tag)s: %(message)s"
+RECENT_CAPACITY = 2000  # lines kept for the dashboard
 OURS = frozenset({"gateway", "hermes", "adapters", "__main__"})
 MASK = "***"
 # shapes of secrets masked wherever they appear: model API keys and bearer tokens here,
@@ -140,25 +144,65 @@ def configure(
     ours = logging.getLevelName((level or settings.level).upper())
     theirs = logging.getLevelName(settings.third_party.upper())
     handler = logging.StreamHandler(sys.stderr)
-    handler.addFilter(LevelGate(ours, theirs))
-    handler.addFilter(Redactor(secret_values(config, env)))
-    handler.addFilter(TurnTag())
     if settings.format == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(
-            logging.Formatter("%(asctime)s %(levelname)s %(name)s%(turn_tag)s: %(message)s")
-        )
+        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
-    root.addHandler(handler)
+    redactor = Redactor(secret_values(config, env))
+    for each in (handler, RECENT):  # the same lines, redacted alike, in both
+        each.filters.clear()
+        each.addFilter(LevelGate(ours, theirs))
+        each.addFilter(redactor)
+        each.addFilter(TurnTag())
+        root.addHandler(each)
     root.setLevel(min(ours, theirs))
 
 
+class RecentLines(logging.Handler):
+    """The last lines the process logged, in memory, for the dashboard's Logs page
+    (journald or the container runtime keeps the whole log)."""
+
+    def __init__(self, capacity: int = RECENT_CAPACITY) -> None:
+        super().__init__()
+        self.lines: collections.deque[LogLine] = collections.deque(maxlen=capacity)
+        self.setFormatter(logging.Formatter(TEXT_FORMAT))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = self.format(record)
+        except Exception:  # a record that cannot be formatted is not worth a traceback
+            return
+        self.lines.append(LogLine(record.levelno, str(record.__dict__.get("turn", "")), text))
+
+    def last(self, limit: int, level: int = logging.NOTSET, turn_id: str = "") -> list[LogLine]:
+        """The newest `limit` lines at `level` or above (of one turn, when given)."""
+        found = [
+            line
+            for line in list(self.lines)
+            if line.level >= level and (not turn_id or line.turn == turn_id)
+        ]
+        return found[-limit:]
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    level: int
+    turn: str
+    text: str
+
+
+RECENT = RecentLines()
+
+
 __all__ = [
+    "RECENT",
     "JsonFormatter",
     "LevelGate",
+    "LogLine",
+    "RecentLines",
     "Redactor",
     "TurnTag",
     "configure",

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import signal
 import time
@@ -26,7 +25,16 @@ from pathlib import Path
 from gateway import registry
 from gateway.app import App, build_app
 from gateway.cluster import Cluster, platform_lease
-from gateway.config import ConfigError, HermesConfig, enabled_platforms, main_endpoint
+from gateway.config import (
+    ConfigError,
+    HermesConfig,
+    dashboard_refusal,
+    enabled_platforms,
+    is_loopback,
+    main_endpoint,
+)
+from gateway.dashboard.auth import CredentialsError
+from gateway.dashboard.pages import Dashboard, Parts
 from gateway.edge.http_server import HttpServer, WebhookAdapter
 from gateway.edge.ports import MenuEntry, PlatformAdapter
 from gateway.reminders import ReminderRunner
@@ -86,6 +94,7 @@ class Gateway:
         self._stopping = asyncio.Event()
         self._watcher: asyncio.Task[None] | None = None
         self.reminders: ReminderRunner | None = None
+        self.dashboard: Dashboard | None = None
 
     # -- RuntimeInfo, for /admin status ---------------------------------------------------
 
@@ -120,14 +129,17 @@ class Gateway:
             if isinstance(adapter, WebhookAdapter):
                 for route in adapter.routes():
                     self.http.add(route)
-        if not _loopback(self.http.host):
+        if not is_loopback(self.http.host):
             logger.warning(
                 "gateway.http.host is %s: /healthz and /readyz answer anyone who can reach "
                 "it (webhooks still check their secret); put it behind a reverse proxy with "
                 "TLS, or use 127.0.0.1",
                 self.http.host,
             )
+        self._mount_dashboard()
         await self.http.start()  # before the adapters: webhooks must find it listening
+        if self.dashboard is not None:
+            self.dashboard.site.set_port(self.http.port)
         await self._start_platforms(built, leased)
         await self.scheduler.start()
         deadline = self.config.gateway.connect_timeout_seconds
@@ -142,6 +154,26 @@ class Gateway:
         self.started_at = time.monotonic()
         self._publish()
         logger.info("gateway started: %s", self._summary())
+
+    def _mount_dashboard(self) -> None:
+        """The operator's web dashboard under /admin/, unless config or the bind refuses
+        it (a public bind needs TLS in front: `dashboard_refusal` says why)."""
+        if self.app is None or not self.config.dashboard.enabled:
+            return
+        if (refusal := dashboard_refusal(self.config)) is not None:
+            logger.warning("the dashboard is not served: %s", refusal)
+            return
+        app = self.app
+        parts = Parts(
+            self.home, self.config, self.db, app.people, app.agent.memory, app.embedder, self
+        )
+        try:
+            self.dashboard = Dashboard(parts, self.http.port)
+        except CredentialsError as exc:
+            logger.error("the dashboard is not served: %s", exc)
+            return
+        for route in self.dashboard.routes():
+            self.http.add(route)
 
     async def _start_platforms(self, built: dict[str, PlatformAdapter], leased: set[str]) -> None:
         """Each platform started (one that fails is retried); a leased one whose
@@ -487,10 +519,3 @@ class Gateway:
         finally:
             await self.stop()
         return self.exit_code
-
-
-def _loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"

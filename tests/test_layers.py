@@ -231,6 +231,7 @@ ROOMS = [
     ("admission",),
     ("commands",),
     ("pipeline",),
+    ("dashboard",),
     (
         "app.py",
         "runtime.py",

@@ -298,6 +298,38 @@ class People:
         who = row.display_name or row.platform_user_id
         return f"{verb}: {row.platform} user {who} ({row.platform_user_id})."
 
+    def set_blocked(self, user_id: str, *, blocked: bool) -> str | None:
+        """Block a person on every platform (or lift it), for `hermes users block` and
+        the dashboard alike; why not, in words, when refused (the owner always stays
+        reachable, so the owner cannot be blocked)."""
+        found = self.repo.get_user(user_id)
+        if found is None:
+            return f"no user {user_id}"
+        if blocked and self._is_owner(user_id, found.role):
+            return "the owner cannot be blocked (the owner always stays reachable)"
+        self.repo.set_status(user_id, "blocked" if blocked else "active")
+        if blocked:
+            self.db.dashboard.end_all(user_id)
+        self.changed()
+        return None
+
+    def set_role(self, user_id: str, role: str) -> str | None:
+        """A person's new role; why not, in words, when refused (this home's owner stays
+        an owner: nobody could run `/admin` commands otherwise)."""
+        found = self.repo.get_user(user_id)
+        if found is None:
+            return f"no user {user_id}"
+        if role != "owner" and self._is_owner(user_id, "user"):
+            return "this home's owner stays an owner"
+        self.repo.set_role(user_id, role)
+        if ROLE_RANK.get(role, 0) < ROLE_RANK.get(found.role, 0):
+            self.db.dashboard.end_all(user_id)  # a dashboard login needs admin or owner
+        self.changed()
+        return None
+
+    def _is_owner(self, user_id: str, role: str) -> bool:
+        return role == "owner" or user_id == owner_user_id(self.memory.home)
+
     def changed(self) -> None:
         """Identities, roles or rules changed (here or elsewhere): re-read them."""
         self._stamp = self.repo.stamp()

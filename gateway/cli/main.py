@@ -10,6 +10,7 @@ import typer
 from gateway.cli import (
     backup_cmd,
     chat_cmd,
+    dashboard_cmd,
     db_cmd,
     doctor_cmd,
     evidence_cmd,
@@ -81,6 +82,7 @@ app.add_typer(backup_cmd.app, name="backup")
 app.add_typer(db_cmd.app, name="db")
 app.add_typer(reminders_cmd.app, name="reminders")
 app.add_typer(evidence_cmd.app, name="evidence")
+app.add_typer(dashboard_cmd.app, name="dashboard")
 app.command("chat")(chat_cmd.chat)
 app.command("init")(init_cmd.init)
 app.command("doctor")(doctor_cmd.doctor)

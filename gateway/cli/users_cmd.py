@@ -162,7 +162,8 @@ def role(
     ctx = CliContext.load()
     db = ctx.open_db()
     user_id = _resolve(db, who, ctx, create=True)
-    db.people.set_role(user_id, new_role)
+    if (refused := ctx.people(db).set_role(user_id, new_role)) is not None:
+        fail(refused, EXIT_REFUSED)
     note(f"[green]✓[/green] {user_id} is now {new_role}")
 
 
@@ -175,10 +176,8 @@ def block(
     ctx = CliContext.load()
     db = ctx.open_db()
     user_id = _resolve(db, who, ctx)
-    found = db.people.get_user(user_id)
-    if not unblock and (user_id == owner_user_id(ctx.home) or (found and found.role == "owner")):
-        fail("the owner cannot be blocked (the owner always stays reachable)", EXIT_REFUSED)
-    db.people.set_status(user_id, "active" if unblock else "blocked")
+    if (refused := ctx.people(db).set_blocked(user_id, blocked=not unblock)) is not None:
+        fail(refused, EXIT_REFUSED)
     note(f"[green]✓[/green] {user_id} is {'unblocked' if unblock else 'blocked'}")
 
 

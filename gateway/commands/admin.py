@@ -3,13 +3,14 @@ process, everyone known, another person's memory usage, pairing and access rules
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import urlencode
 
 from gateway.admission.people import People
 from gateway.commands.context import CommandContext, RuntimeInfo
 from gateway.commands.memory import MemoryCommands
-from gateway.config import HermesConfig
+from gateway.config import HermesConfig, dashboard_address, dashboard_refusal
 from gateway.scheduler import read_status
 from hermes.embedder import Embedder
 from hermes.state.db import SessionDB
@@ -83,6 +84,25 @@ class AdminCommands:
                 )
             )
         return lines
+
+    async def dashboard(self, ctx: CommandContext, _: str) -> str:
+        """A one-time login link to the web dashboard, for this owner or admin only."""
+        section = self.config.dashboard
+        if (refusal := dashboard_refusal(self.config)) is not None:
+            return f"The dashboard is off: {refusal}."
+        token = self.db.dashboard.create_link(
+            ctx.person.user_id, timedelta(minutes=section.link_minutes)
+        )
+        link = f"{dashboard_address(self.config)}login?{urlencode({'token': token})}"
+        where = (
+            ""
+            if section.public_url
+            else " (it listens on this server only: open an SSH tunnel to its port first)"
+        )
+        return (
+            f"Your dashboard login link, good once for {section.link_minutes:g} minutes"
+            f"{where}:\n{link}\nDo not share it: it logs in as you."
+        )
 
     async def users(self, _ctx: CommandContext, _: str) -> str:
         lines = []

@@ -175,6 +175,13 @@ class Commands:
                 usage="PLATFORM",
             ),
             Command(
+                "/dashboard",
+                "A one-time login link to the web dashboard (admins only)",
+                admin.dashboard,
+                admin_only=True,
+                dm_only=True,  # the link logs in as its asker
+            ),
+            Command(
                 "/admin",
                 "Admin commands (admins only)",
                 admin_only=True,

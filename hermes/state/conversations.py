@@ -17,7 +17,15 @@ from sqlmodel import Session, col, select
 from hermes.identity import validate_user_id
 from hermes.state import engine as eng
 from hermes.state import postgres
-from hermes.state.models import ChatSession, Delivery, Media, Message, SystemPrompt, utcnow
+from hermes.state.models import (
+    ChatSession,
+    Delivery,
+    Media,
+    Message,
+    SystemPrompt,
+    as_utc,
+    utcnow,
+)
 from hermes.state.search import MessageHit, SearchScope, search_messages
 from hermes.state.vectors import QueryVector, VectorDB
 
@@ -40,6 +48,13 @@ class NewMessage:
     platform_message_id: str | None = None
     token_count: int = 0
     created_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Activity:
+    received: dict[str, datetime]  # platform -> its last message from a person
+    replied: dict[str, datetime]  # platform -> the assistant's last message there
+    per_hour: dict[str, int]  # "YYYY-MM-DD HH" (UTC) -> messages received in that hour
 
 
 class ConversationDB:
@@ -234,6 +249,32 @@ class ConversationDB:
     def count_messages(self) -> int:
         with eng.reading(self.engine) as session:
             return int(session.exec(select(func.count()).select_from(Message)).one())
+
+    def activity(self, since: datetime) -> Activity:
+        """For the operator (across people, no text): each platform's last message in
+        and reply out, and messages received per hour since `since`."""
+        hour = (
+            func.to_char(Message.created_at, "YYYY-MM-DD HH24")
+            if self.engine.dialect.name == "postgresql"
+            else func.strftime("%Y-%m-%d %H", Message.created_at)
+        )
+        with eng.reading(self.engine) as session:
+            last = session.execute(
+                select(ChatSession.platform, Message.role, func.max(Message.created_at))
+                .join(ChatSession, col(ChatSession.id) == col(Message.session_id))
+                .where(col(Message.role).in_(("user", "assistant")))
+                .group_by(ChatSession.platform, Message.role)
+            ).all()
+            hours = session.execute(
+                select(hour, func.count())
+                .where(Message.role == "user", col(Message.created_at) >= since)
+                .group_by(hour)
+            ).all()
+        received: dict[str, datetime] = {}
+        replied: dict[str, datetime] = {}
+        for platform, role, at in last:
+            (received if role == "user" else replied)[str(platform)] = as_utc(at)
+        return Activity(received, replied, {str(h): int(n) for h, n in hours})
 
     def search(
         self, scope: SearchScope, query: str, limit: int = 50, vector: QueryVector | None = None

@@ -8,7 +8,8 @@
 - `memory_stores` (MemoryStoresDB): the stores themselves, with memory.backend: database;
 - `upkeep` (UpkeepDB): job results, pruning, maintenance, integrity, bulk imports;
 - `reminders` (RemindersDB): reminders, their runs (the claim), each person's time zone;
-- `cluster` (ClusterDB): several gateways on PostgreSQL: instances, leases, the inbox.
+- `cluster` (ClusterDB): several gateways on PostgreSQL: instances, leases, the inbox;
+- `dashboard` (DashboardDB): the web dashboard's logins, one-time links, audit log.
 
 All SQL lives in these modules; everything else calls their methods. A second backend
 (PostgreSQL) implements the same repositories over its own engine.
@@ -23,6 +24,7 @@ from hermes.state import sidecar
 from hermes.state.access import AccessDB
 from hermes.state.cluster import ClusterDB
 from hermes.state.conversations import ConversationDB
+from hermes.state.dashboard import DashboardDB
 from hermes.state.memory_log import MemoryLogDB
 from hermes.state.memory_stores import MemoryStoresDB
 from hermes.state.people import PeopleDB
@@ -62,6 +64,7 @@ class SessionDB:
         self.upkeep = UpkeepDB(self)
         self.reminders = RemindersDB(self)
         self.cluster = ClusterDB(self)
+        self.dashboard = DashboardDB(self)
 
     @classmethod
     def open(cls, home: Path, url: str | None = None, pool_size: int = 5) -> SessionDB:

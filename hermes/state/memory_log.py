@@ -188,6 +188,17 @@ class MemoryLogDB:
             )
             return session.exec(query).first()
 
+    def history(self, user_id: str, limit: int = 50) -> list[MemoryVersion]:
+        """The person's store changes, newest first (undone ones too, marked)."""
+        with eng.reading(self.engine) as session:
+            query = (
+                select(MemoryVersion)
+                .where(MemoryVersion.user_id == user_id)
+                .order_by(col(MemoryVersion.id).desc())
+                .limit(limit)
+            )
+            return list(session.exec(query))
+
     def consolidation_state(self, user_id: str, target: str) -> ConsolidationState:
         with eng.reading(self.engine) as session:
             row = session.get(ConsolidationState, (user_id, target))

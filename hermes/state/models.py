@@ -415,3 +415,44 @@ class Media(SQLModel, table=True):
     bytes: int
     path: str  # relative to HERMES_HOME: media/<sha256>.<ext>
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class DashboardSession(SQLModel, table=True):
+    """A login to the web dashboard: the cookie carries the token, the row its hash
+    (a copy of state.db gives no one a session); ended by logout or expiry."""
+
+    __tablename__ = "dashboard_sessions"
+    __table_args__ = (Index("ix_dashboard_sessions_user", "user_id"),)
+
+    token_hash: str = Field(primary_key=True)
+    user_id: str = Field(foreign_key="users.id", ondelete="CASCADE")
+    created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime
+    ended_at: datetime | None = None
+
+
+class DashboardLink(SQLModel, table=True):
+    """A one-time login link an owner or admin asked the bot for (`/dashboard`)."""
+
+    __tablename__ = "dashboard_links"
+
+    token_hash: str = Field(primary_key=True)
+    user_id: str = Field(foreign_key="users.id", ondelete="CASCADE")
+    created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime
+    used_at: datetime | None = None
+
+
+class AuditEntry(SQLModel, table=True):
+    """A change an operator made from the dashboard: who, what, when (kept when the
+    actor is deleted: the record outlives them)."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_log_at", "at"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    at: datetime = Field(default_factory=utcnow)
+    actor: str
+    action: str
+    subject: str = ""
+    detail: str = ""

@@ -365,6 +365,7 @@ UPGRADES: dict[int, tuple[str, ...]] = {
     14: ("memory_stores", "memory_archive"),
     15: (),
     16: (),
+    17: ("dashboard_sessions", "dashboard_links", "audit_log"),
 }
 UPGRADE_STATEMENTS: dict[int, tuple[str, ...]] = {
     15: (

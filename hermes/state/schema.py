@@ -486,8 +486,36 @@ _V15: list[str] = []
 # only: a SQLite home keeps its one-process lock (gateway/instance.py)
 _V16: list[str] = []
 
+# v17: the web dashboard's logins and one-time links (hashes only), and its audit log
+_V17 = [
+    """CREATE TABLE dashboard_sessions (
+        token_hash TEXT PRIMARY KEY,
+        user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        created_at TIMESTAMP NOT NULL,
+        expires_at TIMESTAMP NOT NULL,
+        ended_at TIMESTAMP
+    )""",
+    "CREATE INDEX ix_dashboard_sessions_user ON dashboard_sessions(user_id)",
+    """CREATE TABLE dashboard_links (
+        token_hash TEXT PRIMARY KEY,
+        user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        created_at TIMESTAMP NOT NULL,
+        expires_at TIMESTAMP NOT NULL,
+        used_at TIMESTAMP
+    )""",
+    """CREATE TABLE audit_log (
+        id INTEGER PRIMARY KEY,
+        at TIMESTAMP NOT NULL,
+        actor TEXT NOT NULL,
+        action TEXT NOT NULL,
+        subject TEXT NOT NULL DEFAULT '',
+        detail TEXT NOT NULL DEFAULT ''
+    )""",
+    "CREATE INDEX ix_audit_log_at ON audit_log(at)",
+]
+
 MIGRATIONS: list[list[str]] = [
     _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15,
-    _V16,
+    _V16, _V17,
 ]  # fmt: skip
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -186,17 +187,18 @@ def test_every_guard_in_the_table_is_enforced_by_the_dispatcher(
 
 
 def test_help_and_the_platform_menus_come_from_the_table(home: Path, fake_llm: FakeOpenAI) -> None:
-    async def body(router: Router, adapter: FakeAdapter) -> tuple[str, list[str], list[str]]:
+    async def body(
+        router: Router, adapter: FakeAdapter
+    ) -> tuple[str, list[tuple[str, bool]], list[str]]:
         help_text = await ask(adapter, dm("alice", "/help"))
-        names = [row.name for row in router.commands.table]
+        names = [(row.name, row.admin_only) for row in router.commands.table]
         menu = [entry.name for entry in router.commands.menu()]
         return help_text, names, menu
 
     help_text, names, menu = scenario(home, fake_llm, body)
-    assert menu == [name[1:] for name in names]
-    for name in names:
-        if name != "/admin":  # alice is not an admin
-            assert name in help_text
+    assert menu == [name[1:] for name, _ in names]
+    for name, admin_only in names:
+        assert (name in help_text) is not admin_only  # alice is not an admin
 
 
 def test_admin_block_refuses_the_owners_own_account(home: Path, fake_llm: FakeOpenAI) -> None:
@@ -265,3 +267,26 @@ def test_sessions_says_each_conversations_title_once(home: Path, fake_llm: FakeO
 
     listed = scenario(home, fake_llm, body)
     assert listed.count("Plan the trip to Porto") == 1, listed
+
+
+def test_dashboard_gives_an_admin_a_one_time_login_link(home: Path, fake_llm: FakeOpenAI) -> None:
+    async def body(router: Router, adapter: FakeAdapter) -> dict[str, object]:
+        alice = router.db.people.user_for_identity("fakechat", "alice")
+        PeopleDB(router.db).set_role(alice, "admin")
+        refused = await ask(adapter, dm("bob", "/dashboard"))
+        reply = await ask(adapter, dm("alice", "/dashboard"))
+        found = re.search(r"(http://\S+/admin/login\?token=(\S+))", reply)
+        assert found is not None, reply
+        token = found.group(2)
+        return {
+            "refused": refused,
+            "reply": reply,
+            "first": router.db.dashboard.use_link(token),
+            "again": router.db.dashboard.use_link(token),
+            "alice": alice,
+        }
+
+    out = scenario(home, fake_llm, body)
+    assert out["refused"] == "That command needs an admin."
+    assert "good once for 10 minutes" in str(out["reply"]) and "SSH tunnel" in str(out["reply"])
+    assert out["first"] == out["alice"] and out["again"] is None

@@ -1,0 +1,479 @@
+"""The dashboard's pages: login, Status, People, Memory, Sessions, Reminders, Logs.
+
+Every change goes through the home that owns it, as the chat's and the CLI's commands
+do: pairing decisions through `People.decide_pairing`, roles and blocks through
+`People.set_role` / `set_blocked` (the owner stays reachable), memory through the
+memory service (scan, limits, provenance; the actor is "admin", and the audit log
+names which one), reminders through their repository. Reads run off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from gateway.admission.people import ADMIN_ROLES, People
+from gateway.commands.context import RuntimeInfo
+from gateway.commands.memory import provider_line
+from gateway.config import HermesConfig
+from gateway.dashboard.auth import CredentialsError
+from gateway.dashboard.chart import hourly_chart
+from gateway.dashboard.site import COOKIE, LOGIN_COOKIE, Operator, RefusedError, Site, form_of
+from gateway.edge.http_server import Route
+from gateway.logs import RECENT
+from gateway.scheduler import read_status
+from hermes.embedder import Embedder
+from hermes.identity import owner_user_id
+from hermes.memory.render import display_entry, render
+from hermes.memory.service import MemoryService
+from hermes.memory.store import Target
+from hermes.reminders import local
+from hermes.state.db import SessionDB
+from hermes.state.people import ROLES
+from hermes.state.search import SearchScope
+from hermes.state.transfer import export_lines, export_markdown
+from hermes.tools.session_search import SessionSearchTool
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+STATIC = Path(__file__).with_name("static")
+LOG_LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+SEARCH_USERS_AT_MOST = 200  # an owner's search across people looks at this many
+
+
+@dataclass
+class Parts:
+    """What the pages read and change (the gateway's own, or the CLI's for a home with no
+    gateway running)."""
+
+    home: Path
+    config: HermesConfig
+    db: SessionDB
+    people: People
+    memory: MemoryService
+    embedder: Embedder | None = None
+    runtime: RuntimeInfo | None = None
+
+
+class Dashboard:
+    def __init__(self, parts: Parts, port: int) -> None:
+        self.parts = parts
+        self.db, self.people, self.memory = parts.db, parts.people, parts.memory
+        self.site = Site(parts.home, parts.config, parts.db, port)
+
+    def routes(self) -> list[Route]:
+        site = self.site
+        return [
+            site.open_route("GET", "/static/{name}", self._static),
+            site.open_route("GET", "/login", self._login_page),
+            site.open_route("POST", "/login", self._login),
+            site.route("POST", "/logout", self._logout),
+            site.route("GET", "/", self._home),
+            site.route("GET", "/status", self._status),
+            site.route("GET", "/people", self._people_page),
+            site.route("POST", "/people/pairing", self._pairing),
+            site.route("POST", "/people/role", self._role),
+            site.route("POST", "/people/block", self._block),
+            site.route("POST", "/people/link-code", self._link_code),
+            site.route("GET", "/memory", self._memory_page),
+            site.route("POST", "/memory/add", self._memory_add),
+            site.route("POST", "/memory/remove", self._memory_remove),
+            site.route("POST", "/memory/undo", self._memory_undo),
+            site.route("GET", "/sessions", self._sessions_page),
+            site.route("GET", "/sessions/{session_id}", self._session_page),
+            site.route("GET", "/sessions/{session_id}/export", self._session_export),
+            site.route("GET", "/reminders", self._reminders_page),
+            site.route("POST", "/reminders/cancel", self._reminder_cancel),
+            site.route("GET", "/logs", self._logs_page),
+        ]
+
+    async def _off_loop(self, work: Callable[[], T]) -> T:
+        return await asyncio.to_thread(work)
+
+    def _show(self, request: web.Request, me: Operator, name: str, **values: Any) -> web.Response:
+        note = request.query.get("note", "")[:300]
+        return self.site.page(name, me=me, note=note, page=name.removesuffix(".html"), **values)
+
+    # -- login -----------------------------------------------------------------------------
+
+    async def _static(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        if name not in {"style.css"}:
+            raise RefusedError(404, "No such file.")
+        response = web.FileResponse(STATIC / name)
+        response.headers["Cache-Control"] = "max-age=300"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        return response
+
+    async def _login_page(self, request: web.Request) -> web.StreamResponse:
+        """The password form, or (from a /dashboard link) a button that uses the link:
+        opening the link logs nobody in, so a chat's link preview cannot spend it."""
+        nonce = request.cookies.get(LOGIN_COOKIE) or _nonce()
+        response = self.site.page(
+            "login.html",
+            me=None,
+            note=request.query.get("note", "")[:300],
+            token=request.query.get("token", "")[:200],
+            nonce=nonce,
+            has_password=bool(self.site.credentials.passwords),
+        )
+        self.site.login_cookie(response, LOGIN_COOKIE, nonce, max_age=3600)
+        return response
+
+    async def _login(self, request: web.Request) -> web.StreamResponse:
+        site = self.site
+        site.check_origin(request)
+        form = await form_of(request)
+        if not form.get("nonce") or form["nonce"] != request.cookies.get(LOGIN_COOKIE):
+            raise RefusedError(403, "The login form has expired: open the login page again.")
+        client = request.remote or "?"
+        if (wait := site.attempts.wait(client)) > 0:
+            return site.redirect("/login", f"Too many failed logins: try again in {wait:.0f} s.")
+        if form.get("token"):
+            user_id = await self._off_loop(lambda: self.db.dashboard.use_link(form["token"]))
+            failed = "That link has expired or was already used: send /dashboard again."
+        else:
+            user_id = await self._off_loop(lambda: site.credentials.check(form.get("password", "")))
+            failed = "Wrong password."
+        user = self.db.people.get_user(user_id) if user_id else None
+        if user is None or user.role not in ADMIN_ROLES or user.status == "blocked":
+            site.attempts.failed(client)
+            logger.warning("dashboard: a failed login from %s", client)
+            return site.redirect("/login", failed)
+        site.attempts.succeeded(client)
+        hours = self.parts.config.dashboard.session_hours
+        token = await self._off_loop(
+            lambda: self.db.dashboard.start_login(user.id, timedelta(hours=hours))
+        )
+        self.db.dashboard.audit(
+            user.id, "login", detail="link" if form.get("token") else "password"
+        )
+        response = site.redirect("/status")
+        site.login_cookie(response, COOKIE, site.credentials.sign(token))
+        response.del_cookie(LOGIN_COOKIE, path="/admin")
+        return response
+
+    async def _logout(self, _request: web.Request, me: Operator) -> web.StreamResponse:
+        await self._off_loop(lambda: self.db.dashboard.end_login(me.token))
+        self.site.audit(me, "logout")
+        response = self.site.redirect("/login", "Logged out.")
+        response.del_cookie(COOKIE, path="/admin")
+        return response
+
+    async def _home(self, _request: web.Request, _me: Operator) -> web.StreamResponse:
+        return self.site.redirect("/status")
+
+    # -- status ----------------------------------------------------------------------------
+
+    async def _status(self, request: web.Request, me: Operator) -> web.StreamResponse:
+        runtime = self.parts.runtime
+        health = await runtime.llm_health() if runtime is not None else "not checked"
+        values = await self._off_loop(self._status_values)
+        return self._show(request, me, "status.html", model=health, **values)
+
+    def _status_values(self) -> dict[str, Any]:
+        parts, db = self.parts, self.db
+        now = datetime.now(UTC)
+        activity = db.conversations.activity(now - timedelta(hours=24))
+        runtime = parts.runtime
+        states = runtime.adapter_states() if runtime is not None else {}
+        names = sorted(set(states) | set(activity.received) | set(activity.replied))
+        platforms = [
+            {
+                "name": name,
+                "state": states.get(name, "no gateway running here" if runtime is None else "off"),
+                "received": activity.received.get(name),
+                "replied": activity.replied.get(name),
+            }
+            for name in names
+        ]
+        owner = owner_user_id(parts.home)
+        files = [p for p in db.path.parent.glob(db.path.name + "*") if p.is_file()]
+        disk = shutil.disk_usage(parts.home)
+        return {
+            "platforms": platforms,
+            "uptime": runtime.uptime_s() if runtime is not None else None,
+            "chart": hourly_chart(activity.per_hour, now),
+            "jobs": read_status(parts.home, parts.config, db),
+            "search": parts.embedder.status_line() if parts.embedder else "lexical (word index)",
+            "provider": provider_line(parts.memory.providers.status(owner)),
+            "database": (
+                "PostgreSQL"
+                if db.backend == "postgresql"
+                else f"SQLite, {sum(p.stat().st_size for p in files) / 1e6:.1f} MB"
+            ),
+            "disk": f"{disk.free / 1e9:.1f} GB free of {disk.total / 1e9:.1f} GB",
+            "audit": db.dashboard.audit_log(30),
+        }
+
+    # -- people ----------------------------------------------------------------------------
+
+    async def _people_page(self, request: web.Request, me: Operator) -> web.StreamResponse:
+        values = await self._off_loop(
+            lambda: {
+                "users": self.db.people.users(),
+                "pending": self.db.access.pending_pairings(),
+                "owner": owner_user_id(self.parts.home),
+            }
+        )
+        code = request.query.get("code", "")[:20]
+        return self._show(request, me, "people.html", roles=ROLES, code=code, **values)
+
+    async def _pairing(self, request: web.Request, me: Operator) -> web.StreamResponse:
+        form = await form_of(request)
+        code, approve = form.get("code", ""), form.get("decision") == "approve"
+        done = await self._off_loop(
+            lambda: self.people.decide_pairing(code, approve=approve, by=me.user_id)
+        )
+        if done is None:
+            return self.site.redirect("/people", "No pending request has that code.")
+        self.site.audit(me, "pairing." + ("approve" if approve else "deny"), code, done)
+        return self.site.redirect("/people", done)
+
+    async def _role(self, request: web.Request, me: Operator) -> web.StreamResponse:
+        form = await form_of(request)
+        user_id, role = form.get("user", ""), form.get("role", "")
+        if role not in ROLES:
+            raise RefusedError(400, "Unknown role.")
+        if role == "owner" and not me.is_owner:
+            raise RefusedError(403, "Only an owner can make someone an owner.")
+        refused = await self._off_loop(lambda: self.people.set_role(user_id, role))
+        if refused is not None:
+            return self.site.redirect("/people", f"Not changed: {refused}.")
+        self.site.audit(me, "role", user_id, role)
+        return self.site.redirect("/people", f"{user_id} is now {role}.")
+
+    async def _block(self, request: web.Request, me: Operator) -> web.StreamResponse:
+        form = await form_of(request)
+        user_id, blocked = form.get("user", ""), form.get("blocked") == "yes"
+        target = self.db.people.get_user(user_id)
+        if target is not None and target.role == "owner" and not me.is_owner:
+            raise RefusedError(403, "Only an owner can change an owner's access.")
+        refused = await self._off_loop(lambda: self.people.set_blocked(user_id, blocked=blocked))
+        if refused is not None:
+            return self.site.redirect("/people", f"Not changed: {refused}.")
+        self.site.audit(me, "block" if blocked else "unblock", user_id)
+        return self.site.redirect(
+            "/people", f"{user_id} is {'blocked' if blocked else 'unblocked'}."
+        )
+
+    async def _link_code(self, request: web.Request, me: Operator) -> web.StreamResponse:
+        form = await form_of(request)
+        user_id = form.get("user", "")
+        if self.db.people.get_user(user_id) is None:
+            raise RefusedError(404, "No such person.")
+        row = await self._off_loop(lambda: self.db.access.create_link_code(user_id))
+        self.site.audit(me, "link-code", user_id)
+        note = (
+            f"Link code for {user_id}: {row.code} (send /link {row.code} from the other "
+            "account within 10 minutes)."
+        )
+        return self.site.redirect("/people", note, code=row.code)
+
+    # -- memory ----------------------------------------------------------------------------
+
+    async def _memory_page(self, request: web.Request, me: Operator) -> web.StreamResponse:
+        wanted = request.query.get("user", "")
+        values = await self._off_loop(lambda: self._memory_values(wanted or me.user_id))
+        return self._show(request, me, "memory.html", **values)
+
+    def _memory_values(self, user_id: str) -> dict[str, Any]:
+        users = self.db.people.users()
+        if self.db.people.get_user(user_id) is None:
+            raise RefusedError(404, "No such person.")
+        memory = self.memory.of(user_id)
+        stores = []
+        threshold = self.parts.config.memory.consolidation.threshold
+        for status in self.memory.status(user_id):
+            target = status.target
+            if not status.enabled:
+                stores.append({"status": status, "target": target, "entries": [], "prompt": ""})
+                continue
+            state = memory.file_store(target).read()
+            entries = []
+            for entry in state.entries:
+                why = self.memory.why(user_id, entry[:80], limit=1)
+                entries.append({"text": display_entry(entry), "raw": entry, "why": why[:1]})
+            stores.append(
+                {
+                    "status": status,
+                    "target": target,
+                    "entries": entries,
+                    "pending": state.pending,
+                    "prompt": render(target, state),
+                    "low": round(status.limit * threshold),
+                }
+            )
+        history = self.db.memory_log.history(user_id, 30)
+        consolidation = [self.db.memory_log.consolidation_state(user_id, t.value) for t in Target]
+        return {
+            "users": users,
+            "user_id": user_id,
+            "stores": stores,
+            "history": history,
+            "consolidation": consolidation,
+            "proposals": [_proposal(v) for v in history if v.actor == "consolidator"],
+            "targets": list(Target),
+        }
+
+    async def _memory_add(self, request: web.Request, me: Operator) -> web.StreamResponse:
+        form = await form_of(request)
+        user_id, content = form.get("user", ""), form.get("content", "").strip()
+        target = form.get("target", "memory")
+        args = {"action": "add", "target": target, "content": content}
+        return await self._memory_write(me, user_id, args, f"Added to {target}.")
+
+    async def _memory_remove(self, request: web.Request, me: Operator) -> web.StreamResponse:
+        form = await form_of(request)
+        user_id, entry = form.get("user", ""), form.get("entry", "")
+        target = form.get("target", "memory")
+        args = {"action": "remove", "target": target, "old_text": entry}
+        return await self._memory_write(me, user_id, args, "Removed.")
+
+    async def _memory_write(
+        self, me: Operator, user_id: str, args: dict[str, str], done: str
+    ) -> web.StreamResponse:
+        if self.db.people.get_user(user_id) is None:
+            raise RefusedError(404, "No such person.")
+        if args["target"] not in {t.value for t in Target}:
+            raise RefusedError(400, "Unknown store.")
+        outcome = await self.memory.apply(user_id, args, actor="admin")
+        result = outcome.result
+        if not result.get("success"):
+            return self.site.redirect(
+                "/memory", f"Not written: {result.get('error')}", user=user_id
+            )
+        detail = args.get("content") or args.get("old_text") or ""
+        self.site.audit(me, f"memory.{args['action']}", user_id, f"{args['target']}: {detail}")
+        return self.site.redirect("/memory", done, user=user_id)
+
+    async def _memory_undo(self, request: web.Request, me: Operator) -> web.StreamResponse:
+        user_id = (await form_of(request)).get("user", "")
+        if self.db.people.get_user(user_id) is None:
+            raise RefusedError(404, "No such person.")
+        done, message = await self.memory.undo(user_id, actor="admin")
+        if done:
+            self.site.audit(me, "memory.undo", user_id, message)
+        return self.site.redirect("/memory", message, user=user_id)
+
+    # -- sessions --------------------------------------------------------------------------
+
+    async def _sessions_page(self, request: web.Request, me: Operator) -> web.StreamResponse:
+        query = request.query.get("q", "")[:500]
+        wanted = request.query.get("user", "")
+        users = await self._off_loop(self.db.people.users)
+        if wanted:
+            scope_users = [wanted]
+        elif me.is_owner:  # across people: the owner's view
+            scope_users = [s.user.id for s in users][:SEARCH_USERS_AT_MOST]
+        else:
+            scope_users = [me.user_id]
+        results: list[dict[str, Any]] = []
+        for user_id in scope_users:
+            tool = SessionSearchTool(self.db, SearchScope(user_id), embedder=self.parts.embedder)
+            found = await tool.run({"query": query, "limit": 5})
+            for item in found.get("results") or []:
+                results.append({**item, "user_id": user_id})
+        if not query:
+            results.sort(key=lambda r: str(r.get("last_active") or ""), reverse=True)
+        results = results[:30]
+        return self._show(
+            request, me, "sessions.html", users=users, q=query, user=wanted, results=results
+        )
+
+    def _conversation(self, request: web.Request) -> tuple[Any, list[Any], str]:
+        session_id, user_id = request.match_info["session_id"], request.query.get("user", "")
+        chat = self.db.conversations.get_session(session_id, user_id)
+        if chat is None:
+            raise RefusedError(404, "No such session for that person.")
+        return chat, self.db.conversations.messages(chat.id, user_id), user_id
+
+    async def _session_page(self, request: web.Request, me: Operator) -> web.StreamResponse:
+        chat, messages, user_id = await self._off_loop(lambda: self._conversation(request))
+        shown = [m for m in messages if m.role in ("user", "assistant") and m.content]
+        return self._show(request, me, "session.html", chat=chat, messages=shown, user=user_id)
+
+    async def _session_export(self, request: web.Request, me: Operator) -> web.StreamResponse:
+        chat, messages, user_id = await self._off_loop(lambda: self._conversation(request))
+        markdown = request.query.get("format") == "md"
+        body = (
+            export_markdown(chat, messages)
+            if markdown
+            else "".join(line + "\n" for line in export_lines(chat, messages))
+        )
+        self.site.audit(me, "session.export", user_id, chat.id)
+        name = f"{chat.id}.{'md' if markdown else 'jsonl'}"
+        response = web.Response(
+            text=body, content_type="text/markdown" if markdown else "application/jsonl"
+        )
+        response.headers["Content-Disposition"] = f'attachment; filename="{name}"'
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+    # -- reminders -------------------------------------------------------------------------
+
+    async def _reminders_page(self, request: web.Request, me: Operator) -> web.StreamResponse:
+        items = await self._off_loop(lambda: self.db.reminders.of_user(None, live_only=True))
+        rows = [
+            {
+                "r": r,
+                "next": f"{local(r.due_at, r.timezone)} {r.timezone}" if r.due_at else "-",
+            }
+            for r in items
+        ]
+        return self._show(request, me, "reminders.html", rows=rows)
+
+    async def _reminder_cancel(self, request: web.Request, me: Operator) -> web.StreamResponse:
+        reminder_id = (await form_of(request)).get("id", "")
+        gone = await self._off_loop(lambda: self.db.reminders.cancel(reminder_id))
+        if gone is None:
+            return self.site.redirect("/reminders", "No live reminder has that id.")
+        self.site.audit(me, "reminder.cancel", gone.user_id, f"{gone.id}: {gone.text[:100]}")
+        return self.site.redirect("/reminders", f"Cancelled {gone.id}.")
+
+    # -- logs ------------------------------------------------------------------------------
+
+    async def _logs_page(self, request: web.Request, me: Operator) -> web.StreamResponse:
+        level = request.query.get("level", "info")
+        turn = request.query.get("turn", "")[:40].strip()
+        try:
+            count = max(1, min(int(request.query.get("n", "200")), 2000))
+        except ValueError:
+            count = 200
+        lines = RECENT.last(count, LOG_LEVELS.get(level, 20), turn)
+        return self._show(
+            request,
+            me,
+            "logs.html",
+            lines=lines,
+            level=level,
+            turn=turn,
+            n=count,
+            levels=list(LOG_LEVELS),
+        )
+
+
+def _proposal(version: Any) -> dict[str, Any]:
+    """A consolidation the guard accepted, with each dropped entry's reason."""
+    try:
+        dropped = list(json.loads(version.reason or "{}").get("dropped") or [])
+    except (ValueError, AttributeError):
+        dropped = []
+    return {"version": version, "dropped": dropped}
+
+
+def _nonce() -> str:
+    return secrets.token_urlsafe(24)
+
+
+__all__ = ["CredentialsError", "Dashboard", "Parts"]

@@ -1,0 +1,240 @@
+"""The dashboard's routes under `/admin/` and the checks every request passes, in order:
+
+1. the `Host` header names this server (a DNS-rebinding page cannot reach it);
+2. a login: the signed cookie names a live login in state.db, of a person who is an
+   owner or admin *now* (the role is read again on every request, not at login);
+3. on every change (POST): the form's CSRF token matches the login's, and an `Origin`
+   header, when the browser sends one, is this server;
+4. every answer carries `Content-Security-Policy: default-src 'self'`, no framing,
+   no caching, no referrer; every change is recorded in the audit log.
+
+The pages themselves are in `pages.py`; logins and passwords in `auth.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+import jinja2
+from aiohttp import web
+
+from gateway.admission.people import ADMIN_ROLES
+from gateway.config import HermesConfig
+from gateway.dashboard.auth import (
+    CREDENTIALS_FILENAME,
+    Attempts,
+    Credentials,
+    CredentialsError,
+)
+from gateway.edge.http_server import Route
+
+logger = logging.getLogger(__name__)
+
+PREFIX = "/admin"
+COOKIE = "hermes_admin"
+LOGIN_COOKIE = "hermes_login"  # the login form's own CSRF token (no login yet)
+HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",  # a login link's token never leaves in a Referer
+    "Cache-Control": "no-store",
+}
+FORM_FIELD_CHARS = 4000  # a memory entry is at most 2,200; nothing on a form is longer
+
+
+@dataclass(frozen=True, slots=True)
+class Operator:
+    """The person behind a dashboard request, checked again on every request."""
+
+    user_id: str
+    name: str
+    role: str
+    token: str  # the login's token (its CSRF token is derived from it)
+    csrf: str
+
+    @property
+    def is_owner(self) -> bool:
+        return self.role == "owner"
+
+
+PageHandler = Callable[[web.Request, Operator], Awaitable[web.StreamResponse]]
+
+
+class RefusedError(Exception):
+    """A request the dashboard will not serve, with the status and a plain reason."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+class Site:
+    """What every page shares: templates, the credentials, the security checks."""
+
+    def __init__(self, home: Path, config: HermesConfig, db: Any, port: int) -> None:
+        self.home, self.config, self.db = home, config, db
+        self._credentials = Credentials.load(home)
+        self._credentials_stamp = self._stamp()
+        self.attempts = Attempts()
+        self.secure = (config.dashboard.public_url or "").startswith("https://")
+        self.templates = jinja2.Environment(
+            loader=jinja2.PackageLoader("gateway.dashboard", "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+        )
+        self.templates.filters["when"] = _when
+        self.set_port(port)
+
+    @property
+    def credentials(self) -> Credentials:
+        """dashboard.json as it is now (`hermes dashboard passwd` may change it while the
+        gateway runs): read again when its modification time changes."""
+        stamp = self._stamp()
+        if stamp != self._credentials_stamp:
+            try:
+                self._credentials = Credentials.load(self.home)
+            except CredentialsError as exc:  # the last good ones stay in use
+                logger.error("dashboard: %s", exc)
+            self._credentials_stamp = stamp
+        return self._credentials
+
+    def _stamp(self) -> int:
+        try:
+            return (self.home / CREDENTIALS_FILENAME).stat().st_mtime_ns
+        except OSError:
+            return 0
+
+    def set_port(self, port: int) -> None:
+        """The hosts a request may name (the port is known once the server listens)."""
+        host = self.config.gateway.http.host
+        names = {host, "localhost", "127.0.0.1", "[::1]"}
+        self.hosts = {f"{name}:{port}" for name in names} | {name for name in names if port == 80}
+        if (public := self.config.dashboard.public_url) is not None:
+            parts = urlsplit(public)
+            self.hosts.add(parts.netloc.lower())
+            self.origins = {public.lower()}
+        else:
+            self.origins = set()
+        self.origins |= {f"http://{h}" for h in self.hosts}
+
+    # -- answers ---------------------------------------------------------------------------
+
+    def page(self, name: str, status: int = 200, **values: Any) -> web.Response:
+        values = {"me": None, "note": "", "page": "", **values}
+        body = self.templates.get_template(name).render(prefix=PREFIX, **values)
+        response = web.Response(text=body, status=status, content_type="text/html")
+        response.headers.update(HEADERS)
+        return response
+
+    def refusal(self, refused: RefusedError) -> web.Response:
+        return self.page("refused.html", status=refused.status, reason=refused.reason)
+
+    def redirect(self, path: str, note: str = "", **query: str) -> web.Response:
+        if note:
+            query["note"] = note
+        location = PREFIX + path + (f"?{urlencode(query)}" if query else "")
+        response = web.Response(status=303, headers={"Location": location})
+        response.headers.update(HEADERS)
+        return response
+
+    # -- checks ----------------------------------------------------------------------------
+
+    def check_host(self, request: web.Request) -> None:
+        if request.host.lower() not in self.hosts:
+            raise RefusedError(421, "This server does not answer for that host name.")
+
+    def check_origin(self, request: web.Request) -> None:
+        origin = request.headers.get("Origin")
+        if origin is not None and origin.lower() not in self.origins:
+            raise RefusedError(403, "The form was sent from another site.")
+
+    def operator(self, request: web.Request) -> Operator | None:
+        """The logged-in owner or admin behind `request`, or None."""
+        raw = request.cookies.get(COOKIE, "")
+        token = self.credentials.unsign(raw) if raw else None
+        if token is None:
+            return None
+        login = self.db.dashboard.login(token)
+        if login is None:
+            return None
+        user = self.db.people.get_user(login.user_id)
+        if user is None or user.role not in ADMIN_ROLES or user.status == "blocked":
+            return None
+        csrf = self.credentials.csrf(token)
+        return Operator(user.id, user.display_name or user.id, user.role, token, csrf)
+
+    def login_cookie(
+        self, response: web.StreamResponse, name: str, value: str, **extra: Any
+    ) -> None:
+        response.set_cookie(
+            name,
+            value,
+            path=PREFIX,
+            httponly=True,
+            secure=self.secure,
+            samesite="Strict",
+            **extra,
+        )
+
+    def audit(self, me: Operator, action: str, subject: str = "", detail: str = "") -> None:
+        self.db.dashboard.audit(me.user_id, action, subject, detail)
+        logger.info("dashboard: %s by %s (%s)", action, me.user_id, subject)
+
+    # -- routes ----------------------------------------------------------------------------
+
+    def route(self, method: str, path: str, handler: PageHandler) -> Route:
+        """A page that needs a login (and, for POST, the form's CSRF token)."""
+
+        async def guarded(request: web.Request) -> web.StreamResponse:
+            try:
+                self.check_host(request)
+                me = await asyncio.to_thread(self.operator, request)
+                if me is None:
+                    if request.method != "GET":
+                        raise RefusedError(403, "Your login has ended: log in again.")
+                    return self.redirect("/login")
+                if request.method == "POST":
+                    self.check_origin(request)
+                    form = await form_of(request)
+                    if form.get("csrf", "") != me.csrf:
+                        raise RefusedError(403, "This form has expired: reload the page and retry.")
+                return await handler(request, me)
+            except RefusedError as refused:
+                return self.refusal(refused)
+
+        return Route(method, PREFIX + path, guarded)
+
+    def open_route(self, method: str, path: str, handler: Callable[..., Any]) -> Route:
+        """A route before login (the login page, the stylesheet): the Host check only."""
+
+        async def checked(request: web.Request) -> web.StreamResponse:
+            try:
+                self.check_host(request)
+                response: web.StreamResponse = await handler(request)
+                return response
+            except RefusedError as refused:
+                return self.refusal(refused)
+
+        return Route(method, PREFIX + path, checked)
+
+
+async def form_of(request: web.Request) -> dict[str, str]:
+    """The posted form's fields, each bounded (aiohttp reads the body once and keeps it)."""
+    data = await request.post()
+    return {key: value[:FORM_FIELD_CHARS] for key, value in data.items() if isinstance(value, str)}
+
+
+def _when(moment: Any) -> str:
+    return "-" if moment is None else f"{moment:%Y-%m-%d %H:%M} UTC"
+
+
+__all__ = ["COOKIE", "PREFIX", "Operator", "RefusedError", "Site", "form_of"]
