@@ -166,13 +166,12 @@ def dashboard_refusal(config: HermesConfig) -> str | None:
     )
 
 
-def dashboard_address(config: HermesConfig) -> str:
-    """Where the dashboard is reached: `public_url`, else the HTTP server's address."""
+def dashboard_address(config: HermesConfig, listening: str) -> str:
+    """Where the dashboard is reached: `public_url`, else the HTTP server's address as
+    it listens (`listening`: HOST:PORT)."""
     if config.dashboard.public_url:
         return config.dashboard.public_url + "/admin/"
-    http = config.gateway.http
-    host = f"[{http.host}]" if ":" in http.host else http.host
-    return f"http://{host}:{http.port}/admin/"
+    return f"http://{listening}/admin/"
 
 
 def is_loopback(host: str) -> bool:

@@ -28,6 +28,7 @@ from gateway.cluster import Cluster, platform_lease
 from gateway.config import (
     ConfigError,
     HermesConfig,
+    dashboard_address,
     dashboard_refusal,
     enabled_platforms,
     is_loopback,
@@ -108,6 +109,11 @@ class Gateway:
         if self.app is None:
             return "no model configured"
         return await self.app.health()
+
+    def dashboard_url(self) -> str | None:
+        if self.dashboard is None:
+            return None
+        return dashboard_address(self.config, f"{self.http.host}:{self.http.port}")
 
     async def start(self) -> None:
         problems = {  # every missing or malformed credential, found once, before anything

@@ -346,5 +346,15 @@ class LocalInfo:
     async def llm_health(self) -> str:
         return await self.app.health()
 
+    def dashboard_url(self) -> str | None:
+        """The running gateway's dashboard (it serves one unless config refuses it)."""
+        from gateway.config import dashboard_address, dashboard_refusal
+
+        if self.status is None or not self.status.running:
+            return None
+        if dashboard_refusal(self.app.config) is not None:
+            return None
+        return dashboard_address(self.app.config, self.status.http)
+
 
 __all__ = ["chat"]

@@ -46,7 +46,9 @@ def serve(
         fail(f"the dashboard is not served: {refusal}", EXIT_REFUSED)
     running = read_status_file(cli.home)
     if running is not None and running.running and port is None:
-        note(f"The gateway (pid {running.pid}) serves it: {dashboard_address(config)}")
+        note(
+            f"The gateway (pid {running.pid}) serves it: {dashboard_address(config, running.http)}"
+        )
         return
     logs.configure(config)
     db = cli.open_db()
@@ -63,7 +65,8 @@ def serve(
     async def run() -> None:
         await server.start()
         dashboard.site.set_port(server.port)
-        note(f"Dashboard: {dashboard_address(_with_port(config, server.port))} (Ctrl-C stops it)")
+        listening = f"{server.host}:{server.port}"
+        note(f"Dashboard: {dashboard_address(config, listening)} (Ctrl-C stops it)")
         sys.stdout.flush()
         try:
             await asyncio.Event().wait()

@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 from gateway.admission.people import People
 from gateway.commands.context import CommandContext, RuntimeInfo
 from gateway.commands.memory import MemoryCommands
-from gateway.config import HermesConfig, dashboard_address, dashboard_refusal
+from gateway.config import HermesConfig, dashboard_refusal
 from gateway.scheduler import read_status
 from hermes.embedder import Embedder
 from hermes.state.db import SessionDB
@@ -44,7 +44,7 @@ class AdminCommands:
         uptime = runtime.uptime_s() if runtime else None
         states = runtime.adapter_states() if runtime else {}
         lines = [
-            f"Uptime: {_duration(uptime) if uptime is not None else 'no gateway running'}",
+            f"Uptime: {duration(uptime) if uptime is not None else 'no gateway running'}",
             "Platforms: "
             + (", ".join(f"{name} {state}" for name, state in states.items()) or "none"),
             f"Users: {users} · sessions today: {today} · state.db: {size / 1e6:.1f} MB",
@@ -90,14 +90,20 @@ class AdminCommands:
         section = self.config.dashboard
         if (refusal := dashboard_refusal(self.config)) is not None:
             return f"The dashboard is off: {refusal}."
+        address = self.runtime.dashboard_url() if self.runtime is not None else None
+        if address is None:
+            return (
+                "No dashboard is served for this home now: start the gateway (or "
+                "`hermes dashboard`) and ask again."
+            )
         token = self.db.dashboard.create_link(
             ctx.person.user_id, timedelta(minutes=section.link_minutes)
         )
-        link = f"{dashboard_address(self.config)}login?{urlencode({'token': token})}"
+        link = f"{address}login?{urlencode({'token': token})}"
         where = (
             ""
             if section.public_url
-            else " (it listens on this server only: open an SSH tunnel to its port first)"
+            else " (it listens on the server only: open an SSH tunnel to its port first)"
         )
         return (
             f"Your dashboard login link, good once for {section.link_minutes:g} minutes"
@@ -172,7 +178,7 @@ def parse_subject(text: str) -> tuple[str, str, str] | None:
     return None
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     minutes, _ = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     days, hours = divmod(hours, 24)

@@ -22,6 +22,10 @@ class RuntimeInfo(Protocol):
 
     async def llm_health(self) -> str: ...
 
+    def dashboard_url(self) -> str | None:
+        """Where this home's web dashboard is served now (None: nowhere)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class CommandContext:

@@ -4,7 +4,9 @@ Every change goes through the home that owns it, as the chat's and the CLI's com
 do: pairing decisions through `People.decide_pairing`, roles and blocks through
 `People.set_role` / `set_blocked` (the owner stays reachable), memory through the
 memory service (scan, limits, provenance; the actor is "admin", and the audit log
-names which one), reminders through their repository. Reads run off the event loop.
+names which one), reminders through their repository. Reads run off the event loop;
+changes to people run on it (their listeners, the router's, start tasks there), short
+writes as the chat's `/admin` commands are.
 """
 
 from __future__ import annotations
@@ -232,9 +234,7 @@ class Dashboard:
     async def _pairing(self, request: web.Request, me: Operator) -> web.StreamResponse:
         form = await form_of(request)
         code, approve = form.get("code", ""), form.get("decision") == "approve"
-        done = await self._off_loop(
-            lambda: self.people.decide_pairing(code, approve=approve, by=me.user_id)
-        )
+        done = self.people.decide_pairing(code, approve=approve, by=me.user_id)
         if done is None:
             return self.site.redirect("/people", "No pending request has that code.")
         self.site.audit(me, "pairing." + ("approve" if approve else "deny"), code, done)
@@ -247,7 +247,7 @@ class Dashboard:
             raise RefusedError(400, "Unknown role.")
         if role == "owner" and not me.is_owner:
             raise RefusedError(403, "Only an owner can make someone an owner.")
-        refused = await self._off_loop(lambda: self.people.set_role(user_id, role))
+        refused = self.people.set_role(user_id, role)
         if refused is not None:
             return self.site.redirect("/people", f"Not changed: {refused}.")
         self.site.audit(me, "role", user_id, role)
@@ -259,7 +259,7 @@ class Dashboard:
         target = self.db.people.get_user(user_id)
         if target is not None and target.role == "owner" and not me.is_owner:
             raise RefusedError(403, "Only an owner can change an owner's access.")
-        refused = await self._off_loop(lambda: self.people.set_blocked(user_id, blocked=blocked))
+        refused = self.people.set_blocked(user_id, blocked=blocked)
         if refused is not None:
             return self.site.redirect("/people", f"Not changed: {refused}.")
         self.site.audit(me, "block" if blocked else "unblock", user_id)

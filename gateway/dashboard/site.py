@@ -25,6 +25,7 @@ import jinja2
 from aiohttp import web
 
 from gateway.admission.people import ADMIN_ROLES
+from gateway.commands.admin import duration
 from gateway.config import HermesConfig
 from gateway.dashboard.auth import (
     CREDENTIALS_FILENAME,
@@ -45,9 +46,12 @@ HEADERS = {
     ),
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",  # a login link's token never leaves in a Referer
+    # a login link's token never leaves for another site in a Referer (and forms still
+    # carry their Origin: "no-referrer" would make a browser send "Origin: null")
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
+FAILED = "That did not work (the gateway's log says why); nothing more was changed."
 FORM_FIELD_CHARS = 4000  # a memory entry is at most 2,200; nothing on a form is longer
 
 
@@ -92,6 +96,7 @@ class Site:
             undefined=jinja2.StrictUndefined,
         )
         self.templates.filters["when"] = _when
+        self.templates.filters["duration"] = duration
         self.set_port(port)
 
     @property
@@ -210,6 +215,9 @@ class Site:
                 return await handler(request, me)
             except RefusedError as refused:
                 return self.refusal(refused)
+            except Exception:  # the operator gets a page, the log the traceback
+                logger.exception("dashboard: %s %s failed", request.method, request.path)
+                return self.refusal(RefusedError(500, FAILED))
 
         return Route(method, PREFIX + path, guarded)
 

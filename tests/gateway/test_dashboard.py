@@ -12,13 +12,17 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TypeVar
 
+import aiohttp
 import pytest
 
-from gateway.config import HermesConfig, dashboard_refusal
+from gateway.config import HermesConfig, dashboard_refusal, load_config
 from gateway.dashboard.auth import Credentials, hash_password, verify_password
+from gateway.runtime import Gateway
 from hermes.state.conversations import NewMessage
+from hermes.state.db import SessionDB
 from hermes.state.models import PairingRequest, Reminder, utcnow
 from hermes.state.reminders import new_reminder_id
+from tests.fakes.openai_server import FakeOpenAI
 from tests.harness.cli import hermes
 from tests.harness.dashboard import PASSWORD, Browser, Served, serve
 
@@ -164,7 +168,7 @@ def test_answers_carry_the_security_headers(home: Path) -> None:
             response = await browser.get_raw(path)
             assert response.headers["Content-Security-Policy"].startswith("default-src 'self'")
             assert response.headers["X-Frame-Options"] == "DENY"
-            assert response.headers["Referrer-Policy"] == "no-referrer"
+            assert response.headers["Referrer-Policy"] == "same-origin"
         await browser.login()
         assert "<script" not in browser.page and "style=" not in browser.page
 
@@ -430,3 +434,36 @@ def test_memory_forms_with_unknown_people_or_stores_are_refused(home: Path, fiel
         assert status in (400, 404)
 
     run(home, body)
+
+
+def test_the_gateway_serves_the_dashboard_only_where_it_is_safe(
+    home: Path, fake_llm: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def serve_with(extra: str) -> tuple[int, str]:
+        (home / "config.yaml").write_text(
+            f"llm:\n  base_url: {fake_llm.base_url}\n  model: m\n"
+            "gateway:\n  http:\n    host: 0.0.0.0\n    port: 0\n" + extra
+        )
+        db = SessionDB.open(home)
+        gateway = Gateway(home, load_config(home), db)
+        await gateway.start()
+        try:
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(
+                    f"http://127.0.0.1:{gateway.http.port}/admin/login",
+                    headers={"Host": "bot.example.com"},
+                ) as response,
+            ):
+                return response.status, gateway.dashboard_url() or ""
+        finally:
+            await gateway.stop()
+            db.close()
+
+    home.mkdir(parents=True, exist_ok=True)
+    with caplog.at_level("WARNING", logger="gateway.runtime"):
+        refused = asyncio.run(serve_with(""))
+    assert refused == (404, "")
+    assert "the dashboard is not served" in caplog.text and "TLS reverse proxy" in caplog.text
+    served = asyncio.run(serve_with("dashboard:\n  public_url: https://bot.example.com\n"))
+    assert served == (200, "https://bot.example.com/admin/")

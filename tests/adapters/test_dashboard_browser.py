@@ -1,0 +1,235 @@
+"""The dashboard in a real browser (headless Chromium from Debian's packages, driven by
+Selenium) against a running gateway with the fake Telegram and the fake model: an admin
+asks the bot for a login link, logs in with it, approves a stranger's pairing request
+(the stranger then talks to the bot), removes a memory entry and brings it back with
+undo, searches a conversation and opens it, cancels a reminder, reads the logs, logs
+out. A screenshot of each page is saved in the test's folder (HERMES_SCREENSHOTS=DIR
+saves them there too: how docs/dashboard/ is made)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import re
+import shutil
+from datetime import timedelta
+from pathlib import Path
+
+from PIL import Image
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.wait import WebDriverWait
+
+from gateway.config import load_config
+from gateway.runtime import Gateway
+from hermes.identity import owner_user_id
+from hermes.state.db import SessionDB
+from hermes.state.models import Reminder, utcnow
+from hermes.state.reminders import new_reminder_id
+from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.telegram_server import FakeTelegram
+from tests.harness.chromium import chromium
+from tests.harness.wait import wait_until
+
+ADMIN, STRANGER = 42, 77
+ENV = {"TG_TOKEN": "123:ABC"}
+LINK = re.compile(r"(http://\S+/admin/login\?token=\S+)")
+CODE = re.compile(r"\b([A-Z2-9]{8})\b")
+
+
+class Chat:
+    """People on the fake Telegram, as the browser test needs them."""
+
+    def __init__(self, telegram: FakeTelegram) -> None:
+        self.telegram = telegram
+
+    def say(self, text: str, user: int) -> str:
+        """Send as `user`; the bot's next reply to them."""
+
+        def replies() -> list[str]:
+            return [str(p["text"]) for p in self.telegram.sent() if p["chat_id"] == user]
+
+        before = len(replies())
+        self.telegram.user_message(text, user_id=user)
+        wait_until(lambda: len(replies()) > before, f"no reply to {text!r}")
+        return replies()[-1]
+
+
+class Shots:
+    def __init__(self, driver: WebDriver, folder: Path) -> None:
+        self.driver, self.folder = driver, folder
+        self.extra = os.environ.get("HERMES_SCREENSHOTS")
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def take(self, name: str) -> None:
+        """The page, cropped to its content (the window is tall: no resizing mid-test)."""
+        path = self.folder / f"{name}.png"
+        height = int(self.driver.execute_script("return document.body.scrollHeight"))
+        shot = Image.open(io.BytesIO(self.driver.get_screenshot_as_png()))
+        scale = shot.width / 1280
+        shot.crop((0, 0, shot.width, min(shot.height, int((height + 24) * scale)))).save(path)
+        if self.extra:
+            shutil.copy(path, Path(self.extra) / path.name)
+
+
+def go(driver: WebDriver, element: WebElement) -> None:
+    """Click a link or a form's button and wait for the next page to have loaded (the
+    click returns before a form's POST and its redirect are done): the old document is
+    marked, and the wait ends when the window holds an unmarked one, fully loaded."""
+    driver.execute_script("window.hermesOldPage = true")
+    element.click()
+    WebDriverWait(driver, 20).until(
+        lambda d: d.execute_script(
+            "return window.hermesOldPage === undefined && document.readyState === 'complete'"
+        )
+    )
+
+
+def follow(driver: WebDriver, text: str) -> None:
+    go(driver, driver.find_element(By.LINK_TEXT, text))
+
+
+def note(driver: WebDriver) -> str:
+    found = driver.find_elements(By.CSS_SELECTOR, "p.note")
+    return found[0].text if found else ""
+
+
+def browse(driver: WebDriver, chat: Chat, db: SessionDB, shots: Shots) -> None:
+    # log in with the link the bot gives its admin
+    reply = chat.say("/dashboard", ADMIN)
+    sent = LINK.search(reply)
+    assert sent is not None, reply
+    driver.get(sent.group(1))
+    assert driver.find_element(By.TAG_NAME, "h1").text == "Log in"  # opening it spends nothing
+    go(driver, driver.find_element(By.ID, "use-link"))
+    assert driver.find_element(By.TAG_NAME, "h1").text == "Status"
+    assert "telegram" in driver.find_element(By.ID, "platforms").find_element(By.XPATH, "..").text
+
+    # a stranger asks; the admin approves from the People page; the stranger is answered
+    asked = chat.say("hello, may I talk to you?", STRANGER)
+    code = CODE.search(asked)
+    assert code is not None, asked
+    follow(driver, "People")
+    shots.take("people")
+    go(driver, driver.find_element(By.ID, f"approve-{code.group(1)}"))
+    assert note(driver).startswith("Approved: telegram user")
+    assert chat.say("thanks! what can you do?", STRANGER) == "ok"
+
+    # memory: remove an entry, undo, and it is back
+    follow(driver, "Memory")
+    admin_id = db.people.user_for_identity("telegram", str(ADMIN))
+    driver.get(driver.current_url.split("?")[0] + f"?user={admin_id}")
+    entries = driver.find_element(By.ID, "store-user").find_element(By.XPATH, "..")
+    assert "Keeps bees on the roof." in entries.text
+    shots.take("memory")
+    remove = entries.find_element(By.XPATH, ".//li[contains(., 'Keeps bees')]//button")
+    go(driver, remove)
+    assert note(driver) == "Removed."
+    section = driver.find_element(By.ID, "store-user").find_element(By.XPATH, "..")
+    assert "Keeps bees on the roof." not in section.text
+    go(driver, driver.find_element(By.ID, "undo"))
+    section = driver.find_element(By.ID, "store-user").find_element(By.XPATH, "..")
+    assert "Keeps bees on the roof." in section.text
+
+    # sessions: search, open the conversation
+    follow(driver, "Sessions")
+    box = driver.find_element(By.ID, "q")
+    box.send_keys("honey")
+    go(driver, driver.find_element(By.CSS_SELECTOR, "form[role=search] button"))
+    results = driver.find_element(By.CSS_SELECTOR, "ol.results")
+    shots.take("sessions")
+    go(driver, results.find_element(By.TAG_NAME, "a"))
+    assert "twelve jars of honey" in driver.find_element(By.CSS_SELECTOR, "ol.messages").text
+    shots.take("session")
+
+    # reminders: cancel one
+    reminder = db.reminders.add(
+        50,
+        Reminder(
+            id=new_reminder_id(),
+            user_id=admin_id,
+            owner_id=admin_id,
+            platform="telegram",
+            chat_id=str(ADMIN),
+            chat_type="dm",
+            session_key=f"telegram:dm:{ADMIN}",
+            text="check the hives",
+            timezone="Europe/Berlin",
+            due_at=utcnow() + timedelta(days=1),
+        ),
+    )
+    assert reminder is not None
+    follow(driver, "Reminders")
+    assert "check the hives" in driver.find_element(By.TAG_NAME, "table").text
+    shots.take("reminders")
+    go(driver, driver.find_element(By.ID, f"cancel-{reminder.id}"))
+    assert note(driver) == f"Cancelled {reminder.id}."
+    assert "check the hives" not in driver.find_element(By.TAG_NAME, "table").text
+    assert db.reminders.get(reminder.id).status == "cancelled"  # type: ignore[union-attr]
+
+    follow(driver, "Logs")
+    shots.take("logs")
+    follow(driver, "Status")
+    audit = driver.find_element(By.ID, "audit").find_element(By.XPATH, "..").text
+    for action in ("pairing.approve", "memory.remove", "memory.undo", "reminder.cancel"):
+        assert action in audit, action
+    shots.take("status")
+
+    go(driver, driver.find_element(By.CSS_SELECTOR, "form.logout button"))
+    assert note(driver) == "Logged out."
+    driver.get(sent.group(1).split("/login")[0] + "/status")
+    assert driver.find_element(By.TAG_NAME, "h1").text == "Log in"  # the link is spent
+
+
+def test_an_admin_runs_the_bot_from_the_dashboard_in_a_real_browser(
+    home: Path, tmp_path: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
+) -> None:
+    fake_llm.responder = lambda _body: Reply(text="ok")
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text(
+        f"llm:\n  base_url: {fake_llm.base_url}\n  model: m\n  max_retries: 0\n"
+        "memory:\n  review_interval: 0\n"
+        "platforms:\n"
+        f"  telegram:\n    enabled: true\n    token_env: TG_TOKEN\n"
+        f"    base_url: {telegram.base_url}\n    allowed_users: ['{ADMIN}']\n"
+        "gateway:\n  http:\n    port: 0\n"
+    )
+    driver = chromium(tmp_path / "profile")
+    shots = Shots(driver, tmp_path / "screenshots")
+
+    async def go() -> None:
+        db = SessionDB.open(home)
+        db.people.ensure_user(owner_user_id(home), role="owner")
+        gateway = Gateway(home, load_config(home), db, ENV)
+        await gateway.start()
+        try:
+            chat = Chat(telegram)
+            await asyncio.to_thread(chat.say, "my hives made twelve jars of honey", ADMIN)
+            admin_id = db.people.user_for_identity("telegram", str(ADMIN))
+            db.people.set_role(admin_id, "admin")
+            assert gateway.app is not None
+            memory = gateway.app.agent.memory
+            args = {"action": "add", "target": "user", "content": "Keeps bees on the roof."}
+            assert (await memory.apply(admin_id, args, actor="user")).ok
+            gateway.app.people.changed()
+            await asyncio.to_thread(browse, driver, chat, db, shots)
+        finally:
+            await gateway.stop()
+            db.close()
+
+    try:
+        asyncio.run(go())
+    finally:
+        driver.quit()
+    names = sorted(p.name for p in (tmp_path / "screenshots").iterdir())
+    assert names == [
+        "logs.png",
+        "memory.png",
+        "people.png",
+        "reminders.png",
+        "session.png",
+        "sessions.png",
+        "status.png",
+    ]
