@@ -371,6 +371,7 @@ class Dashboard:
     async def _sessions_page(self, request: web.Request, me: Operator) -> web.StreamResponse:
         query = request.query.get("q", "")[:500]
         wanted = request.query.get("user", "")
+        self._may_read_conversations(me, wanted)
         users = await self._off_loop(self.db.people.users)
         if wanted:
             scope_users = [wanted]
@@ -391,20 +392,28 @@ class Dashboard:
             request, me, "sessions.html", users=users, q=query, user=wanted, results=results
         )
 
-    def _conversation(self, request: web.Request) -> tuple[Any, list[Any], str]:
+    @staticmethod
+    def _may_read_conversations(me: Operator, user_id: str) -> None:
+        """What people said is the owner's to read across people; an admin reads their
+        own (they manage access and memory, not others' conversations)."""
+        if user_id and user_id != me.user_id and not me.is_owner:
+            raise RefusedError(403, "Only an owner reads other people's conversations.")
+
+    def _conversation(self, request: web.Request, me: Operator) -> tuple[Any, list[Any], str]:
         session_id, user_id = request.match_info["session_id"], request.query.get("user", "")
+        self._may_read_conversations(me, user_id)
         chat = self.db.conversations.get_session(session_id, user_id)
         if chat is None:
             raise RefusedError(404, "No such session for that person.")
         return chat, self.db.conversations.messages(chat.id, user_id), user_id
 
     async def _session_page(self, request: web.Request, me: Operator) -> web.StreamResponse:
-        chat, messages, user_id = await self._off_loop(lambda: self._conversation(request))
+        chat, messages, user_id = await self._off_loop(lambda: self._conversation(request, me))
         shown = [m for m in messages if m.role in ("user", "assistant") and m.content]
         return self._show(request, me, "session.html", chat=chat, messages=shown, user=user_id)
 
     async def _session_export(self, request: web.Request, me: Operator) -> web.StreamResponse:
-        chat, messages, user_id = await self._off_loop(lambda: self._conversation(request))
+        chat, messages, user_id = await self._off_loop(lambda: self._conversation(request, me))
         markdown = request.query.get("format") == "md"
         body = (
             export_markdown(chat, messages)

@@ -27,6 +27,7 @@ from gateway.config import (
     ConfigError,
     HermesConfig,
     SideTask,
+    dashboard_refusal,
     embeddings_endpoint,
     enabled_platforms,
     judge_wanted,
@@ -35,6 +36,7 @@ from gateway.config import (
     open_state,
     side_endpoint,
 )
+from gateway.dashboard.auth import CREDENTIALS_FILENAME, Credentials, CredentialsError
 from gateway.edge.platform_config import PlatformConfig, platforms
 from gateway.scheduler import read_status
 from gateway.status_file import read_status_file
@@ -96,9 +98,26 @@ async def run_checks(
     if config.database.url is not None:
         checks.extend(await check_cluster(home, config, env))
     checks.append(check_scheduler(home, config))
+    checks.append(check_dashboard(home, config))
     checks.append(check_provider(home, config, env))
     checks.append(check_guard(config, env))
     return checks
+
+
+def check_dashboard(home: Path, config: HermesConfig) -> Check:
+    """Whether the web dashboard is served, and its credentials file is sound."""
+    if (refusal := dashboard_refusal(config)) is not None:
+        return skip("dashboard", f"not served: {refusal}")
+    path = home / CREDENTIALS_FILENAME
+    if not path.exists():
+        return ok("dashboard", "served at /admin/; no password set (log in with /dashboard links)")
+    try:
+        passwords = len(Credentials.load(home).passwords)
+    except CredentialsError as exc:
+        return fail("dashboard", str(exc), f"delete {path}, then: hermes dashboard passwd")
+    if path.stat().st_mode & 0o077:
+        return fail("dashboard", f"{path} is readable by others", f"chmod 600 {path}")
+    return ok("dashboard", f"served at /admin/; {passwords} password(s) set")
 
 
 def check_guard(config: HermesConfig, env: Mapping[str, str] | None) -> Check:

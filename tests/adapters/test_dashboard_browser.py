@@ -176,6 +176,9 @@ def browse(driver: WebDriver, chat: Chat, db: SessionDB, shots: Shots) -> None:
     for action in ("pairing.approve", "memory.remove", "memory.undo", "reminder.cancel"):
         assert action in audit, action
     shots.take("status")
+    driver.set_window_size(390, 844)  # a phone: the page fits its width (tables scroll)
+    wide = driver.execute_script("return document.documentElement.scrollWidth")
+    assert int(wide) <= 390, wide
 
     go(driver, driver.find_element(By.CSS_SELECTOR, "form.logout button"))
     assert note(driver) == "Logged out."

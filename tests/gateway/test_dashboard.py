@@ -17,6 +17,7 @@ import pytest
 
 from gateway.config import HermesConfig, dashboard_refusal, load_config
 from gateway.dashboard.auth import Credentials, hash_password, verify_password
+from gateway.ops.doctor import check_dashboard
 from gateway.runtime import Gateway
 from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
@@ -467,3 +468,41 @@ def test_the_gateway_serves_the_dashboard_only_where_it_is_safe(
     assert "the dashboard is not served" in caplog.text and "TLS reverse proxy" in caplog.text
     served = asyncio.run(serve_with("dashboard:\n  public_url: https://bot.example.com\n"))
     assert served == (200, "https://bot.example.com/admin/")
+
+
+def test_only_an_owner_reads_other_peoples_conversations(home: Path) -> None:
+    async def body(served: Served, browser: Browser) -> None:
+        convos = served.db.conversations
+        chat = convos.start_session(served.owner, "telegram", "telegram:dm:1")
+        convos.add_message(chat.id, NewMessage("user", "The owner's private heron notes."))
+        admin = "u_00000000000000a1"
+        served.db.people.ensure_user(admin, role="admin", display_name="Ada")
+        Credentials.load(served.home).set_password(admin, "the admin's own password")
+        await browser.login("the admin's own password")
+        _, page = await browser.get("/admin/sessions?q=heron")
+        assert chat.id not in page  # an admin's search is their own
+        for path in (
+            f"/admin/sessions?q=heron&user={served.owner}",
+            f"/admin/sessions/{chat.id}?user={served.owner}",
+            f"/admin/sessions/{chat.id}/export?user={served.owner}",
+        ):
+            status, page = await browser.get(path)
+            assert status == 403 and "Only an owner" in page, path
+
+    run(home, body)
+
+
+def test_doctor_says_whether_the_dashboard_is_served_and_its_file_is_sound(home: Path) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    config = HermesConfig()
+    assert "no password set" in check_dashboard(home, config).detail
+    Credentials.load(home).set_password("u_00000000000000a1", "a fine long password")
+    assert check_dashboard(home, config).detail.endswith("1 password(s) set")
+    (home / "dashboard.json").chmod(0o644)
+    found = check_dashboard(home, config)
+    assert found.status == "fail" and found.fix.startswith("chmod 600")
+    (home / "dashboard.json").write_text("[]")
+    found = check_dashboard(home, config)
+    assert found.status == "fail" and "hermes dashboard passwd" in found.fix
+    public = HermesConfig.model_validate({"gateway": {"http": {"host": "0.0.0.0"}}})
+    assert check_dashboard(home, public).status == "skip"
