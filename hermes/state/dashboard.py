@@ -48,17 +48,7 @@ class DashboardDB:
 
     def start_login(self, user_id: str, ttl: timedelta) -> str:
         """A new login for `user_id`: the token for the cookie."""
-        token = secrets.token_urlsafe(TOKEN_BYTES)
-        now = utcnow()
-        row = DashboardSession(
-            token_hash=token_hash(token), user_id=user_id, created_at=now, expires_at=now + ttl
-        )
-
-        def work(session: Session) -> None:
-            session.add(row)
-
-        self._write(work)
-        return token
+        return self._new_token(DashboardSession, user_id, ttl)
 
     def login(self, token: str) -> Login | None:
         """The live login `token` names, None when unknown, ended or expired."""
@@ -88,9 +78,14 @@ class DashboardDB:
     # -- one-time links ------------------------------------------------------------------
 
     def create_link(self, user_id: str, ttl: timedelta) -> str:
+        return self._new_token(DashboardLink, user_id, ttl)
+
+    def _new_token(
+        self, table: type[DashboardSession | DashboardLink], user_id: str, ttl: timedelta
+    ) -> str:
         token = secrets.token_urlsafe(TOKEN_BYTES)
         now = utcnow()
-        row = DashboardLink(
+        row = table(
             token_hash=token_hash(token), user_id=user_id, created_at=now, expires_at=now + ttl
         )
 

@@ -26,11 +26,10 @@ from gateway.config import load_config
 from gateway.runtime import Gateway
 from hermes.identity import owner_user_id
 from hermes.state.db import SessionDB
-from hermes.state.models import Reminder, utcnow
-from hermes.state.reminders import new_reminder_id
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness.chromium import chromium
+from tests.harness.dashboard import reminder as a_reminder
 from tests.harness.wait import wait_until
 
 ADMIN, STRANGER = 42, 77
@@ -146,19 +145,7 @@ def browse(driver: WebDriver, chat: Chat, db: SessionDB, shots: Shots) -> None:
 
     # reminders: cancel one
     reminder = db.reminders.add(
-        50,
-        Reminder(
-            id=new_reminder_id(),
-            user_id=admin_id,
-            owner_id=admin_id,
-            platform="telegram",
-            chat_id=str(ADMIN),
-            chat_type="dm",
-            session_key=f"telegram:dm:{ADMIN}",
-            text="check the hives",
-            timezone="Europe/Berlin",
-            due_at=utcnow() + timedelta(days=1),
-        ),
+        50, a_reminder(admin_id, str(ADMIN), "check the hives", timedelta(days=1), "Europe/Berlin")
     )
     assert reminder is not None
     follow(driver, "Reminders")

@@ -21,11 +21,11 @@ from gateway.ops.doctor import check_dashboard
 from gateway.runtime import Gateway
 from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
-from hermes.state.models import PairingRequest, Reminder, utcnow
-from hermes.state.reminders import new_reminder_id
+from hermes.state.models import PairingRequest
 from tests.fakes.openai_server import FakeOpenAI
 from tests.harness.cli import hermes
 from tests.harness.dashboard import PASSWORD, Browser, Served, serve
+from tests.harness.dashboard import reminder as a_reminder
 
 T = TypeVar("T")
 
@@ -286,18 +286,7 @@ def test_sessions_search_view_and_export(home: Path) -> None:
 
 def test_reminders_are_listed_and_cancelled(home: Path) -> None:
     async def body(served: Served, browser: Browser) -> None:
-        reminder = Reminder(
-            id=new_reminder_id(),
-            user_id=served.owner,
-            owner_id=served.owner,
-            platform="telegram",
-            chat_id="42",
-            chat_type="dm",
-            session_key="telegram:dm:42",
-            text="water the ferns",
-            timezone="UTC",
-            due_at=utcnow() + timedelta(hours=3),
-        )
+        reminder = a_reminder(served.owner, "42", "water the ferns", timedelta(hours=3))
         added = served.db.reminders.add(50, reminder)
         assert added is not None
         await browser.login()

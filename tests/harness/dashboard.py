@@ -8,6 +8,7 @@ import html
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,8 @@ from gateway.dashboard.pages import Dashboard, Parts
 from gateway.edge.http_server import HttpServer
 from hermes.identity import owner_user_id
 from hermes.state.db import SessionDB
+from hermes.state.models import Reminder, utcnow
+from hermes.state.reminders import new_reminder_id
 
 PASSWORD = "a long enough password"
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
@@ -63,6 +66,22 @@ async def serve(
     finally:
         await server.stop()
         db.close()
+
+
+def reminder(user_id: str, chat_id: str, text: str, due_in: timedelta, tz: str = "UTC") -> Reminder:
+    """A one-off Telegram DM reminder of `user_id`, due in `due_in`."""
+    return Reminder(
+        id=new_reminder_id(),
+        user_id=user_id,
+        owner_id=user_id,
+        platform="telegram",
+        chat_id=chat_id,
+        chat_type="dm",
+        session_key=f"telegram:dm:{chat_id}",
+        text=text,
+        timezone=tz,
+        due_at=utcnow() + due_in,
+    )
 
 
 class Browser:
@@ -110,4 +129,4 @@ class Browser:
         return html.unescape(found.group(1)) if found else ""
 
 
-__all__ = ["PASSWORD", "Browser", "Served", "serve"]
+__all__ = ["PASSWORD", "Browser", "Served", "reminder", "serve"]
