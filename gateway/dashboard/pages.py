@@ -322,7 +322,10 @@ class Dashboard:
             "stores": stores,
             "history": history,
             "consolidation": consolidation,
-            "proposals": [_proposal(v) for v in history if v.actor == "consolidator"],
+            "runs": _runs(
+                self.db.memory_log.consolidation_runs(user_id, 30),
+                [v for v in history if v.actor == "consolidator"],
+            ),
             "targets": list(Target),
         }
 
@@ -472,13 +475,32 @@ class Dashboard:
         )
 
 
-def _proposal(version: Any) -> dict[str, Any]:
-    """A consolidation the guard accepted, with each dropped entry's reason."""
-    try:
-        dropped = list(json.loads(version.reason or "{}").get("dropped") or [])
-    except (ValueError, AttributeError):
-        dropped = []
-    return {"version": version, "dropped": dropped}
+def _runs(runs: list[Any], versions: list[Any]) -> list[dict[str, Any]]:
+    """Each consolidation with its outcome; an applied one with the change it made (the
+    version written in the same second for the same store) and every dropped entry's
+    reason."""
+    out = []
+    for run in runs:
+        found = (
+            next(
+                (
+                    v
+                    for v in versions
+                    if v.target == run.target and abs((v.created_at - run.at).total_seconds()) < 5
+                ),
+                None,
+            )
+            if run.status == "applied"
+            else None
+        )
+        dropped: list[Any] = []
+        if found is not None:
+            try:
+                dropped = list(json.loads(found.reason or "{}").get("dropped") or [])
+            except (ValueError, AttributeError):
+                dropped = []
+        out.append({"run": run, "version": found, "dropped": dropped})
+    return out
 
 
 def _nonce() -> str:

@@ -36,7 +36,7 @@ from hermes.memory.store import Store, StoreState, Target
 from hermes.memory.user_memory import UserMemory
 from hermes.state.db import SessionDB
 from hermes.state.memory_log import MemoryEventRecord, VersionRecord
-from hermes.state.models import utcnow
+from hermes.state.models import ConsolidationRun, utcnow
 
 logger = logging.getLogger(__name__)
 
@@ -331,6 +331,20 @@ def _record(
     db: SessionDB, user_id: str, target: Target, outcome: Outcome, config: ConsolidationConfig
 ) -> None:
     now = utcnow()
+    if outcome.status not in ("below_threshold", "busy"):  # a proposal's fate, for history
+        db.memory_log.log_consolidation(
+            ConsolidationRun(
+                user_id=user_id,
+                target=target.value,
+                at=now,
+                status=outcome.status,
+                detail=outcome.detail[:1000],
+                entries_before=outcome.entries_before,
+                entries_after=outcome.entries_after,
+                used_before=outcome.used_before,
+                used_after=outcome.used_after,
+            )
+        )
     if outcome.status == "applied":
         summary = (
             f"{outcome.entries_before} → {outcome.entries_after} entries, "

@@ -14,6 +14,7 @@ from sqlmodel import Session, col, select
 
 from hermes.state import engine as eng
 from hermes.state.models import (
+    ConsolidationRun,
     ConsolidationState,
     MemoryEvent,
     MemoryPending,
@@ -195,6 +196,23 @@ class MemoryLogDB:
                 select(MemoryVersion)
                 .where(MemoryVersion.user_id == user_id)
                 .order_by(col(MemoryVersion.id).desc())
+                .limit(limit)
+            )
+            return list(session.exec(query))
+
+    def log_consolidation(self, run: ConsolidationRun) -> None:
+        def work(session: Session) -> None:
+            session.add(run)
+
+        eng.with_retry(self.engine, work, self.patience)
+
+    def consolidation_runs(self, user_id: str, limit: int = 30) -> list[ConsolidationRun]:
+        """The person's consolidations, newest first."""
+        with eng.reading(self.engine) as session:
+            query = (
+                select(ConsolidationRun)
+                .where(ConsolidationRun.user_id == user_id)
+                .order_by(col(ConsolidationRun.id).desc())
                 .limit(limit)
             )
             return list(session.exec(query))

@@ -250,6 +250,25 @@ class ConsolidationState(SQLModel, table=True):
     notice_pending: str | None = None
 
 
+class ConsolidationRun(SQLModel, table=True):
+    """One consolidation of a store that got as far as a proposal (or a model to ask):
+    applied, or rejected / failed with the reason, for the dashboard's history."""
+
+    __tablename__ = "consolidation_runs"
+    __table_args__ = (Index("ix_consolidation_runs_user", "user_id", "id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    user_id: str  # a record, like the audit log's: no key to users (stores may precede them)
+    target: str
+    at: datetime = Field(default_factory=utcnow)
+    status: str  # applied | no_model | rejected | failed | raced
+    detail: str = ""
+    entries_before: int = 0
+    entries_after: int = 0
+    used_before: int = 0
+    used_after: int = 0
+
+
 class JobRun(SQLModel, table=True):
     __tablename__ = "job_runs"
 

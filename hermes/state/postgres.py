@@ -365,7 +365,7 @@ UPGRADES: dict[int, tuple[str, ...]] = {
     14: ("memory_stores", "memory_archive"),
     15: (),
     16: (),
-    17: ("dashboard_sessions", "dashboard_links", "audit_log"),
+    17: ("dashboard_sessions", "dashboard_links", "audit_log", "consolidation_runs"),
 }
 UPGRADE_STATEMENTS: dict[int, tuple[str, ...]] = {
     15: (

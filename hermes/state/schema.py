@@ -486,7 +486,8 @@ _V15: list[str] = []
 # only: a SQLite home keeps its one-process lock (gateway/instance.py)
 _V16: list[str] = []
 
-# v17: the web dashboard's logins and one-time links (hashes only), and its audit log
+# v17: the web dashboard's logins and one-time links (hashes only), its audit log, and
+# every consolidation's outcome (applied, or rejected with the reason) for its history
 _V17 = [
     """CREATE TABLE dashboard_sessions (
         token_hash TEXT PRIMARY KEY,
@@ -512,6 +513,19 @@ _V17 = [
         detail TEXT NOT NULL DEFAULT ''
     )""",
     "CREATE INDEX ix_audit_log_at ON audit_log(at)",
+    """CREATE TABLE consolidation_runs (
+        id INTEGER PRIMARY KEY,
+        user_id TEXT NOT NULL,
+        target TEXT NOT NULL,
+        at TIMESTAMP NOT NULL,
+        status TEXT NOT NULL,
+        detail TEXT NOT NULL DEFAULT '',
+        entries_before INTEGER NOT NULL DEFAULT 0,
+        entries_after INTEGER NOT NULL DEFAULT 0,
+        used_before INTEGER NOT NULL DEFAULT 0,
+        used_after INTEGER NOT NULL DEFAULT 0
+    )""",
+    "CREATE INDEX ix_consolidation_runs_user ON consolidation_runs(user_id, id)",
 ]
 
 MIGRATIONS: list[list[str]] = [

@@ -5,6 +5,8 @@ checked, a public bind without https is refused; and what each page does."""
 from __future__ import annotations
 
 import asyncio
+import html
+import json
 import re
 import stat
 from collections.abc import Awaitable, Callable
@@ -19,10 +21,15 @@ from gateway.config import HermesConfig, dashboard_refusal, load_config
 from gateway.dashboard.auth import Credentials, hash_password, verify_password
 from gateway.ops.doctor import check_dashboard
 from gateway.runtime import Gateway
+from hermes.config import ConsolidationConfig
+from hermes.llm.client import LLMClient
+from hermes.llm.endpoint import Endpoint
+from hermes.memory.consolidation import consolidate
+from hermes.memory.store import Target
 from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
 from hermes.state.models import PairingRequest
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.harness.cli import hermes
 from tests.harness.dashboard import PASSWORD, Browser, Served, serve
 from tests.harness.dashboard import reminder as a_reminder
@@ -495,3 +502,57 @@ def test_doctor_says_whether_the_dashboard_is_served_and_its_file_is_sound(home:
     assert found.status == "fail" and "hermes dashboard passwd" in found.fix
     public = HermesConfig.model_validate({"gateway": {"http": {"host": "0.0.0.0"}}})
     assert check_dashboard(home, public).status == "skip"
+
+
+def test_the_memory_page_shows_accepted_and_rejected_consolidations_with_reasons(
+    home: Path, fake_llm: FakeOpenAI
+) -> None:
+    entries = [
+        "Runs Fedora 41 on a ThinkPad X1",
+        "Laptop is a ThinkPad X1 with 32 GB RAM",
+        "Editor is Neovim with the LazyVim distribution",
+        "Works at Acme on the billing service written in Go 1.22",
+        "Old laptop was a MacBook (replaced in 2025 by the ThinkPad)",
+        "Timezone Europe/Berlin, works 9 to 5, coffee at 10 every day",
+    ]
+    kept = [
+        ("Runs Fedora 41 on a ThinkPad X1; laptop is a ThinkPad X1 with 32 GB RAM", [1, 2]),
+        ("Editor is Neovim with the LazyVim distribution", [3]),
+        ("Works at Acme on the billing service written in Go 1.22", [4]),
+        ("Timezone Europe/Berlin, works 9 to 5, coffee at 10 every day", [6]),
+    ]
+    good = {
+        "entries": [{"text": t, "sources": s} for t, s in kept],
+        "dropped": [{"id": 5, "reason": "superseded by the ThinkPad entry"}],
+    }
+
+    async def body(served: Served, browser: Browser) -> None:
+        memory = served.people.memory
+        for entry in entries:
+            args = {"action": "add", "target": "memory", "content": entry}
+            assert (await memory.apply(served.owner, args, actor="agent")).ok
+        client = LLMClient(Endpoint(base_url=fake_llm.base_url, model="aux", max_retries=0))
+        config = ConsolidationConfig()
+        try:
+            fake_llm.push(Reply(text="I would rather not."))
+            rejected = await consolidate(
+                memory.of(served.owner), Target.MEMORY, served.db, client, config
+            )
+            fake_llm.push(Reply(text="```json\n" + json.dumps(good) + "\n```"))
+            applied = await consolidate(
+                memory.of(served.owner), Target.MEMORY, served.db, client, config
+            )
+        finally:
+            await client.close()
+        assert (rejected.status, applied.status) == ("rejected", "applied"), applied.detail
+        await browser.login()
+        _, page = await browser.get("/admin/memory")
+        history = html.unescape(page.split('id="consolidation"')[1])
+        assert "accepted" in history and "6 → 4 entries" in history
+        assert (
+            "dropped “Old laptop was a MacBook (replaced in 2025 by the ThinkPad)”: superseded"
+            in history
+        )
+        assert "rejected: " in history
+
+    run(home, body, config="memory:\n  memory_char_limit: 350\n")
