@@ -358,18 +358,19 @@ def open_server(url: str, patience: float, pool_size: int = 5) -> tuple[Engine, 
     """The engine of a PostgreSQL database at `url`, migrated; (engine, the version it
     had before). A server that cannot be reached or used raises StateDBError saying why."""
 
+    engine = postgres.open_engine(url, pool_size)
     try:
-        engine = postgres.open_engine(url, pool_size)
         return engine, migrate(engine, patience)
-    except StateDBError:
+    except BaseException as exc:
+        engine.dispose()  # the pool's connections are closed, not left to the collector
+        if isinstance(exc, (DatabaseError, OperationalError)):
+            detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+            raise StateDBError(
+                f"cannot use the PostgreSQL database {redact(url)}: {detail}. Check that the "
+                "server runs, that database.url names it, and that the password variable "
+                "(database.password_env) is set."
+            ) from None
         raise
-    except (DatabaseError, OperationalError) as exc:
-        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        raise StateDBError(
-            f"cannot use the PostgreSQL database {redact(url)}: {detail}. Check that the "
-            "server runs, that database.url names it, and that the password variable "
-            "(database.password_env) is set."
-        ) from None
 
 
 def redact(url: str) -> str:
