@@ -7,8 +7,12 @@ from __future__ import annotations
 import asyncio
 import html
 import json
+import os
 import re
+import signal
 import stat
+import subprocess
+import urllib.request
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
@@ -30,7 +34,7 @@ from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
 from hermes.state.models import PairingRequest
 from tests.fakes.openai_server import FakeOpenAI, Reply
-from tests.harness.cli import hermes
+from tests.harness.cli import HERMES, hermes
 from tests.harness.dashboard import PASSWORD, Browser, Served, serve
 from tests.harness.dashboard import reminder as a_reminder
 
@@ -556,3 +560,24 @@ def test_the_memory_page_shows_accepted_and_rejected_consolidations_with_reasons
         assert "rejected: " in history
 
     run(home, body, config="memory:\n  memory_char_limit: 350\n")
+
+
+def test_hermes_dashboard_serves_a_home_with_no_gateway_until_interrupted(home: Path) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, HERMES_HOME=str(home), NO_COLOR="1")
+    command = [*HERMES, "dashboard", "--port", "0"]
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+    ) as process:
+        try:
+            assert process.stdout is not None
+            line = process.stdout.readline()
+            found = re.search(r"Dashboard: (http://127\.0\.0\.1:\d+/admin/)", line)
+            assert found is not None, line
+            with urllib.request.urlopen(found.group(1) + "login", timeout=10) as response:
+                page = response.read().decode()
+            assert response.status == 200 and "No dashboard password is set." in page
+        finally:
+            process.send_signal(signal.SIGINT)
+            code = process.wait(timeout=20)
+    assert code == 0
