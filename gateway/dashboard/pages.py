@@ -138,7 +138,7 @@ class Dashboard:
         form = await form_of(request)
         if not form.get("nonce") or form["nonce"] != request.cookies.get(LOGIN_COOKIE):
             raise RefusedError(403, "The login form has expired: open the login page again.")
-        client = request.remote or "?"
+        client = self.site.client(request)
         if (wait := site.attempts.wait(client)) > 0:
             return site.redirect("/login", f"Too many failed logins: try again in {wait:.0f} s.")
         if form.get("token"):

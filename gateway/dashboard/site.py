@@ -162,6 +162,14 @@ class Site:
         if origin is not None and origin.lower() not in self.origins:
             raise RefusedError(403, "The form was sent from another site.")
 
+    def client(self, request: web.Request) -> str:
+        """The address a login attempt came from: behind the TLS proxy `public_url`
+        names, the last address in X-Forwarded-For (the one the proxy added; earlier
+        ones are the client's to invent), else the connection's."""
+        if self.secure and (forwarded := request.headers.get("X-Forwarded-For")):
+            return forwarded.rsplit(",", 1)[-1].strip()[:64]
+        return request.remote or "?"
+
     def operator(self, request: web.Request) -> Operator | None:
         """The logged-in owner or admin behind `request`, or None."""
         raw = request.cookies.get(COOKIE, "")

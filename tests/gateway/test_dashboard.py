@@ -581,3 +581,28 @@ def test_hermes_dashboard_serves_a_home_with_no_gateway_until_interrupted(home: 
             process.send_signal(signal.SIGINT)
             code = process.wait(timeout=20)
     assert code == 0
+
+
+def test_behind_the_proxy_failed_logins_are_counted_per_forwarded_client(home: Path) -> None:
+    async def attempt(browser: Browser, served: Served, client: str, password: str) -> str:
+        await browser.get("/admin/login")
+        nonce = re.search(r'name="nonce" value="([^"]+)"', browser.page)
+        assert nonce is not None
+        async with browser.session.post(
+            served.base + "/admin/login",
+            data={"nonce": nonce.group(1), "password": password},
+            headers={
+                "Cookie": f"hermes_login={nonce.group(1)}",  # Secure: sent by hand over http
+                "X-Forwarded-For": f"10.9.9.9, {client}",  # the first hop is the client's say
+            },
+            allow_redirects=False,
+        ) as response:
+            return response.headers["Location"]
+
+    async def body(served: Served, browser: Browser) -> None:
+        for _ in range(5):
+            assert "Wrong" in await attempt(browser, served, "203.0.113.5", "wrong password!")
+        assert "Too+many" in await attempt(browser, served, "203.0.113.5", PASSWORD)
+        assert await attempt(browser, served, "198.51.100.7", PASSWORD) == "/admin/status"
+
+    run(home, body, config="dashboard:\n  public_url: https://bot.example.com\n")
