@@ -23,6 +23,9 @@ if TYPE_CHECKING:  # the SDK is imported on the first call: a CLI command that n
 
 logger = logging.getLogger(__name__)
 
+# a streamed reply's text is handed on at most this often (a person sees no difference;
+# a million-character reply no longer costs its length squared)
+TEXT_EVERY_S = 0.05
 NO_KEY = "no-key-needed"  # local servers (Ollama, vLLM) accept any key
 
 
@@ -173,9 +176,15 @@ class LLMClient:
         reply = _StreamedReply()
         try:
             stream = await self._client.chat.completions.create(**kwargs)
+            shown, shown_at = 0, 0.0
             async for piece in stream:
-                if reply.add(piece):
+                # the text so far, at most every TEXT_EVERY_S (each call hands over the
+                # whole text: per chunk, a long reply would cost its length squared)
+                if reply.add(piece) and time.monotonic() - shown_at >= TEXT_EVERY_S:
                     on_text(reply.text)
+                    shown, shown_at = reply.length, time.monotonic()
+            if reply.length != shown:
+                on_text(reply.text)
             return reply.result()
         except openai.APIStatusError as exc:
             if exc.status_code not in (400, 404, 415, 422):
@@ -293,7 +302,10 @@ class _StreamedReply:
     """A reply put together from stream chunks (content pieces, tool calls by index)."""
 
     def __init__(self) -> None:
-        self.text = ""
+        self._parts: list[str] = []
+        self._text = ""  # the parts joined, up to `_joined` of them
+        self._joined = 0
+        self.length = 0
         self.calls: dict[int, dict[str, str]] = {}
         self.finish_reason: str | None = None
         self.usage: Any = None
@@ -314,9 +326,18 @@ class _StreamedReply:
                 slot["name"] += call.function.name or ""
                 slot["arguments"] += call.function.arguments or ""
         if delta.content:
-            self.text += delta.content
+            self._parts.append(delta.content)
+            self.length += len(delta.content)
             return True
         return False
+
+    @property
+    def text(self) -> str:
+        if self._joined != len(self._parts):
+            self._text = "".join(self._parts)
+            self._parts = [self._text]
+            self._joined = 1
+        return self._text
 
     def result(self) -> ModelReply:
         if self.finish_reason is None:  # every complete stream ends with one

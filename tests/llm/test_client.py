@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from pathlib import Path
 
@@ -154,11 +155,25 @@ def test_a_streamed_reply_reports_its_text_as_it_grows(fake_llm: FakeOpenAI) -> 
     fake_llm.push(Reply(text="one two three", pieces=["one ", "two ", "three"]))
     seen: list[str] = []
     reply = stream(client(fake_llm), seen)
-    assert seen == ["one ", "one two ", "one two three"]
+    # the first piece at once, then the text so far at most every TEXT_EVERY_S, and the
+    # whole text last: each a longer prefix of the next
+    assert seen[0] == "one " and seen[-1] == "one two three"
+    assert all(b.startswith(a) and len(b) > len(a) for a, b in itertools.pairwise(seen))
     assert reply.content == "one two three" and reply.finish_reason == "stop"  # type: ignore[attr-defined]
     assert reply.prompt_tokens == 10  # type: ignore[attr-defined]  # usage from the last chunk
     request = fake_llm.requests[0]
     assert request["stream"] is True and request["stream_options"] == {"include_usage": True}
+
+
+def test_a_long_streamed_reply_is_not_handed_over_once_per_chunk(fake_llm: FakeOpenAI) -> None:
+    """Each hand-over carries the whole text so far: once per chunk, a long reply cost
+    its length squared (1.2 M characters in 100,000 chunks: ~60 GB copied)."""
+    pieces = [f"{n:05d} " for n in range(20_000)]
+    fake_llm.push(Reply(text="".join(pieces), pieces=pieces))
+    seen: list[str] = []
+    reply = stream(client(fake_llm), seen)
+    assert seen[-1] == "".join(pieces) == reply.content  # type: ignore[attr-defined]
+    assert len(seen) < len(pieces) // 10
 
 
 def test_streamed_tool_calls_are_put_together(fake_llm: FakeOpenAI) -> None:
