@@ -408,9 +408,14 @@ def migrate(engine: Engine, patience: float) -> int:
             logger.info("state.db created (schema version %d)", SCHEMA_VERSION)
         elif found < SCHEMA_VERSION:
             logger.info("state.db upgraded from schema version %d to %d", found, SCHEMA_VERSION)
-        conn.exec_driver_sql(f"PRAGMA user_version={SCHEMA_VERSION}")
+        if found != SCHEMA_VERSION:
+            conn.exec_driver_sql(f"PRAGMA user_version={SCHEMA_VERSION}")
         return found
 
+    with reading(engine) as session:  # up to date: opening it writes nothing at all
+        current = int(session.connection().exec_driver_sql("PRAGMA user_version").scalar_one())
+    if current == SCHEMA_VERSION:
+        return current
     return with_retry(engine, upgrade, patience)
 
 
