@@ -84,11 +84,17 @@ def configure(
     lb: Balancer,
     *,
     lease_s: float = LEASE_S,
+    slack_events: bool = True,
+    **options: Any,
 ) -> None:
+    """Each of `names` configured for the fleet (`options`: fleet_config's); Slack's
+    HTTP events sent through the balancer unless `slack_events` is False."""
     fleet.lease_s = lease_s
     for name in names:
-        fleet_config(fleet.home(name), llm, fakes, lb.url, fleet.database_url, lease_s=lease_s)
-    fakes.slack.events_to(f"{lb.url}/slack/events", SLACK_SIGNING)
+        home = fleet.home(name)
+        fleet_config(home, llm, fakes, lb.url, fleet.database_url, lease_s=lease_s, **options)
+    if slack_events:
+        fakes.slack.events_to(f"{lb.url}/slack/events", SLACK_SIGNING)
 
 
 # -- who says what ----------------------------------------------------------------------------
@@ -319,13 +325,8 @@ def test_a_consolidation_due_while_the_leader_dies_runs_once_later(
     the threshold meanwhile: the other instance takes the leader lease when it expires
     and consolidates the store once."""
     names = ["gw1", "gw2"]
-    extra = (
-        "memory:\n  memory_char_limit: 560\n  consolidation:\n    check_interval_minutes: 0.05\n"
-    )
-    for name in names:
-        fleet_config(fleet.home(name), fake_llm, fakes, balancer.url, database_url, lease_s=LEASE_S)
-        config = fleet.home(name) / "config.yaml"
-        config.write_text(config.read_text().replace("memory:\n  review_interval: 0\n", "") + extra)
+    memory = "  memory_char_limit: 560\n  consolidation:\n    check_interval_minutes: 0.05\n"
+    configure(fleet, names, fake_llm, fakes, balancer, memory=memory)
     numbers = ", ".join(str(i) for i in range(1, 8))
     merged = f"Notes {numbers}: the staging cluster runs Postgres replica number {numbers}"
     proposal = {
@@ -378,17 +379,8 @@ def test_polling_is_refused_beside_another_instance(
     at the same moment on one database, exactly one runs and the other exits at start
     (code 2), saying why and what to do instead; so does a third one in webhook mode
     beside the one that polls."""
-    for name in ("gw1", "gw2"):
-        fleet_config(
-            fleet.home(name),
-            fake_llm,
-            fakes,
-            balancer.url,
-            database_url,
-            lease_s=LEASE_S,
-            telegram_mode="polling",
-        )
-    fleet_config(fleet.home("gw3"), fake_llm, fakes, balancer.url, database_url, lease_s=LEASE_S)
+    configure(fleet, ["gw1", "gw2"], fake_llm, fakes, balancer, telegram_mode="polling")
+    configure(fleet, ["gw3"], fake_llm, fakes, balancer)
     procs = {name: fleet.start(name) for name in ("gw1", "gw2")}  # at once
     deadline = time.monotonic() + 90
     while all(p.poll() is None for p in procs.values()):
@@ -414,20 +406,7 @@ def test_merge_and_stop_keep_their_meaning_across_instances(
     busy are taken by the holder together, as one turn. `/stop` that reaches another
     instance stops the turn the holder runs."""
     names = ["gw1", "gw2"]
-    for name in names:
-        fleet_config(
-            fleet.home(name),
-            fake_llm,
-            fakes,
-            balancer.url,
-            database_url,
-            lease_s=LEASE_S,
-            extra="",
-        )
-        config = fleet.home(name) / "config.yaml"
-        config.write_text(
-            config.read_text().replace("gateway:\n", "gateway:\n  queue_mode: merge\n")
-        )
+    configure(fleet, names, fake_llm, fakes, balancer, gateway="  queue_mode: merge\n")
     slow = {"c1m0", "c2m0"}
 
     def respond(body: dict[str, Any]) -> Reply:
@@ -470,16 +449,7 @@ def test_slack_socket_mode_with_a_connection_per_instance_answers_each_event_onc
     of them (and again after a missing ack); this fake sends every event to every
     connection, the harder case: each is still answered once."""
     names = ["gw1", "gw2"]
-    for name in names:
-        fleet_config(
-            fleet.home(name),
-            fake_llm,
-            fakes,
-            balancer.url,
-            database_url,
-            lease_s=LEASE_S,
-            slack_mode="socket",
-        )
+    configure(fleet, names, fake_llm, fakes, balancer, slack_mode="socket", slack_events=False)
     fake_llm.responder = echo
     start_fleet(fleet, names, balancer)
     fakes.slack.wait_connected(2)

@@ -56,7 +56,11 @@ def fleet_config(
     extra: str = "",
     only_telegram: bool = False,
     slack_mode: str = "http",
+    memory: str = "  review_interval: 0\n",
+    gateway: str = "",
 ) -> None:
+    """A fleet member's config.yaml; `memory` and `gateway`: the lines of those sections
+    (the gateway's besides its HTTP server and cluster settings)."""
     home.mkdir(parents=True, exist_ok=True)
     others = (
         ""
@@ -72,9 +76,9 @@ def fleet_config(
     (home / "config.yaml").write_text(
         f"llm:\n  base_url: {llm.base_url}\n  model: m\n  max_retries: 0\n  timeout: 30\n"
         + (f"database:\n  url: '{database_url}'\n" if database_url else "")
-        + "memory:\n  review_interval: 0\n"
+        + f"memory:\n{memory}"
         "access:\n  allow_all: true\n"
-        "gateway:\n  streaming: false\n  http:\n    port: 0\n"
+        f"gateway:\n  streaming: false\n{gateway}  http:\n    port: 0\n"
         f"  cluster:\n    lease_seconds: {lease_s}\n    poll_seconds: 0.2\n"
         "platforms:\n"
         "  telegram:\n    enabled: true\n    token_env: HERMES_TEST_TG_TOKEN\n"
