@@ -239,6 +239,9 @@ class Site:
                 return response
             except RefusedError as refused:
                 return self.refusal(refused)
+            except Exception:  # the visitor gets a page, the log the traceback
+                logger.exception("dashboard: %s %s failed", request.method, request.path)
+                return self.refusal(RefusedError(500, FAILED))
 
         return Route(method, PREFIX + path, checked)
 
