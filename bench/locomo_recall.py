@@ -48,9 +48,12 @@ def session_time(text: str | None) -> datetime | None:
         return None
 
 
-def ingest(db: SessionDB, sample: dict[str, Any]) -> tuple[str, dict[int, str]]:
-    """Store one conversation under a new user; returns the user and message id -> dia_id."""
-    user = db.people.ensure_user(new_user_id()).id
+def ingest(
+    db: SessionDB, sample: dict[str, Any], user: str | None = None
+) -> tuple[str, dict[int, str]]:
+    """Store one conversation under a new user (or `user`: filler for another bench);
+    returns the user and message id -> dia_id."""
+    user = user or db.people.ensure_user(new_user_id()).id
     conv = sample["conversation"]
     speaker_a = conv.get("speaker_a")
     dia_of: dict[int, str] = {}
