@@ -36,14 +36,18 @@ KS = (1, 5, 10)
 DEFAULT = Path(__file__).parent / "data" / "cjk_eval.json"
 
 
-def ingest(db: SessionDB, data: dict[str, Any]) -> tuple[dict[str, str], dict[int, str]]:
-    """Every session under its user; returns user name -> user id, message id -> eval id."""
+def ingest(
+    db: SessionDB, data: dict[str, Any], pooled: bool = False
+) -> tuple[dict[str, str], dict[int, str]]:
+    """Every session under its user (`pooled`: all under one); returns user name -> user
+    id, message id -> eval id."""
     users: dict[str, str] = {}
+    one = db.people.ensure_user(new_user_id()).id if pooled else None
     eval_id: dict[int, str] = {}
     for session in data["sessions"]:
         name = session["user"]
         if name not in users:
-            users[name] = db.people.ensure_user(new_user_id()).id
+            users[name] = one or db.people.ensure_user(new_user_id()).id
         chat = db.conversations.start_session(users[name], session["platform"], session["id"])
         messages = [NewMessage(m["role"], m["content"]) for m in session["messages"]]
         stored = db.conversations.add_messages(chat.id, messages)

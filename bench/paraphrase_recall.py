@@ -22,39 +22,17 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from hybrid import Hybrid  # bench/hybrid.py (a script's own folder is on sys.path)
+from cjk_recall import ingest  # bench/cjk_recall.py (a script's own folder is on sys.path)
+from hybrid import Hybrid
 from locomo_recall import ingest as ingest_locomo
 
-from hermes.identity import new_user_id
 from hermes.state import engine as eng
-from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
 from hermes.state.search import SearchScope
 
 KS = (1, 5, 10)
 DATA = Path(__file__).parent / "data" / "paraphrase_eval.json"
 HAYSTACKS = ("person", "pooled", "pooled+locomo")
-
-
-def ingest(
-    db: SessionDB, data: dict[str, Any], pooled: bool
-) -> tuple[dict[str, str], dict[int, str]]:
-    """Every session under its person (or all under one); person -> user id, message
-    id -> eval id."""
-    users: dict[str, str] = {}
-    one = db.people.ensure_user(new_user_id()).id if pooled else None
-    eval_id: dict[int, str] = {}
-    for session in data["sessions"]:
-        name = session["user"]
-        if name not in users:
-            users[name] = one or db.people.ensure_user(new_user_id()).id
-        chat = db.conversations.start_session(users[name], session["platform"], session["id"])
-        messages = [NewMessage(m["role"], m["content"]) for m in session["messages"]]
-        stored = db.conversations.add_messages(chat.id, messages)
-        for message, message_id in zip(session["messages"], stored, strict=True):
-            assert message_id is not None
-            eval_id[message_id] = message["id"]
-    return users, eval_id
 
 
 def ranked(db: SessionDB, mode: str, user: str, query: str, hybrid: Hybrid | None) -> list[int]:

@@ -14,6 +14,7 @@ The pages themselves are in `pages.py`; logins and passwords in `auth.py`.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from gateway.dashboard.auth import (
     Credentials,
     CredentialsError,
 )
-from gateway.edge.http_server import Route
+from gateway.edge.http_server import Handler, Route
 
 logger = logging.getLogger(__name__)
 
@@ -208,38 +209,31 @@ class Site:
         """A page that needs a login (and, for POST, the form's CSRF token)."""
 
         async def guarded(request: web.Request) -> web.StreamResponse:
-            try:
-                self.check_host(request)
-                me = await asyncio.to_thread(self.operator, request)
-                if me is None:
-                    if request.method != "GET":
-                        raise RefusedError(403, "Your login has ended: log in again.")
-                    return self.redirect("/login")
-                if request.method == "POST":
-                    self.check_origin(request)
-                    form = await form_of(request)
-                    if form.get("csrf", "") != me.csrf:
-                        raise RefusedError(403, "This form has expired: reload the page and retry.")
-                return await handler(request, me)
-            except RefusedError as refused:
-                return self.refusal(refused)
-            except Exception:  # the operator gets a page, the log the traceback
-                logger.exception("dashboard: %s %s failed", request.method, request.path)
-                return self.refusal(RefusedError(500, FAILED))
+            me = await asyncio.to_thread(self.operator, request)
+            if me is None:
+                if request.method != "GET":
+                    raise RefusedError(403, "Your login has ended: log in again.")
+                return self.redirect("/login")
+            if request.method == "POST":
+                self.check_origin(request)
+                form = await form_of(request)
+                if not hmac.compare_digest(form.get("csrf", ""), me.csrf):
+                    raise RefusedError(403, "This form has expired: reload the page and retry.")
+            return await handler(request, me)
 
-        return Route(method, PREFIX + path, guarded)
+        return self.open_route(method, path, guarded)
 
-    def open_route(self, method: str, path: str, handler: Callable[..., Any]) -> Route:
-        """A route before login (the login page, the stylesheet): the Host check only."""
+    def open_route(self, method: str, path: str, handler: Handler) -> Route:
+        """A route with the Host check (on its own: the login page, the stylesheet);
+        a refusal or an error is a page (the traceback goes to the log)."""
 
         async def checked(request: web.Request) -> web.StreamResponse:
             try:
                 self.check_host(request)
-                response: web.StreamResponse = await handler(request)
-                return response
+                return await handler(request)
             except RefusedError as refused:
                 return self.refusal(refused)
-            except Exception:  # the visitor gets a page, the log the traceback
+            except Exception:
                 logger.exception("dashboard: %s %s failed", request.method, request.path)
                 return self.refusal(RefusedError(500, FAILED))
 
