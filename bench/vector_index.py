@@ -99,7 +99,7 @@ def hermes_numpy(vectors: np.ndarray, queries: np.ndarray) -> tuple[list[set[int
             f"  cold load (state.db -> matrix) {1000 * (time.perf_counter() - started):.0f} ms"
         )
         times, found = timed(
-            lambda q: db.vectors.nearest(conn, user, QueryVector("b", q), K), queries
+            lambda q: db.vectors.nearest(conn, user, QueryVector("b", q), K).hits, queries
         )
         with eng.reading(db.engine) as session:
             size = (

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from hermes import scripts
 from hermes.config import EmbeddingsConfig
 from hermes.llm.client import LLMClient, LLMError
 from hermes.state.db import SessionDB
@@ -31,6 +32,7 @@ BREAKER_S = 30.0  # after a failed question, questions go lexical this long
 IDLE_POLL_S = 2.0  # the background task's look at the queue when it was empty
 BACKOFF_S = (5.0, 300.0)  # the background task's wait after a failure, doubling
 REFUSED = frozenset({400, 413, 422})  # the endpoint refuses the input, not the request
+WEAK = 0.5  # a script the model reads worse than this is named in the status line
 
 
 @dataclass
@@ -49,6 +51,8 @@ class Embedder:
         self.health = Health(since=time.monotonic())
         self._broken_until = 0.0
         self._activated = False
+        # how well the model reads each script (hermes/scripts.py), measured at activation
+        self.coverage: dict[str, float] | None = None
         db.vectors.cache.budget = config.cache_mb << 20
         # whether this process embeds the queue now (with several gateways on one
         # database, the maintenance leader does; the others only wait)
@@ -75,7 +79,7 @@ class Embedder:
             self._failed(str(exc) if isinstance(exc, LLMError) else type(exc).__name__)
             return None
         self._recovered()
-        return QueryVector(self.model, vectors[0])
+        return QueryVector(self.model, vectors[0], scripts.trust(text, self.coverage))
 
     async def drain(
         self,
@@ -88,6 +92,8 @@ class Embedder:
         endpoint fails (what was stored stays)."""
         if not self._activated:  # once: it takes the write lock
             await asyncio.to_thread(self.db.vectors.activate, self.model)
+            if self.coverage is None:
+                self.coverage = await self.measure_coverage()
             self._activated = True
         total = 0
         while stop is None or not stop.is_set():
@@ -126,6 +132,27 @@ class Embedder:
                 wait, delay = delay, min(delay * 2, BACKOFF_S[1])
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), wait)
+
+    async def measure_coverage(self) -> dict[str, float]:
+        """How well the model tells paraphrases apart in each script (hermes/scripts.py):
+        each script's probe pairs embedded once, in batches; a script whose text the
+        endpoint refuses counts as unread. Raises LLMError when the endpoint fails."""
+        coverage: dict[str, float] = {}
+        for script, pairs in scripts.PROBES.items():
+            texts = [a for a, _ in pairs] + [b for _, b in pairs]
+            try:
+                vectors: list[list[float]] = []
+                for start in range(0, len(texts), self.config.batch_size):
+                    batch = texts[start : start + self.config.batch_size]
+                    found = await self.client.embed(batch, dimensions=self.config.dimensions)
+                    vectors.extend(list(v) for v in found)
+            except LLMError as exc:
+                if exc.status not in REFUSED:
+                    raise
+                vectors = []
+            coverage[script] = scripts.separation(vectors) if vectors else 0.0
+        logger.info("embeddings model %s reads: %s", self.model, describe(coverage))
+        return coverage
 
     async def _embed_batch(self, batch: Sequence[Pending]) -> int:
         texts = [item.content[:MAX_CHARS] for item in batch]
@@ -186,6 +213,9 @@ class Embedder:
         status = self.db.vectors.status()
         where = f"{self.model} at {self.client.endpoint.base_url}"
         counts = f"{status.embedded:,} messages embedded, {status.queued:,} queued"
+        weak = [name for name, score in (self.coverage or {}).items() if score < WEAK]
+        if weak:
+            counts += f"; weighed down in {', '.join(weak)} text (it does not read them)"
         if not self.health.ok:
             ago = time.monotonic() - self.health.since
             return (
@@ -195,4 +225,8 @@ class Embedder:
         return f"on ({where}; {counts})"
 
 
-__all__ = ["Embedder", "Health"]
+def describe(coverage: dict[str, float]) -> str:
+    return ", ".join(f"{name} {score:.2f}" for name, score in coverage.items())
+
+
+__all__ = ["Embedder", "Health", "describe"]

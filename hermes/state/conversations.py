@@ -26,7 +26,7 @@ from hermes.state.models import (
     as_utc,
     utcnow,
 )
-from hermes.state.search import MessageHit, SearchScope, search_messages
+from hermes.state.search import RANKING, MessageHit, Ranking, SearchScope, search_messages
 from hermes.state.vectors import QueryVector, VectorDB
 
 TITLE_CHARS = 60
@@ -277,34 +277,47 @@ class ConversationDB:
         return Activity(received, replied, {str(h): int(n) for h, n in hours})
 
     def search(
-        self, scope: SearchScope, query: str, limit: int = 50, vector: QueryVector | None = None
+        self,
+        scope: SearchScope,
+        query: str,
+        limit: int = 50,
+        vector: QueryVector | None = None,
+        ranking: Ranking = RANKING,
     ) -> list[MessageHit]:
         """The user's best messages for `query`; with `vector` (the query's embedding),
-        the nearest of the user's own messages are fused with the word ranking."""
+        the nearest of the user's own messages are fused with the word ranking.
+        `ranking`: the default, or steps switched off for the benchmarks' ablations."""
         if self.engine.dialect.name == "postgresql":
             with eng.reading(self.engine) as session:
                 conn = session.connection()
                 # what was written since the last search is indexed first (asked inside
                 # this snapshot: nothing newer than what it sees can be missing)
                 if not _backlog_waiting(conn):
-                    return self._search_in(conn, scope, query, limit, vector)
+                    return self._search_in(
+                        conn, scope=scope, query=query, limit=limit, vector=vector, ranking=ranking
+                    )
 
             postgres.index_backlog(self.engine)
         with eng.reading(self.engine) as session:
-            return self._search_in(session.connection(), scope, query, limit, vector)
+            conn = session.connection()
+            return self._search_in(
+                conn, scope=scope, query=query, limit=limit, vector=vector, ranking=ranking
+            )
 
     def _search_in(
         self,
         conn: Any,
+        *,
         scope: SearchScope,
         query: str,
         limit: int,
         vector: QueryVector | None,
+        ranking: Ranking = RANKING,
     ) -> list[MessageHit]:
         nearest = None
         if vector is not None and self.vectors is not None:
             nearest = self.vectors.nearest(conn, scope.user_id, vector)
-        return search_messages(conn, scope, query, limit, nearest=nearest)
+        return search_messages(conn, scope, query, limit, nearest=nearest, ranking=ranking)
 
     def idle_sessions(self, idle_for: timedelta) -> list[ChatSession]:
         """Open sessions without a message for longer than `idle_for` (all users)."""

@@ -7,9 +7,12 @@ Japanese runs become bigrams and single characters (hermes/state/cjk.py) looked 
 `messages_cjk`. Both indexes are ranked the same way (IDF over the user's own messages,
 length, neighbouring turns, the session's coverage) and the two lists are merged by
 reciprocal rank fusion, so a mixed question ("docker 그 포트") benefits from both and
-scores from different indexes never need to be comparable. With hybrid retrieval on, the
-user's nearest messages by embedding (hermes/state/vectors.py) are a third list in that
-fusion: a paraphrase that shares no word with its answer is still found.
+scores from different indexes never need to be comparable: one lexical ranking. With
+hybrid retrieval on, the user's nearest messages by embedding (hermes/state/vectors.py)
+are a vector ranking, fused with the lexical one by trust (`fuse_trusted`): each side
+weighs as much as its top stands out from its runners-up, the vectors also as far as the
+model reads the question's script (hermes/scripts.py), so a paraphrase that shares no
+word with its answer is found without burying what the words found.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import statistics
 import unicodedata
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,6 +33,7 @@ from hermes.state.cjk import KOREAN_PARTICLES, is_cjk, korean_words, query_terms
 from hermes.state.cjk import runs as cjk_runs
 
 RRF_K = 60
+RUNNERS_UP = 10  # the hits a ranking's top is compared with to judge its commitment
 CANDIDATES = 200  # per index, before fusion
 BM25_K1, BM25_B = 1.2, 0.3
 NEIGHBOUR_WEIGHT = 0.4
@@ -82,6 +87,37 @@ class SearchScope:
     platform: str | None = None
     role: str | None = None
     exclude_session_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """The ranking steps after the index lookups, each switchable so that the recall
+    benchmarks can measure what it adds (their ablation rows); search uses the default."""
+
+    smoothing: bool = True  # neighbouring turns lend a message part of their score
+    replies: bool = True  # the turn after a matching question joins the candidates
+    sessions: bool = True  # a message gains from its session's coverage of the query
+    vector_smoothing: bool = False  # neighbouring turns lend their similarity too
+    trusted: bool = True  # the two rankings fused by trust (else: reciprocal rank fusion)
+    # the word ranking trusted only as far as its best head covers the question's IDF:
+    # off, it lowered recall on LoCoMo and the paraphrase set (README, the ablation)
+    coverage: bool = False
+
+
+RANKING = Ranking()
+
+
+@dataclass(frozen=True, slots=True)
+class Neighbours:
+    """A person's messages nearest to a question (hermes/state/vectors.py finds them),
+    closest first, with what an unrelated message scores: the median similarity over
+    all their messages and its spread (the median absolute deviation, scaled to a
+    standard deviation)."""
+
+    hits: list[tuple[int, float]]
+    median: float = 0.0
+    spread: float = 0.0
+    trust: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,42 +228,66 @@ def search_messages(
     raw: str,
     limit: int,
     *,
-    nearest: list[tuple[int, float]] | None = None,
+    nearest: Neighbours | None = None,
+    ranking: Ranking = RANKING,
 ) -> list[MessageHit]:
     """The user's best-matching messages, best first (at most `limit`). `nearest`: the
-    user's messages closest to the query's embedding (id, similarity), closest first."""
+    user's messages closest to the query's embedding, closest first, with what an
+    unrelated message scores (hermes/state/vectors.py)."""
     parsed = parse_query(raw)
-    if parsed.empty and not nearest:
+    if parsed.empty and not (nearest and nearest.hits):
         return []
     ranked: list[list[MessageHit]] = []
+    covered: list[float] = []  # of each list: the share of the question its best head covers
     if parsed.words:
-        ranked.append(_index_hits(conn, scope, parsed.words, "messages_fts", parsed.terms))
+        hits, coverage = _index_hits(
+            conn, scope, parsed.words, "messages_fts", parsed.terms, ranking=ranking
+        )
+        ranked.append(hits)
+        covered.append(coverage)
     if parsed.cjk:
         # a mixed question's Latin words too: "redis는" is one token of the word index,
         # and the CJK index has "redis" for it (hermes/state/cjk.py)
         glued = tuple(w.casefold() for w in parsed.words if " " not in w)
         lookups = tuple(dict.fromkeys(parsed.cjk + glued))[:MAX_CJK_LOOKUPS]
         words = korean_words(raw)
-        ranked.append(_index_hits(conn, scope, lookups, "messages_cjk", parsed.terms, whole=words))
-    if nearest:
-        ranked.append(_vector_hits(conn, scope, nearest, parsed.terms))
-    return fuse(ranked)[:limit]
+        hits, coverage = _index_hits(
+            conn, scope, lookups, "messages_cjk", parsed.terms, ranking=ranking, whole=words
+        )
+        ranked.append(hits)
+        covered.append(coverage)
+    lexical = fuse(ranked)
+    if not nearest or not nearest.hits:
+        return lexical[:limit]
+    vector = _vector_hits(conn, scope, nearest.hits, parsed.terms, ranking)
+    if not ranking.trusted:
+        return fuse([lexical, vector])[:limit]
+    coverage = max(covered, default=0.0) if ranking.coverage else 1.0
+    return fuse_trusted(lexical, vector, nearest, coverage)[:limit]
 
 
 def _vector_hits(
-    conn: Connection, scope: SearchScope, nearest: list[tuple[int, float]], terms: tuple[str, ...]
+    conn: Connection,
+    scope: SearchScope,
+    nearest: list[tuple[int, float]],
+    terms: tuple[str, ...],
+    ranking: Ranking = RANKING,
 ) -> list[MessageHit]:
     """The nearest messages that pass the scope's filters (as the lexical candidates
-    do), ranked like them: a message's neighbouring turns lend it their similarity with
-    the same weights, since an answer is often one turn away from the words that match."""
+    do), by similarity; with `ranking.vector_smoothing`, a message's neighbouring turns
+    lend it their similarity with the lexical ranking's weights (off by default: it
+    buried paraphrases under their neighbours in the recall benchmarks)."""
     similarity = dict(nearest)
     candidates, near = _load(conn, scope, [mid for mid, _ in nearest], terms)
-    if len(candidates) < 2:
-        return candidates
-    return _smoothed(candidates, near, {h.message_id: similarity[h.message_id] for h in candidates})
+    own = {h.message_id: similarity[h.message_id] for h in candidates}
+    if not ranking.vector_smoothing or len(candidates) < 2:
+        return [_rescored(hit, own[hit.message_id]) for hit in candidates]
+    return _smoothed(candidates, near, own)
 
 
 def fuse(ranked: list[list[MessageHit]]) -> list[MessageHit]:
+    """The word and CJK rankings as one lexical ranking (reciprocal rank fusion: their
+    scores are not comparable, their ranks are)."""
     if len(ranked) <= 1:
         return ranked[0] if ranked else []
     scores: dict[int, float] = {}
@@ -238,6 +298,79 @@ def fuse(ranked: list[list[MessageHit]]) -> list[MessageHit]:
             first.setdefault(hit.message_id, hit)
     order = sorted(scores, key=lambda mid: (-scores[mid], -mid))
     return [_rescored(first[mid], scores[mid]) for mid in order]
+
+
+def fuse_trusted(
+    lexical: list[MessageHit],
+    vector: list[MessageHit],
+    nearest: Neighbours,
+    coverage: float = 1.0,
+) -> list[MessageHit]:
+    """One lexical and one vector ranking as one, each weighted by how far it can be
+    trusted for this question.
+
+    A ranking is trusted by its commitment: how far its top hit stands above its
+    runners-up (the next RUNNERS_UP), in units of its own noise (the spread of the
+    person's similarities for the vectors, of the candidates' scores for the words). A
+    list that ranks many messages about equally is guessing among them, whatever its
+    raw scores; one whose top stands out has found something. The vector side is
+    further scaled by the model's reading of the question's script (`nearest.trust`);
+    with `Ranking.coverage` (off: the benchmarks' ablation), the word side is scaled by
+    `coverage`, the share of the question's rarity (its terms' IDF) that the best
+    message near its top holds.
+    Each message's score within its list is taken relative to the same runners-up (0
+    at the list's RUNNERS_UP+1-th hit, 1 at its top), so the two are on one scale, and
+    the fused score is the trust-weighted sum. When one list is confident and the
+    other is not, the confident one's order stands; when both are, messages both rank
+    high come first."""
+    lex_scores = [hit.score for hit in lexical]
+    vec_scores = [hit.score for hit in vector]
+    w_lex = commitment(lex_scores, 0.0, None) * coverage
+    w_vec = commitment(vec_scores, nearest.median, nearest.spread) * nearest.trust
+    if w_lex == 0.0 and w_vec == 0.0:  # neither stands out: each as far as it can read
+        w_lex, w_vec = 1.0, nearest.trust
+    lex_norm = _relative(lex_scores, 0.0)
+    vec_norm = _relative(vec_scores, nearest.median)
+    fused: dict[int, float] = {}
+    tie: dict[int, float] = {}  # among equals (below both lists' runners-up, say): RRF
+    first: dict[int, MessageHit] = {}
+    for hits, weight, norm in ((lexical, w_lex, lex_norm), (vector, w_vec, vec_norm)):
+        for rank, (hit, value) in enumerate(zip(hits, norm, strict=True)):
+            mid = hit.message_id
+            fused[mid] = fused.get(mid, 0.0) + weight * value
+            tie[mid] = tie.get(mid, 0.0) + 1.0 / (RRF_K + rank + 1)
+            first.setdefault(mid, hit)
+    order = sorted(fused, key=lambda mid: (-fused[mid], -tie[mid], -mid))
+    return [_rescored(first[mid], fused[mid]) for mid in order]
+
+
+def commitment(scores: list[float], baseline: float, spread: float | None) -> float:
+    """How many noise widths a ranking's top score stands above the mean of its next
+    RUNNERS_UP (fewer hits: the rest count at `baseline`, what an unranked message
+    scores). The noise width is `spread`, or with None the standard deviation of those
+    RUNNERS_UP+1 scores."""
+    if not scores:
+        return 0.0
+    head = scores[: RUNNERS_UP + 1]
+    head = head + [baseline] * (RUNNERS_UP + 1 - len(head))
+    rest = head[1:]
+    if spread is None:
+        spread = statistics.pstdev(scores if len(scores) > RUNNERS_UP else head)
+    if spread <= 0.0:
+        return 0.0
+    return max(0.0, (head[0] - sum(rest) / len(rest)) / spread)
+
+
+def _relative(scores: list[float], baseline: float) -> list[float]:
+    """Each score as a fraction of the top's lead over the list's RUNNERS_UP+1-th score
+    (over `baseline` for shorter lists): 1 at the top, 0 at or below that one."""
+    if not scores:
+        return []
+    floor = scores[RUNNERS_UP] if len(scores) > RUNNERS_UP else baseline
+    lead = scores[0] - floor
+    if lead <= 0.0:
+        return [1.0 if s >= scores[0] else 0.0 for s in scores]
+    return [max(0.0, (s - floor) / lead) for s in scores]
 
 
 def _rescored(hit: MessageHit, score: float) -> MessageHit:
@@ -269,8 +402,9 @@ def _index_hits(
     table: str,
     terms: tuple[str, ...],
     *,
+    ranking: Ranking = RANKING,
     whole: list[str] | None = None,
-) -> list[MessageHit]:
+) -> tuple[list[MessageHit], float]:
     """BM25 over this user's own messages in one index, then context-aware reranking.
 
     FTS5's built-in bm25() takes its statistics from every user's messages, so a word
@@ -280,6 +414,9 @@ def _index_hits(
     IDF comes from the user's messages alone. Term frequency is taken as 1 (chat
     messages are short). The best candidates are then loaded, length-normalized and
     smoothed with their neighbouring turns and their session's coverage of the query.
+    Also returned: the largest share of the query terms' summed IDF that one message
+    among the first RUNNERS_UP+1 of the ranking matches itself (what `fuse_trusted`
+    weighs the ranking by).
     """
     token = scope_token(scope.user_id)
     weights: dict[int, float] = {}
@@ -304,15 +441,29 @@ def _index_hits(
         for rowid in postings[word]:
             weights[rowid] = weights.get(rowid, 0.0) + idf_of[word]
     ranked = sorted(weights, key=lambda rowid: (-weights[rowid], -rowid))
-    order = _with_replies(conn, ranked, weights)
+    order = _with_replies(conn, ranked, weights) if ranking.replies else ranked
     candidates, near = _load(conn, scope, order, terms)
-    if len(candidates) < 2:
-        return candidates
+    total_idf = sum(idf_of.values())
+    if len(candidates) < 2:  # nothing to rerank: its own weight is its score
+        alone = [_rescored(hit, weights.get(hit.message_id, 0.0)) for hit in candidates]
+        return alone, _coverage(alone, weights, total_idf)
     for hit in candidates if whole else ():  # a Korean word met whole, not inside another
         for word in whole_words(hit.content, whole or []):
             bonus = max(idf_of.get(word[i : i + 2], 0.0) for i in range(len(word) - 1))
             weights[hit.message_id] = weights.get(hit.message_id, 0.0) + bonus
-    return _rerank(candidates, near, weights, postings, idf_of)
+    if not ranking.sessions:
+        postings = {}
+    ranked_hits = _rerank(
+        candidates, near if ranking.smoothing else None, weights, postings, idf_of
+    )
+    return ranked_hits, _coverage(ranked_hits, weights, total_idf)
+
+
+def _coverage(hits: list[MessageHit], weights: dict[int, float], total_idf: float) -> float:
+    if total_idf <= 0.0:
+        return 0.0
+    head = hits[: RUNNERS_UP + 1]
+    return min(1.0, max((weights.get(h.message_id, 0.0) for h in head), default=0.0) / total_idf)
 
 
 def _with_replies(conn: Connection, order: list[int], weights: dict[int, float]) -> list[int]:
@@ -366,7 +517,7 @@ def _load(
 
 def _rerank(
     candidates: list[MessageHit],
-    near: dict[int, Near],
+    near: dict[int, Near] | None,
     weights: dict[int, float],
     postings: dict[str, list[int]],
     idf_of: dict[str, float],
@@ -393,16 +544,16 @@ def _rerank(
 
 def _smoothed(
     candidates: list[MessageHit],
-    near: dict[int, Near],
+    near: dict[int, Near] | None,
     base: dict[int, float],
     extra: dict[int, float] | None = None,
 ) -> list[MessageHit]:
     """Candidates reranked by their score plus their neighbouring turns' (1 and 2 turns
-    away in the same session, among the candidates) and `extra`."""
+    away in the same session, among the candidates; none without `near`) and `extra`."""
     final = {}
     for hit in candidates:
         mid = hit.message_id
-        p1, n1, p2, n2 = near[mid]
+        p1, n1, p2, n2 = near[mid] if near is not None else (None, None, None, None)
         final[mid] = (
             base.get(mid, 0.0)
             + NEIGHBOUR_WEIGHT * (base.get(p1 or 0, 0.0) + base.get(n1 or 0, 0.0))

@@ -28,6 +28,7 @@ from sqlalchemy import Connection, text
 
 from hermes.state import engine as eng
 from hermes.state.models import utcnow
+from hermes.state.search import Neighbours
 
 if TYPE_CHECKING:  # NumPy is loaded with the first vector: lexical-only Hermes never pays
     import numpy as np
@@ -37,6 +38,7 @@ if TYPE_CHECKING:  # NumPy is loaded with the first vector: lexical-only Hermes 
 
 DEFAULT_CACHE_BYTES = 256 << 20
 NEAREST = 1000  # ranked neighbours handed to the scope filters (they page through them)
+MAD_TO_SD = 1.4826  # a normal distribution's standard deviation per median absolute deviation
 
 
 class ModelChangedError(Exception):
@@ -45,10 +47,12 @@ class ModelChangedError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class QueryVector:
-    """A question's embedding, with the model that made it."""
+    """A question's embedding, with the model that made it and how far that model can
+    be trusted on the question's script (hermes/scripts.py: 1 reads it, 0 cannot)."""
 
     model: str
     values: Sequence[float]
+    trust: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,25 +163,28 @@ class VectorDB:
 
     def nearest(
         self, conn: Connection, user_id: str, query: QueryVector, n: int = NEAREST
-    ) -> list[tuple[int, float]]:
+    ) -> Neighbours:
         """This user's `n` messages closest to `query` with their cosine similarity
-        (above 0), closest first; empty when the user has no vectors of that model or
-        they have another dimension."""
+        (above 0), closest first, and the similarity of their messages at large; no hits
+        when the user has no vectors of that model or they have another dimension."""
         import numpy as np
 
         ids, matrix = self.cache.matrix(conn, user_id, query.model)
         q = np.asarray(query.values, dtype=np.float32)
         if not len(ids) or matrix.shape[1] != q.shape[0]:
-            return []
+            return Neighbours([], trust=query.trust)
         norm = float(np.linalg.norm(q))
         if norm == 0.0:
-            return []
+            return Neighbours([], trust=query.trust)
         scores = matrix @ (q / norm)
         k = min(n, len(ids))
         top = np.argpartition(-scores, k - 1)[:k]
         order = top[np.argsort(-scores[top], kind="stable")]
         order = order[scores[order] > 0.0]  # not similar at all: not a neighbour
-        return [(int(i), float(v)) for i, v in zip(ids[order], scores[order], strict=True)]
+        hits = [(int(i), float(v)) for i, v in zip(ids[order], scores[order], strict=True)]
+        median = float(np.median(scores))
+        spread = MAD_TO_SD * float(np.median(np.abs(scores - median)))
+        return Neighbours(hits, median, spread, query.trust)
 
 
 # a new vector replaces the old one as a new row (a new id: the caches see the change)
@@ -320,4 +327,10 @@ def _append(entry: _Entry, rows: Sequence[Any], count: int, last_id: int) -> _En
     return _Entry(ids, matrix, need, count, last_id)
 
 
-__all__ = ["ModelChangedError", "Pending", "QueryVector", "VectorDB", "VectorStatus"]
+__all__ = [
+    "ModelChangedError",
+    "Pending",
+    "QueryVector",
+    "VectorDB",
+    "VectorStatus",
+]

@@ -18,6 +18,10 @@ words and CJK characters), with `synonyms` folding words onto one meaning so tha
 paraphrase sharing no word with its answer is still near it, as with a real model.
 `embed_dim` sets the size (a model change behind the same name: change it); faults are
 scripted in `embed_script` or by `embed_refuse` (inputs containing it get HTTP 400).
+`reads` names the scripts the fake model understands: the two halves of each of those
+scripts' probe pairs (hermes/scripts.py, how a model's reading is measured) get one
+meaning, as with a real model that reads them; the other scripts' probes get unrelated
+vectors each, as from a model that cannot read them. Latin by default.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from hermes.memory.scan_judge import JUDGE_MARKER
+from hermes.scripts import PROBES
 from tests.fakes.http_base import JsonHandler, ThreadedHttp
 
 
@@ -79,6 +84,7 @@ class FakeOpenAI:
         self.embed_dim = 64
         self.embed_refuse: str | None = None
         self.synonyms: dict[str, str] = {}
+        self.reads: set[str] = {"Latin"}
         self.transcript = "this is what the voice note said"
         self.transcribe_requests: list[dict[str, Any]] = []  # model, filename, bytes
         self.transcribe_script: deque[Reply] = deque()
@@ -235,6 +241,12 @@ class FakeOpenAI:
     def vector(self, text: str, dim: int) -> list[float]:
         """The deterministic embedding of `text`: hashed words, synonyms folded."""
         values = [0.0] * dim
+        pair = _PROBE_PAIRS.get(text)
+        if pair is not None:  # read: one meaning per pair; unread: one noise per text
+            key = f"{pair[0]}-{pair[1]}" if pair[0] in self.reads else text
+            seed = hashlib.sha256(key.encode()).digest()
+            signs = [1.0 if seed[i % 32] >> (i // 32 % 8) & 1 else -1.0 for i in range(dim)]
+            return [v / math.sqrt(dim) for v in signs]
         for word in _WORDS.findall(text.casefold()):
             meaning = self.synonyms.get(word, word)
             digest = hashlib.sha256(meaning.encode()).digest()
@@ -265,6 +277,12 @@ def _multipart(raw: bytes, content_type: str) -> dict[str, Any]:
     return fields
 
 
+_PROBE_PAIRS = {
+    half: (script, index)
+    for script, pairs in PROBES.items()
+    for index, pair in enumerate(pairs)
+    for half in pair
+}
 _WORDS = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]|[^\W\d_]{3,}|\d+")
 
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 from collections.abc import Coroutine
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,11 +20,13 @@ from gateway.app import build_embedder
 from gateway.config import parse_config
 from hermes.embedder import Embedder
 from hermes.identity import new_user_id
+from hermes.llm.client import LLMError
+from hermes.scripts import PROBES
 from hermes.state import engine as eng
 from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
 from hermes.state.schema import SCHEMA_VERSION
-from hermes.state.search import SearchScope
+from hermes.state.search import MessageHit, Neighbours, SearchScope, commitment, fuse_trusted
 from hermes.state.vectors import ModelChangedError, QueryVector
 from hermes.tools.session_search import SessionSearchTool
 from tests.fakes.openai_server import FakeOpenAI, Reply
@@ -78,7 +82,7 @@ def say(db: SessionDB, user: str, *texts: str, platform: str = "cli") -> list[in
 
 
 def nearest_ids(db: SessionDB, conn: Any, user: str, query: QueryVector) -> list[int]:
-    return [mid for mid, _ in db.vectors.nearest(conn, user, query)]
+    return [mid for mid, _ in db.vectors.nearest(conn, user, query).hits]
 
 
 def vectors(db: SessionDB) -> list[tuple[int, str, str, int]]:
@@ -498,3 +502,137 @@ def test_a_model_switched_by_another_process_is_taken_back_without_spinning(
     before, after = run(go())
     assert after == before + 1 and "changed to embed-b" in caplog.text
     assert {v[2] for v in vectors(db)} == {"embed-a"} and len(vectors(db)) == 2
+
+
+def hits(scores: list[float], first_id: int) -> list[MessageHit]:
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    return [
+        MessageHit(first_id + i, "s", "user", f"m{first_id + i}", when, score)
+        for i, score in enumerate(scores)
+    ]
+
+
+NOISE = Neighbours([], median=0.05, spread=0.05)
+
+
+def fused_ids(
+    lexical: list[MessageHit], vector: list[MessageHit], nearest: Neighbours = NOISE
+) -> list[int]:
+    return [hit.message_id for hit in fuse_trusted(lexical, vector, nearest)]
+
+
+def test_a_confident_vector_hit_is_not_buried_under_lexical_guesses() -> None:
+    """Twelve messages share the question's word equally (distractors); the vector
+    list's top stands far above its runners-up: it comes first."""
+    lexical = hits([8.0] * 12, 100)
+    vector = hits([0.62] + [0.30 - 0.01 * i for i in range(12)], 200)
+    assert fused_ids(lexical, vector)[0] == 200
+
+
+def test_a_flat_vector_list_leaves_a_committed_lexical_order_alone() -> None:
+    lexical = hits([14.0, 9.0, 8.5] + [3.0 - 0.1 * i for i in range(12)], 100)
+    vector = hits([0.31 - 0.001 * i for i in range(30)], 200)  # no standout: guessing
+    assert fused_ids(lexical, vector)[:3] == [100, 101, 102]
+
+
+def test_a_script_the_model_cannot_read_keeps_the_lexical_order() -> None:
+    lexical = hits([10.0, 9.0, 8.0, 2.0, 1.0], 100)
+    vector = hits([0.9] + [0.1] * 12, 200)  # confident, but in a script it cannot read
+    unread = Neighbours([], median=0.05, spread=0.05, trust=0.0)
+    assert fused_ids(lexical, vector, unread)[:5] == [100, 101, 102, 103, 104]
+    assert fused_ids(lexical, vector)[0] == 200  # read: the same list would win
+
+
+def test_a_message_both_lists_rank_high_comes_first_when_both_are_confident() -> None:
+    lexical = hits([12.0, 11.5] + [2.0] * 12, 100)
+    vector = hits([0.7, 0.68] + [0.1] * 12, 300)
+    vector[1] = MessageHit(101, "s", "user", "m101", vector[1].created_at, 0.68)
+    assert fused_ids(lexical, vector)[0] == 101
+
+
+def test_with_no_word_matched_the_vector_order_stands() -> None:
+    vector = hits([0.5, 0.4, 0.3], 200)
+    assert fused_ids([], vector) == [200, 201, 202]
+    assert fused_ids(hits([1.0, 1.0], 100), []) == [100, 101]  # ties keep the list's order
+
+
+def test_commitment_is_the_tops_lead_in_noise_widths() -> None:
+    assert commitment([], 0.0, None) == 0.0
+    assert commitment([5.0] * 20, 0.0, None) == 0.0  # all equal: no commitment
+    assert commitment([0.55] + [0.05] * 10, 0.05, 0.1) == pytest.approx(5.0)
+    # a list shorter than the runners-up: the rest score what an unranked message does
+    # (one score 3 among ten 0: a standard deviation of 3·√10/11)
+    assert commitment([3.0], 0.0, None) == pytest.approx(11 / math.sqrt(10))
+
+
+def test_the_models_reading_of_each_script_is_measured_once_at_activation(
+    db: SessionDB, alice: str, fake: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.reads = {"Latin", "Cyrillic"}
+    embedder = embedder_for(db, fake)
+    caplog.set_level(logging.INFO, "hermes.embedder")
+
+    async def session() -> list[QueryVector | None]:
+        try:
+            await embedder.drain()
+            asked = len(fake.embed_requests)
+            say(db, alice, "one more")
+            await embedder.drain()  # measured once per process: only the message now
+            assert len(fake.embed_requests) == asked + 1
+            questions = ("where did I park the car", "我把车停在哪里了", "docker 的端口")
+            return [await embedder.query(q) for q in questions]
+        finally:
+            await embedder.client.close()
+
+    english, chinese, mixed = run(session())
+    assert embedder.coverage is not None
+    assert embedder.coverage["Latin"] == embedder.coverage["Cyrillic"] == 1.0
+    unread = {k: v for k, v in embedder.coverage.items() if k not in fake.reads}
+    assert set(unread) == set(PROBES) - fake.reads and max(unread.values()) < 0.5
+    assert "embed-a reads: Latin 1.00, Cyrillic 1.00, Greek" in caplog.text
+    # 16 probe texts per script, in the configured batches of 4
+    greek = {text for pair in PROBES["Greek"] for text in pair}
+    probes = [r for r in fake.embed_requests if set(r["input"]) <= greek]
+    assert len(probes) == 4 and all(len(r["input"]) <= 4 for r in fake.embed_requests)
+    # a question's trust follows its script; the status line names what it cannot read
+    assert english is not None and chinese is not None and mixed is not None
+    assert english.trust == 1.0 and chinese.trust == embedder.coverage["Han"] < 0.5
+    assert mixed.trust == pytest.approx(6 / 9 + 3 / 9 * embedder.coverage["Han"])
+    assert "weighed down in Greek, Arabic" in embedder.status_line()
+
+
+def test_a_script_the_endpoint_refuses_counts_as_unread_and_a_failure_is_retried(
+    db: SessionDB, alice: str, fake: FakeOpenAI
+) -> None:
+    fake.reads = set(PROBES)
+    fake.embed_refuse = "ก"  # any Thai text: HTTP 400
+    fake.embed_script.append(Reply(status=503))
+    embedder = embedder_for(db, fake)
+
+    async def twice() -> int:
+        try:
+            with pytest.raises(LLMError):
+                await embedder.drain()  # the first probe fails: nothing measured or stored
+            assert embedder.coverage is None
+            say(db, alice, "hello there")
+            return await embedder.drain()
+        finally:
+            await embedder.client.close()
+
+    assert run(twice()) == 1
+    assert embedder.coverage is not None
+    assert embedder.coverage.pop("Thai") == 0.0
+    assert embedder.coverage == dict.fromkeys([s for s in PROBES if s != "Thai"], 1.0)
+
+
+def test_the_one_message_holding_a_rare_word_keeps_its_weight_in_the_fusion(
+    db: SessionDB, alice: str
+) -> None:
+    """A word only one message has: a ranking of one, and a committed one."""
+    [target, _] = say(db, alice, "the zeppelin tickets are for Friday", "great")
+    for i in range(15):
+        say(db, alice, f"note {i} about friday plans", "ok")
+    [alone] = db.conversations.search(SearchScope(alice), "zeppelin")
+    assert alone.message_id == target and alone.score > 0.0
+    vector = hits([0.40] + [0.30] * 12, 200)  # a top two noise widths ahead
+    assert fused_ids([alone], vector)[0] == target
