@@ -100,6 +100,8 @@ async def maintenance(home: str) -> str:
             summary += f"; forgot {db.cluster.prune()} old coordination row(s)"
         if ended := db.dashboard.prune():  # dashboard logins and links, a week after expiry
             summary += f"; forgot {ended} ended dashboard login(s) and link(s)"
+        if stale := db.outbox.prune():  # provider writes a service never took in 14 days
+            summary += f"; gave up on {stale} memory provider write(s) older than 14 days"
         return summary
     finally:
         db.close()

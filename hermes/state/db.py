@@ -10,6 +10,7 @@
 - `reminders` (RemindersDB): reminders, their runs (the claim), each person's time zone;
 - `cluster` (ClusterDB): several gateways on PostgreSQL: instances, leases, the inbox;
 - `dashboard` (DashboardDB): the web dashboard's logins, one-time links, audit log.
+- `outbox` (OutboxDB): external memory providers' writes, kept until delivered.
 
 All SQL lives in these modules; everything else calls their methods. A second backend
 (PostgreSQL) implements the same repositories over its own engine.
@@ -27,6 +28,7 @@ from hermes.state.conversations import ConversationDB
 from hermes.state.dashboard import DashboardDB
 from hermes.state.memory_log import MemoryLogDB
 from hermes.state.memory_stores import MemoryStoresDB
+from hermes.state.outbox import OutboxDB
 from hermes.state.people import PeopleDB
 from hermes.state.reminders import RemindersDB
 from hermes.state.upkeep import UpkeepDB
@@ -65,6 +67,7 @@ class SessionDB:
         self.reminders = RemindersDB(self)
         self.cluster = ClusterDB(self)
         self.dashboard = DashboardDB(self)
+        self.outbox = OutboxDB(self)
 
     @classmethod
     def open(cls, home: Path, url: str | None = None, pool_size: int = 5) -> SessionDB:

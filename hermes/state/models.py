@@ -462,6 +462,41 @@ class DashboardLink(SQLModel, table=True):
     used_at: datetime | None = None
 
 
+class OutboxEntry(SQLModel, table=True):
+    """A write for an external memory provider, kept until the provider took it: the
+    turn to sync, the memory change to mirror, the session that ended. Replayed in
+    `id` order per person and provider; `leased_by`/`lease_until`: the gateway that is
+    delivering the person's oldest row now (several gateways never deliver one person's
+    rows at once)."""
+
+    __tablename__ = "provider_outbox"
+    __table_args__ = (Index("ix_provider_outbox_person", "provider", "user_id", "id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    provider: str
+    user_id: str  # a record, like the audit log's: the row outlives nothing it points to
+    kind: str  # sync_turn | memory_write | session_switch | session_end
+    payload: str  # JSON
+    created_at: datetime = Field(default_factory=utcnow)
+    attempts: int = 0
+    last_error: str = ""
+    leased_by: str = ""
+    lease_until: datetime | None = None
+
+
+class OutboxDrop(SQLModel, table=True):
+    """How many of a person's provider writes the outbox gave up on (full, or too old),
+    and when last: what the status line reports."""
+
+    __tablename__ = "provider_outbox_drops"
+
+    provider: str = Field(primary_key=True)
+    user_id: str = Field(primary_key=True)
+    dropped: int = 0
+    last_at: datetime = Field(default_factory=utcnow)
+    reason: str = ""
+
+
 class AuditEntry(SQLModel, table=True):
     """A change an operator made from the dashboard: who, what, when (kept when the
     actor is deleted: the record outlives them)."""

@@ -20,6 +20,7 @@ from hermes.state import engine as eng
 from hermes.state import postgres
 from hermes.state.models import (
     ChatSession,
+    ConsolidationRun,
     ConsolidationState,
     Identity,
     LinkCode,
@@ -28,6 +29,7 @@ from hermes.state.models import (
     MemoryPending,
     MemoryVersion,
     Message,
+    OutboxEntry,
     Reminder,
     User,
     UserAlias,
@@ -302,7 +304,8 @@ class PeopleDB(Stamped):
 
         Identities, sessions, messages (their search scope follows through the index
         triggers), memory provenance and undo history (marked done: it describes files
-        that no longer exist) and live link codes all move; the higher role and a block
+        that no longer exist), consolidation history, provider writes still waiting and
+        live link codes all move; the higher role and a block
         are kept; `gone` becomes an alias of `keep` (and so do its own aliases).
         """
         validate_user_id(keep)
@@ -321,7 +324,10 @@ class PeopleDB(Stamped):
             kept.display_name = kept.display_name or old.display_name
             kept.timezone = kept.timezone or old.timezone
             session.add(kept)
-            for model in (Identity, ChatSession, Message, MemoryEvent, MemoryPending, Media):
+            moves = (Identity, ChatSession, Message, MemoryEvent, MemoryPending, Media)
+            # a provider's waiting writes are delivered under the person who stays, and
+            # the consolidations' history is theirs
+            for model in (*moves, OutboxEntry, ConsolidationRun):
                 session.execute(
                     update(model).where(col(model.user_id) == gone).values(user_id=keep)
                 )

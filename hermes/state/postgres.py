@@ -366,6 +366,7 @@ UPGRADES: dict[int, tuple[str, ...]] = {
     15: (),
     16: (),
     17: ("dashboard_sessions", "dashboard_links", "audit_log", "consolidation_runs"),
+    18: ("provider_outbox", "provider_outbox_drops"),
 }
 UPGRADE_STATEMENTS: dict[int, tuple[str, ...]] = {
     15: (

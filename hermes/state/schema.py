@@ -528,8 +528,34 @@ _V17 = [
     "CREATE INDEX ix_consolidation_runs_user ON consolidation_runs(user_id, id)",
 ]
 
+# v18: external memory providers' outbox: their writes kept until delivered, in order
+# per person (hermes/state/outbox.py), and what it gave up on
+_V18 = [
+    """CREATE TABLE provider_outbox (
+        id INTEGER PRIMARY KEY,
+        provider TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        created_at TIMESTAMP NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        last_error TEXT NOT NULL DEFAULT '',
+        leased_by TEXT NOT NULL DEFAULT '',
+        lease_until TIMESTAMP
+    )""",
+    "CREATE INDEX ix_provider_outbox_person ON provider_outbox(provider, user_id, id)",
+    """CREATE TABLE provider_outbox_drops (
+        provider TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        dropped INTEGER NOT NULL DEFAULT 0,
+        last_at TIMESTAMP NOT NULL,
+        reason TEXT NOT NULL DEFAULT '',
+        PRIMARY KEY (provider, user_id)
+    )""",
+]
+
 MIGRATIONS: list[list[str]] = [
     _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15,
-    _V16, _V17,
+    _V16, _V17, _V18,
 ]  # fmt: skip
 SCHEMA_VERSION = len(MIGRATIONS)

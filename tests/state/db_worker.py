@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 from hermes.state.conversations import NewMessage
@@ -55,6 +56,30 @@ def write_until_killed(path: str, user: str) -> None:
         n += 1
 
 
+def deliver(path: str, users: str, deliverer: str, seconds: float) -> None:
+    """Deliver provider writes as a gateway would: claim a person's oldest, hold it a
+    moment (the provider call), mark it done; print each delivery (id, person, from,
+    to) until nothing is left or time is up."""
+    db = open_db(path)
+    people = users.split(",")
+    deadline = time.monotonic() + seconds
+    idle = 0
+    while time.monotonic() < deadline and idle < 50:
+        got = False
+        for user in people:
+            item = db.outbox.claim("fake", user, deliverer, timedelta(seconds=30))
+            if item is None:
+                continue
+            got = True
+            began = time.time()
+            time.sleep(0.005)
+            db.outbox.done(item.id)
+            print(item.id, user, began, time.time(), item.payload["n"], flush=True)
+        idle = 0 if got else idle + 1
+        if not got:
+            time.sleep(0.01)
+
+
 if __name__ == "__main__":
     command, path, user, *rest = sys.argv[1:]
     if command == "write":
@@ -63,3 +88,5 @@ if __name__ == "__main__":
         search(path, user, float(rest[0]))
     elif command == "crash":
         write_until_killed(path, user)
+    elif command == "deliver":
+        deliver(path, user, rest[0], float(rest[1]))

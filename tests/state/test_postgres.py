@@ -300,15 +300,16 @@ class InstanceLockHeld:
         self.lock.release()
 
 
-@pytest.mark.parametrize("older", [13, 14, 15, 16])
+@pytest.mark.parametrize("older", [13, 14, 15, 16, 17])
 def test_an_older_postgresql_database_upgrades_in_place(
     home: Path, postgres: ScratchServer, older: int
 ) -> None:
     """A database made by an earlier Hermes (version 13: before the memory stores; 14:
     before the search keys; 15: before the rows of several gateways; 16: before the
-    dashboard's rows and the consolidation log) is brought to this version on open; its
-    messages are indexed again for the keys and found, its memory can be written, a
-    lease taken, a dashboard link used."""
+    dashboard's rows and the consolidation log; 17: before the providers' outbox) is
+    brought to this version on open; its messages are indexed again for the keys and
+    found, its memory can be written, a lease taken, a dashboard link used, a provider
+    write kept."""
     name, url = postgres.schema()
     try:
         db = SessionDB.open(home, url)
@@ -316,9 +317,11 @@ def test_an_older_postgresql_database_upgrades_in_place(
         chat = db.conversations.start_session(user, "cli", "cli:dm")
         db.conversations.add_messages(chat.id, [NewMessage("user", "the boat is called Ondine")])
         with db.engine.begin() as conn:  # as the older version left it
-            conn.exec_driver_sql(
-                "DROP TABLE dashboard_sessions, dashboard_links, audit_log, consolidation_runs"
-            )
+            conn.exec_driver_sql("DROP TABLE provider_outbox, provider_outbox_drops")
+            if older < 17:
+                conn.exec_driver_sql(
+                    "DROP TABLE dashboard_sessions, dashboard_links, audit_log, consolidation_runs"
+                )
             if older < 16:
                 conn.exec_driver_sql("DROP TABLE gateway_instances, leases, inbound_seen, inbox")
             if older < 15:
@@ -337,6 +340,8 @@ def test_an_older_postgresql_database_upgrades_in_place(
             stored = db.memory_stores.read(user, "memory")
             assert db.memory_stores.swap(stored, "Owns a boat", "")
             assert db.cluster.acquire("leader", "gw-1", 30)
+            db.outbox.add("mem0", user, "sync_turn", {"user": "hi"})
+            assert db.outbox.status("mem0").waiting == 1
             token = db.dashboard.create_link(user, timedelta(minutes=5))
             assert db.dashboard.use_link(token) == user
         finally:
