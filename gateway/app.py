@@ -73,9 +73,14 @@ class App:
 
     def start_background(self) -> None:
         """Start the app's own background work (embedding new messages for hybrid
-        search), in the running loop; `close` stops it."""
-        if self.embedder is not None and not self._background:
+        search, delivering memory provider writes), in the running loop; `close` stops
+        it."""
+        if self._background:  # started already
+            return
+        if self.embedder is not None:
             self._background.append(asyncio.create_task(self.embedder.run(self._stop)))
+        # memory provider writes left waiting (a restart, an outage) are delivered now
+        self._background.append(asyncio.create_task(self.agent.memory.providers.resume()))
 
     async def health(self) -> str:
         """The main model endpoint's health, for /admin status."""
@@ -220,6 +225,7 @@ def build_memory(
         home=home,
         recall_mode=section.recall_mode,
         prefetch_timeout=section.prefetch_timeout_ms / 1000,
+        outbox=db.outbox,
     )
     return MemoryService(home, section, db, model=model, providers=host, judge=judge)
 

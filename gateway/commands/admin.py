@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 
 from gateway.admission.people import People
 from gateway.commands.context import CommandContext, RuntimeInfo
-from gateway.commands.memory import MemoryCommands
+from gateway.commands.memory import MemoryCommands, provider_line
 from gateway.config import HermesConfig, dashboard_refusal
 from gateway.scheduler import read_status
 from hermes.embedder import Embedder
@@ -33,7 +33,7 @@ class AdminCommands:
         self.embedder = embedder
         self.runtime: RuntimeInfo | None = None  # what the running process knows of itself
 
-    async def status(self, _ctx: CommandContext, _: str) -> str:
+    async def status(self, ctx: CommandContext, _: str) -> str:
         users, today = self.people.repo.counts()
         size = sum(
             p.stat().st_size
@@ -58,6 +58,9 @@ class AdminCommands:
         lines.append(f"LLM endpoint: {health}")
         embedder = self.embedder
         lines.append(f"Search: hybrid {embedder.status_line()}" if embedder else "Search: lexical")
+        host = self.memory_commands.memory.providers
+        if self.config.memory.provider:  # its reachability, writes waiting, the last error
+            lines.append(f"Memory provider: {provider_line(host.status(ctx.person.user_id))}")
         if self.db.backend == "postgresql":
             lines += self._instances()
         return "\n".join(lines)

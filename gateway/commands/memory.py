@@ -30,7 +30,24 @@ def provider_line(status: ProviderStatus) -> str:
         recalled = f"recalled {count} memor{'y' if count == 1 else 'ies'} last turn"
     skipped = f", {status.skipped} prefetches skipped" if status.skipped else ""
     mode = status.recall_mode.value
-    return f"{status.name} (beside built-in), recall mode {mode}, {recalled}{skipped}"
+    line = f"{status.name} (beside built-in), recall mode {mode}, {recalled}{skipped}"
+    return line + delivery(status)
+
+
+def delivery(status: ProviderStatus) -> str:
+    """The provider's reachability and outbox, as a tail of the status line ('' when
+    all is delivered and nothing failed)."""
+    parts = []
+    if not status.reachable:
+        parts.append("not answering: its writes wait and are sent when it answers again")
+    if status.waiting:
+        parts.append(f"{status.waiting:,} write{'s' if status.waiting != 1 else ''} waiting")
+    if status.last_error and (status.waiting or not status.reachable):
+        parts.append(f"last error: {status.last_error}")
+    if status.dropped and status.last_dropped is not None:
+        when = status.last_dropped.strftime("%Y-%m-%d %H:%M UTC")
+        parts.append(f"{status.dropped:,} write(s) given up ({status.drop_reason}), last at {when}")
+    return "; " + "; ".join(parts) if parts else ""
 
 
 class MemoryCommands:

@@ -6,9 +6,17 @@
   prefetch results and offers no provider tools, `tools` the reverse, `hybrid` both.
 - Prefetch gets `memory.prefetch_timeout_ms`; past it the turn goes on without it (a
   log line, a counter). Trivial prompts (greetings, "ok", slash commands) skip it.
-- Everything after the reply (sync_turn, queue_prefetch, memory writes, session
-  switches and ends) runs on one background worker per person, in FIFO order, each
-  call bounded by `call_timeout`; `shutdown` drains them within a bound.
+- Every write for the provider (sync_turn, memory writes, session switches and ends)
+  is first kept in state.db's outbox (hermes/state/outbox.py), then delivered by one
+  background worker per person, in the order written, each call bounded by
+  `call_timeout`. A call that fails stays first in line and is tried again; after
+  BREAKER_AFTER failures in a row the service is left alone (its breaker is open: no
+  prefetch, no delivery) for 5 s, doubling up to 5 min, then probed with the next
+  write. Writes left at shutdown, or by a gateway that died, are delivered after the
+  next start (`resume`); with several gateways each person's writes go through one of
+  them at a time. queue_prefetch (a cache warm-up, not a write) runs on the worker
+  after the person's writes. `shutdown` drains within a bound and leaves the rest
+  waiting in the database.
 - A provider that raises or hangs is logged and skipped: a turn never fails because of
   it. Only the primary agent context writes (review, compression and scheduler
   contexts never sync).
@@ -21,11 +29,14 @@ import concurrent.futures
 import json
 import logging
 import re
+import secrets
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hermes import metrics
 from hermes.providers import registry
@@ -39,6 +50,9 @@ from hermes.providers.base import (
     RecallMode,
 )
 
+if TYPE_CHECKING:
+    from hermes.state.outbox import OutboxDB, OutboxItem
+
 logger = logging.getLogger(__name__)
 
 
@@ -46,6 +60,11 @@ PREFETCH_TIMEOUT_S = 0.8
 CALL_TIMEOUT_S = 30.0
 MAX_RECALL_CHARS = 4_000
 MAX_TOOL_RESULT_CHARS = 16_000
+RETRY_S = 1.0  # after a failed delivery, before the same write is tried again
+BREAKER_AFTER = 3  # failures in a row that open the breaker
+BREAKER_S = (5.0, 300.0)  # how long it stays open: doubling from the first to the second
+REPLAY_S = 5.0  # how often the outbox is looked at for writes nobody is delivering
+MAX_HISTORY_CHARS = 200_000  # the messages a write carries, newest kept (outbox bound)
 
 # greetings and acknowledgements in the languages people write here; a turn made only of
 # these (or of punctuation and emoji, or a slash command) asks nothing worth recalling
@@ -79,6 +98,12 @@ class ProviderStatus:
     recall_mode: RecallMode
     last_recall: int | None  # items the person's last prefetch returned (None: none yet)
     skipped: int  # prefetches skipped (timeout or failure) since start
+    reachable: bool = True  # False: the breaker is open (the service keeps failing)
+    last_error: str = ""  # the latest failure (this process's, else the outbox's)
+    waiting: int = 0  # writes in the outbox not yet delivered (everyone's)
+    dropped: int = 0  # writes the outbox gave up on (full or too old)
+    drop_reason: str = ""
+    last_dropped: datetime | None = None
 
 
 class ProviderMergeError(Exception):
@@ -95,6 +120,10 @@ class ProviderHost:
         prefetch_timeout: float = PREFETCH_TIMEOUT_S,
         call_timeout: float = CALL_TIMEOUT_S,
         core_tools: Iterable[str] = ("memory", "session_search"),
+        outbox: OutboxDB | None = None,
+        deliverer: str | None = None,
+        retry_after: float = RETRY_S,
+        breaker: Breaker | None = None,
     ) -> None:
         self.factory = factory
         self.home = home or Path.home() / ".hermes"
@@ -113,6 +142,11 @@ class ProviderHost:
         self._refused_tools: set[str] = set()
         self.last_recall: dict[str, int] = {}
         self.skipped = 0
+        self.outbox = outbox  # where writes wait (None: nothing is written to providers)
+        self.deliverer = deliverer or f"host-{secrets.token_hex(6)}"
+        self.retry_after = retry_after
+        self.breaker = breaker or Breaker()
+        self._replayer: asyncio.Task[None] | None = None
 
     # -- which provider, and can it answer (asked once, when first needed: a command
     # -- that never touches the provider never imports its plugin) -------------------
@@ -167,22 +201,21 @@ class ProviderHost:
             return provider.system_prompt_block() if reason != "resume" else ""
 
         block = self._bounded_sync("initialize", start, "")
-        self._enqueue(
-            session.user_id,
-            "on_session_switch",
-            lambda: provider.on_session_switch(
-                session.session_id, parent_session_id=parent_session_id, reason=reason
-            ),
-        )
+        if session.agent_context is AgentContext.PRIMARY:
+            self._write(
+                session.user_id,
+                "session_switch",
+                {
+                    "session_id": session.session_id,
+                    "parent_session_id": parent_session_id,
+                    "reason": reason,
+                },
+            )
         return (block or "").strip()
 
     def session_ended(self, session: ProviderSession, messages: list[dict[str, Any]]) -> None:
-        provider = self._writer(session)
-        if provider is not None:
-            history = list(messages)
-            self._enqueue(
-                session.user_id, "on_session_end", lambda: provider.on_session_end(history)
-            )
+        if self._writer(session) is not None:
+            self._write(session.user_id, "session_end", {"messages": _recent(messages)})
 
     async def pre_compress(self, session: ProviderSession, messages: list[dict[str, Any]]) -> str:
         """Text the provider adds to the compression summary prompt ('' on failure)."""
@@ -205,10 +238,14 @@ class ProviderHost:
         too slow, failed)."""
         if not self.active or self.recall_mode is RecallMode.TOOLS or is_trivial(query):
             return ""
+        if not self.breaker.allows():
+            self._skip("unreachable")  # the service keeps failing: not asked meanwhile
+            return ""
         provider = self._instance(session.user_id)
         if provider is None:
             return ""
         self._loop = asyncio.get_running_loop()
+        self._start_replayer()
         try:
             text = await asyncio.wait_for(
                 provider.prefetch(query, session_id=session.session_id), self.prefetch_timeout
@@ -240,12 +277,14 @@ class ProviderHost:
         provider = self._writer(session)
         if provider is None:
             return
-        history, sid = list(messages), session.session_id
-        self._enqueue(
-            session.user_id,
-            "sync_turn",
-            lambda: provider.sync_turn(user_text, assistant_text, session_id=sid, messages=history),
-        )
+        sid = session.session_id
+        payload = {
+            "user": user_text,
+            "assistant": assistant_text,
+            "session_id": sid,
+            "messages": _recent(messages),
+        }
+        self._write(session.user_id, "sync_turn", payload)
         if self.recall_mode is not RecallMode.TOOLS and not is_trivial(user_text):
             self._enqueue(
                 session.user_id,
@@ -275,8 +314,7 @@ class ProviderHost:
     def memory_written(self, write: MemoryWrite) -> None:
         """A built-in store changed (add, replace, remove, undo, merge, consolidation);
         called from any thread (memory writes run off the event loop)."""
-        provider = self._instance(write.user_id) if self.active else None
-        if provider is None:
+        if not self.active:
             return
         metadata = {
             "before": write.before,
@@ -284,17 +322,13 @@ class ProviderHost:
             "session_id": write.session_id,
             "user_id": write.user_id,
         }
-
-        async def mirror() -> None:
-            await asyncio.to_thread(
-                provider.on_memory_write,
-                write.action,
-                write.target,
-                write.content,
-                metadata=metadata,
-            )
-
-        self._enqueue(write.user_id, "on_memory_write", mirror)
+        payload = {
+            "action": write.action,
+            "target": write.target,
+            "content": write.content,
+            "metadata": metadata,
+        }
+        self._write(write.user_id, "memory_write", payload)
 
     # -- tools -------------------------------------------------------------------------
 
@@ -345,6 +379,13 @@ class ProviderHost:
     # -- status and lifecycle ----------------------------------------------------------
 
     def status(self, user_id: str) -> ProviderStatus:
+        waiting = None
+        if self.outbox is not None and self.factory is not None:
+            try:
+                waiting = self.outbox.status(self.name)
+            except Exception:  # a damaged database: the status says what it can
+                logger.exception("memory provider %s: outbox status failed", self.name)
+        error = self.breaker.last_error or (waiting.last_error if waiting else "")
         return ProviderStatus(
             self.name,
             self.active,
@@ -353,19 +394,39 @@ class ProviderHost:
             self.recall_mode,
             self.last_recall.get(user_id),
             self.skipped,
+            reachable=self.breaker.closed,
+            last_error=error,
+            waiting=waiting.waiting if waiting else 0,
+            dropped=waiting.dropped if waiting else 0,
+            drop_reason=waiting.drop_reason if waiting else "",
+            last_dropped=waiting.last_dropped if waiting else None,
         )
 
+    async def resume(self) -> None:
+        """Start delivering what waits in the outbox (written before a restart, or left
+        by a gateway that stopped), and keep looking every REPLAY_S."""
+        if self.active and self.outbox is not None:
+            self._loop = asyncio.get_running_loop()
+            self._start_replayer()
+
     async def drain(self, timeout: float = 30.0) -> None:
-        """Wait (at most `timeout`) for every person's queued provider calls."""
-        workers = list(self._workers.values())
-        if workers:
-            await asyncio.wait([asyncio.ensure_future(w.idle()) for w in workers], timeout=timeout)
+        """Wait (at most `timeout`) until every person's worker rests: their writes
+        delivered, or waiting for the service to answer again."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            if all(w.resting() for w in list(self._workers.values())):
+                return
+            await asyncio.sleep(0.02)
 
     async def shutdown(self, timeout: float = 30.0) -> None:
-        """Drain the queues, then shut every instance down, all within `timeout`."""
+        """Drain the workers, then shut every instance down, all within `timeout`;
+        writes not delivered stay in the outbox for the next start."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         await self.drain(timeout)
+        if self._replayer is not None:
+            self._replayer.cancel()
         for worker in list(self._workers.values()):
             worker.stop()
         for provider in list(self._instances.values()):
@@ -425,67 +486,258 @@ class ProviderHost:
             logger.exception("memory provider %s: %s failed", self.name, what)
         return default
 
-    def _enqueue(self, user_id: str, what: str, call: Callable[[], Awaitable[Any]]) -> None:
-        """Run `call` on the person's worker, after what is already queued for them."""
+    def _write(self, user_id: str, kind: str, payload: dict[str, Any]) -> None:
+        """Keep a write for the provider in the outbox, then have the person's worker
+        deliver it (from any thread; without a running loop, delivered now)."""
+        if self.outbox is None:
+            return
+        try:
+            self.outbox.add(self.name, user_id, kind, payload)
+        except Exception:  # a damaged or full database: the write is lost, and says so
+            logger.exception("memory provider %s: %s could not be kept", self.name, kind)
+            return
+        self._poke(user_id)
+
+    def _poke(self, user_id: str) -> None:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # another thread (a memory write): hand it to the loop
             other = self._loop
             if other is None or not other.is_running():  # no loop at all (a CLI command)
-                self._run_now(what, call)
+                self._deliver_now(user_id)
                 return
-            other.call_soon_threadsafe(self._enqueue, user_id, what, call)
+            other.call_soon_threadsafe(self._poke, user_id)
             return
         self._loop = loop
+        self._start_replayer()
+        self._worker(user_id).poke()
+
+    def _enqueue(self, user_id: str, what: str, call: Callable[[], Awaitable[Any]]) -> None:
+        """Run `call` (not a write: nothing keeps it) on the person's worker, after their
+        writes; dropped when there is no running loop."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._loop = loop
+        self._worker(user_id).later(what, call)
+
+    def _worker(self, user_id: str) -> _Worker:
+        loop = asyncio.get_running_loop()
         worker = self._workers.get(user_id)
         if worker is None or worker.loop is not loop:  # first call, or a new event loop
             worker = self._workers[user_id] = _Worker(self, user_id)
-        worker.put(what, call)
+        return worker
 
-    def _run_now(self, what: str, call: Callable[[], Awaitable[Any]]) -> None:
+    def _start_replayer(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self.outbox is None or not self.active:
+            return
+        if self._replayer is None or self._replayer.done() or self._replayer.get_loop() is not loop:
+            self._replayer = loop.create_task(self._replay())
+
+    async def _replay(self) -> None:
+        """Every REPLAY_S: wake the worker of each person with writes waiting (after a
+        restart, a lease that ran out, the breaker closing)."""
+        outbox = self.outbox
+        assert outbox is not None
+        while True:
+            try:
+                for user_id in await asyncio.to_thread(outbox.waiting, self.name):
+                    self._worker(user_id).poke()
+            except Exception:
+                logger.exception("memory provider %s: reading the outbox failed", self.name)
+            await asyncio.sleep(REPLAY_S)
+
+    def _deliver_now(self, user_id: str) -> None:
+        """No event loop (a CLI command): one bounded delivery pass for the person; what
+        fails waits in the outbox for the gateway."""
+
         async def bounded() -> None:
-            await asyncio.wait_for(call(), self.call_timeout)
+            await asyncio.wait_for(self._deliver(user_id), self.call_timeout * 2)
 
         try:
             asyncio.run(bounded())
         except Exception:
-            logger.exception("memory provider %s: %s failed", self.name, what)
+            logger.warning("memory provider %s: delivery left for later", self.name)
+
+    async def _deliver(self, user_id: str) -> float | None:
+        """Deliver the person's waiting writes in order until none is left, one fails,
+        or the breaker is open; returns how long to wait before trying again (None:
+        nothing left to try)."""
+        outbox = self.outbox
+        provider = self._instance(user_id) if self.active else None
+        if outbox is None or provider is None:
+            return None
+        lease = timedelta(seconds=self.call_timeout + 30)
+        while True:
+            if not self.breaker.allows():
+                return self.breaker.wait()
+            item = await asyncio.to_thread(outbox.claim, self.name, user_id, self.deliverer, lease)
+            if item is None:
+                return None
+            try:
+                await asyncio.wait_for(_call(provider, item), self.call_timeout)
+            except Exception as exc:
+                error = _describe(exc, self.call_timeout)
+                await asyncio.to_thread(outbox.failed, item.id, error)
+                self.breaker.failure(self.name, error)
+                logger.warning(
+                    "memory provider %s: %s for %s failed (%s); kept, tried again",
+                    self.name,
+                    item.kind,
+                    user_id,
+                    error,
+                )
+                return max(self.retry_after, self.breaker.wait())
+            await asyncio.to_thread(outbox.done, item.id)
+            self.breaker.success(self.name)
+
+
+async def _call(provider: MemoryProvider, item: OutboxItem) -> None:
+    """One waiting write, as the provider's call it stands for."""
+    p = item.payload
+    if item.kind == "sync_turn":
+        await provider.sync_turn(
+            p["user"], p["assistant"], session_id=p["session_id"], messages=p["messages"]
+        )
+    elif item.kind == "memory_write":
+        await asyncio.to_thread(
+            provider.on_memory_write, p["action"], p["target"], p["content"], metadata=p["metadata"]
+        )
+    elif item.kind == "session_switch":
+        await provider.on_session_switch(
+            p["session_id"], parent_session_id=p["parent_session_id"], reason=p["reason"]
+        )
+    elif item.kind == "session_end":
+        await provider.on_session_end(p["messages"])
+
+
+def _describe(exc: BaseException, timeout: float) -> str:
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {timeout:g} s"
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def _recent(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The newest messages that fit in MAX_HISTORY_CHARS of JSON (one too large alone is
+    cut), oldest first: what a write carries into the outbox."""
+    kept: list[dict[str, Any]] = []
+    used = 0
+    for message in reversed(messages):
+        size = len(json.dumps(message, ensure_ascii=False, default=str))
+        if used + size > MAX_HISTORY_CHARS:
+            if not kept:
+                content = str(message.get("content", ""))[: MAX_HISTORY_CHARS // 2]
+                kept.append({**message, "content": content})
+            break
+        kept.append(json.loads(json.dumps(message, ensure_ascii=False, default=str)))
+        used += size
+    return kept[::-1]
+
+
+class Breaker:
+    """A service that keeps failing (`after` failures in a row) is left alone for a
+    while (`delays`: the first, doubling up to the second), then probed."""
+
+    def __init__(self, after: int = BREAKER_AFTER, delays: tuple[float, float] = BREAKER_S) -> None:
+        self.after, self.delays = after, delays
+        self.failures = 0
+        self.open_until = 0.0
+        self.delay = delays[0]
+        self.last_error = ""
+
+    def allows(self) -> bool:
+        return time.monotonic() >= self.open_until
+
+    def wait(self) -> float:
+        return max(0.0, self.open_until - time.monotonic())
+
+    def failure(self, name: str, error: str) -> None:
+        self.last_error = error
+        if not self.allows():  # a call begun before it opened: it is open already
+            return
+        self.failures += 1
+        if self.failures >= self.after:
+            if self.failures == self.after:
+                logger.warning(
+                    "memory provider %s keeps failing (%s): not called for %g s, its writes "
+                    "wait in the outbox",
+                    name,
+                    error,
+                    self.delay,
+                )
+            self.open_until = time.monotonic() + self.delay
+            self.delay = min(self.delay * 2, self.delays[1])
+
+    @property
+    def closed(self) -> bool:
+        return self.failures < self.after
+
+    def success(self, name: str) -> None:
+        if not self.closed:
+            logger.info("memory provider %s answers again: delivering its waiting writes", name)
+        self.failures, self.open_until, self.delay, self.last_error = 0, 0.0, self.delays[0], ""
 
 
 class _Worker:
-    """One person's provider calls, one at a time, in the order they were queued."""
+    """One person's deliveries, one at a time: their waiting writes in order, then the
+    calls that are not writes."""
 
     def __init__(self, host: ProviderHost, user_id: str) -> None:
         self.host, self.user_id = host, user_id
-        self.queue: asyncio.Queue[tuple[str, Callable[[], Awaitable[Any]]]] = asyncio.Queue()
         self.loop = asyncio.get_running_loop()
+        self.wake = asyncio.Event()
+        self.extra: asyncio.Queue[tuple[str, Callable[[], Awaitable[Any]]]] = asyncio.Queue()
+        self.busy = False
+        self.retry: asyncio.TimerHandle | None = None
         self.task = self.loop.create_task(self._run())
 
-    def put(self, what: str, call: Callable[[], Awaitable[Any]]) -> None:
-        self.queue.put_nowait((what, call))
+    def poke(self) -> None:
+        self.wake.set()
 
-    async def idle(self) -> None:
-        await self.queue.join()
+    def later(self, what: str, call: Callable[[], Awaitable[Any]]) -> None:
+        self.extra.put_nowait((what, call))
+        self.wake.set()
+
+    def resting(self) -> bool:
+        return not self.busy and not self.wake.is_set() and self.extra.empty()
 
     def stop(self) -> None:
+        if self.retry is not None:
+            self.retry.cancel()
         self.task.cancel()
 
     async def _run(self) -> None:
         while True:
-            what, call = await self.queue.get()
+            await self.wake.wait()
+            self.wake.clear()
+            self.busy = True
             try:
-                await asyncio.wait_for(call(), self.host.call_timeout)
-            except TimeoutError:
-                logger.warning(
-                    "memory provider %s: %s over %g s, skipped",
-                    self.host.name,
-                    what,
-                    self.host.call_timeout,
-                )
-            except Exception:
-                logger.exception("memory provider %s: %s failed", self.host.name, what)
+                wait = await self.host._deliver(self.user_id)
+                if wait is not None:
+                    if self.retry is not None:
+                        self.retry.cancel()
+                    self.retry = self.loop.call_later(wait, self.wake.set)
+                while not self.extra.empty():
+                    await self._other(*self.extra.get_nowait())
+            except Exception:  # a damaged database: tried again at the next poke
+                logger.exception("memory provider %s: delivery failed", self.host.name)
             finally:
-                self.queue.task_done()
+                self.busy = False
+
+    async def _other(self, what: str, call: Callable[[], Awaitable[Any]]) -> None:
+        try:
+            await asyncio.wait_for(call(), self.host.call_timeout)
+        except TimeoutError:
+            logger.warning(
+                "memory provider %s: %s over %g s, skipped",
+                self.host.name,
+                what,
+                self.host.call_timeout,
+            )
+        except Exception:
+            logger.exception("memory provider %s: %s failed", self.host.name, what)
 
 
 @dataclass(frozen=True, slots=True)
@@ -529,4 +781,4 @@ def _tool_name(schema: Any) -> str:
         return ""
 
 
-__all__ = ["ProviderFactory", "ProviderHost", "ProviderStatus", "is_trivial"]
+__all__ = ["Breaker", "ProviderFactory", "ProviderHost", "ProviderStatus", "is_trivial"]

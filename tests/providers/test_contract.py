@@ -421,11 +421,11 @@ def test_huge_provider_output_is_clipped(home: Path, fake_llm: FakeOpenAI) -> No
     assert len(tool["content"]) < 20_000
 
 
-def test_calls_run_in_order_per_person_and_a_hung_one_is_bounded(home: Path) -> None:
+def test_calls_run_in_order_per_person_and_a_hung_one_is_bounded(home: Path, db: SessionDB) -> None:
     made = Made()
 
     async def go() -> tuple[list[Any], float]:
-        host = ProviderHost(made, home=home, call_timeout=0.5)
+        host = ProviderHost(made, home=home, call_timeout=0.5, outbox=db.outbox)
         alice = ProviderSession("s_a", "u_000000000000000a", "cli")
         bob = ProviderSession("s_b", "u_000000000000000b", "cli")
         host.session_started(alice, parent_session_id=None, reason="new")
@@ -446,15 +446,17 @@ def test_calls_run_in_order_per_person_and_a_hung_one_is_bounded(home: Path) -> 
 
     (alice_syncs, bob_syncs, closed), took = asyncio.run(go())
     assert bob_syncs == [("bob's", "b")]
-    assert alice_syncs == [("two", "two"), ("three", "three")]  # in order; the hung one skipped
+    # the hung one timed out, stayed first in line and went again: all, in order
+    assert alice_syncs == [("one", "1"), ("two", "two"), ("three", "three")]
     assert closed and took < 3
+    assert db.outbox.status("recorder").waiting == 0
 
 
-def test_only_the_primary_context_writes(home: Path) -> None:
+def test_only_the_primary_context_writes(home: Path, db: SessionDB) -> None:
     made = Made()
 
     async def go() -> None:
-        host = ProviderHost(made, home=home)
+        host = ProviderHost(made, home=home, outbox=db.outbox)
         for context in (AgentContext.REVIEW, AgentContext.COMPRESSION, AgentContext.SCHEDULER):
             session = ProviderSession("s_r", "u_000000000000000a", "cli", context)
             host.turn_done("from a side task", "x", session, [])
@@ -717,14 +719,14 @@ def test_a_shared_group_session_has_no_provider_identity(home: Path, fake_llm: F
     "make", [HolographicProvider, EvidenceProvider], ids=["holographic", "evidence"]
 )
 def test_every_provider_keeps_two_people_apart(
-    make: Callable[[], MemoryProvider], home: Path
+    make: Callable[[], MemoryProvider], home: Path, db: SessionDB
 ) -> None:
     """What one person's instance learned (a turn, a memory write, its own tool) is never
     recalled, found or listed by another person's instance of the same provider."""
     secret = "Kestrel-7 vault code 4471 in Lisbon"
 
     async def go() -> tuple[str, str, list[str]]:
-        host = ProviderHost(make, home=home)
+        host = ProviderHost(make, home=home, outbox=db.outbox)
         alice = ProviderSession("s_a", "u_000000000000000a", "cli")
         bob = ProviderSession("s_b", "u_000000000000000b", "cli")
         for session in (alice, bob):
@@ -757,7 +759,7 @@ def test_every_provider_keeps_two_people_apart(
     "make", [HolographicProvider, EvidenceProvider], ids=["holographic", "evidence"]
 )
 def test_a_link_moves_every_providers_data_of_the_person_who_is_gone(
-    make: Callable[[], MemoryProvider], home: Path, tmp_path: Path
+    make: Callable[[], MemoryProvider], home: Path, tmp_path: Path, db: SessionDB
 ) -> None:
     """Bob links his account into Alice's: what every shipped provider kept for Bob (the
     configured one and the one that is not) is Alice's now and recalled for her; the
@@ -776,7 +778,7 @@ def test_a_link_moves_every_providers_data_of_the_person_who_is_gone(
     bob = ProviderSession("s_b", "u_000000000000000b", "cli")
 
     async def go() -> tuple[str, str]:
-        host = ProviderHost(make, home=home)
+        host = ProviderHost(make, home=home, outbox=db.outbox)
         for session in (alice, bob):
             host.session_started(session, parent_session_id=None, reason="new")
             host.memory_written(MemoryWrite("add", "user", both, None, session.user_id, "agent"))

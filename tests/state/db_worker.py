@@ -71,10 +71,11 @@ def deliver(path: str, users: str, deliverer: str, seconds: float) -> None:
             if item is None:
                 continue
             got = True
-            began = time.time()
+            began = time.time()  # the provider call: from the claim to before `done`
             time.sleep(0.005)
+            ended = time.time()
             db.outbox.done(item.id)
-            print(item.id, user, began, time.time(), item.payload["n"], flush=True)
+            print(item.id, user, began, ended, item.payload["n"], flush=True)
         idle = 0 if got else idle + 1
         if not got:
             time.sleep(0.01)

@@ -1,0 +1,166 @@
+"""Writes for a memory provider survive its outages: kept in state.db's outbox, delivered
+in order per person when the service answers again (also after a restart), the service
+left alone while it keeps failing (the breaker), and said so in the status."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.commands.memory import provider_line
+from hermes.providers.base import BaseProvider, MemoryWrite, ProviderSession
+from hermes.providers.host import Breaker, ProviderHost
+from hermes.state.db import SessionDB
+
+ALICE = ProviderSession("s_a", "u_000000000000000a", "cli")
+BOB = ProviderSession("s_b", "u_000000000000000b", "cli")
+
+
+class Service:
+    """The provider's remote side: up or down, and what it took, in order."""
+
+    def __init__(self) -> None:
+        self.down = False
+        self.calls = 0  # every call that reached it, taken or not
+        self.taken: list[tuple[str, str, Any]] = []
+
+
+class Flaky(BaseProvider):
+    name = "flaky"
+
+    def __init__(self, service: Service) -> None:
+        super().__init__({})
+        self.service = service
+
+    def _reach(self, what: str, value: Any) -> None:
+        self.service.calls += 1
+        if self.service.down:
+            raise ConnectionError("HTTP 503 from the service")
+        self.service.taken.append((self.user_id, what, value))
+
+    async def prefetch(self, query: str, *, session_id: str) -> str:
+        self._reach("prefetch", query)
+        return "recalled"
+
+    async def sync_turn(
+        self, user_text: str, assistant_text: str, *, session_id: str, messages: list[Any]
+    ) -> None:
+        self._reach("sync", (user_text, len(messages)))
+
+    def on_memory_write(
+        self, action: str, target: str, content: str, *, metadata: dict[str, Any]
+    ) -> None:
+        self._reach("mirror", (action, content, metadata["actor"]))
+
+    async def on_session_end(self, messages: list[dict[str, Any]]) -> None:
+        self._reach("end", len(messages))
+
+
+def host_for(
+    service: Service, home: Path, db: SessionDB, name: str = "gw1", open_s: float = 0.3
+) -> ProviderHost:
+    return ProviderHost(
+        lambda: Flaky(service),
+        home=home,
+        outbox=db.outbox,
+        deliverer=name,
+        retry_after=0.05,
+        breaker=Breaker(after=3, delays=(open_s, 2 * open_s)),
+        call_timeout=1.0,
+    )
+
+
+def taken(service: Service, user: str, what: str = "sync") -> list[Any]:
+    return [value for who, kind, value in service.taken if who == user and kind == what]
+
+
+def test_an_outage_loses_nothing_and_the_writes_arrive_in_order(
+    home: Path, db: SessionDB, caplog: pytest.LogCaptureFixture
+) -> None:
+    service = Service()
+    caplog.set_level(logging.INFO, "hermes.providers.host")
+
+    async def go() -> tuple[Any, Any, str, int]:
+        host = host_for(service, home, db, open_s=1.0)
+        service.down = True
+        for n in range(4):
+            host.turn_done(f"turn {n}", "ok", ALICE, [{"role": "user", "content": f"turn {n}"}])
+        host.memory_written(
+            MemoryWrite("add", "user", "Lives in Lisbon", None, ALICE.user_id, "agent")
+        )
+        host.turn_done("bob's turn", "ok", BOB, [])
+        await asyncio.sleep(0.4)  # three failures in a row: the breaker opens for 1 s
+        down = host.status(ALICE.user_id)
+        calls_while_open = service.calls
+        skipped = await host.recall("what do you know about me?", ALICE)  # not asked
+        await asyncio.sleep(0.1)
+        assert service.calls == calls_while_open  # left alone while open
+        service.down = False
+        for _ in range(100):  # probed after the open time: delivered in order
+            await asyncio.sleep(0.05)
+            if host.status(ALICE.user_id).waiting == 0:
+                break
+        up = host.status(ALICE.user_id)
+        await host.shutdown(5)
+        return down, up, skipped, calls_while_open
+
+    down, up, skipped, calls = asyncio.run(go())
+    assert taken(service, ALICE.user_id) == [(f"turn {n}", 1) for n in range(4)]
+    assert taken(service, ALICE.user_id, "mirror") == [("add", "Lives in Lisbon", "agent")]
+    assert taken(service, BOB.user_id) == [("bob's turn", 0)]
+    assert [k for who, k, _ in service.taken if who == ALICE.user_id] == ["sync"] * 4 + ["mirror"]
+    assert not down.reachable and down.waiting == 6 and "HTTP 503" in down.last_error
+    assert skipped == "" and calls <= 6  # a handful of tries, not a hammering
+    assert up.reachable and up.waiting == 0 and up.last_error == ""
+    assert "keeps failing" in caplog.text and "answers again" in caplog.text
+    assert db.outbox.status("flaky").waiting == 0
+    line = provider_line(down)
+    assert "not answering" in line and "6 writes waiting" in line and "HTTP 503" in line
+
+
+def test_writes_left_at_shutdown_are_delivered_after_a_restart(home: Path, db: SessionDB) -> None:
+    service = Service()
+
+    async def before() -> None:
+        host = host_for(service, home, db)
+        service.down = True
+        host.turn_done("first", "1", ALICE, [])
+        host.turn_done("second", "2", ALICE, [])
+        host.session_ended(ALICE, [{"role": "user", "content": "x"}] * 3)
+        await asyncio.sleep(0.2)
+        await host.shutdown(1)  # the service is still down: they stay in the database
+
+    async def after() -> None:
+        host = host_for(service, home, db, name="gw-restarted")
+        service.down = False
+        await host.resume()  # what the gateway does at start, before anyone speaks
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if db.outbox.status("flaky").waiting == 0:
+                break
+        await host.shutdown(5)
+
+    asyncio.run(before())
+    assert db.outbox.status("flaky").waiting == 3 and service.taken == []
+    asyncio.run(after())
+    assert taken(service, ALICE.user_id) == [("first", 0), ("second", 0)]
+    assert taken(service, ALICE.user_id, "end") == [3]
+    assert db.outbox.status("flaky").waiting == 0
+
+
+def test_a_write_from_a_command_without_a_loop_is_kept_when_the_service_is_down(
+    home: Path, db: SessionDB
+) -> None:
+    """`hermes memory add` mirrors at once when it can; else the gateway delivers it."""
+    service = Service()
+    host = host_for(service, home, db)
+    write = MemoryWrite("add", "memory", "Prefers tea", None, ALICE.user_id, "cli")
+    host.memory_written(write)
+    assert taken(service, ALICE.user_id, "mirror") == [("add", "Prefers tea", "cli")]
+    service.down = True
+    host.memory_written(MemoryWrite("remove", "memory", "", "Prefers tea", ALICE.user_id, "cli"))
+    assert db.outbox.status("flaky").waiting == 1
