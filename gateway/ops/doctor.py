@@ -43,6 +43,7 @@ from gateway.status_file import read_status_file
 from hermes.llm.client import LLMClient, LLMError
 from hermes.state.db import STATE_DB_FILENAME, SessionDB
 from hermes.state.engine import StateDBError, redact, stored_version
+from hermes.state.outbox import OutboxStatus
 from hermes.state.schema import SCHEMA_VERSION
 
 Status = Literal["ok", "fail", "skip"]
@@ -155,7 +156,45 @@ def check_provider(home: Path, config: HermesConfig, env: Mapping[str, str] | No
             f"{provider.name} is not available: {reason}",
             f"hermes memory setup {provider.name}",
         )
-    return ok(name, f"{provider.name}, recall mode {config.memory.recall_mode}")
+    found = f"{provider.name}, recall mode {config.memory.recall_mode}"
+    waiting = _outbox(home, config, provider.name)
+    if waiting is not None and (waiting.last_error or waiting.dropped):
+        detail = f"{found}; {waiting.waiting:,} write(s) waiting"
+        detail += f", last error: {waiting.last_error}" if waiting.last_error else ""
+        if waiting.dropped:
+            detail += f"; {waiting.dropped:,} given up ({waiting.drop_reason})"
+        fix = f"check that {provider.name}'s service answers (hermes memory status)"
+        return fail(name, detail, fix)
+    if waiting is not None and waiting.waiting:
+        found += f"; {waiting.waiting:,} write(s) waiting to be delivered"
+    return ok(name, found)
+
+
+def _outbox(home: Path, config: HermesConfig, provider: str) -> OutboxStatus | None:
+    """What waits in state.db for the provider (None when state.db cannot be read now)."""
+    db = _readable_state(home, config)
+    if db is None:
+        return None
+    try:
+        return db.outbox.status(provider)
+    except Exception:
+        return None
+    finally:
+        db.close()
+
+
+def _readable_state(home: Path, config: HermesConfig) -> SessionDB | None:
+    """state.db opened for a look, when that changes nothing (it exists at this schema
+    version, or is on PostgreSQL); else None."""
+    path = home / STATE_DB_FILENAME
+    if config.database.url is None and (
+        not path.exists() or stored_version(path) != SCHEMA_VERSION
+    ):
+        return None
+    try:
+        return open_state(home, config)
+    except (ConfigError, StateDBError):
+        return None
 
 
 def check_home(home: Path) -> Check:
@@ -353,14 +392,8 @@ def check_server(home: Path, config: HermesConfig, env: Mapping[str, str] | None
 
 def _embedded(home: Path, config: HermesConfig, model: str) -> str:
     """How far state.db is embedded with `model` (nothing when it cannot be read now)."""
-    path = home / STATE_DB_FILENAME
-    if config.database.url is None and (
-        not path.exists() or stored_version(path) != SCHEMA_VERSION
-    ):
-        return ""
-    try:
-        db = open_state(home, config)
-    except (ConfigError, StateDBError):
+    db = _readable_state(home, config)
+    if db is None:
         return ""
     try:
         status = db.vectors.status()

@@ -580,14 +580,15 @@ class ProviderHost:
                 await asyncio.wait_for(_call(provider, item), self.call_timeout)
             except Exception as exc:
                 error = _describe(exc, self.call_timeout)
-                await asyncio.to_thread(outbox.failed, item.id, error)
+                kept = await asyncio.to_thread(outbox.failed, item.id, error)
                 self.breaker.failure(self.name, error)
                 logger.warning(
-                    "memory provider %s: %s for %s failed (%s); kept, tried again",
+                    "memory provider %s: %s for %s failed (%s); %s",
                     self.name,
                     item.kind,
                     user_id,
                     error,
+                    "kept, tried again" if kept else "given up after too many tries",
                 )
                 return max(self.retry_after, self.breaker.wait())
             await asyncio.to_thread(outbox.done, item.id)

@@ -14,8 +14,9 @@ gateways cannot both see the person free). A deliverer that dies leaves a lease 
 runs out.
 
 Bounded by construction: at most MAX_ROWS rows per person and provider (the oldest go
-first when a new one comes), none older than MAX_AGE (`prune`), a payload at most
-MAX_PAYLOAD characters (a larger one is refused: the caller trims it). What was given
+first when a new one comes), none older than MAX_AGE (`prune`), none tried more than
+MAX_ATTEMPTS times, a payload at most MAX_PAYLOAD characters (a larger one is refused:
+the caller trims it). What was given
 up is counted per person (`provider_outbox_drops`) for the status line.
 """
 
@@ -39,6 +40,7 @@ MAX_ROWS = 1_000  # per person and provider
 MAX_AGE = timedelta(days=14)
 MAX_PAYLOAD = 256_000  # characters of JSON
 MAX_ERROR = 500
+MAX_ATTEMPTS = 50  # a write refused this often (hours of retries) is given up on
 
 
 class PayloadTooLargeError(ValueError):
@@ -137,10 +139,20 @@ class OutboxDB:
         """The provider took the write: it is gone."""
         self._write(lambda s: s.execute(delete(OutboxEntry).where(col(OutboxEntry.id) == item_id)))
 
-    def failed(self, item_id: int, error: str) -> None:
-        """The provider did not take it: it stays first in line, its lease ends."""
+    def failed(self, item_id: int, error: str) -> bool:
+        """The provider did not take it: it stays first in line, its lease ends; after
+        MAX_ATTEMPTS it is given up on (counted as dropped): a write the service refuses
+        for good must not hold the person's later writes back forever. True when kept."""
 
-        def work(session: Session) -> None:
+        def work(session: Session) -> bool:
+            row = session.get(OutboxEntry, item_id)
+            if row is None:
+                return False
+            if row.attempts + 1 >= MAX_ATTEMPTS:
+                session.delete(row)
+                why = f"refused {MAX_ATTEMPTS} times: {error}"[:MAX_ERROR]
+                _dropped(session, row.provider, row.user_id, 1, why)
+                return False
             session.execute(
                 update(OutboxEntry)
                 .where(col(OutboxEntry.id) == item_id)
@@ -151,8 +163,9 @@ class OutboxDB:
                     lease_until=None,
                 )
             )
+            return True
 
-        self._write(work)
+        return self._write(work)
 
     def waiting(self, provider: str) -> list[str]:
         """The people with writes waiting for `provider` (whose delivery to resume)."""
@@ -248,4 +261,4 @@ def _dropped(session: Session, provider: str, user_id: str, n: int, reason: str)
     session.add(row)
 
 
-__all__ = ["MAX_AGE", "MAX_ROWS", "OutboxDB", "OutboxItem", "OutboxStatus"]
+__all__ = ["MAX_AGE", "MAX_ATTEMPTS", "MAX_ROWS", "OutboxDB", "OutboxItem", "OutboxStatus"]

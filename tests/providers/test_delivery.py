@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gateway.commands.memory import provider_line
+from gateway.config import HermesConfig
+from gateway.ops.doctor import check_provider
 from hermes.providers.base import BaseProvider, MemoryWrite, ProviderSession
 from hermes.providers.host import Breaker, ProviderHost
 from hermes.state.db import SessionDB
@@ -164,3 +167,21 @@ def test_a_write_from_a_command_without_a_loop_is_kept_when_the_service_is_down(
     service.down = True
     host.memory_written(MemoryWrite("remove", "memory", "", "Prefers tea", ALICE.user_id, "cli"))
     assert db.outbox.status("flaky").waiting == 1
+
+
+def test_doctor_names_writes_waiting_and_the_last_error(
+    home: Path, db: SessionDB, database_url: str | None
+) -> None:
+    config = HermesConfig.model_validate(
+        {"memory": {"provider": "holographic"}, "database": {"url": database_url}}
+    )
+    assert check_provider(home, config, {}).status == "ok"
+    db.outbox.add("holographic", ALICE.user_id, "sync_turn", {"user": "hi"})
+    found = check_provider(home, config, {})
+    assert found.status == "ok" and "1 write(s) waiting to be delivered" in found.detail
+    [item] = [db.outbox.claim("holographic", ALICE.user_id, "gw1", timedelta(seconds=5))]
+    assert item is not None
+    db.outbox.failed(item.id, "ConnectionError: refused")
+    found = check_provider(home, config, {})
+    assert found.status == "fail" and "last error: ConnectionError: refused" in found.detail
+    assert "hermes memory status" in found.fix

@@ -15,7 +15,7 @@ import pytest
 
 from hermes.state.db import SessionDB
 from hermes.state.models import utcnow
-from hermes.state.outbox import MAX_AGE, MAX_ROWS, PayloadTooLargeError
+from hermes.state.outbox import MAX_AGE, MAX_ATTEMPTS, MAX_ROWS, PayloadTooLargeError
 
 WORKER = str(Path(__file__).with_name("db_worker.py"))
 LEASE = timedelta(seconds=30)
@@ -115,3 +115,21 @@ def test_two_processes_never_deliver_one_persons_writes_at_once(
         for (_, end, _), (start, _, _) in itertools.pairwise(mine):
             assert start >= end  # never two deliveries of one person at once
     assert db.outbox.status("fake").waiting == 0
+
+
+def test_a_write_refused_for_good_is_given_up_so_later_ones_go_through(
+    db: SessionDB, alice: str
+) -> None:
+    poison = db.outbox.add("mem0", alice, "memory_write", {"content": "bad"})
+    db.outbox.add("mem0", alice, "sync_turn", {"n": 2})
+    for attempt in range(MAX_ATTEMPTS):
+        item = db.outbox.claim("mem0", alice, "gw1", LEASE)
+        assert item is not None and item.id == poison and item.attempts == attempt
+        kept = db.outbox.failed(item.id, "HTTP 422: invalid memory")
+        assert kept == (attempt < MAX_ATTEMPTS - 1)
+    item = db.outbox.claim("mem0", alice, "gw1", LEASE)
+    assert item is not None and item.payload == {"n": 2}
+    status = db.outbox.status("mem0", alice)
+    assert (
+        status.dropped == 1 and status.drop_reason == "refused 50 times: HTTP 422: invalid memory"
+    )
