@@ -122,16 +122,7 @@ class OutboxDB:
                 return None
             row.leased_by, row.lease_until = deliverer, now + lease
             session.add(row)
-            assert row.id is not None
-            return OutboxItem(
-                row.id,
-                row.provider,
-                row.user_id,
-                row.kind,
-                json.loads(row.payload),
-                as_utc(row.created_at),
-                row.attempts,
-            )
+            return _item(row)
 
         return self._write(work)
 
@@ -178,18 +169,7 @@ class OutboxDB:
         query = select(OutboxEntry).where(*_person(provider, user_id))
         with eng.reading(self.engine) as session:
             rows = list(session.exec(query.order_by(col(OutboxEntry.id))))
-        return [
-            OutboxItem(
-                r.id or 0,
-                r.provider,
-                r.user_id,
-                r.kind,
-                json.loads(r.payload),
-                as_utc(r.created_at),
-                r.attempts,
-            )
-            for r in rows
-        ]
+        return [_item(row) for row in rows]
 
     def prune(self, now: datetime | None = None) -> int:
         """Give up on writes older than MAX_AGE (counted per person); how many."""
@@ -239,6 +219,14 @@ class OutboxDB:
             as_utc(latest.last_at) if latest is not None else None,
             latest.reason if latest is not None else "",
         )
+
+
+def _item(row: OutboxEntry) -> OutboxItem:
+    assert row.id is not None
+    payload = json.loads(row.payload)
+    return OutboxItem(
+        row.id, row.provider, row.user_id, row.kind, payload, as_utc(row.created_at), row.attempts
+    )
 
 
 def _person(provider: str, user_id: str) -> tuple[Any, Any]:
