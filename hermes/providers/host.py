@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from hermes import metrics
 from hermes.providers import registry
@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from hermes.state.outbox import OutboxDB, OutboxItem
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 PREFETCH_TIMEOUT_S = 0.8
@@ -139,6 +140,7 @@ class ProviderHost:
         self._sync_calls = concurrent.futures.ThreadPoolExecutor(
             max_workers=4, thread_name_prefix="memory-provider"
         )
+        self._db_inflight = 0  # outbox calls whose thread is running
         self._refused_tools: set[str] = set()
         self.last_recall: dict[str, int] = {}
         self.skipped = 0
@@ -429,6 +431,9 @@ class ProviderHost:
             self._replayer.cancel()
         for worker in list(self._workers.values()):
             worker.stop()
+        # an outbox call in flight ends before the database may be closed
+        while self._db_inflight and loop.time() < deadline:
+            await asyncio.sleep(0.01)
         for provider in list(self._instances.values()):
             left = max(0.1, deadline - loop.time())
             try:
@@ -543,11 +548,27 @@ class ProviderHost:
         assert outbox is not None
         while True:
             try:
-                for user_id in await asyncio.to_thread(outbox.waiting, self.name):
+                for user_id in await self._db(outbox.waiting, self.name):
                     self._worker(user_id).poke()
             except Exception:
                 logger.exception("memory provider %s: reading the outbox failed", self.name)
             await asyncio.sleep(REPLAY_S)
+
+    async def _db(self, call: Callable[..., T], *args: Any) -> T:
+        """An outbox call off the event loop, counted while its thread runs (a cancelled
+        await does not stop the thread): shutdown waits for the ones in flight, so no
+        connection is left checked out behind it."""
+
+        def counted() -> T:
+            with self._lock:
+                self._db_inflight += 1
+            try:
+                return call(*args)
+            finally:
+                with self._lock:
+                    self._db_inflight -= 1
+
+        return await asyncio.to_thread(counted)
 
     def _deliver_now(self, user_id: str) -> None:
         """No event loop (a CLI command): one bounded delivery pass for the person; what
@@ -573,14 +594,14 @@ class ProviderHost:
         while True:
             if not self.breaker.allows():
                 return self.breaker.wait()
-            item = await asyncio.to_thread(outbox.claim, self.name, user_id, self.deliverer, lease)
+            item = await self._db(outbox.claim, self.name, user_id, self.deliverer, lease)
             if item is None:
                 return None
             try:
                 await asyncio.wait_for(_call(provider, item), self.call_timeout)
             except Exception as exc:
                 error = _describe(exc, self.call_timeout)
-                kept = await asyncio.to_thread(outbox.failed, item.id, error)
+                kept = await self._db(outbox.failed, item.id, error)
                 self.breaker.failure(self.name, error)
                 logger.warning(
                     "memory provider %s: %s for %s failed (%s); %s",
@@ -591,7 +612,7 @@ class ProviderHost:
                     "kept, tried again" if kept else "given up after too many tries",
                 )
                 return max(self.retry_after, self.breaker.wait())
-            await asyncio.to_thread(outbox.done, item.id)
+            await self._db(outbox.done, item.id)
             self.breaker.success(self.name)
 
 
