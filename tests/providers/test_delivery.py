@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,15 @@ def host_for(
     )
 
 
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait for what the host reports (not for a time): fail if it never comes."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "the host never got there"
+        await asyncio.sleep(0.02)
+
+
 def taken(service: Service, user: str, what: str = "sync") -> list[Any]:
     return [value for who, kind, value in service.taken if who == user and kind == what]
 
@@ -96,26 +106,25 @@ def test_an_outage_loses_nothing_and_the_writes_arrive_in_order(
             MemoryWrite("add", "user", "Lives in Lisbon", None, ALICE.user_id, "agent")
         )
         host.turn_done("bob's turn", "ok", BOB, [])
-        await asyncio.sleep(0.4)  # three failures in a row: the breaker opens for 1 s
+        await until(lambda: not host.status(ALICE.user_id).reachable)  # failures in a row
         down = host.status(ALICE.user_id)
         calls_while_open = service.calls
+        host.turn_done("turn 4", "ok", ALICE, [])  # written while it is open (1 s) ...
+        await host.drain(5)  # ... and handled by the worker, which rests without a call
         skipped = await host.recall("what do you know about me?", ALICE)  # not asked
-        await asyncio.sleep(0.1)
         assert service.calls == calls_while_open  # left alone while open
         service.down = False
-        for _ in range(100):  # probed after the open time: delivered in order
-            await asyncio.sleep(0.05)
-            if host.status(ALICE.user_id).waiting == 0:
-                break
+        await until(lambda: host.status(ALICE.user_id).waiting == 0)  # probed, then all
         up = host.status(ALICE.user_id)
         await host.shutdown(5)
         return down, up, skipped, calls_while_open
 
     down, up, skipped, calls = asyncio.run(go())
-    assert taken(service, ALICE.user_id) == [(f"turn {n}", 1) for n in range(4)]
+    assert taken(service, ALICE.user_id) == [(f"turn {n}", 1) for n in range(4)] + [("turn 4", 0)]
     assert taken(service, ALICE.user_id, "mirror") == [("add", "Lives in Lisbon", "agent")]
     assert taken(service, BOB.user_id) == [("bob's turn", 0)]
-    assert [k for who, k, _ in service.taken if who == ALICE.user_id] == ["sync"] * 4 + ["mirror"]
+    kinds = [k for who, k, _ in service.taken if who == ALICE.user_id]
+    assert kinds == ["sync"] * 4 + ["mirror", "sync"]  # in the order written
     assert not down.reachable and down.waiting == 6 and "HTTP 503" in down.last_error
     assert skipped == "" and calls <= 6  # a handful of tries, not a hammering
     assert up.reachable and up.waiting == 0 and up.last_error == ""
@@ -141,10 +150,7 @@ def test_writes_left_at_shutdown_are_delivered_after_a_restart(home: Path, db: S
         host = host_for(service, home, db, name="gw-restarted")
         service.down = False
         await host.resume()  # what the gateway does at start, before anyone speaks
-        for _ in range(100):
-            await asyncio.sleep(0.05)
-            if db.outbox.status("flaky").waiting == 0:
-                break
+        await until(lambda: db.outbox.status("flaky").waiting == 0)
         await host.shutdown(5)
 
     asyncio.run(before())
