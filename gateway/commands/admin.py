@@ -60,7 +60,8 @@ class AdminCommands:
         lines.append(f"Search: hybrid {embedder.status_line()}" if embedder else "Search: lexical")
         host = self.memory_commands.memory.providers
         if self.config.memory.provider:  # its reachability, writes waiting, the last error
-            lines.append(f"Memory provider: {provider_line(host.status(ctx.person.user_id))}")
+            status = host.status(ctx.person.user_id, everyone=True)
+            lines.append(f"Memory provider: {provider_line(status)}")
         if self.db.backend == "postgresql":
             lines += self._instances()
         return "\n".join(lines)

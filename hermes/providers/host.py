@@ -101,7 +101,7 @@ class ProviderStatus:
     skipped: int  # prefetches skipped (timeout or failure) since start
     reachable: bool = True  # False: the breaker is open (the service keeps failing)
     last_error: str = ""  # the latest failure (this process's, else the outbox's)
-    waiting: int = 0  # writes in the outbox not yet delivered (everyone's)
+    waiting: int = 0  # writes in the outbox not yet delivered (the person's, or everyone's)
     dropped: int = 0  # writes the outbox gave up on (full or too old)
     drop_reason: str = ""
     last_dropped: datetime | None = None
@@ -380,11 +380,13 @@ class ProviderHost:
 
     # -- status and lifecycle ----------------------------------------------------------
 
-    def status(self, user_id: str) -> ProviderStatus:
+    def status(self, user_id: str, *, everyone: bool = False) -> ProviderStatus:
+        """The provider's state, and what waits in the outbox for `user_id` (a person's
+        own writes only; `everyone` for an operator's view)."""
         waiting = None
         if self.outbox is not None and self.factory is not None:
             try:
-                waiting = self.outbox.status(self.name)
+                waiting = self.outbox.status(self.name, None if everyone else user_id)
             except Exception:  # a damaged database: the status says what it can
                 logger.exception("memory provider %s: outbox status failed", self.name)
         error = self.breaker.last_error or (waiting.last_error if waiting else "")

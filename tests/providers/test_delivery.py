@@ -108,6 +108,7 @@ def test_an_outage_loses_nothing_and_the_writes_arrive_in_order(
         host.turn_done("bob's turn", "ok", BOB, [])
         await until(lambda: not host.status(ALICE.user_id).reachable)  # failures in a row
         down = host.status(ALICE.user_id)
+        everyone = host.status(ALICE.user_id, everyone=True)
         calls_while_open = service.calls
         host.turn_done("turn 4", "ok", ALICE, [])  # written while it is open (1 s) ...
         await host.drain(5)  # ... and handled by the worker, which rests without a call
@@ -117,6 +118,7 @@ def test_an_outage_loses_nothing_and_the_writes_arrive_in_order(
         await until(lambda: host.status(ALICE.user_id).waiting == 0)  # probed, then all
         up = host.status(ALICE.user_id)
         await host.shutdown(5)
+        assert everyone.waiting == 6  # an operator's view: Bob's write too
         return down, up, skipped, calls_while_open
 
     down, up, skipped, calls = asyncio.run(go())
@@ -125,13 +127,14 @@ def test_an_outage_loses_nothing_and_the_writes_arrive_in_order(
     assert taken(service, BOB.user_id) == [("bob's turn", 0)]
     kinds = [k for who, k, _ in service.taken if who == ALICE.user_id]
     assert kinds == ["sync"] * 4 + ["mirror", "sync"]  # in the order written
-    assert not down.reachable and down.waiting == 6 and "HTTP 503" in down.last_error
+    # a person's status counts their own writes only (4 turns, 1 mirror), never Bob's
+    assert not down.reachable and down.waiting == 5 and "HTTP 503" in down.last_error
     assert skipped == "" and calls <= 6  # a handful of tries, not a hammering
     assert up.reachable and up.waiting == 0 and up.last_error == ""
     assert "keeps failing" in caplog.text and "answers again" in caplog.text
     assert db.outbox.status("flaky").waiting == 0
     line = provider_line(down)
-    assert "not answering" in line and "6 writes waiting" in line and "HTTP 503" in line
+    assert "not answering" in line and "5 writes waiting" in line and "HTTP 503" in line
 
 
 def test_writes_left_at_shutdown_are_delivered_after_a_restart(home: Path, db: SessionDB) -> None:
