@@ -425,6 +425,7 @@ def provider_settings(
     written (or the field's default); a secret field's value from the environment
     variable named by `<key>_env` (or the field's own env var): config.yaml never holds
     the secret itself."""
+    quiet_vendor_sdks()
     settings = {k: v for k, v in raw.items() if not k.endswith("_env")}
     for field in fields:
         if field.secret:
@@ -434,6 +435,15 @@ def provider_settings(
         elif field.key not in settings and field.default is not None:
             settings[field.key] = field.default
     return settings
+
+
+def quiet_vendor_sdks() -> None:
+    """Before a provider's client library is imported: the ones that phone home or
+    write under ~ are told not to (unless the operator said otherwise in the
+    environment). mem0ai sends PostHog telemetry unless MEM0_TELEMETRY is false, and
+    makes ~/.mem0 at import (MEM0_DIR: under HERMES_HOME instead)."""
+    os.environ.setdefault("MEM0_TELEMETRY", "False")
+    os.environ.setdefault("MEM0_DIR", str(resolve_home() / "providers" / "mem0"))
 
 
 def _key(name: str | None, env: Mapping[str, str] | None) -> str | None:

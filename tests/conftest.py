@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,10 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 # The many `hermes` subprocesses compile the same modules: let the first one cache the
 # bytecode (an environment may forbid it, which made each CLI test pay ~1 s of compiling)
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+# what gateway/config.py `quiet_vendor_sdks` does for a real process, for the tests that
+# make providers without it (mem0ai reads these once, at import)
+os.environ["MEM0_TELEMETRY"] = "False"
+os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="hermes-test-mem0-"))
 
 _CREDENTIAL_HINTS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 _PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")

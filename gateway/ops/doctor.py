@@ -41,6 +41,8 @@ from gateway.edge.platform_config import PlatformConfig, platforms
 from gateway.scheduler import read_status
 from gateway.status_file import read_status_file
 from hermes.llm.client import LLMClient, LLMError
+from hermes.providers.base import MemoryProvider
+from hermes.providers.service import ServiceProvider
 from hermes.state.db import STATE_DB_FILENAME, SessionDB
 from hermes.state.engine import StateDBError, redact, stored_version
 from hermes.state.outbox import OutboxStatus
@@ -137,7 +139,8 @@ def check_guard(config: HermesConfig, env: Mapping[str, str] | None) -> Check:
 
 
 def check_provider(home: Path, config: HermesConfig, env: Mapping[str, str] | None) -> Check:
-    """The memory provider loads and says it can run (no network: its own check)."""
+    """The memory provider loads and says it can run; a provider kept on a service is
+    asked whether the service answers."""
     name = "memory provider"
     try:
         factory = provider_factory(home, config, env)
@@ -156,7 +159,19 @@ def check_provider(home: Path, config: HermesConfig, env: Mapping[str, str] | No
             f"{provider.name} is not available: {reason}",
             f"hermes memory setup {provider.name}",
         )
+    return _reached(home, config, provider)
+
+
+def _reached(home: Path, config: HermesConfig, provider: MemoryProvider) -> Check:
+    """An available provider: its service answers (when it has one), and nothing it
+    was sent failed or was given up."""
+    name = "memory provider"
     found = f"{provider.name}, recall mode {config.memory.recall_mode}"
+    if isinstance(provider, ServiceProvider):
+        silent = _unanswered(name, provider)
+        if silent is not None:
+            return silent
+        found += f", answering at {provider.base_url}"
     waiting = _outbox(home, config, provider.name)
     if waiting is not None and (waiting.last_error or waiting.dropped):
         detail = f"{found}; {waiting.waiting:,} write(s) waiting"
@@ -168,6 +183,19 @@ def check_provider(home: Path, config: HermesConfig, env: Mapping[str, str] | No
     if waiting is not None and waiting.waiting:
         found += f"; {waiting.waiting:,} write(s) waiting to be delivered"
     return ok(name, found)
+
+
+def _unanswered(name: str, provider: ServiceProvider) -> Check | None:
+    """A failed check when the provider's service does not answer (asked once, within
+    the provider's own timeout), else None."""
+    why = provider.probe()
+    if not why:
+        return None
+    return fail(
+        name,
+        f"{provider.name} does not answer at {provider.base_url}: {why}",
+        f"check the service, and memory.providers.{provider.name}.base_url",
+    )
 
 
 def _outbox(home: Path, config: HermesConfig, provider: str) -> OutboxStatus | None:

@@ -134,6 +134,7 @@ class ProviderHost:
         self._probed: _Probe | None = None  # the provider is made when first needed
         self._probing = threading.Lock()
         self._instances: dict[str, MemoryProvider] = {}
+        self._retired: list[MemoryProvider] = []  # instances of people linked away
         self._workers: dict[str, _Worker] = {}
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -298,12 +299,19 @@ class ProviderHost:
         """Two people were linked (`gone` is `keep` from now on): every provider that keeps
         something per person moves it, the configured one and each shipped one that has
         a store in this home, before the link finishes (it holds the memory gate). An
-        error is raised: the link reports it."""
+        error is raised: the link reports it. A provider kept on a service (`remote`) is
+        told through the outbox instead, after `keep`'s waiting writes (and `gone`'s,
+        which the link moves to `keep`): the link never waits for a service that is
+        down, and the move is replayed when it answers."""
         providers: dict[str, MemoryProvider] = {}
         if self.active and self.factory is not None:
-            providers[self.name] = self.factory()
+            configured = self.factory()
+            if getattr(configured, "remote", False) and self.outbox is not None:
+                self._write(keep, "merge_people", {"keep": keep, "gone": gone})
+            else:
+                providers[self.name] = configured
         for name in registry.BUILT_IN:
-            if name not in providers:
+            if name not in providers and name != self.name:
                 providers[name] = registry.load(name, {}, self.home)()
         for name, provider in providers.items():
             try:
@@ -311,7 +319,9 @@ class ProviderHost:
             except Exception as exc:
                 raise ProviderMergeError(f"memory provider {name}: {exc}") from exc
         with self._lock:
-            self._instances.pop(gone, None)  # its instance acted for a person who is gone
+            retired = self._instances.pop(gone, None)  # it acted for a person who is gone
+            if retired is not None:
+                self._retired.append(retired)  # shut down with the others
 
     def memory_written(self, write: MemoryWrite) -> None:
         """A built-in store changed (add, replace, remove, undo, merge, consolidation);
@@ -436,7 +446,7 @@ class ProviderHost:
         # an outbox call in flight ends before the database may be closed
         while self._db_inflight and loop.time() < deadline:
             await asyncio.sleep(0.01)
-        for provider in list(self._instances.values()):
+        for provider in [*self._instances.values(), *self._retired]:
             left = max(0.1, deadline - loop.time())
             try:
                 await asyncio.wait_for(provider.shutdown(), left)
@@ -600,7 +610,7 @@ class ProviderHost:
             if item is None:
                 return None
             try:
-                await asyncio.wait_for(_call(provider, item), self.call_timeout)
+                await asyncio.wait_for(_call(provider, item, self.home), self.call_timeout)
             except Exception as exc:
                 error = _describe(exc, self.call_timeout)
                 kept = await self._db(outbox.failed, item.id, error)
@@ -618,7 +628,7 @@ class ProviderHost:
             self.breaker.success(self.name)
 
 
-async def _call(provider: MemoryProvider, item: OutboxItem) -> None:
+async def _call(provider: MemoryProvider, item: OutboxItem, home: Path) -> None:
     """One waiting write, as the provider's call it stands for."""
     p = item.payload
     if item.kind == "sync_turn":
@@ -635,6 +645,8 @@ async def _call(provider: MemoryProvider, item: OutboxItem) -> None:
         )
     elif item.kind == "session_end":
         await provider.on_session_end(p["messages"])
+    elif item.kind == "merge_people":
+        await asyncio.to_thread(provider.merge_people, p["keep"], p["gone"], home)
 
 
 def _describe(exc: BaseException, timeout: float) -> str:

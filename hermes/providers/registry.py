@@ -48,6 +48,7 @@ Maker = Callable[[dict[str, Any]], MemoryProvider]
 BUILT_IN: dict[str, str] = {
     "evidence": "hermes.providers.evidence:EvidenceProvider",
     "holographic": "hermes.providers.holographic:HolographicProvider",
+    "mem0": "hermes.providers.mem0:Mem0Provider",
 }
 
 

@@ -2,9 +2,10 @@
 the provider has taken it, so a service that is down loses nothing.
 
 A write is data, not a call: its kind (`sync_turn`, `memory_write`, `session_switch`,
-`session_end`) and a JSON payload, one row each, delivered in `id` order per person and
-provider. Delivery is at least once (a call that timed out may have been applied and is
-tried again): providers take a repeat without harm.
+`session_end`; `merge_people`, a link, for a provider kept on a service) and a JSON
+payload, one row each, delivered in `id` order per person and provider. Delivery is at
+least once (a call that timed out may have been applied and is tried again): providers
+take a repeat without harm.
 
 One person's rows are delivered by one deliverer at a time: `claim` leases the person's
 oldest row to its caller (a gateway's instance id) for a while, and nobody else claims
@@ -35,7 +36,7 @@ from hermes.state import engine as eng
 from hermes.state.models import OutboxDrop, OutboxEntry, as_utc, utcnow
 
 T = TypeVar("T")
-KINDS = frozenset({"sync_turn", "memory_write", "session_switch", "session_end"})
+KINDS = frozenset({"sync_turn", "memory_write", "session_switch", "session_end", "merge_people"})
 MAX_ROWS = 1_000  # per person and provider
 MAX_AGE = timedelta(days=14)
 MAX_PAYLOAD = 256_000  # characters of JSON

@@ -1,0 +1,123 @@
+"""`mem0`: Mem0 (the hosted platform, or a server speaking its API) through the official
+SDK (`pip install '.[mem0]'`: mem0ai, `MemoryClient`).
+
+Per person: every memory carries our person's namespace as Mem0's `user_id`; searches
+and listings filter on it. A finished turn is added as messages and Mem0 extracts what
+it keeps (its strength: server-side extraction); the built-in stores' entries are added
+verbatim (`infer: false`) with their key in the metadata. Mem0 has no session close.
+The SDK's telemetry (PostHog) is switched off before it is imported (gateway/config.py
+sets MEM0_TELEMETRY=False and MEM0_DIR under HERMES_HOME for the process).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import httpx
+
+from hermes.providers.service import Kept, Note, ServiceProvider
+
+PAGE_SIZE = 100
+MAX_PAGES = 50  # 5,000 memories per person listed at most
+
+
+class Mem0Provider(ServiceProvider):
+    name = "mem0"
+    label = "Mem0"
+    needs = ("a cloud key",)
+    required = ("api_key",)
+    key_env = "MEM0_API_KEY"
+    default_url = "https://api.mem0.ai"
+
+    _client: Any = None
+
+    def _dependency(self) -> str | None:
+        if importlib.util.find_spec("mem0") is None:
+            return "the mem0ai package is not installed (pip install 'hermes-gateway[mem0]')"
+        return None
+
+    @property
+    def client(self) -> Any:
+        """The person's SDK client, made when first needed (made by asking the server:
+        GET /v1/ping/; a failure leaves none, and the next call asks again)."""
+        with self._lock:
+            if self._client is None:
+                self._client = self._make()
+            return self._client
+
+    def _make(self) -> Any:
+        from mem0 import MemoryClient  # noqa: PLC0415 - imported only when it is used
+
+        http = httpx.Client(timeout=self.timeout)
+        try:
+            return MemoryClient(
+                api_key=self.settings.get("api_key"), host=self.base_url, client=http
+            )
+        except BaseException:
+            http.close()
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.client.close()
+
+    def ping(self) -> None:
+        self._make().client.close()
+
+    def search(self, space: str, query: str, limit: int) -> list[str]:
+        found = self.client.search(query, filters={"user_id": space}, top_k=limit)
+        return [str(item.get("memory", "")) for item in _results(found)][:limit]
+
+    def ingest(self, space: str, session_id: str, key: str, messages: list[dict[str, str]]) -> None:
+        metadata = {"hermes_session": session_id, "hermes_turn": key}
+        self.client.add(messages, user_id=space, metadata=metadata)
+
+    def put_note(self, space: str, note: Note) -> None:
+        metadata = {"hermes_key": note.key, "hermes_target": note.target}
+        message = [{"role": "user", "content": note.text}]
+        self.client.add(message, user_id=space, infer=False, metadata=metadata)
+
+    def notes(self, space: str) -> list[Note]:
+        return [
+            Note(meta["hermes_key"], meta.get("hermes_target", "memory"), text, ref)
+            for ref, text, meta in self._all(space)
+            if meta.get("hermes_key")
+        ]
+
+    def delete_note(self, space: str, note: Note) -> None:
+        self.client.delete(note.ref)
+
+    def remember(self, space: str, text: str) -> None:
+        message = [{"role": "user", "content": text}]
+        self.client.add(message, user_id=space, infer=False, metadata={"hermes": "remembered"})
+
+    def export(self, space: str) -> list[Kept]:
+        return [
+            Kept(text, meta.get("hermes_target") if meta.get("hermes_key") else None)
+            for _, text, meta in self._all(space)
+        ]
+
+    def drop(self, space: str) -> None:
+        self.client.delete_all(user_id=space)
+
+    def _all(self, space: str) -> list[tuple[str, str, dict[str, Any]]]:
+        found = []
+        for page in range(1, MAX_PAGES + 1):
+            answer = self.client.get_all(filters={"user_id": space}, page=page, page_size=PAGE_SIZE)
+            for item in _results(answer):
+                meta = item.get("metadata") or {}
+                found.append((str(item["id"]), str(item.get("memory", "")), meta))
+            if not isinstance(answer, dict) or not answer.get("next"):
+                break
+        return found
+
+
+def _results(answer: Any) -> list[dict[str, Any]]:
+    items = answer.get("results", []) if isinstance(answer, dict) else answer
+    return [item for item in items or [] if isinstance(item, dict)]
+
+
+__all__ = ["Mem0Provider"]

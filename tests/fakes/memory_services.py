@@ -1,0 +1,332 @@
+"""Local fakes of the memory services the providers talk to, each speaking the routes,
+payloads, auth headers, pagination and errors its official SDK sends and expects (read
+from the SDKs' source), on 127.0.0.1.
+
+One core keeps every service's memories: namespaces (a Mem0 user, a Hindsight bank, a
+Honcho peer...) of items with an id, text and metadata; a search ranks a namespace's
+items by the words they share with the query (enough to tell right from wrong; the
+services' own ranking is theirs). Faults, for every fake:
+- `fail(n, status)`: the next n requests answer `status` (429 with Retry-After 0, 5xx);
+- `down = True`: every request's connection is dropped (the service is unreachable);
+- `delay`: seconds each request waits before it is answered;
+- `requests`: every request seen (method, path, query, headers, JSON body).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from tests.fakes.http_base import JsonHandler, ThreadedHttp
+
+_WORD = re.compile(r"\w{2,}", re.UNICODE)
+_STOP = frozenset("the a an is are was were what who my me i you of to in on and or do did".split())
+
+
+def words(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.casefold()) if w not in _STOP}
+
+
+@dataclass
+class Item:
+    id: str
+    text: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    created: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    body: Any
+
+
+class HttpError(Exception):
+    """Raised by a route to answer with an error status."""
+
+    def __init__(self, status: int, payload: Any) -> None:
+        super().__init__(status)
+        self.status, self.payload = status, payload
+
+
+Route = Callable[[re.Match[str], Request], Any]
+
+
+class FakeService:
+    """The core, the faults and the HTTP plumbing; a subclass adds its routes."""
+
+    auth_header = "Authorization"
+    auth_prefix = "Bearer "
+
+    def __init__(self, api_key: str = "test-key") -> None:
+        self.api_key = api_key
+        self.spaces: dict[str, list[Item]] = {}
+        self.requests: list[Request] = []
+        self.down = False
+        self.delay = 0.0
+        self._failures: list[int] = []
+        self._lock = threading.RLock()
+        self._ids = itertools.count(1)
+        self._routes: list[tuple[str, re.Pattern[str], Route]] = []
+        self.routes()
+        self._http = ThreadedHttp(self._handler())
+
+    # -- the core --------------------------------------------------------------------------
+
+    def routes(self) -> None:
+        raise NotImplementedError
+
+    def route(self, method: str, pattern: str, handler: Route) -> None:
+        self._routes.append((method, re.compile(f"^{pattern}$"), handler))
+
+    def add(self, space: str, text: str, metadata: dict[str, Any] | None = None) -> Item:
+        with self._lock:
+            item = Item(f"{next(self._ids):08d}-{uuid.uuid4().hex[:8]}", text, dict(metadata or {}))
+            self.spaces.setdefault(space, []).append(item)
+            return item
+
+    def items(self, space: str) -> list[Item]:
+        with self._lock:
+            return list(self.spaces.get(space, []))
+
+    def remove(self, space: str, item_id: str) -> bool:
+        with self._lock:
+            kept = [i for i in self.spaces.get(space, []) if i.id != item_id]
+            gone = len(kept) != len(self.spaces.get(space, []))
+            self.spaces[space] = kept
+            return gone
+
+    def find(self, item_id: str) -> tuple[str, Item] | None:
+        with self._lock:
+            for space, items in self.spaces.items():
+                for item in items:
+                    if item.id == item_id:
+                        return space, item
+            return None
+
+    def search(self, space: str, query: str, limit: int) -> list[tuple[Item, float]]:
+        asked = words(query)
+        scored = []
+        for item in self.items(space):
+            shared = len(asked & words(item.text))
+            if shared:
+                scored.append((item, shared / max(1, len(asked))))
+        scored.sort(key=lambda pair: -pair[1])
+        return scored[:limit]
+
+    def texts(self, space: str) -> list[str]:
+        return [item.text for item in self.items(space)]
+
+    # -- faults ----------------------------------------------------------------------------
+
+    def fail(self, count: int, status: int = 503) -> None:
+        with self._lock:
+            self._failures.extend([status] * count)
+
+    def _failure(self) -> int | None:
+        with self._lock:
+            return self._failures.pop(0) if self._failures else None
+
+    def seen(self, method: str, path_pattern: str) -> list[Request]:
+        pattern = re.compile(path_pattern)
+        return [r for r in self.requests if r.method == method and pattern.search(r.path)]
+
+    # -- HTTP ------------------------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        return self._http.root
+
+    def start(self) -> FakeService:
+        self._http.start()
+        return self
+
+    def stop(self) -> None:
+        self._http.stop()
+
+    def authorized(self, headers: dict[str, str]) -> bool:
+        return headers.get(self.auth_header.lower(), "") == f"{self.auth_prefix}{self.api_key}"
+
+    def _handler(self) -> type[JsonHandler]:
+        fake = self
+
+        class Handler(JsonHandler):
+            def _serve(self, method: str) -> None:
+                if fake.delay:
+                    time.sleep(fake.delay)
+                if fake.down:
+                    self.drop()
+                    return
+                url = urlsplit(self.path)
+                raw = self.body()
+                try:
+                    body = json.loads(raw) if raw else None
+                except ValueError:
+                    body = raw
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                request = Request(method, url.path, parse_qs(url.query), headers, body)
+                with fake._lock:
+                    fake.requests.append(request)
+                status = fake._failure()
+                if status is not None:
+                    extra = {"Retry-After": "0"} if status == 429 else {}
+                    self.send_json(status, {"detail": f"injected {status}"}, extra)
+                    return
+                if not fake.authorized(headers):
+                    self.send_json(401, {"detail": "Invalid API key"})
+                    return
+                for verb, pattern, handler in fake._routes:
+                    match = pattern.match(url.path)
+                    if verb == method and match:
+                        try:
+                            self.send_json(200, handler(match, request))
+                        except HttpError as refused:
+                            self.send_json(refused.status, refused.payload)
+                        return
+                self.send_json(404, {"detail": f"no route {method} {url.path}"})
+
+            def do_GET(self) -> None:  # noqa: N802
+                self._serve("GET")
+
+            def do_POST(self) -> None:  # noqa: N802
+                self._serve("POST")
+
+            def do_PUT(self) -> None:  # noqa: N802
+                self._serve("PUT")
+
+            def do_PATCH(self) -> None:  # noqa: N802
+                self._serve("PATCH")
+
+            def do_DELETE(self) -> None:  # noqa: N802
+                self._serve("DELETE")
+
+        return Handler
+
+
+def _first(request: Request, name: str, default: str = "") -> str:
+    return request.query.get(name, [default])[0]
+
+
+# -- Mem0 (mem0ai 2.2.1, MemoryClient) --------------------------------------------------------
+
+
+class FakeMem0(FakeService):
+    """The Mem0 platform API: `Authorization: Token KEY`; GET /v1/ping/ (made with every
+    client); POST /v3/memories/add/ (messages, user_id, infer, metadata; with inference a
+    fact per user message), /v3/memories/search/ and /v3/memories/ (filters.user_id;
+    page/page_size in the query string; paginated `next`), PUT/DELETE /v1/memories/{id}/,
+    DELETE /v1/memories/?user_id= (delete_all)."""
+
+    auth_prefix = "Token "
+
+    def routes(self) -> None:
+        self.route("GET", "/v1/ping/", self._ping)
+        self.route("POST", "/v3/memories/add/", self._add)
+        self.route("POST", "/v3/memories/search/", self._search)
+        self.route("POST", "/v3/memories/", self._list)
+        self.route("DELETE", "/v1/memories/", self._delete_all)
+        self.route("GET", r"/v1/memories/(?P<id>[^/]+)/", self._get)
+        self.route("PUT", r"/v1/memories/(?P<id>[^/]+)/", self._update)
+        self.route("DELETE", r"/v1/memories/(?P<id>[^/]+)/", self._delete)
+
+    @staticmethod
+    def _ping(match: re.Match[str], request: Request) -> Any:
+        return {"status": "ok", "org_id": "org_fake", "project_id": "proj_fake", "user_email": None}
+
+    @staticmethod
+    def _user(body: dict[str, Any]) -> str:
+        user = (body.get("filters") or {}).get("user_id") or body.get("user_id")
+        if not user:
+            raise HttpError(400, {"detail": "user_id is required (filters.user_id)"})
+        return str(user)
+
+    def _shown(self, item: Item, user: str, score: float | None = None) -> dict[str, Any]:
+        shown = {
+            "id": item.id,
+            "memory": item.text,
+            "user_id": user,
+            "metadata": item.metadata or None,
+            "created_at": item.created,
+            "updated_at": item.created,
+        }
+        if score is not None:
+            shown["score"] = score
+        return shown
+
+    def _add(self, match: re.Match[str], request: Request) -> Any:
+        body = request.body
+        user = str(body.get("user_id") or "")
+        if not user:
+            raise HttpError(400, {"detail": "one of user_id, agent_id, run_id is required"})
+        infer = body.get("infer", True)
+        added = []
+        for message in body["messages"]:
+            if infer and message["role"] != "user":
+                continue  # the fake "extracts" what the user said
+            text = message["content"] if not infer else f"User said: {message['content']}"
+            item = self.add(user, text, body.get("metadata"))
+            added.append({"id": item.id, "memory": item.text, "event": "ADD"})
+        return {"results": added}
+
+    def _search(self, match: re.Match[str], request: Request) -> Any:
+        user = self._user(request.body)
+        limit = int(request.body.get("top_k") or 10)
+        found = self.search(user, request.body["query"], limit)
+        return {"results": [self._shown(item, user, score) for item, score in found]}
+
+    def _list(self, match: re.Match[str], request: Request) -> Any:
+        user = self._user(request.body)
+        page, size = int(_first(request, "page", "1")), int(_first(request, "page_size", "100"))
+        items = self.items(user)
+        chunk = items[(page - 1) * size : page * size]
+        more = page * size < len(items)
+        return {
+            "count": len(items),
+            "next": f"{self.base_url}/v3/memories/?page={page + 1}&page_size={size}"
+            if more
+            else None,
+            "previous": None,
+            "results": [self._shown(item, user) for item in chunk],
+        }
+
+    def _get(self, match: re.Match[str], request: Request) -> Any:
+        found = self.find(match["id"])
+        if found is None:
+            raise HttpError(404, {"detail": "Memory not found"})
+        return self._shown(found[1], found[0])
+
+    def _update(self, match: re.Match[str], request: Request) -> Any:
+        found = self.find(match["id"])
+        if found is None:
+            raise HttpError(404, {"detail": "Memory not found"})
+        found[1].text = request.body.get("text", found[1].text)
+        return self._shown(found[1], found[0])
+
+    def _delete(self, match: re.Match[str], request: Request) -> Any:
+        found = self.find(match["id"])
+        if found is None or not self.remove(found[0], match["id"]):
+            raise HttpError(404, {"detail": "Memory not found"})
+        return {"message": "Memory deleted successfully!"}
+
+    def _delete_all(self, match: re.Match[str], request: Request) -> Any:
+        user = _first(request, "user_id")
+        if not user:
+            raise HttpError(400, {"detail": "a filter is required"})
+        with self._lock:
+            self.spaces.pop(user, None)
+        return {"message": "Memories deleted successfully!"}
+
+
+__all__ = ["FakeMem0", "FakeService", "HttpError", "Item", "Request", "words"]

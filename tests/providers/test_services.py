@@ -1,0 +1,312 @@
+"""The provider contract over every memory *service* provider, each through the local fake
+of its service and its real SDK (tests/providers/services.py): recall injected in the
+fence, turns synced, the built-in stores mirrored (add, replace, remove, whole-store
+changes), tools, recall modes, a slow service bounded, per-person namespaces never
+crossed, a link moving the person's data on the service, an outage kept in the outbox
+and replayed in order, the breaker, 429/5xx, setup/status/off/doctor from the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.pipeline.router import Router
+from hermes.providers.base import MemoryWrite, ProviderSession
+from hermes.providers.host import Breaker, ProviderHost
+from hermes.state.db import SessionDB
+from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.platform import FakeAdapter
+from tests.gateway.test_router import dm, scenario
+from tests.providers.services import Served
+from tests.providers.test_delivery import until
+
+ALICE = ProviderSession("s_a", "u_000000000000000a", "cli")
+BOB = ProviderSession("s_b", "u_000000000000000b", "cli")
+SECRET = "Kestrel vault code 4471 is kept in Lisbon"
+
+
+def host_for(served: Served, db: SessionDB, home: Path, **options: Any) -> ProviderHost:
+    defaults: dict[str, Any] = {
+        "retry_after": 0.05,
+        "breaker": Breaker(after=3, delays=(0.3, 0.6)),
+        "call_timeout": 5.0,
+        "prefetch_timeout": 3.0,
+    }
+    return ProviderHost(served.factory, home=home, outbox=db.outbox, **{**defaults, **options})
+
+
+def started(host: ProviderHost, *sessions: ProviderSession) -> None:
+    for session in sessions:
+        host.session_started(session, parent_session_id=None, reason="new")
+
+
+def write(action: str, content: str, before: str | None, who: ProviderSession) -> MemoryWrite:
+    return MemoryWrite(action, "user", content, before, who.user_id, "agent", who.session_id)
+
+
+def test_turns_notes_recall_and_tools_reach_the_persons_own_namespace(
+    service: Served, home: Path, db: SessionDB
+) -> None:
+    async def go() -> dict[str, Any]:
+        host = host_for(service, db, home)
+        started(host, ALICE)
+        host.turn_done(f"remember this: {SECRET}", "Noted.", ALICE, [])
+        host.memory_written(write("add", "Lives in Lisbon", None, ALICE))
+        host.memory_written(write("add", "Plays the cello", None, ALICE))
+        host.memory_written(write("replace", "Lives in Porto", "Lives in Lisbon", ALICE))
+        host.memory_written(write("remove", "", "Plays the cello", ALICE))
+        await host.drain(10)
+        after_edits = service.kept(ALICE.user_id)
+        # a whole-store change (a consolidation): the notes become exactly the store
+        store = "Lives in Porto\n§\nHas a sister, Mina"
+        host.memory_written(write("consolidate", store, None, ALICE))
+        host.memory_written(write("consolidate", store, None, ALICE))  # a replay: no twin
+        await host.drain(10)
+        after_store = service.kept(ALICE.user_id)
+        recalled = await host.recall("where is the vault code kept?", ALICE)
+        names = [s["function"]["name"] for s in host.tool_schemas(ALICE.user_id)]
+        remembered = await host.call_tool(
+            ALICE.user_id, f"{service.name}_remember", {"content": "Allergic to peanuts"}
+        )
+        searched = await host.call_tool(
+            ALICE.user_id, f"{service.name}_search", {"query": "peanuts allergic"}
+        )
+        status = host.status(ALICE.user_id)
+        await host.shutdown(5)
+        return {
+            "after_edits": after_edits,
+            "after_store": after_store,
+            "recalled": recalled,
+            "names": names,
+            "remembered": remembered,
+            "searched": searched,
+            "status": status,
+        }
+
+    got = asyncio.run(go())
+    assert any("4471" in text for text in got["after_edits"])  # the turn, synced
+    assert "Lives in Porto" in got["after_edits"] and "Lives in Lisbon" not in got["after_edits"]
+    assert "Plays the cello" not in got["after_edits"]
+    assert got["after_store"].count("Lives in Porto") == 1
+    assert "Has a sister, Mina" in got["after_store"]
+    assert "4471" in got["recalled"]
+    assert {f"{service.name}_search", f"{service.name}_remember"} <= set(got["names"])
+    assert got["remembered"]["success"] is True
+    assert any("peanuts" in text for text in got["searched"]["results"])
+    assert got["status"].reachable and got["status"].waiting == 0
+    # every request named alice's own namespace, never a platform id or a name
+    assert service.fake.requests
+    for request in service.fake.requests:
+        seen = json.dumps([request.path, request.query, request.body])
+        assert "u_000000000000000b" not in seen and "alice" not in seen.lower()
+
+
+def test_two_people_never_see_each_others_memories(
+    service: Served, home: Path, db: SessionDB
+) -> None:
+    async def go() -> tuple[str, str, list[str]]:
+        host = host_for(service, db, home)
+        started(host, ALICE, BOB)
+        host.turn_done(f"remember: {SECRET}", "noted", ALICE, [])
+        host.memory_written(write("add", SECRET, None, ALICE))
+        await host.drain(10)
+        await host.call_tool(ALICE.user_id, f"{service.name}_remember", {"content": SECRET})
+        found = []
+        for schema in host.tool_schemas(BOB.user_id):
+            name = schema["function"]["name"]
+            if name.endswith("_search"):
+                found.append(json.dumps(await host.call_tool(BOB.user_id, name, {"query": SECRET})))
+        theirs = await host.recall(f"what is the {SECRET}?", BOB)
+        own = await host.recall(f"what is the {SECRET}?", ALICE)
+        await host.shutdown(5)
+        return theirs, own, found
+
+    theirs, own, found = asyncio.run(go())
+    assert "4471" in own
+    assert "4471" not in theirs and found and not any("4471" in text for text in found)
+    assert service.kept(BOB.user_id) == []
+    assert service.space(ALICE.user_id) != service.space(BOB.user_id)
+
+
+def test_a_link_moves_the_persons_data_on_the_service_even_after_an_outage(
+    service: Served, home: Path, db: SessionDB
+) -> None:
+    """Bob links into Alice while the service is down: the link does not wait; when it
+    answers, Bob's memories on the service are Alice's (a note both had, once), and
+    Bob's namespace keeps nothing."""
+
+    async def go() -> tuple[str, str, dict[str, Any]]:
+        host = host_for(service, db, home)
+        started(host, ALICE, BOB)
+        both = "Prefers green tea in the morning"
+        for who in (ALICE, BOB):
+            host.memory_written(write("add", both, None, who))
+        host.turn_done(f"remember: {SECRET}", "noted", BOB, [])
+        await host.drain(10)
+        service.fake.down = True
+        host.people_merged(ALICE.user_id, BOB.user_id)  # returns at once
+        waiting = host.status(ALICE.user_id).waiting
+        service.fake.down = False
+        await until(lambda: host.status(ALICE.user_id).waiting == 0)
+        await host.drain(10)
+        mine = await host.recall(f"what is the {SECRET}?", ALICE)
+        await host.shutdown(5)
+        return mine, str(waiting), {"alice": service.kept(ALICE.user_id)}
+
+    mine, waiting, kept = asyncio.run(go())
+    assert waiting == "1"
+    assert "4471" in mine
+    assert kept["alice"].count("Prefers green tea in the morning") == 1
+    assert service.kept(BOB.user_id) == []
+
+
+def test_an_outage_is_kept_and_replayed_in_order_and_the_breaker_leaves_it_alone(
+    service: Served, home: Path, db: SessionDB
+) -> None:
+    async def go() -> tuple[int, int, int]:
+        host = host_for(service, db, home)
+        started(host, ALICE)
+        await host.drain(10)
+        service.fake.down = True
+        for n in range(4):
+            host.turn_done(f"outage turn number {n} zebra", "ok", ALICE, [])
+        await until(lambda: not host.status(ALICE.user_id).reachable)
+        waiting = host.status(ALICE.user_id).waiting
+        seen = len(service.fake.requests)
+        await asyncio.sleep(0.15)  # the breaker is open (0.3 s): nothing is tried
+        quiet = len(service.fake.requests) - seen
+        service.fake.down = False
+        await until(lambda: host.status(ALICE.user_id).waiting == 0)
+        await host.shutdown(5)
+        return waiting, quiet, 0
+
+    waiting, quiet, _ = asyncio.run(go())
+    assert waiting == 4 and quiet == 0
+    turns = [t for t in service.kept(ALICE.user_id) if "zebra" in t]
+    order = [int(t.split("number ")[1][0]) for t in turns]
+    assert order == sorted(order) and set(order) == {0, 1, 2, 3}
+
+
+@pytest.mark.parametrize("status", [429, 500, 503])
+def test_a_refused_call_is_tried_again_and_taken_once(
+    service: Served, home: Path, db: SessionDB, status: int
+) -> None:
+    async def go() -> None:
+        host = host_for(service, db, home)
+        started(host, ALICE)
+        await host.drain(10)
+        service.fake.fail(2, status)
+        host.memory_written(write("add", "Speaks Portuguese at home", None, ALICE))
+        await until(lambda: host.status(ALICE.user_id).waiting == 0)
+        await host.shutdown(5)
+
+    asyncio.run(go())
+    assert service.kept(ALICE.user_id).count("Speaks Portuguese at home") == 1
+
+
+def test_a_slow_service_is_skipped_within_the_prefetch_bound(
+    service: Served, home: Path, db: SessionDB
+) -> None:
+    async def go() -> tuple[str, float]:
+        host = host_for(service, db, home, prefetch_timeout=0.2)
+        started(host, ALICE)
+        await host.drain(10)
+        service.fake.delay = 1.0
+        began = time.monotonic()
+        recalled = await host.recall("what is my cat called?", ALICE)
+        took = time.monotonic() - began
+        service.fake.delay = 0.0
+        await host.shutdown(5)
+        return recalled, took
+
+    recalled, took = asyncio.run(go())
+    assert recalled == "" and took < 0.9
+
+
+@pytest.mark.parametrize("mode", ["context", "tools", "hybrid"])
+def test_through_the_app_recall_lands_in_the_fence_and_tools_follow_the_mode(
+    service: Served, home: Path, fake_llm: FakeOpenAI, mode: str
+) -> None:
+    search = f"{service.name}_search"
+
+    def responder(request: dict[str, Any]) -> Reply:
+        last = request["messages"][-1]
+        if last["role"] == "tool":
+            return Reply(text="found it")
+        offered = [t["function"]["name"] for t in request.get("tools") or []]
+        if "cat" in str(last["content"]) and search in offered:
+            return Reply.tool_call(search, {"query": "cat called Miso"})
+        return Reply(text="ok")
+
+    fake_llm.responder = responder
+
+    async def body(router: Router, adapter: FakeAdapter) -> str:
+        await adapter.deliver(dm("alice", "my cat is called Miso"))
+        await adapter.wait_for(1)
+        await router.agent.memory.providers.drain(10)
+        await adapter.deliver(dm("alice", "what is my cat called?"))
+        await adapter.wait_for(2)
+        return router.db.people.user_for_identity("fakechat", "alice")
+
+    user_id = scenario(
+        home,
+        fake_llm,
+        body,
+        provider=service.factory,
+        memory={"recall_mode": mode, "review_interval": 0},
+    )
+    asked = next(r for r in fake_llm.requests if "what is my cat" in json.dumps(r["messages"]))
+    fenced = asked["messages"][-1]["content"]
+    assert ("<recalled-memory" in fenced and "Miso" in fenced) is (mode != "tools")
+    offered = [t["function"]["name"] for t in asked.get("tools") or []]
+    assert (search in offered) is (mode != "context")
+    tool_results = [m for r in fake_llm.requests for m in r["messages"] if m["role"] == "tool"]
+    assert bool(tool_results) is (mode != "context")
+    if tool_results:
+        assert "Miso" in tool_results[-1]["content"]
+    assert service.kept(user_id)  # the person's namespace is our stable user id's
+
+
+def test_setup_status_doctor_and_off_from_the_cli(
+    service: Served, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.harness.cli import hermes
+
+    monkeypatch.setenv("MY_SERVICE_KEY", service.fake.api_key)
+
+    config = home / "config.yaml"
+    home.mkdir(parents=True, exist_ok=True)
+    config.write_text("# mine, kept\nmemory:\n  review_interval: 0\n")
+    listed = json.loads(hermes("memory", "providers", "--json").stdout)
+    row = next(r for r in listed if r["name"] == service.name)
+    assert row["available"] is False
+    done = hermes(
+        "memory",
+        "setup",
+        service.name,
+        "--set",
+        f"base_url={service.fake.base_url}",
+        "--set",
+        "api_key_env=MY_SERVICE_KEY",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    written = config.read_text()
+    assert "# mine, kept" in written and f"provider: {service.name}" in written
+    assert service.fake.api_key not in written
+    status = hermes("memory", "status").stdout
+    assert f"Provider: {service.name}" in status
+    doctor = json.loads(hermes("doctor", "--json").stdout)
+    check = next(c for c in doctor["checks"] if c["name"] == "memory provider")
+    assert check["status"] == "ok" and "answering" in check["detail"], check
+    service.fake.down = True
+    doctor = json.loads(hermes("doctor", "--json").stdout)
+    check = next(c for c in doctor["checks"] if c["name"] == "memory provider")
+    assert check["status"] == "fail" and "does not answer" in check["detail"], check
+    service.fake.down = False
+    off = hermes("memory", "off")
+    assert off.returncode == 0 and "Provider: built-in only" in hermes("memory", "status").stdout
