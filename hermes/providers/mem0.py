@@ -11,6 +11,7 @@ sets MEM0_TELEMETRY=False and MEM0_DIR under HERMES_HOME for the process).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from typing import Any
 
@@ -88,7 +89,10 @@ class Mem0Provider(ServiceProvider):
         ]
 
     def delete_note(self, space: str, note: Note) -> None:
-        self.client.delete(note.ref)
+        from mem0.exceptions import MemoryNotFoundError  # noqa: PLC0415 - imported when used
+
+        with contextlib.suppress(MemoryNotFoundError):  # gone already (a replay)
+            self.client.delete(note.ref)
 
     def remember(self, space: str, text: str) -> None:
         message = [{"role": "user", "content": text}]

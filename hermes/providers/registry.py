@@ -47,6 +47,7 @@ Maker = Callable[[dict[str, Any]], MemoryProvider]
 # the providers shipped in this package, imported when looked for ("module:attribute")
 BUILT_IN: dict[str, str] = {
     "evidence": "hermes.providers.evidence:EvidenceProvider",
+    "hindsight": "hermes.providers.hindsight:HindsightProvider",
     "holographic": "hermes.providers.holographic:HolographicProvider",
     "mem0": "hermes.providers.mem0:Mem0Provider",
 }

@@ -329,4 +329,100 @@ class FakeMem0(FakeService):
         return {"message": "Memories deleted successfully!"}
 
 
-__all__ = ["FakeMem0", "FakeService", "HttpError", "Item", "Request", "words"]
+# -- Hindsight (hindsight-client 1.1.0) ----------------------------------------------------
+
+_FEATURES = (
+    "observations mcp worker bank_config_api bank_llm_health file_upload_api "
+    "document_export_api document_import_api audit_log llm_trace store_document_text"
+).split()
+
+
+class FakeHindsight(FakeService):
+    """A Hindsight server: `Authorization: Bearer KEY`; GET /version; per bank
+    (/v1/default/banks/{bank}): POST /memories (retain: items with content, context,
+    metadata, document_id, update_mode; a document retained again is replaced), POST
+    /memories/recall, POST /reflect, GET /memories/list (limit/offset), DELETE
+    /documents/{id}, DELETE the bank. The fake "extracts" one memory unit per item,
+    its text as given; a bank is made by its first retain, and one never made is 404
+    to delete."""
+
+    BANK = "/v1/default/banks/(?P<bank>[^/]+)"
+
+    def routes(self) -> None:
+        self.route("GET", "/version", self._version)
+        self.route("POST", f"{self.BANK}/memories", self._retain)
+        self.route("POST", f"{self.BANK}/memories/recall", self._recall)
+        self.route("POST", f"{self.BANK}/reflect", self._reflect)
+        self.route("GET", f"{self.BANK}/memories/list", self._list)
+        self.route("DELETE", f"{self.BANK}/documents/(?P<doc>[^/]+)", self._delete_document)
+        self.route("DELETE", self.BANK, self._delete_bank)
+
+    @staticmethod
+    def _version(match: re.Match[str], request: Request) -> Any:
+        return {"api_version": "0.5.0", "features": dict.fromkeys(_FEATURES, False)}
+
+    def _retain(self, match: re.Match[str], request: Request) -> Any:
+        bank, body = match["bank"], request.body
+        for entry in body["items"]:
+            document = entry.get("document_id") or body.get("document_id")
+            if document and entry.get("update_mode", "replace") == "replace":
+                with self._lock:
+                    self.spaces[bank] = [
+                        i for i in self.spaces.get(bank, []) if i.metadata.get("_doc") != document
+                    ]
+            meta = {**(entry.get("metadata") or {}), "_doc": document, "_ctx": entry.get("context")}
+            self.add(bank, entry["content"], meta)
+        with self._lock:
+            self.spaces.setdefault(bank, [])
+        return {"success": True, "bank_id": bank, "items_count": len(body["items"]), "async": False}
+
+    def _unit(self, item: Item) -> dict[str, Any]:
+        meta = {k: v for k, v in item.metadata.items() if not k.startswith("_")}
+        return {
+            "id": item.id,
+            "text": item.text,
+            "context": item.metadata.get("_ctx") or "",
+            "document_id": item.metadata.get("_doc"),
+            "metadata": meta or None,
+        }
+
+    def _recall(self, match: re.Match[str], request: Request) -> Any:
+        found = self.search(match["bank"], request.body["query"], 10)
+        return {"results": [{**self._unit(item), "type": "world"} for item, _ in found]}
+
+    def _reflect(self, match: re.Match[str], request: Request) -> Any:
+        found = self.search(match["bank"], request.body["query"], 5)
+        facts = "; ".join(item.text for item, _ in found) or "nothing I remember"
+        return {"text": f"From what I remember: {facts}."}
+
+    def _list(self, match: re.Match[str], request: Request) -> Any:
+        limit, offset = int(_first(request, "limit", "100")), int(_first(request, "offset", "0"))
+        items = self.items(match["bank"])
+        page = items[offset : offset + limit]
+        units = [{**self._unit(item), "date": "", "entities": ""} for item in page]
+        return {"items": units, "total": len(items), "limit": limit, "offset": offset}
+
+    def _delete_document(self, match: re.Match[str], request: Request) -> Any:
+        bank, doc = match["bank"], match["doc"]
+        with self._lock:
+            before = self.spaces.get(bank, [])
+            kept = [i for i in before if i.metadata.get("_doc") != doc]
+            self.spaces[bank] = kept
+        if len(kept) == len(before):
+            raise HttpError(404, {"detail": f"Document {doc} not found"})
+        gone = len(before) - len(kept)
+        return {
+            "success": True,
+            "message": "deleted",
+            "document_id": doc,
+            "memory_units_deleted": gone,
+        }
+
+    def _delete_bank(self, match: re.Match[str], request: Request) -> Any:
+        with self._lock:
+            if self.spaces.pop(match["bank"], None) is None:
+                raise HttpError(404, {"detail": "Bank not found"})
+        return {"success": True, "message": "Bank deleted"}
+
+
+__all__ = ["FakeHindsight", "FakeMem0", "FakeService", "HttpError", "Item", "Request", "words"]

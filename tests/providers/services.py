@@ -7,9 +7,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from hermes.providers.hindsight import HindsightProvider
 from hermes.providers.mem0 import Mem0Provider
 from hermes.providers.service import ServiceProvider
-from tests.fakes.memory_services import FakeMem0, FakeService
+from tests.fakes.memory_services import FakeHindsight, FakeMem0, FakeService
 
 
 @dataclass
@@ -35,6 +36,7 @@ class Served:
 
 
 SERVICES: dict[str, tuple[type[FakeService], type[ServiceProvider]]] = {
+    "hindsight": (FakeHindsight, HindsightProvider),
     "mem0": (FakeMem0, Mem0Provider),
 }
 
