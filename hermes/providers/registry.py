@@ -49,6 +49,7 @@ BUILT_IN: dict[str, str] = {
     "evidence": "hermes.providers.evidence:EvidenceProvider",
     "hindsight": "hermes.providers.hindsight:HindsightProvider",
     "holographic": "hermes.providers.holographic:HolographicProvider",
+    "honcho": "hermes.providers.honcho:HonchoProvider",
     "mem0": "hermes.providers.mem0:Mem0Provider",
 }
 

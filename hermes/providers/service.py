@@ -98,14 +98,14 @@ class ServiceProvider(BaseProvider):
                 "base_url",
                 f"{self.label} server URL"
                 + (f" (default {self.default_url})" if self.default_url else ""),
-                required="base_url" in self.required,
+                required="base_url" in self.needed(),
                 default=self.default_url or None,
             ),
             ConfigField(
                 "api_key",
                 f"{self.label} API key",
                 secret=True,
-                required="api_key" in self.required,
+                required="api_key" in self.needed(),
                 env_var=self.key_env or None,
             ),
             ConfigField(
@@ -120,11 +120,16 @@ class ServiceProvider(BaseProvider):
     def extra_fields(self) -> list[ConfigField]:
         return []
 
+    def needed(self) -> tuple[str, ...]:
+        """The settings these settings still need (`required`, unless a subclass knows
+        better: a self-hosted server may take no key)."""
+        return self.required
+
     def is_available(self) -> bool:
         return not self.unavailable_reason()
 
     def unavailable_reason(self) -> str:
-        missing = [name for name in self.required if not self.settings.get(name)]
+        missing = [name for name in self.needed() if not self.settings.get(name)]
         if "api_key" in missing:
             where = self.key_env or f"memory.providers.{self.name}.api_key_env"
             return f"no API key ({where}; hermes memory setup {self.name})"

@@ -425,4 +425,197 @@ class FakeHindsight(FakeService):
         return {"success": True, "message": "Bank deleted"}
 
 
-__all__ = ["FakeHindsight", "FakeMem0", "FakeService", "HttpError", "Item", "Request", "words"]
+# -- Honcho (honcho-ai 2.7.0) ------------------------------------------------------------------
+
+
+class FakeHoncho(FakeService):
+    """A Honcho server (API v3): `Authorization: Bearer KEY`; get-or-create POSTs for
+    workspaces, peers and sessions (a session's peers in its body); messages added to a
+    session (a list back) and listed by page (`items`, `page`, `size`, `total`, `pages`);
+    a peer's sessions listed, its messages searched, its dialectic (`/chat`: the answer
+    in `content`); conclusions created, listed by observer/observed, queried, deleted;
+    sessions deleted. A namespace here is a peer: its conclusions about itself and the
+    messages it sent."""
+
+    W = "/v3/workspaces/(?P<w>[^/]+)"
+
+    def __init__(self, api_key: str = "test-key") -> None:
+        self.sessions: dict[str, set[str]] = {}  # session id -> its peers
+        self.peers: set[str] = set()
+        super().__init__(api_key)
+
+    def routes(self) -> None:
+        self.route("POST", "/v3/workspaces", self._workspace)
+        self.route("POST", f"{self.W}/peers", self._peer)
+        self.route("POST", f"{self.W}/sessions", self._session)
+        self.route("DELETE", f"{self.W}/sessions/(?P<s>[^/]+)", self._delete_session)
+        self.route("POST", f"{self.W}/sessions/(?P<s>[^/]+)/messages", self._add_messages)
+        self.route("POST", f"{self.W}/sessions/(?P<s>[^/]+)/messages/list", self._messages)
+        self.route("POST", f"{self.W}/peers/(?P<p>[^/]+)/sessions", self._peer_sessions)
+        self.route("POST", f"{self.W}/peers/(?P<p>[^/]+)/search", self._search_peer)
+        self.route("POST", f"{self.W}/peers/(?P<p>[^/]+)/chat", self._chat)
+        self.route("POST", f"{self.W}/conclusions", self._conclude)
+        self.route("POST", f"{self.W}/conclusions/list", self._conclusions)
+        self.route("POST", f"{self.W}/conclusions/query", self._query)
+        self.route("DELETE", f"{self.W}/conclusions/(?P<id>[^/]+)", self._delete_conclusion)
+
+    @staticmethod
+    def _now() -> str:
+        return datetime.now(UTC).isoformat()
+
+    def _workspace(self, match: re.Match[str], request: Request) -> Any:
+        return {
+            "id": request.body["id"],
+            "metadata": {},
+            "configuration": {},
+            "created_at": self._now(),
+        }
+
+    def _peer(self, match: re.Match[str], request: Request) -> Any:
+        with self._lock:
+            self.peers.add(request.body["id"])
+        return {
+            "id": request.body["id"],
+            "workspace_id": match["w"],
+            "created_at": self._now(),
+            "metadata": request.body.get("metadata") or {},
+            "configuration": {},
+        }
+
+    def _shown_session(self, workspace: str, session: str) -> dict[str, Any]:
+        return {
+            "id": session,
+            "is_active": True,
+            "workspace_id": workspace,
+            "metadata": {},
+            "configuration": {},
+            "created_at": self._now(),
+        }
+
+    def _session(self, match: re.Match[str], request: Request) -> Any:
+        with self._lock:
+            self.sessions.setdefault(request.body["id"], set()).update(
+                request.body.get("peers") or {}
+            )
+        return self._shown_session(match["w"], request.body["id"])
+
+    def _delete_session(self, match: re.Match[str], request: Request) -> Any:
+        with self._lock:
+            if self.sessions.pop(match["s"], None) is None:
+                raise HttpError(404, {"detail": "Session not found"})
+            for space, items in self.spaces.items():
+                self.spaces[space] = [i for i in items if i.metadata.get("_session") != match["s"]]
+        return {"message": "Session deleted"}
+
+    def _message(self, workspace: str, peer: str, item: Item) -> dict[str, Any]:
+        return {
+            "id": item.id,
+            "content": item.text,
+            "peer_id": peer,
+            "session_id": item.metadata["_session"],
+            "metadata": {k: v for k, v in item.metadata.items() if not k.startswith("_")},
+            "created_at": item.created,
+            "workspace_id": workspace,
+            "token_count": len(item.text.split()),
+        }
+
+    def _add_messages(self, match: re.Match[str], request: Request) -> Any:
+        if match["s"] not in self.sessions:
+            raise HttpError(404, {"detail": "Session not found"})
+        added = []
+        for message in request.body["messages"]:
+            meta = {**(message.get("metadata") or {}), "_kind": "message", "_session": match["s"]}
+            item = self.add(message["peer_id"], message["content"], meta)
+            added.append(self._message(match["w"], message["peer_id"], item))
+        return added
+
+    @staticmethod
+    def _page(items: list[Any], request: Request) -> dict[str, Any]:
+        page, size = int(_first(request, "page", "1")), int(_first(request, "size", "50"))
+        pages = max(1, -(-len(items) // size))
+        chunk = items[(page - 1) * size : page * size]
+        return {"items": chunk, "total": len(items), "page": page, "size": size, "pages": pages}
+
+    def _messages(self, match: re.Match[str], request: Request) -> Any:
+        with self._lock:
+            found = [
+                (space, item)
+                for space, items in self.spaces.items()
+                for item in items
+                if item.metadata.get("_session") == match["s"]
+            ]
+        found.sort(key=lambda pair: pair[1].id)
+        return self._page([self._message(match["w"], s, i) for s, i in found], request)
+
+    def _peer_sessions(self, match: re.Match[str], request: Request) -> Any:
+        with self._lock:
+            mine = [s for s, peers in self.sessions.items() if match["p"] in peers]
+        return self._page([self._shown_session(match["w"], s) for s in mine], request)
+
+    def _search_peer(self, match: re.Match[str], request: Request) -> Any:
+        limit = int(request.body.get("limit") or 10)
+        found = self.search(match["p"], request.body["query"], 50)
+        said = [item for item, _ in found if item.metadata.get("_kind") == "message"][:limit]
+        return [self._message(match["w"], match["p"], item) for item in said]
+
+    def _chat(self, match: re.Match[str], request: Request) -> Any:
+        found = self.search(match["p"], request.body["query"], 5)
+        if not found:
+            return {"content": None}
+        return {"content": "They told me: " + "; ".join(item.text for item, _ in found)}
+
+    def _conclusion(self, peer: str, item: Item) -> dict[str, Any]:
+        return {
+            "id": item.id,
+            "content": item.text,
+            "observer_id": peer,
+            "observed_id": peer,
+            "session_id": None,
+            "created_at": item.created,
+        }
+
+    def _conclude(self, match: re.Match[str], request: Request) -> Any:
+        made = []
+        for conclusion in request.body["conclusions"]:
+            if conclusion["observer_id"] != conclusion["observed_id"]:
+                raise HttpError(422, {"detail": "the fake keeps self-conclusions only"})
+            peer = conclusion["observed_id"]
+            item = self.add(peer, conclusion["content"], {"_kind": "conclusion"})
+            made.append(self._conclusion(peer, item))
+        return made
+
+    def _own(self, request: Request) -> str:
+        filters = (request.body or {}).get("filters") or {}
+        peer = filters.get("observed_id")
+        if not peer or filters.get("observer_id") != peer:
+            raise HttpError(422, {"detail": "filters observer_id and observed_id are required"})
+        return str(peer)
+
+    def _conclusions(self, match: re.Match[str], request: Request) -> Any:
+        peer = self._own(request)
+        mine = [i for i in self.items(peer) if i.metadata.get("_kind") == "conclusion"]
+        return self._page([self._conclusion(peer, i) for i in mine], request)
+
+    def _query(self, match: re.Match[str], request: Request) -> Any:
+        peer = self._own(request)
+        found = self.search(peer, request.body["query"], 50)
+        top = [i for i, _ in found if i.metadata.get("_kind") == "conclusion"]
+        return [self._conclusion(peer, i) for i in top[: int(request.body.get("top_k") or 10)]]
+
+    def _delete_conclusion(self, match: re.Match[str], request: Request) -> Any:
+        found = self.find(match["id"])
+        if found is None or not self.remove(found[0], match["id"]):
+            raise HttpError(404, {"detail": "Conclusion not found"})
+        return {"message": "Conclusion deleted"}
+
+
+__all__ = [
+    "FakeHindsight",
+    "FakeHoncho",
+    "FakeMem0",
+    "FakeService",
+    "HttpError",
+    "Item",
+    "Request",
+    "words",
+]

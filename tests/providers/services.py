@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from hermes.providers.hindsight import HindsightProvider
+from hermes.providers.honcho import HonchoProvider
 from hermes.providers.mem0 import Mem0Provider
 from hermes.providers.service import ServiceProvider
-from tests.fakes.memory_services import FakeHindsight, FakeMem0, FakeService
+from tests.fakes.memory_services import FakeHindsight, FakeHoncho, FakeMem0, FakeService
 
 
 @dataclass
@@ -37,6 +38,7 @@ class Served:
 
 SERVICES: dict[str, tuple[type[FakeService], type[ServiceProvider]]] = {
     "hindsight": (FakeHindsight, HindsightProvider),
+    "honcho": (FakeHoncho, HonchoProvider),
     "mem0": (FakeMem0, Mem0Provider),
 }
 

@@ -45,6 +45,12 @@ def started(host: ProviderHost, *sessions: ProviderSession) -> None:
         host.session_started(session, parent_session_id=None, reason="new")
 
 
+def count(texts: list[str], fragment: str) -> int:
+    """How many things the service keeps hold `fragment` (a service may word a note
+    its own way around it: Honcho's conclusions say which store they came from)."""
+    return sum(fragment in text for text in texts)
+
+
 def write(action: str, content: str, before: str | None, who: ProviderSession) -> MemoryWrite:
     return MemoryWrite(action, "user", content, before, who.user_id, "agent", who.session_id)
 
@@ -90,10 +96,11 @@ def test_turns_notes_recall_and_tools_reach_the_persons_own_namespace(
 
     got = asyncio.run(go())
     assert any("4471" in text for text in got["after_edits"])  # the turn, synced
-    assert "Lives in Porto" in got["after_edits"] and "Lives in Lisbon" not in got["after_edits"]
-    assert "Plays the cello" not in got["after_edits"]
-    assert got["after_store"].count("Lives in Porto") == 1
-    assert "Has a sister, Mina" in got["after_store"]
+    edited = got["after_edits"]
+    assert count(edited, "Lives in Porto") == 1 and count(edited, "Lives in Lisbon") == 0
+    assert count(edited, "Plays the cello") == 0
+    assert count(got["after_store"], "Lives in Porto") == 1
+    assert count(got["after_store"], "Has a sister, Mina") == 1
     assert "4471" in got["recalled"]
     assert {f"{service.name}_search", f"{service.name}_remember"} <= set(got["names"])
     assert got["remembered"]["success"] is True
@@ -161,7 +168,7 @@ def test_a_link_moves_the_persons_data_on_the_service_even_after_an_outage(
     mine, waiting, kept = asyncio.run(go())
     assert waiting == "1"
     assert "4471" in mine
-    assert kept["alice"].count("Prefers green tea in the morning") == 1
+    assert count(kept["alice"], "Prefers green tea in the morning") == 1
     assert service.kept(BOB.user_id) == []
 
 
@@ -206,7 +213,7 @@ def test_a_refused_call_is_tried_again_and_taken_once(
         await host.shutdown(5)
 
     asyncio.run(go())
-    assert service.kept(ALICE.user_id).count("Speaks Portuguese at home") == 1
+    assert count(service.kept(ALICE.user_id), "Speaks Portuguese at home") == 1
 
 
 def test_a_slow_service_is_skipped_within_the_prefetch_bound(
