@@ -609,11 +609,125 @@ class FakeHoncho(FakeService):
         return {"message": "Conclusion deleted"}
 
 
+# -- Supermemory (supermemory 5.0.1) ---------------------------------------------------------
+
+
+class FakeSupermemory(FakeService):
+    """The Supermemory API (v5, namespaced): `Authorization: Bearer KEY`; GET /ns (the
+    caller's namespaces); per namespace (/ns/{ns}): POST /document (content, a
+    caller-defined `id`: 409 when it is taken, metadata), POST /search (results with
+    `memory`, `similarity`, camelCase system fields), POST /profile (static and dynamic
+    facts), POST /list/documents (page/limit in the query; `pagination` with
+    currentPage/totalPages), DELETE /document (ids: ours or the service's; errors per
+    id), DELETE the namespace (404 if it was never made). The fake learns a document's
+    text as one memory."""
+
+    NS = "/ns/(?P<ns>[^/]+)"
+
+    def routes(self) -> None:
+        self.route("GET", "/ns", self._namespaces)
+        self.route("POST", f"{self.NS}/document", self._add_document)
+        self.route("DELETE", f"{self.NS}/document", self._delete_documents)
+        self.route("POST", f"{self.NS}/search", self._search)
+        self.route("POST", f"{self.NS}/profile", self._profile)
+        self.route("POST", f"{self.NS}/list/(?P<type>documents|memories|chunks)", self._list)
+        self.route("DELETE", self.NS, self._delete_namespace)
+
+    @staticmethod
+    def _system(item: Item) -> dict[str, Any]:
+        return {"status": "done", "createdAt": item.created, "updatedAt": item.created}
+
+    @staticmethod
+    def _pagination(page: int, limit: int, total: int) -> dict[str, Any]:
+        pages = max(1, -(-total // limit))
+        return {"currentPage": page, "limit": limit, "totalItems": total, "totalPages": pages}
+
+    def _namespaces(self, match: re.Match[str], request: Request) -> Any:
+        with self._lock:
+            names = sorted(self.spaces)
+        shown = [{"namespace": name, "documentCount": len(self.spaces[name])} for name in names]
+        return {"namespaces": shown, "pagination": self._pagination(1, 100, len(names))}
+
+    def _add_document(self, match: re.Match[str], request: Request) -> Any:
+        ns, body = match["ns"], request.body
+        custom = body.get("id")
+        with self._lock:
+            if custom and any(i.metadata.get("_custom") == custom for i in self.items(ns)):
+                raise HttpError(409, {"error": "Conflict", "details": f"id {custom} exists"})
+            meta = {**(body.get("metadata") or {}), "_custom": custom}
+            item = self.add(ns, body["content"], meta)
+        return {"id": item.id, "status": "queued"}
+
+    def _delete_documents(self, match: re.Match[str], request: Request) -> Any:
+        ns, count, errors = match["ns"], 0, []
+        for wanted in request.body["ids"]:
+            hits = [i for i in self.items(ns) if wanted in (i.id, i.metadata.get("_custom"))]
+            for item in hits:
+                self.remove(ns, item.id)
+            count += len(hits)
+            if not hits:
+                errors.append({"id": wanted, "error": "not found"})
+        return {"count": count, "errors": errors}
+
+    def _shown_meta(self, item: Item) -> dict[str, Any]:
+        return {k: v for k, v in item.metadata.items() if not k.startswith("_")}
+
+    def _search(self, match: re.Match[str], request: Request) -> Any:
+        limit = int(request.body.get("limit") or 10)
+        found = self.search(match["ns"], request.body["query"], limit)
+        results = [
+            {
+                "id": item.id,
+                "memory": item.text,
+                "metadata": self._shown_meta(item),
+                "similarity": score,
+                "isLatest": True,
+                "isInference": False,
+                "system": self._system(item),
+            }
+            for item, score in found
+        ]
+        return {"results": results, "searchTime": 1.0}
+
+    def _profile(self, match: re.Match[str], request: Request) -> Any:
+        facts = [{"id": i.id, "memory": i.text} for i in self.items(match["ns"])]
+        return {"profile": {"static": facts[:-3], "dynamic": facts[-3:], "buckets": {}}}
+
+    def _list(self, match: re.Match[str], request: Request) -> Any:
+        page, limit = int(_first(request, "page", "1")), int(_first(request, "limit", "50"))
+        items = self.items(match["ns"])
+        chunk = items[(page - 1) * limit : page * limit]
+        documents = [
+            {
+                "id": i.id,
+                "type": "text",
+                "content": i.text,
+                "metadata": self._shown_meta(i),
+                "system": self._system(i),
+            }
+            for i in chunk
+        ]
+        shown = documents if match["type"] == "documents" else []
+        return {
+            "documents": shown,
+            "chunks": [],
+            "memories": [],
+            "pagination": self._pagination(page, limit, len(items)),
+        }
+
+    def _delete_namespace(self, match: re.Match[str], request: Request) -> Any:
+        with self._lock:
+            if self.spaces.pop(match["ns"], None) is None:
+                raise HttpError(404, {"error": "Not found", "details": "no such namespace"})
+        return {"namespace": match["ns"], "deleted": True}
+
+
 __all__ = [
     "FakeHindsight",
     "FakeHoncho",
     "FakeMem0",
     "FakeService",
+    "FakeSupermemory",
     "HttpError",
     "Item",
     "Request",

@@ -11,7 +11,14 @@ from hermes.providers.hindsight import HindsightProvider
 from hermes.providers.honcho import HonchoProvider
 from hermes.providers.mem0 import Mem0Provider
 from hermes.providers.service import ServiceProvider
-from tests.fakes.memory_services import FakeHindsight, FakeHoncho, FakeMem0, FakeService
+from hermes.providers.supermemory import SupermemoryProvider
+from tests.fakes.memory_services import (
+    FakeHindsight,
+    FakeHoncho,
+    FakeMem0,
+    FakeService,
+    FakeSupermemory,
+)
 
 
 @dataclass
@@ -40,6 +47,7 @@ SERVICES: dict[str, tuple[type[FakeService], type[ServiceProvider]]] = {
     "hindsight": (FakeHindsight, HindsightProvider),
     "honcho": (FakeHoncho, HonchoProvider),
     "mem0": (FakeMem0, Mem0Provider),
+    "supermemory": (FakeSupermemory, SupermemoryProvider),
 }
 
 

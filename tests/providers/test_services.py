@@ -8,6 +8,7 @@ and replayed in order, the breaker, 429/5xx, setup/status/off/doctor from the CL
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ from hermes.state.db import SessionDB
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.platform import FakeAdapter
 from tests.gateway.test_router import dm, scenario
-from tests.providers.services import Served
+from tests.providers.services import SERVICES, Served, served
 from tests.providers.test_delivery import until
 
 ALICE = ProviderSession("s_a", "u_000000000000000a", "cli")
@@ -317,3 +318,40 @@ def test_setup_status_doctor_and_off_from_the_cli(
     service.fake.down = False
     off = hermes("memory", "off")
     assert off.returncode == 0 and "Provider: built-in only" in hermes("memory", "status").stdout
+
+
+@pytest.mark.parametrize(
+    "which", sorted(n for n, (_, provider) in SERVICES.items() if provider.special_tool)
+)
+def test_the_tool_a_service_is_known_for_answers_from_the_persons_memories(
+    which: str, home: Path, db: SessionDB
+) -> None:
+    """Honcho's dialectic, Hindsight's reflect, Supermemory's profile: asked about what
+    the person said, answered from their namespace alone."""
+    with contextlib.closing(served(which)) as running:
+        service = next(running)
+        special = service.make().special_tool
+        assert special is not None
+        own, other = _ask_special(service, special, home, db)
+    assert own["success"] is True and "hospital" in json.dumps(own)
+    assert "hospital" not in json.dumps(other) and "Teo" not in json.dumps(own)
+
+
+def _ask_special(
+    service: Served, special: dict[str, Any], home: Path, db: SessionDB
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    name = special["function"]["name"]
+    argument = next(iter(special["function"]["parameters"]["properties"]))
+
+    async def go() -> tuple[dict[str, Any], dict[str, Any]]:
+        host = host_for(service, db, home)
+        started(host, ALICE, BOB)
+        host.turn_done("my sister Mina works at the hospital", "Noted.", ALICE, [])
+        host.turn_done("my brother Teo repairs bicycles", "Noted.", BOB, [])
+        await host.drain(10)
+        own = await host.call_tool(ALICE.user_id, name, {argument: "sister Mina hospital"})
+        other = await host.call_tool(BOB.user_id, name, {argument: "sister Mina hospital"})
+        await host.shutdown(5)
+        return own, other
+
+    return asyncio.run(go())

@@ -1,0 +1,148 @@
+"""`supermemory`: Supermemory (the hosted API, or a server speaking it) through the
+official SDK (`pip install '.[supermemory]'`: supermemory).
+
+Per person: a Supermemory namespace each (`<prefix><user id>`): every document, search,
+profile and listing names it, so nothing is shared between people (the peer's plugin
+kept one container per agent). A finished turn is a document with its key as id (a
+replay is refused as a conflict, which is taken as done); Supermemory learns memories
+from it. The built-in stores' entries are documents too, keyed, their store in the
+metadata. Its own tool: `supermemory_profile`, the continuously kept profile of the
+person (stable facts and current context), no search needed. A link copies the
+documents to the one who stays and deletes the namespace of the one who is gone. No
+session close.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+from typing import Any
+
+import httpx
+
+from hermes.providers.service import Kept, Note, ServiceProvider, tool, transcript
+
+HOSTED = "https://api.supermemory.ai"
+PAGE = 100
+MAX_PAGES = 50
+
+
+class SupermemoryProvider(ServiceProvider):
+    name = "supermemory"
+    label = "Supermemory"
+    needs = ("a cloud key",)
+    required = ("api_key",)
+    key_env = "SUPERMEMORY_API_KEY"
+    default_url = HOSTED
+    special_tool = tool(
+        "supermemory_profile",
+        "Read Supermemory's profile of this user: their stable facts and current context, "
+        "kept up to date from everything they said (no search needed). Optional focus.",
+        {"focus": {"type": "string", "description": "A topic to keep to, or ''."}},
+    )
+    _client: Any = None
+    _http: httpx.Client | None = None
+
+    def _dependency(self) -> str | None:
+        if importlib.util.find_spec("supermemory") is None:
+            return "supermemory is not installed (pip install 'hermes-gateway[supermemory]')"
+        return None
+
+    @property
+    def client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                from supermemory import Supermemory  # noqa: PLC0415 - imported when used
+
+                self._http = httpx.Client(timeout=self.timeout)
+                self._client = Supermemory(
+                    api_key=str(self.settings.get("api_key")),
+                    base_url=self.base_url,
+                    timeout=self.timeout,
+                    max_retries=0,  # the outbox tries again, later
+                    httpx_client=self._http,
+                )
+            return self._client
+
+    def close(self) -> None:
+        with self._lock:
+            http, self._client, self._http = self._http, None, None
+        if http is not None:
+            http.close()
+
+    def ping(self) -> None:
+        self.client.namespaces.list(limit=1)
+
+    def search(self, space: str, query: str, limit: int) -> list[str]:
+        answer = self.client.search(space, query=query, limit=limit, search_mode="hybrid")
+        found = [r.memory or r.chunk or "" for r in answer.results]
+        return [text for text in found if text][:limit]
+
+    def ingest(self, space: str, session_id: str, key: str, messages: list[dict[str, str]]) -> None:
+        self._add(space, transcript(messages), key, {"hermes_session": session_id})
+
+    def put_note(self, space: str, note: Note) -> None:
+        meta = {"hermes_key": note.key, "hermes_target": note.target}
+        self._add(space, note.text, note.key, meta)
+
+    def _add(self, space: str, content: str, key: str | None, meta: dict[str, Any]) -> None:
+        from supermemory.errors import ConflictError  # noqa: PLC0415 - imported when used
+
+        with contextlib.suppress(ConflictError):  # that id is there: a replay, done
+            if key is None:
+                self.client.add(space, content=content, metadata=meta)
+            else:
+                self.client.add(space, content=content, id=key, metadata=meta)
+
+    def notes(self, space: str) -> list[Note]:
+        return [
+            Note(
+                str(d.metadata["hermes_key"]),
+                str(d.metadata.get("hermes_target")),
+                d.content or "",
+                d.id,
+            )
+            for d in self._documents(space)
+            if (d.metadata or {}).get("hermes_key")
+        ]
+
+    def delete_note(self, space: str, note: Note) -> None:
+        self.client.documents.delete(space, ids=[note.key])
+
+    def remember(self, space: str, text: str) -> None:
+        self._add(space, text, None, {"hermes": "remembered"})
+
+    def export(self, space: str) -> list[Kept]:
+        kept = []
+        for document in self._documents(space):
+            meta = document.metadata or {}
+            if document.content:
+                target = str(meta["hermes_target"]) if meta.get("hermes_key") else None
+                kept.append(Kept(document.content, target))
+        return kept
+
+    def drop(self, space: str) -> None:
+        from supermemory.errors import NotFoundError  # noqa: PLC0415 - imported when used
+
+        with contextlib.suppress(NotFoundError):  # never made, or gone already
+            self.client.namespaces.delete(space)
+
+    def special(self, space: str, args: dict[str, Any]) -> dict[str, Any]:
+        profile = self.client.profile(space).profile
+        facts = [f.memory for f in [*profile.static, *profile.dynamic]]
+        focus = str(args.get("focus") or "").casefold().split()
+        if focus:
+            facts = [f for f in facts if any(word in f.casefold() for word in focus)] or facts
+        return {"success": True, "profile": facts}
+
+    def _documents(self, space: str) -> list[Any]:
+        found: list[Any] = []
+        for page in range(1, MAX_PAGES + 1):
+            answer = self.client.list(space, type="documents", page=page, limit=PAGE)
+            found.extend(answer.documents)
+            if page >= (answer.pagination.total_pages or 1):
+                break
+        return found
+
+
+__all__ = ["SupermemoryProvider"]
