@@ -51,6 +51,7 @@ BUILT_IN: dict[str, str] = {
     "holographic": "hermes.providers.holographic:HolographicProvider",
     "honcho": "hermes.providers.honcho:HonchoProvider",
     "mem0": "hermes.providers.mem0:Mem0Provider",
+    "openviking": "hermes.providers.openviking:OpenVikingProvider",
     "supermemory": "hermes.providers.supermemory:SupermemoryProvider",
 }
 

@@ -144,6 +144,7 @@ class ServiceProvider(BaseProvider):
     def __init__(self, settings: dict[str, Any] | None = None) -> None:
         super().__init__(settings)
         self._lock = threading.Lock()
+        self._open_session = ""  # the session of the writes delivered last
 
     def close(self) -> None:
         """Close the client's connections (a subclass that keeps a client overrides it)."""
@@ -225,6 +226,15 @@ class ServiceProvider(BaseProvider):
         ]
         key = turn_key(session_id, turn)
         await self._run(self.ingest, self.space(), session_id, key, turn)
+        self._open_session = session_id
+
+    async def on_session_switch(
+        self, new_session_id: str, *, parent_session_id: str | None, reason: str
+    ) -> None:
+        await super().on_session_switch(
+            new_session_id, parent_session_id=parent_session_id, reason=reason
+        )
+        self._open_session = new_session_id
 
     def on_memory_write(
         self, action: str, target: str, content: str, *, metadata: dict[str, Any]
@@ -259,7 +269,10 @@ class ServiceProvider(BaseProvider):
                 self.put_note(space, Note(key, target, text[:MAX_NOTE_CHARS]))
 
     async def on_session_end(self, messages: list[dict[str, Any]]) -> None:
-        await self._run(self.end_session, self.space(), self.session_id, messages)
+        """The session that ends is the one the delivered writes were about (a new one
+        may have been initialized since: writes arrive later, in order)."""
+        ending = self._open_session or self.session_id
+        await self._run(self.end_session, self.space(), ending, messages)
 
     def end_session(self, space: str, session_id: str, messages: list[dict[str, Any]]) -> None:
         """A session ended (services with a session close override it)."""

@@ -722,10 +722,189 @@ class FakeSupermemory(FakeService):
         return {"namespace": match["ns"], "deleted": True}
 
 
+# -- OpenViking (REST API /api/v1, trusted mode) --------------------------------------------
+
+
+class FakeOpenViking(FakeService):
+    """An OpenViking server in `trusted` auth mode: `X-API-Key: KEY`, and the person in
+    `X-OpenViking-User` (400 without it); `viking://~/` is that person's home. Answers in
+    its envelope (`{"status": "ok", "result": ...}`, errors as `{"status": "error",
+    "error": {"code", "message"}}`). Sessions: create (409 when the id is taken),
+    messages/batch, commit (the fake "extracts" a memory file per user message), list,
+    delete. Files: content/write (`create`: 409 when it exists), content/read, fs/ls,
+    DELETE fs (recursive). search/find over the person's memory files."""
+
+    auth_header = "X-API-Key"
+    auth_prefix = ""
+
+    def __init__(self, api_key: str = "test-key") -> None:
+        self.sessions: dict[tuple[str, str], list[dict[str, str]]] = {}
+        super().__init__(api_key)
+
+    def routes(self) -> None:
+        self.route("GET", "/health", lambda m, r: {"status": "ok"})
+        self.route("POST", "/api/v1/sessions", self._create_session)
+        self.route("GET", "/api/v1/sessions", self._list_sessions)
+        self.route("DELETE", "/api/v1/sessions/(?P<s>[^/]+)", self._delete_session)
+        self.route("POST", "/api/v1/sessions/(?P<s>[^/]+)/messages/batch", self._add_messages)
+        self.route("POST", "/api/v1/sessions/(?P<s>[^/]+)/commit", self._commit)
+        self.route("POST", "/api/v1/content/write", self._write)
+        self.route("GET", "/api/v1/content/read", self._read)
+        self.route("GET", "/api/v1/fs/ls", self._ls)
+        self.route("DELETE", "/api/v1/fs", self._rm)
+        self.route("POST", "/api/v1/search/find", self._find)
+
+    @staticmethod
+    def _user(request: Request) -> str:
+        user = request.headers.get("x-openviking-user", "")
+        if not user or not request.headers.get("x-openviking-account"):
+            raise HttpError(400, _ov_error("INVALID_ARGUMENT", "trusted mode needs the user"))
+        return user
+
+    def _uri(self, request: Request, uri: str) -> str:
+        user = self._user(request)
+        if not uri.startswith("viking://~/"):
+            raise HttpError(403, _ov_error("PERMISSION_DENIED", f"{uri} is not the user's"))
+        return f"viking://user/{user}/" + uri.removeprefix("viking://~/")
+
+    @staticmethod
+    def _ok(result: Any) -> dict[str, Any]:
+        return {"status": "ok", "result": result, "time": 0.01}
+
+    def _files(self, user: str, prefix: str) -> list[Item]:
+        return [i for i in self.items(user) if str(i.metadata.get("_uri", "")).startswith(prefix)]
+
+    def _create_session(self, match: re.Match[str], request: Request) -> Any:
+        user, sid = self._user(request), (request.body or {}).get("session_id") or uuid.uuid4().hex
+        with self._lock:
+            if (user, sid) in self.sessions:
+                raise HttpError(409, _ov_error("ALREADY_EXISTS", f"session {sid} exists"))
+            self.sessions[(user, sid)] = []
+        return self._ok({"session_id": sid, "user": {"account_id": "default", "user_id": user}})
+
+    def _list_sessions(self, match: re.Match[str], request: Request) -> Any:
+        user = self._user(request)
+        mine = [s for (u, s) in self.sessions if u == user]
+        return self._ok(
+            [{"session_id": s, "uri": f"viking://user/{user}/sessions/{s}"} for s in mine]
+        )
+
+    def _session(self, request: Request, sid: str) -> tuple[str, list[dict[str, str]]]:
+        user = self._user(request)
+        messages = self.sessions.get((user, sid))
+        if messages is None:
+            raise HttpError(404, _ov_error("NOT_FOUND", f"session {sid} not found"))
+        return user, messages
+
+    def _delete_session(self, match: re.Match[str], request: Request) -> Any:
+        user, _ = self._session(request, match["s"])
+        with self._lock:
+            del self.sessions[(user, match["s"])]
+            self.spaces[user] = [
+                i for i in self.items(user) if i.metadata.get("_session") != match["s"]
+            ]
+        return self._ok({"session_id": match["s"], "deleted": True})
+
+    def _add_messages(self, match: re.Match[str], request: Request) -> Any:
+        user, messages = self._session(request, match["s"])
+        for message in request.body["messages"]:
+            messages.append({"role": message["role"], "content": message["content"]})
+            self.add(user, message["content"], {"_session": match["s"], "_kind": "message"})
+        return self._ok({"added": len(request.body["messages"]), "message_count": len(messages)})
+
+    def _commit(self, match: re.Match[str], request: Request) -> Any:
+        user, messages = self._session(request, match["s"])
+        for message in messages:
+            if message["role"] == "user":
+                uri = f"viking://user/{user}/memories/events/{uuid.uuid4().hex[:12]}.md"
+                self.add(user, f"The user said: {message['content']}", {"_uri": uri})
+        messages.clear()
+        return self._ok({"task_id": uuid.uuid4().hex, "status": "accepted", "archived": True})
+
+    def _write(self, match: re.Match[str], request: Request) -> Any:
+        uri = self._uri(request, request.body["uri"])
+        user = self._user(request)
+        with self._lock:
+            exists = [i for i in self.items(user) if i.metadata.get("_uri") == uri]
+            if request.body.get("mode") == "create" and exists:
+                raise HttpError(409, _ov_error("ALREADY_EXISTS", f"{uri} exists"))
+            for item in exists:
+                self.remove(user, item.id)
+            self.add(user, request.body["content"], {"_uri": uri})
+        return self._ok({"root_uri": uri})
+
+    def _read(self, match: re.Match[str], request: Request) -> Any:
+        uri = self._uri(request, _first(request, "uri"))
+        found = [i for i in self.items(self._user(request)) if i.metadata.get("_uri") == uri]
+        if not found:
+            raise HttpError(404, _ov_error("NOT_FOUND", f"{uri} not found"))
+        return self._ok(found[0].text)
+
+    def _ls(self, match: re.Match[str], request: Request) -> Any:
+        folder = self._uri(request, _first(request, "uri")).rstrip("/") + "/"
+        files = self._files(self._user(request), folder)
+        if not files:
+            raise HttpError(404, _ov_error("NOT_FOUND", f"{folder} not found"))
+        entries = []
+        for item in files:
+            rest = str(item.metadata["_uri"])[len(folder) :]
+            if "/" in rest and _first(request, "recursive") != "true":
+                continue  # in a subfolder
+            entries.append(
+                {"name": rest, "size": len(item.text), "isDir": False, "uri": item.metadata["_uri"]}
+            )
+        return self._ok(entries)
+
+    def _rm(self, match: re.Match[str], request: Request) -> Any:
+        uri, user = self._uri(request, _first(request, "uri")), self._user(request)
+        recursive = _first(request, "recursive") == "true"
+        hits = [
+            i
+            for i in self.items(user)
+            if i.metadata.get("_uri") == uri
+            or (recursive and str(i.metadata.get("_uri", "")).startswith(uri.rstrip("/") + "/"))
+        ]
+        if not hits:
+            raise HttpError(404, _ov_error("NOT_FOUND", f"{uri} not found"))
+        for item in hits:
+            self.remove(user, item.id)
+        return self._ok({"uri": uri, "removed": len(hits)})
+
+    def _find(self, match: re.Match[str], request: Request) -> Any:
+        user = self._user(request)
+        target = self._uri(request, request.body.get("target_uri") or "viking://~/")
+        limit = int(request.body.get("limit") or 10)
+        found = [
+            (item, score)
+            for item, score in self.search(user, request.body["query"], 100)
+            if str(item.metadata.get("_uri", "")).startswith(target)
+        ][:limit]
+        memories = [
+            {
+                "uri": item.metadata["_uri"],
+                "context_type": "memory",
+                "level": 2,
+                "abstract": item.text,
+                "category": "events",
+                "score": score,
+                "match_reason": "",
+            }
+            for item, score in found
+        ]
+        return self._ok(
+            {"memories": memories, "resources": [], "skills": [], "total": len(memories)}
+        )
+
+
+def _ov_error(code: str, message: str) -> dict[str, Any]:
+    return {"status": "error", "error": {"code": code, "message": message}}
+
+
 __all__ = [
     "FakeHindsight",
     "FakeHoncho",
     "FakeMem0",
+    "FakeOpenViking",
     "FakeService",
     "FakeSupermemory",
     "HttpError",

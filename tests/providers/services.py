@@ -10,12 +10,14 @@ from typing import Any
 from hermes.providers.hindsight import HindsightProvider
 from hermes.providers.honcho import HonchoProvider
 from hermes.providers.mem0 import Mem0Provider
+from hermes.providers.openviking import OpenVikingProvider
 from hermes.providers.service import ServiceProvider
 from hermes.providers.supermemory import SupermemoryProvider
 from tests.fakes.memory_services import (
     FakeHindsight,
     FakeHoncho,
     FakeMem0,
+    FakeOpenViking,
     FakeService,
     FakeSupermemory,
 )
@@ -47,6 +49,7 @@ SERVICES: dict[str, tuple[type[FakeService], type[ServiceProvider]]] = {
     "hindsight": (FakeHindsight, HindsightProvider),
     "honcho": (FakeHoncho, HonchoProvider),
     "mem0": (FakeMem0, Mem0Provider),
+    "openviking": (FakeOpenViking, OpenVikingProvider),
     "supermemory": (FakeSupermemory, SupermemoryProvider),
 }
 

@@ -63,6 +63,7 @@ def test_turns_notes_recall_and_tools_reach_the_persons_own_namespace(
         host = host_for(service, db, home)
         started(host, ALICE)
         host.turn_done(f"remember this: {SECRET}", "Noted.", ALICE, [])
+        host.session_ended(ALICE, [])  # some services learn from a session at its end
         host.memory_written(write("add", "Lives in Lisbon", None, ALICE))
         host.memory_written(write("add", "Plays the cello", None, ALICE))
         host.memory_written(write("replace", "Lives in Porto", "Lives in Lisbon", ALICE))
@@ -121,6 +122,7 @@ def test_two_people_never_see_each_others_memories(
         host = host_for(service, db, home)
         started(host, ALICE, BOB)
         host.turn_done(f"remember: {SECRET}", "noted", ALICE, [])
+        host.session_ended(ALICE, [])
         host.memory_written(write("add", SECRET, None, ALICE))
         await host.drain(10)
         await host.call_tool(ALICE.user_id, f"{service.name}_remember", {"content": SECRET})
@@ -155,6 +157,7 @@ def test_a_link_moves_the_persons_data_on_the_service_even_after_an_outage(
         for who in (ALICE, BOB):
             host.memory_written(write("add", both, None, who))
         host.turn_done(f"remember: {SECRET}", "noted", BOB, [])
+        host.session_ended(BOB, [])
         await host.drain(10)
         service.fake.down = True
         host.people_merged(ALICE.user_id, BOB.user_id)  # returns at once
@@ -256,9 +259,11 @@ def test_through_the_app_recall_lands_in_the_fence_and_tools_follow_the_mode(
     async def body(router: Router, adapter: FakeAdapter) -> str:
         await adapter.deliver(dm("alice", "my cat is called Miso"))
         await adapter.wait_for(1)
+        await adapter.deliver(dm("alice", "/new"))  # recall is for later sessions
+        await adapter.wait_for(2)
         await router.agent.memory.providers.drain(10)
         await adapter.deliver(dm("alice", "what is my cat called?"))
-        await adapter.wait_for(2)
+        await adapter.wait_for(3)
         return router.db.people.user_for_identity("fakechat", "alice")
 
     user_id = scenario(
@@ -348,6 +353,8 @@ def _ask_special(
         started(host, ALICE, BOB)
         host.turn_done("my sister Mina works at the hospital", "Noted.", ALICE, [])
         host.turn_done("my brother Teo repairs bicycles", "Noted.", BOB, [])
+        for who in (ALICE, BOB):
+            host.session_ended(who, [])
         await host.drain(10)
         own = await host.call_tool(ALICE.user_id, name, {argument: "sister Mina hospital"})
         other = await host.call_tool(BOB.user_id, name, {argument: "sister Mina hospital"})
