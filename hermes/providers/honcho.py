@@ -23,11 +23,18 @@ from typing import Any
 import httpx
 
 from hermes.providers.base import ConfigField
-from hermes.providers.service import Kept, Note, ServiceProvider, note_key, tool
+from hermes.providers.service import (
+    Kept,
+    Note,
+    ServiceProvider,
+    note_key,
+    tool,
+    unworded,
+    worded,
+)
 
 HOSTED = "https://api.honcho.dev"
 ASSISTANT = "assistant"  # the assistant's peer id, after the prefix
-PREFIXES = {"user": "From the user's profile: ", "memory": "From the assistant's notes: "}
 PAGE = 100
 
 
@@ -110,16 +117,14 @@ class HonchoProvider(ServiceProvider):
         )
 
     def put_note(self, space: str, note: Note) -> None:
-        content = PREFIXES[note.target] + note.text
-        self.client.peer(space).conclusions.create([{"content": content}])
+        self.client.peer(space).conclusions.create([{"content": worded(note)}])
 
     def notes(self, space: str) -> list[Note]:
         found = []
         for conclusion in self._conclusions(space):
-            for target, prefix in PREFIXES.items():
-                if conclusion.content.startswith(prefix):
-                    text = conclusion.content[len(prefix) :]
-                    found.append(Note(note_key(target, text), target, text, conclusion.id))
+            target, text = unworded(conclusion.content)
+            if target is not None:
+                found.append(Note(note_key(target, text), target, text, conclusion.id))
         return found
 
     def delete_note(self, space: str, note: Note) -> None:
@@ -134,10 +139,7 @@ class HonchoProvider(ServiceProvider):
     def export(self, space: str) -> list[Kept]:
         kept = []
         for conclusion in self._conclusions(space):
-            target = next(
-                (t for t, p in PREFIXES.items() if conclusion.content.startswith(p)), None
-            )
-            text = conclusion.content[len(PREFIXES[target]) :] if target else conclusion.content
+            target, text = unworded(conclusion.content)
             kept.append(Kept(text, target))
         return kept
 

@@ -52,6 +52,7 @@ BUILT_IN: dict[str, str] = {
     "honcho": "hermes.providers.honcho:HonchoProvider",
     "mem0": "hermes.providers.mem0:Mem0Provider",
     "openviking": "hermes.providers.openviking:OpenVikingProvider",
+    "retaindb": "hermes.providers.retaindb:RetainDBProvider",
     "supermemory": "hermes.providers.supermemory:SupermemoryProvider",
 }
 

@@ -74,6 +74,23 @@ def note_key(target: str, text: str) -> str:
     return f"hermes-{target}-{digest}"
 
 
+# how a note reads on a service that keeps text alone (no metadata to tag it with)
+WORDED = {"user": "From the user's profile: ", "memory": "From the assistant's notes: "}
+
+
+def worded(note: Note) -> str:
+    """A note as text that says which store it came from."""
+    return WORDED[note.target] + note.text
+
+
+def unworded(text: str) -> tuple[str | None, str]:
+    """(store, entry) of a worded note; (None, text) for anything else."""
+    for target, prefix in WORDED.items():
+        if text.startswith(prefix):
+            return target, text[len(prefix) :]
+    return None, text
+
+
 def turn_key(session_id: str, messages: list[dict[str, Any]]) -> str:
     data = json.dumps([session_id, messages], ensure_ascii=False, sort_keys=True, default=str)
     return f"hermes-turn-{hashlib.sha256(data.encode()).hexdigest()[:24]}"
@@ -393,4 +410,6 @@ __all__ = [
     "tool",
     "transcript",
     "turn_key",
+    "unworded",
+    "worded",
 ]

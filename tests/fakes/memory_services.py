@@ -900,11 +900,92 @@ def _ov_error(code: str, message: str) -> dict[str, Any]:
     return {"status": "error", "error": {"code": code, "message": message}}
 
 
+# -- RetainDB (REST /v1) ------------------------------------------------------------------------
+
+
+class FakeRetainDB(FakeService):
+    """RetainDB's API: `Authorization: Bearer KEY`; every body (or the query string)
+    names the `project` (400 without it) and the person (`user_id`, or the profile path).
+    POST /v1/memory (add), DELETE /v1/memory/{id}, POST /v1/memory/search (`results`
+    with content and score), POST /v1/memory/ingest/session (the fake "extracts" a memory
+    per user message), GET /v1/memory/profile/{user} (`memories`), POST
+    /v1/memory/profile/{user}/ask (`answer`)."""
+
+    def routes(self) -> None:
+        self.route("POST", "/v1/memory", self._add_memory)
+        self.route("DELETE", "/v1/memory/(?P<id>[^/]+)", self._delete)
+        self.route("POST", "/v1/memory/search", self._search)
+        self.route("POST", "/v1/memory/ingest/session", self._ingest)
+        self.route("GET", "/v1/memory/profile/(?P<user>[^/]+)", self._profile)
+        self.route("POST", "/v1/memory/profile/(?P<user>[^/]+)/ask", self._ask)
+
+    @staticmethod
+    def _scoped(request: Request) -> str:
+        body = request.body if isinstance(request.body, dict) else {}
+        if not (body.get("project") or _first(request, "project")):
+            raise HttpError(400, {"error": "project is required"})
+        user = body.get("user_id")
+        if not user:
+            raise HttpError(400, {"error": "user_id is required"})
+        return str(user)
+
+    def _shown(self, item: Item, score: float | None = None) -> dict[str, Any]:
+        shown: dict[str, Any] = {
+            "id": item.id,
+            "content": item.text,
+            "memory_type": item.metadata.get("memory_type", "factual"),
+            "created_at": item.created,
+        }
+        if score is not None:
+            shown["score"] = score
+        return shown
+
+    def _add_memory(self, match: re.Match[str], request: Request) -> Any:
+        user = self._scoped(request)
+        meta = {"memory_type": request.body.get("memory_type") or "factual"}
+        item = self.add(user, request.body["content"], meta)
+        return {"id": item.id, "memory": self._shown(item)}
+
+    def _delete(self, match: re.Match[str], request: Request) -> Any:
+        found = self.find(match["id"])
+        if found is None or not self.remove(found[0], match["id"]):
+            raise HttpError(404, {"error": "memory not found"})
+        return {"deleted": True, "id": match["id"]}
+
+    def _search(self, match: re.Match[str], request: Request) -> Any:
+        user = self._scoped(request)
+        found = self.search(user, request.body["query"], int(request.body.get("top_k") or 8))
+        return {"results": [self._shown(item, score) for item, score in found]}
+
+    def _ingest(self, match: re.Match[str], request: Request) -> Any:
+        user = self._scoped(request)
+        said = [m for m in request.body["messages"] if m["role"] == "user"]
+        for message in said:
+            self.add(user, f"The user said: {message['content']}", {"memory_type": "event"})
+        return {"ingested": len(request.body["messages"]), "memories_created": len(said)}
+
+    def _profile(self, match: re.Match[str], request: Request) -> Any:
+        if not _first(request, "project"):
+            raise HttpError(400, {"error": "project is required"})
+        return {
+            "user_id": match["user"],
+            "memories": [self._shown(i) for i in self.items(match["user"])],
+        }
+
+    def _ask(self, match: re.Match[str], request: Request) -> Any:
+        if not request.body.get("project"):
+            raise HttpError(400, {"error": "project is required"})
+        found = self.search(match["user"], request.body["query"], 5)
+        answer = "; ".join(item.text for item, _ in found) if found else None
+        return {"answer": answer}
+
+
 __all__ = [
     "FakeHindsight",
     "FakeHoncho",
     "FakeMem0",
     "FakeOpenViking",
+    "FakeRetainDB",
     "FakeService",
     "FakeSupermemory",
     "HttpError",

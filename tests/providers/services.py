@@ -11,6 +11,7 @@ from hermes.providers.hindsight import HindsightProvider
 from hermes.providers.honcho import HonchoProvider
 from hermes.providers.mem0 import Mem0Provider
 from hermes.providers.openviking import OpenVikingProvider
+from hermes.providers.retaindb import RetainDBProvider
 from hermes.providers.service import ServiceProvider
 from hermes.providers.supermemory import SupermemoryProvider
 from tests.fakes.memory_services import (
@@ -18,6 +19,7 @@ from tests.fakes.memory_services import (
     FakeHoncho,
     FakeMem0,
     FakeOpenViking,
+    FakeRetainDB,
     FakeService,
     FakeSupermemory,
 )
@@ -50,6 +52,7 @@ SERVICES: dict[str, tuple[type[FakeService], type[ServiceProvider]]] = {
     "honcho": (FakeHoncho, HonchoProvider),
     "mem0": (FakeMem0, Mem0Provider),
     "openviking": (FakeOpenViking, OpenVikingProvider),
+    "retaindb": (FakeRetainDB, RetainDBProvider),
     "supermemory": (FakeSupermemory, SupermemoryProvider),
 }
 
