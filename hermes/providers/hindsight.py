@@ -9,8 +9,9 @@ it; the built-in stores' entries are retained as one document each, keyed, with 
 text and store in the metadata. Its own tool: `hindsight_reflect`, an answer reasoned
 over everything in the person's bank. Hindsight has no session close.
 
-The SDK is asynchronous (aiohttp): each call here runs in a worker thread with a client
-of its own, closed after it.
+The SDK is asynchronous (aiohttp): each person's instance keeps one client on the
+process's one event loop for Hindsight (a thread of its own), and the blocking calls
+here wait for it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import asyncio
 import concurrent.futures
 import contextlib
 import importlib.util
-from collections.abc import Awaitable, Callable
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from hermes.providers.service import Kept, Note, ServiceProvider, tool, transcript
@@ -30,12 +32,44 @@ MAX_PAGES = 50
 RECALL_TOKENS = 1_024  # what a prefetch may bring back (Hindsight counts in tokens)
 
 
+class _Loop:
+    """An event loop running in a daemon thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="hindsight", daemon=True)
+        self.thread.start()
+
+    def run(self, work: Coroutine[Any, Any, T], timeout: float) -> T:
+        future = asyncio.run_coroutine_threadsafe(work, self.loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"no answer within {timeout:g} s") from None
+
+
+_LOOP: _Loop | None = None
+_LOOP_LOCK = threading.Lock()
+
+
+def _shared() -> _Loop:
+    """The process's one loop for Hindsight clients (every person's instance keeps its
+    client on it; a daemon thread, there while the process is)."""
+    global _LOOP  # noqa: PLW0603 - made once, when first needed
+    with _LOOP_LOCK:
+        if _LOOP is None:
+            _LOOP = _Loop()
+        return _LOOP
+
+
 class HindsightProvider(ServiceProvider):
     name = "hindsight"
     label = "Hindsight"
     needs = ("a server",)
     required = ("base_url",)
     key_env = "HINDSIGHT_API_KEY"
+    _client: Any = None
     special_tool = tool(
         "hindsight_reflect",
         "Ask Hindsight to reason over everything it remembers about this user and answer "
@@ -49,27 +83,28 @@ class HindsightProvider(ServiceProvider):
         return None
 
     def _with(self, work: Callable[[Any], Awaitable[T]]) -> T:
-        from hindsight_client import Hindsight  # noqa: PLC0415 - imported only when used
+        """`work` with the instance's client, on the loop of its own thread (the SDK is
+        asyncio: the client's connection pool lives on one loop), waited for from any
+        thread, bounded by the timeout."""
+        return _shared().run(self._client_then(work), self.timeout + 5)
 
-        async def run() -> T:
-            client = Hindsight(
+    async def _client_then(self, work: Callable[[Any], Awaitable[T]]) -> T:
+        if self._client is None:
+            from hindsight_client import Hindsight  # noqa: PLC0415 - imported only when used
+
+            self._client = Hindsight(
                 base_url=self.base_url,
                 api_key=self.settings.get("api_key") or None,
                 timeout=self.timeout,
                 max_attempts=1,  # the outbox tries again, later
             )
-            try:
-                return await work(client)
-            finally:
-                await client.aclose()  # type: ignore[no-untyped-call]
+        return await work(self._client)
 
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(run())
-        # called on a thread that runs a loop (hermes doctor): its own thread, then
-        with concurrent.futures.ThreadPoolExecutor(1) as own:
-            return own.submit(asyncio.run, run()).result()
+    def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                _shared().run(client.aclose(), 5)
 
     def ping(self) -> None:
         self._with(lambda c: c.aget_version())
