@@ -32,12 +32,12 @@ os.environ.setdefault("MEM0_TELEMETRY", "False")  # before mem0ai is imported
 os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="bench-mem0-"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the fakes under tests/
 
-from hermes.providers.base import MemoryProvider, MemoryWrite, ProviderSession  # noqa: E402
-from hermes.providers.evidence import EvidenceProvider  # noqa: E402
-from hermes.providers.holographic import HolographicProvider  # noqa: E402
-from hermes.providers.host import ProviderHost  # noqa: E402
-from hermes.state.db import SessionDB  # noqa: E402
-from tests.providers.services import SERVICES, served  # noqa: E402
+from hermes.providers.base import MemoryProvider, MemoryWrite, ProviderSession
+from hermes.providers.evidence import EvidenceProvider
+from hermes.providers.holographic import HolographicProvider
+from hermes.providers.host import ProviderHost
+from hermes.state.db import SessionDB
+from tests.providers.services import SERVICES, served
 
 WORDS = (
     "garden hospital sister brother bicycle violin Lisbon Porto tea coffee project deadline "
