@@ -51,8 +51,6 @@ class HonchoProvider(ServiceProvider):
         "habits, goals): a question answered from its model of them, not a search.",
         {"query": {"type": "string", "description": "The question about the user."}},
     )
-    _client: Any = None
-    _http: httpx.Client | None = None
 
     def extra_fields(self) -> list[ConfigField]:
         return [ConfigField("workspace", "Honcho workspace id", default="hermes")]
@@ -67,26 +65,19 @@ class HonchoProvider(ServiceProvider):
 
     @property
     def client(self) -> Any:
-        with self._lock:
-            if self._client is None:
-                from honcho import Honcho  # noqa: PLC0415 - imported only when it is used
+        return self.connected(self._make)
 
-                self._http = httpx.Client(timeout=self.timeout)
-                self._client = Honcho(
-                    api_key=self.settings.get("api_key") or None,
-                    base_url=self.base_url,
-                    workspace_id=str(self.settings.get("workspace") or "hermes"),
-                    timeout=self.timeout,
-                    max_retries=0,  # the outbox tries again, later
-                    http_client=self._http,
-                )
-            return self._client
+    def _make(self, http: httpx.Client) -> Any:
+        from honcho import Honcho  # noqa: PLC0415 - imported only when it is used
 
-    def close(self) -> None:
-        with self._lock:
-            http, self._client, self._http = self._http, None, None
-        if http is not None:
-            http.close()
+        return Honcho(
+            api_key=self.settings.get("api_key") or None,
+            base_url=self.base_url,
+            workspace_id=str(self.settings.get("workspace") or "hermes"),
+            timeout=self.timeout,
+            max_retries=0,  # the outbox tries again, later
+            http_client=http,
+        )
 
     def _assistant(self) -> str:
         return self.space(ASSISTANT)

@@ -31,8 +31,6 @@ class Mem0Provider(ServiceProvider):
     key_env = "MEM0_API_KEY"
     default_url = "https://api.mem0.ai"
 
-    _client: Any = None
-
     def _dependency(self) -> str | None:
         if importlib.util.find_spec("mem0") is None:
             return "the mem0ai package is not installed (pip install 'hermes-gateway[mem0]')"
@@ -41,32 +39,17 @@ class Mem0Provider(ServiceProvider):
     @property
     def client(self) -> Any:
         """The person's SDK client, made when first needed (made by asking the server:
-        GET /v1/ping/; a failure leaves none, and the next call asks again)."""
-        with self._lock:
-            if self._client is None:
-                self._client = self._make()
-            return self._client
+        GET /v1/ping/)."""
+        return self.connected(self._make)
 
-    def _make(self) -> Any:
+    def _make(self, http: httpx.Client) -> Any:
         from mem0 import MemoryClient  # noqa: PLC0415 - imported only when it is used
 
-        http = httpx.Client(timeout=self.timeout)
-        try:
-            return MemoryClient(
-                api_key=self.settings.get("api_key"), host=self.base_url, client=http
-            )
-        except BaseException:
-            http.close()
-            raise
-
-    def close(self) -> None:
-        with self._lock:
-            client, self._client = self._client, None
-        if client is not None:
-            client.client.close()
+        return MemoryClient(api_key=self.settings.get("api_key"), host=self.base_url, client=http)
 
     def ping(self) -> None:
-        self._make().client.close()
+        with httpx.Client(timeout=self.timeout) as http:
+            self._make(http)
 
     def search(self, space: str, query: str, limit: int) -> list[str]:
         found = self.client.search(query, filters={"user_id": space}, top_k=limit)

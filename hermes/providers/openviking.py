@@ -20,22 +20,12 @@ import hashlib
 from typing import Any
 from urllib.parse import quote
 
-import httpx
-
 from hermes.providers.base import ConfigField
-from hermes.providers.service import Kept, Note, ServiceProvider
+from hermes.providers.service import Kept, Note, ServiceError, ServiceProvider
 
 NOTES = "viking://~/memories/hermes"
 MEMORIES = "viking://~/memories"
 MAX_FILES = 2_000
-
-
-class OpenVikingError(Exception):
-    """The server answered with an error (its status and code in the message)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"HTTP {status}: {message}")
-        self.status = status
 
 
 class OpenVikingProvider(ServiceProvider):
@@ -44,7 +34,6 @@ class OpenVikingProvider(ServiceProvider):
     needs = ("a server",)
     required = ("base_url",)
     key_env = "OPENVIKING_API_KEY"
-    _http: httpx.Client | None = None
 
     def extra_fields(self) -> list[ConfigField]:
         return [
@@ -52,45 +41,24 @@ class OpenVikingProvider(ServiceProvider):
             ConfigField("agent_id", "Agent id sent with each request", default="hermes"),
         ]
 
-    def _client(self) -> httpx.Client:
-        with self._lock:
-            if self._http is None:
-                headers = {
-                    "X-OpenViking-Account": str(self.settings.get("account") or "default"),
-                    "X-OpenViking-Agent": str(self.settings.get("agent_id") or "hermes"),
-                }
-                if self.settings.get("api_key"):
-                    headers["X-API-Key"] = str(self.settings["api_key"])
-                self._http = httpx.Client(
-                    base_url=self.base_url, headers=headers, timeout=self.timeout
-                )
-            return self._http
-
-    def close(self) -> None:
-        with self._lock:
-            http, self._http = self._http, None
-        if http is not None:
-            http.close()
+    def http_options(self) -> dict[str, Any]:
+        headers = {
+            "X-OpenViking-Account": str(self.settings.get("account") or "default"),
+            "X-OpenViking-Agent": str(self.settings.get("agent_id") or "hermes"),
+        }
+        if self.settings.get("api_key"):
+            headers["X-API-Key"] = str(self.settings["api_key"])
+        return {"base_url": self.base_url, "headers": headers, "timeout": self.timeout}
 
     def _call(self, space: str, method: str, path: str, **options: Any) -> Any:
-        """One request as the person `space`; the envelope's `result`, or raises."""
-        answer = self._client().request(
-            method, path, headers={"X-OpenViking-User": space}, **options
-        )
-        try:
-            body = answer.json()
-        except ValueError:
-            body = {}
-        if answer.status_code >= 400 or (isinstance(body, dict) and body.get("status") == "error"):
-            error = body.get("error") if isinstance(body, dict) else None
-            message = (error or {}).get("message") if isinstance(error, dict) else None
-            raise OpenVikingError(answer.status_code, str(message or body or answer.text)[:300])
+        """One request as the person `space`: the envelope's `result`, or raises."""
+        body = self.rest(method, path, headers={"X-OpenViking-User": space}, **options)
+        if isinstance(body, dict) and body.get("status") == "error":
+            raise ServiceError(200, str(body.get("error"))[:300])
         return body.get("result") if isinstance(body, dict) else body
 
     def ping(self) -> None:
-        answer = self._client().get("/health")
-        if answer.status_code >= 400:
-            raise OpenVikingError(answer.status_code, answer.text[:300])
+        self.rest("GET", "/health")
 
     def search(self, space: str, query: str, limit: int) -> list[str]:
         found = self._call(
@@ -107,7 +75,7 @@ class OpenVikingProvider(ServiceProvider):
         session = self.space(session_id)
         try:
             self._call(space, "POST", "/api/v1/sessions", json={"session_id": session})
-        except OpenVikingError as exc:
+        except ServiceError as exc:
             if exc.status != 409:  # made by an earlier turn
                 raise
         batch = [{"role": m["role"], "content": m["content"]} for m in messages if m["content"]]
@@ -126,7 +94,7 @@ class OpenVikingProvider(ServiceProvider):
             self._call(
                 space, "POST", f"/api/v1/sessions/{quote(self.space(session_id))}/commit", json={}
             )
-        except OpenVikingError as exc:
+        except ServiceError as exc:
             if exc.status != 404:  # a session with no turn was never made
                 raise
 
@@ -141,7 +109,7 @@ class OpenVikingProvider(ServiceProvider):
                 "/api/v1/content/write",
                 json={"uri": uri, "content": text, "mode": "create"},
             )
-        except OpenVikingError as exc:
+        except ServiceError as exc:
             if exc.status != 409:  # that file is there: a replay
                 raise
 
@@ -159,7 +127,7 @@ class OpenVikingProvider(ServiceProvider):
             self._call(
                 space, "DELETE", "/api/v1/fs", params={"uri": note.ref or f"{NOTES}/{note.key}.md"}
             )
-        except OpenVikingError as exc:
+        except ServiceError as exc:
             if exc.status != 404:  # gone already (a replay)
                 raise
 
@@ -184,7 +152,7 @@ class OpenVikingProvider(ServiceProvider):
                 self._call(space, "DELETE", f"/api/v1/sessions/{quote(str(sid))}")
         try:
             self._call(space, "DELETE", "/api/v1/fs", params={"uri": MEMORIES, "recursive": "true"})
-        except OpenVikingError as exc:
+        except ServiceError as exc:
             if exc.status != 404:
                 raise
 
@@ -195,7 +163,7 @@ class OpenVikingProvider(ServiceProvider):
             params["recursive"] = "true"
         try:
             listed = self._call(space, "GET", "/api/v1/fs/ls", params=params)
-        except OpenVikingError as exc:
+        except ServiceError as exc:
             if exc.status == 404:  # nothing written yet
                 return []
             raise

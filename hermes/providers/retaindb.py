@@ -17,12 +17,11 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-import httpx
-
 from hermes.providers.base import ConfigField
 from hermes.providers.service import (
     Kept,
     Note,
+    ServiceError,
     ServiceProvider,
     note_key,
     tool,
@@ -32,12 +31,6 @@ from hermes.providers.service import (
 
 HOSTED = "https://api.retaindb.com"
 LISTED = 500  # a person's memories listed at most (a link, a replace)
-
-
-class RetainDBError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"HTTP {status}: {message}")
-        self.status = status
 
 
 class RetainDBProvider(ServiceProvider):
@@ -53,7 +46,6 @@ class RetainDBProvider(ServiceProvider):
         "them, not a search).",
         {"query": {"type": "string", "description": "The question about the user."}},
     )
-    _http: httpx.Client | None = None
 
     def extra_fields(self) -> list[ConfigField]:
         return [ConfigField("project", "RetainDB project (the data partition)", default="hermes")]
@@ -62,33 +54,13 @@ class RetainDBProvider(ServiceProvider):
     def project(self) -> str:
         return str(self.settings.get("project") or "hermes")
 
-    def _client(self) -> httpx.Client:
-        with self._lock:
-            if self._http is None:
-                key = str(self.settings.get("api_key") or "")
-                self._http = httpx.Client(
-                    base_url=self.base_url,
-                    headers={"Authorization": f"Bearer {key}"},
-                    timeout=self.timeout,
-                )
-            return self._http
-
-    def close(self) -> None:
-        with self._lock:
-            http, self._http = self._http, None
-        if http is not None:
-            http.close()
+    def http_options(self) -> dict[str, Any]:
+        key = str(self.settings.get("api_key") or "")
+        headers = {"Authorization": f"Bearer {key}"}
+        return {"base_url": self.base_url, "headers": headers, "timeout": self.timeout}
 
     def _call(self, method: str, path: str, **options: Any) -> Any:
-        answer = self._client().request(method, path, **options)
-        try:
-            body = answer.json()
-        except ValueError:
-            body = answer.text
-        if answer.status_code >= 400:
-            detail = body.get("message") or body.get("error") if isinstance(body, dict) else body
-            raise RetainDBError(answer.status_code, str(detail or "")[:300])
-        return body
+        return self.rest(method, path, **options)
 
     def _profile(self, space: str) -> list[dict[str, Any]]:
         answer = self._call(
@@ -152,7 +124,7 @@ class RetainDBProvider(ServiceProvider):
     def _delete(self, memory_id: str) -> None:
         try:
             self._call("DELETE", f"/v1/memory/{quote(memory_id, safe='')}")
-        except RetainDBError as exc:
+        except ServiceError as exc:
             if exc.status != 404:  # gone already (a replay)
                 raise
 

@@ -38,11 +38,14 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
+
+import httpx
 
 from hermes.memory.entries import parse
 from hermes.providers.base import BaseProvider, ConfigField
 
+T = TypeVar("T")
 RECALL_LIMIT = 6  # memories injected per turn
 TOOL_LIMIT = 10  # results of a search tool
 MAX_QUERY_CHARS = 2_000  # a question is cut to this before it is sent
@@ -94,6 +97,14 @@ def unworded(text: str) -> tuple[str | None, str]:
 def turn_key(session_id: str, messages: list[dict[str, Any]]) -> str:
     data = json.dumps([session_id, messages], ensure_ascii=False, sort_keys=True, default=str)
     return f"hermes-turn-{hashlib.sha256(data.encode()).hexdigest()[:24]}"
+
+
+class ServiceError(Exception):
+    """A service answered with an error status (REST providers; the SDKs raise their own)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
 
 
 class ServiceProvider(BaseProvider):
@@ -163,9 +174,52 @@ class ServiceProvider(BaseProvider):
         self._lock = threading.Lock()
         self._open_session = ""  # the session of the writes delivered last
 
+    _client: Any = None
+    _http: httpx.Client | None = None
+
+    def connected(self, make: Callable[[httpx.Client], T]) -> T:
+        """The instance's client, made once by `make` around an httpx client of the
+        instance's own (`http_options`; closed by `close`). A failure to make it leaves
+        none: the next call tries again."""
+        with self._lock:
+            if self._client is None:
+                http = httpx.Client(**self.http_options())
+                try:
+                    self._client = make(http)
+                except BaseException:
+                    http.close()
+                    raise
+                self._http = http
+            made: T = self._client
+            return made
+
+    def http_options(self) -> dict[str, Any]:
+        return {"timeout": self.timeout}
+
     def close(self) -> None:
-        """Close the client's connections (a subclass that keeps a client overrides it)."""
-        return None
+        """Close the client's connections (the next call makes a new one)."""
+        with self._lock:
+            http, self._client, self._http = self._http, None, None
+        if http is not None:
+            http.close()
+
+    def rest(self, method: str, path: str, **options: Any) -> Any:
+        """One request of a REST provider (its client is the httpx client itself): the
+        JSON body (or the text), or a ServiceError with the service's message."""
+        answer = self.connected(lambda http: http).request(method, path, **options)
+        try:
+            body: Any = answer.json()
+        except ValueError:
+            body = answer.text
+        if answer.status_code >= 400:
+            detail = body
+            if isinstance(body, dict):
+                error = body.get("error")
+                detail = body.get("message") or (
+                    error.get("message") if isinstance(error, dict) else error
+                )
+            raise ServiceError(answer.status_code, str(detail or answer.reason_phrase)[:300])
+        return body
 
     async def shutdown(self) -> None:
         await asyncio.to_thread(self.close)
@@ -405,6 +459,7 @@ __all__ = [
     "RECALL_LIMIT",
     "Kept",
     "Note",
+    "ServiceError",
     "ServiceProvider",
     "note_key",
     "tool",

@@ -40,8 +40,6 @@ class SupermemoryProvider(ServiceProvider):
         "kept up to date from everything they said (no search needed). Optional focus.",
         {"focus": {"type": "string", "description": "A topic to keep to, or ''."}},
     )
-    _client: Any = None
-    _http: httpx.Client | None = None
 
     def _dependency(self) -> str | None:
         if importlib.util.find_spec("supermemory") is None:
@@ -50,25 +48,18 @@ class SupermemoryProvider(ServiceProvider):
 
     @property
     def client(self) -> Any:
-        with self._lock:
-            if self._client is None:
-                from supermemory import Supermemory  # noqa: PLC0415 - imported when used
+        return self.connected(self._make)
 
-                self._http = httpx.Client(timeout=self.timeout)
-                self._client = Supermemory(
-                    api_key=str(self.settings.get("api_key")),
-                    base_url=self.base_url,
-                    timeout=self.timeout,
-                    max_retries=0,  # the outbox tries again, later
-                    httpx_client=self._http,
-                )
-            return self._client
+    def _make(self, http: httpx.Client) -> Any:
+        from supermemory import Supermemory  # noqa: PLC0415 - imported only when it is used
 
-    def close(self) -> None:
-        with self._lock:
-            http, self._client, self._http = self._http, None, None
-        if http is not None:
-            http.close()
+        return Supermemory(
+            api_key=str(self.settings.get("api_key")),
+            base_url=self.base_url,
+            timeout=self.timeout,
+            max_retries=0,  # the outbox tries again, later
+            httpx_client=http,
+        )
 
     def ping(self) -> None:
         self.client.namespaces.list(limit=1)

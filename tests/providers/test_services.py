@@ -362,3 +362,51 @@ def _ask_special(
         return own, other
 
     return asyncio.run(go())
+
+
+def test_listings_follow_every_page(service: Served, home: Path, db: SessionDB) -> None:
+    """130 entries (more than one page of every service's listing): a remove of one
+    near the end finds it, and a replay of the whole store adds nothing."""
+    entries = [f"Entry number {n:03d} about topic {n}" for n in range(130)]
+
+    async def go() -> None:
+        host = host_for(service, db, home, call_timeout=60.0)
+        started(host, ALICE)
+        store = "\n§\n".join(entries)
+        host.memory_written(write("consolidate", store, None, ALICE))
+        await host.drain(120)
+        host.memory_written(write("remove", "", entries[127], ALICE))
+        host.memory_written(
+            write("consolidate", "\n§\n".join(entries[:127] + entries[128:]), None, ALICE)
+        )
+        await host.drain(120)
+        await host.shutdown(5)
+
+    asyncio.run(go())
+    kept = service.kept(ALICE.user_id)
+    assert count(kept, "Entry number") == 129
+    assert count(kept, entries[127]) == 0 and count(kept, entries[129]) == 1
+
+
+def test_a_refused_key_keeps_the_write_and_says_why(
+    service: Served, home: Path, db: SessionDB
+) -> None:
+    async def go() -> Any:
+        host = ProviderHost(
+            lambda: service.make(api_key="not-the-key"),
+            home=home,
+            outbox=db.outbox,
+            retry_after=0.05,
+            breaker=Breaker(after=3, delays=(5.0, 10.0)),
+            call_timeout=5.0,
+        )
+        started(host, ALICE)
+        host.memory_written(write("add", "Lives in Lisbon", None, ALICE))
+        await until(lambda: not host.status(ALICE.user_id).reachable)
+        status = host.status(ALICE.user_id)
+        await host.shutdown(1)
+        return status
+
+    status = asyncio.run(go())
+    assert status.waiting >= 1 and status.last_error
+    assert service.kept(ALICE.user_id) == []
