@@ -168,8 +168,8 @@ def _settings(
                 f"and pass --set {key}={field.env_var or 'PROVIDER_API_KEY'}",
                 EXIT_USAGE,
             )
-        if field.choices and value not in (None, "", *field.choices):
-            fail(f"{field.key} must be one of {', '.join(field.choices)}", EXIT_USAGE)
+        if not field.secret and (problem := field.problem(value)):
+            fail(problem, EXIT_USAGE)
         if value not in (None, ""):
             stored[key] = value
     return stored

@@ -28,11 +28,15 @@ When the host calls what (each person's instance):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 
 
 class AgentContext(StrEnum):
@@ -61,6 +65,29 @@ class ConfigField:
     default: Any = None
     choices: tuple[str, ...] = ()
     env_var: str | None = None
+    kind: str = ""  # "url", "number", "name": checked offline by `problem`
+
+    def problem(self, value: object) -> str:
+        """Why `value` cannot be this setting ('' when it can, or when it is empty)."""
+        text = str(value).strip() if value is not None else ""
+        if not text:
+            return ""
+        if self.choices and text not in self.choices:
+            return f"{self.key} must be one of {', '.join(self.choices)}"
+        if self.kind == "url":
+            parts = urlsplit(text)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                return f"{self.key} must be an http:// or https:// URL with a host, not {text!r}"
+        elif self.kind == "number":
+            try:
+                number = float(text)
+            except ValueError:
+                number = -1.0
+            if not number > 0:
+                return f"{self.key} must be a positive number, not {text!r}"
+        elif self.kind == "name" and not _NAME.fullmatch(text):
+            return f"{self.key} may hold letters, digits and _ . : - only (1-64), not {text!r}"
+        return ""
 
 
 @dataclass(frozen=True, slots=True)

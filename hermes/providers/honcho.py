@@ -53,7 +53,7 @@ class HonchoProvider(ServiceProvider):
     )
 
     def extra_fields(self) -> list[ConfigField]:
-        return [ConfigField("workspace", "Honcho workspace id", default="hermes")]
+        return [ConfigField("workspace", "Honcho workspace id", default="hermes", kind="name")]
 
     def needed(self) -> tuple[str, ...]:
         return self.required if self.base_url == HOSTED else ()  # self-hosted: no key

@@ -37,8 +37,12 @@ class OpenVikingProvider(ServiceProvider):
 
     def extra_fields(self) -> list[ConfigField]:
         return [
-            ConfigField("account", "OpenViking account (workspace) id", default="default"),
-            ConfigField("agent_id", "Agent id sent with each request", default="hermes"),
+            ConfigField(
+                "account", "OpenViking account (workspace) id", default="default", kind="name"
+            ),
+            ConfigField(
+                "agent_id", "Agent id sent with each request", default="hermes", kind="name"
+            ),
         ]
 
     def http_options(self) -> dict[str, Any]:

@@ -48,7 +48,11 @@ class RetainDBProvider(ServiceProvider):
     )
 
     def extra_fields(self) -> list[ConfigField]:
-        return [ConfigField("project", "RetainDB project (the data partition)", default="hermes")]
+        return [
+            ConfigField(
+                "project", "RetainDB project (the data partition)", default="hermes", kind="name"
+            )
+        ]
 
     @property
     def project(self) -> str:

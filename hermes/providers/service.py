@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,7 +50,6 @@ TOOL_LIMIT = 10  # results of a search tool
 MAX_QUERY_CHARS = 2_000  # a question is cut to this before it is sent
 MAX_NOTE_CHARS = 4_000
 WHOLE_STORE = frozenset({"undo", "import", "merge", "consolidate"})  # content = the store
-_SPACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +126,7 @@ class ServiceProvider(BaseProvider):
                 + (f" (default {self.default_url})" if self.default_url else ""),
                 required="base_url" in self.needed(),
                 default=self.default_url or None,
+                kind="url",
             ),
             ConfigField(
                 "api_key",
@@ -140,8 +139,9 @@ class ServiceProvider(BaseProvider):
                 "namespace_prefix",
                 "Prefix of each person's namespace on the service (one per Hermes install)",
                 default="hermes-",
+                kind="name",
             ),
-            ConfigField("timeout_s", "Seconds a call may take", default="10"),
+            ConfigField("timeout_s", "Seconds a call may take", default="10", kind="number"),
         ]
         return fields + self.extra_fields()
 
@@ -157,14 +157,15 @@ class ServiceProvider(BaseProvider):
         return not self.unavailable_reason()
 
     def unavailable_reason(self) -> str:
+        for field in self.get_config_schema():  # config.yaml may have been edited by hand
+            if not field.secret and (problem := field.problem(self.settings.get(field.key))):
+                return problem
         missing = [name for name in self.needed() if not self.settings.get(name)]
         if "api_key" in missing:
             where = self.key_env or f"memory.providers.{self.name}.api_key_env"
             return f"no API key ({where}; hermes memory setup {self.name})"
         if missing:
             return f"{', '.join(missing)} not set (hermes memory setup {self.name})"
-        if not _SPACE.match(self.space("u_0")):
-            return "namespace_prefix may hold letters, digits and _ . : - only"
         if self._dependency() is not None:
             return self._dependency() or ""
         return ""

@@ -298,6 +298,18 @@ def test_setup_status_doctor_and_off_from_the_cli(
     listed = json.loads(hermes("memory", "providers", "--json").stdout)
     row = next(r for r in listed if r["name"] == service.name)
     assert row["available"] is False
+    for wrong, said in (
+        ("base_url=ftp://files.example", "base_url must be an http:// or https:// URL"),
+        ("base_url=localhost:8000", "base_url must be an http:// or https:// URL"),
+        ("timeout_s=soon", "timeout_s must be a positive number"),
+        ("namespace_prefix=my people/", "namespace_prefix may hold"),
+    ):
+        right = (
+            [] if wrong.startswith("base_url") else ["--set", f"base_url={service.fake.base_url}"]
+        )
+        refused = hermes("memory", "setup", service.name, *right, "--set", wrong)
+        assert refused.returncode == 2 and said in refused.stderr, refused.stderr
+        assert "provider:" not in config.read_text()  # nothing written
     done = hermes(
         "memory",
         "setup",
