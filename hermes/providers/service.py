@@ -311,7 +311,7 @@ class ServiceProvider(BaseProvider):
     def on_memory_write(
         self, action: str, target: str, content: str, *, metadata: dict[str, Any]
     ) -> None:
-        space = self.space(metadata.get("user_id") or None)
+        space = self.space()  # the instance's person: a moved write of one linked away too
         before = metadata.get("before")
         if action in WHOLE_STORE:
             self._reconcile(space, target, parse(content))

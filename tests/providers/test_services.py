@@ -422,3 +422,61 @@ def test_a_refused_key_keeps_the_write_and_says_why(
     status = asyncio.run(go())
     assert status.waiting >= 1 and status.last_error
     assert service.kept(ALICE.user_id) == []
+
+
+def test_a_write_still_waiting_at_a_link_lands_with_the_person_who_stays(
+    service: Served, home: Path, db: SessionDB
+) -> None:
+    """Bob's store entry is waiting (the service is down) when Bob links into Alice: the
+    link moves the write to Alice (state.db), the move on the service comes after it,
+    and when the service answers the entry is Alice's and Bob's namespace is empty."""
+    for who in (ALICE, BOB):
+        db.people.ensure_user(who.user_id)
+
+    async def go() -> None:
+        host = host_for(service, db, home)
+        started(host, ALICE, BOB)
+        await host.drain(10)
+        service.fake.down = True
+        host.memory_written(write("add", "Keeps bees on the roof", None, BOB))
+        await until(lambda: not host.status(BOB.user_id).reachable)
+        host.people_merged(ALICE.user_id, BOB.user_id)
+        db.people.merge_users(ALICE.user_id, BOB.user_id)
+        service.fake.down = False
+        await until(lambda: host.status(ALICE.user_id, everyone=True).waiting == 0, 20)
+        await host.shutdown(5)
+
+    asyncio.run(go())
+    assert count(service.kept(ALICE.user_id), "Keeps bees on the roof") == 1
+    assert service.kept(BOB.user_id) == []
+
+
+def test_a_write_moved_by_a_link_is_delivered_to_the_person_it_was_moved_to(
+    service: Served, home: Path, db: SessionDB
+) -> None:
+    """A waiting row that a link moved to Alice still says, in its payload, that Bob
+    wrote it: it is delivered into Alice's namespace, not Bob's."""
+
+    async def go() -> None:
+        host = host_for(service, db, home)
+        started(host, ALICE)
+        payload = {
+            "action": "add",
+            "target": "user",
+            "content": "Keeps bees on the roof",
+            "metadata": {
+                "before": None,
+                "actor": "agent",
+                "session_id": None,
+                "user_id": BOB.user_id,
+            },
+        }
+        assert db.outbox is not None
+        db.outbox.add(host.name, ALICE.user_id, "memory_write", payload)
+        host.memory_written(write("add", "Plays chess", None, ALICE))  # wakes the worker
+        await until(lambda: host.status(ALICE.user_id).waiting == 0)
+        await host.shutdown(5)
+
+    asyncio.run(go())
+    assert count(service.kept(ALICE.user_id), "Keeps bees on the roof") == 1
+    assert service.kept(BOB.user_id) == []
