@@ -108,13 +108,14 @@ def setup(
         fail(str(exc), EXIT_USAGE)
     stored = _settings(name, fields, _pairs(values or []), interactive)
     settings = provider_settings(fields, stored)
-    missing = [
-        f"{f.key}: set the environment variable {stored.get(f'{f.key}_env') or f.env_var}"
-        for f in fields
-        if f.secret and f.required and not settings.get(f.key)
-    ]
     probe = registry.load(name, settings, ctx.home)()
-    if not probe.is_available():
+    missing = []
+    if not probe.is_available():  # what it lacks, as these settings see it
+        missing = [
+            f"{f.key}: set the environment variable {stored.get(f'{f.key}_env') or f.env_var}"
+            for f in fields
+            if f.secret and f.required and not settings.get(f.key)
+        ]
         missing.append(probe.unavailable_reason())
     changes: dict[tuple[str, ...], object] = {
         ("memory", "provider"): name,

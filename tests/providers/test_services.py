@@ -480,3 +480,19 @@ def test_a_write_moved_by_a_link_is_delivered_to_the_person_it_was_moved_to(
     asyncio.run(go())
     assert count(service.kept(ALICE.user_id), "Keeps bees on the roof") == 1
     assert service.kept(BOB.user_id) == []
+
+
+def test_what_each_service_needs_is_said_before_anything_is_called() -> None:
+    from hermes.providers.hindsight import HindsightProvider
+    from hermes.providers.honcho import HonchoProvider
+    from hermes.providers.mem0 import Mem0Provider
+
+    assert "MEM0_API_KEY" in Mem0Provider({}).unavailable_reason()
+    assert "base_url not set" in HindsightProvider({}).unavailable_reason()
+    assert HindsightProvider({"base_url": "http://127.0.0.1:1"}).is_available()  # no key
+    assert "HONCHO_API_KEY" in HonchoProvider({}).unavailable_reason()  # the hosted API
+    assert HonchoProvider({"base_url": "http://127.0.0.1:1"}).is_available()  # self-hosted
+    edited = HindsightProvider({"base_url": "127.0.0.1:8888"})  # config.yaml by hand
+    assert "base_url must be an http:// or https:// URL" in edited.unavailable_reason()
+    slow = Mem0Provider({"api_key": "k", "timeout_s": "0"})
+    assert "timeout_s must be a positive number" in slow.unavailable_reason()
