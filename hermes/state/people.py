@@ -29,10 +29,12 @@ from hermes.state.models import (
     MemoryPending,
     MemoryVersion,
     Message,
+    OutboxDrop,
     OutboxEntry,
     Reminder,
     User,
     UserAlias,
+    as_utc,
     utcnow,
 )
 
@@ -346,6 +348,7 @@ class PeopleDB(Stamped):
             session.execute(
                 delete(ConsolidationState).where(col(ConsolidationState.user_id) == gone)
             )
+            _fold_drops(session, keep, gone)
             session.add(UserAlias(old_id=gone, user_id=keep))
             session.flush()
             session.delete(old)
@@ -374,3 +377,19 @@ class PeopleDB(Stamped):
             return fresh.id
 
         return self._changed(work)
+
+
+def _fold_drops(session: Session, keep: str, gone: str) -> None:
+    """The provider writes given up for `gone` count as `keep`'s (one row per provider
+    and person: added to `keep`'s row where there is one, the later reason kept)."""
+    gone_rows = session.exec(select(OutboxDrop).where(col(OutboxDrop.user_id) == gone)).all()
+    for row in gone_rows:
+        kept = session.get(OutboxDrop, (row.provider, keep))
+        if kept is None:
+            kept = OutboxDrop(provider=row.provider, user_id=keep, dropped=0, last_at=row.last_at)
+        kept.dropped += row.dropped
+        if as_utc(row.last_at) >= as_utc(kept.last_at):
+            kept.last_at, kept.reason = row.last_at, row.reason
+        session.delete(row)
+        session.flush()
+        session.add(kept)

@@ -88,6 +88,21 @@ def test_a_link_moves_the_waiting_writes_to_the_person_who_stays(
     assert [i.payload["n"] for i in db.outbox.pending("mem0", alice)] == [1, 2, 3]
 
 
+def test_a_link_counts_what_was_given_up_for_the_person_who_is_gone_as_theirs(
+    db: SessionDB, alice: str, bob: str
+) -> None:
+    for person, n in ((alice, 1), (bob, 2), (bob, 3)):
+        db.outbox.add("mem0", person, "sync_turn", {"n": n})
+    db.outbox.add("honcho", bob, "sync_turn", {"n": 4})
+    db.outbox.prune(now=utcnow() + MAX_AGE + timedelta(days=1))  # all given up
+    db.people.merge_users(alice, bob)
+    mem0, honcho = db.outbox.status("mem0", alice), db.outbox.status("honcho", alice)
+    assert (mem0.dropped, honcho.dropped) == (3, 1)
+    assert mem0.drop_reason == "older than 14 days" and mem0.last_dropped is not None
+    assert db.outbox.status("mem0", bob).dropped == 0
+    assert db.outbox.status("mem0").dropped == 3  # everyone's: counted once
+
+
 def test_two_processes_never_deliver_one_persons_writes_at_once(
     db: SessionDB, alice: str, bob: str, home: Path, database_url: str | None
 ) -> None:
