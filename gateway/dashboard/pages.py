@@ -200,7 +200,8 @@ class Dashboard:
             for name in names
         ]
         owner = owner_user_id(parts.home)
-        files = [p for p in db.path.parent.glob(db.path.name + "*") if p.is_file()]
+        engine = "PostgreSQL" if db.backend == "postgresql" else "SQLite"
+        size = db.upkeep.size_bytes() / 1e6
         disk = shutil.disk_usage(parts.home)
         return {
             "platforms": platforms,
@@ -209,11 +210,7 @@ class Dashboard:
             "jobs": read_status(parts.home, parts.config, db),
             "search": parts.embedder.status_line() if parts.embedder else "lexical (word index)",
             "provider": provider_line(parts.memory.providers.status(owner)),
-            "database": (
-                "PostgreSQL"
-                if db.backend == "postgresql"
-                else f"SQLite, {sum(p.stat().st_size for p in files) / 1e6:.1f} MB"
-            ),
+            "database": f"{engine}, {size:.1f} MB",
             "disk": f"{disk.free / 1e9:.1f} GB free of {disk.total / 1e9:.1f} GB",
             "audit": db.dashboard.audit_log(30),
         }

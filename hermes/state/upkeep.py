@@ -116,6 +116,16 @@ class UpkeepDB:
             return f"PostgreSQL {postgres.server_version(self.engine)}"
         return f"SQLite {sqlite3.sqlite_version}"
 
+    def size_bytes(self) -> int:
+        """What state.db takes: the database on the server, or the file with its WAL
+        and shared-memory files."""
+        if self._server:
+            with self.engine.connect() as conn:
+                found = conn.exec_driver_sql("SELECT pg_database_size(current_database())")
+                return int(found.scalar_one())
+        path = Path(str(self.engine.url.database))
+        return sum(p.stat().st_size for p in path.parent.glob(path.name + "*") if p.is_file())
+
     def schema_version(self) -> int:
         if self._server:
             with self.engine.connect() as conn:

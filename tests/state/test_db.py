@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 from datetime import timedelta
 
 from hermes.state.conversations import NewMessage
@@ -136,3 +137,13 @@ def test_prune(db: SessionDB, alice: str) -> None:
     )
     assert db.conversations.count_messages() == 1
     assert db.upkeep.integrity_check() == "ok"
+
+
+def test_the_size_of_state_db_is_known_on_either_backend(db: SessionDB, alice: str) -> None:
+    """The dashboard's Status page says how much state.db takes (on PostgreSQL too)."""
+    before = db.upkeep.size_bytes()
+    chat = db.conversations.start_session(alice, "cli", "cli:size")
+    text = [NewMessage("user", secrets.token_hex(100_000)) for _ in range(20)]  # 4 MB
+    db.conversations.add_messages(chat.id, text)
+    after = db.upkeep.size_bytes()
+    assert before > 0 and after > before
