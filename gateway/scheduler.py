@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -221,25 +221,46 @@ def read_status(home: Path, config: HermesConfig, db: SessionDB) -> list[JobStat
     PostgreSQL the timers live in the gateways: the next run is an interval after the
     last recorded one."""
     if db.backend == "postgresql":
-        return describe([], db, job_specs(config), from_last_run=True)
+        ttl = config.gateway.cluster.lease_seconds
+        started = [i.started_at for i in db.cluster.instances(ttl) if i.alive]
+        return describe([], db, job_specs(config), from_last_run=True, started=started)
     store = SQLAlchemyJobStore(engine=db.engine)
     store.start(AsyncIOScheduler(timezone="UTC"), "default")
     jobs = store.get_all_jobs()
     return describe(jobs, db, job_specs(config))
 
 
+def _next_fire(started: datetime, spec: JobSpec, now: datetime) -> datetime:
+    """When a gateway started at `started` next fires `spec` (its first run an interval
+    after the start, at the start for the jobs run at once), not before `now`."""
+    if spec.id in RUN_AT_ONCE and started >= now - spec.every:
+        return started
+    periods = max(1, -(-(now - started) // spec.every))
+    return started + periods * spec.every
+
+
 def describe(
-    jobs: list[Any], db: SessionDB, specs: list[JobSpec], *, from_last_run: bool = False
+    jobs: list[Any],
+    db: SessionDB,
+    specs: list[JobSpec],
+    *,
+    from_last_run: bool = False,
+    started: Sequence[datetime] = (),
 ) -> list[JobStatus]:
+    """`started`: when the live gateways started (PostgreSQL: each runs its own timers,
+    a job never run is first due an interval after a gateway's start)."""
     runs = db.upkeep.job_runs()
     by_id = {job.id: job for job in jobs}
     statuses = []
+    now = datetime.now(UTC)
     for spec in specs:
         job = by_id.get(spec.id)
         run = runs.get(spec.id)
         next_run = job.next_run_time if job else None
         if from_last_run and run is not None:
             next_run = as_utc(run.last_run_at) + spec.every
+        elif from_last_run and started:
+            next_run = min(_next_fire(as_utc(at), spec, now) for at in started)
         statuses.append(
             JobStatus(
                 spec.id,

@@ -165,7 +165,7 @@ def status(as_json: AsJson = False) -> None:
         next_run = (
             f"{job.next_run:%Y-%m-%d %H:%M:%S}"
             if job.next_run
-            else "not scheduled (no gateway has run)"
+            else "not scheduled (no gateway is running)"
         )
         last = f"{job.last_run:%Y-%m-%d %H:%M:%S}" if job.last_run else "-"
         result = (

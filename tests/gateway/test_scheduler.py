@@ -12,9 +12,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gateway import jobs
 from gateway.config import load_config
-from gateway.scheduler import RUN_AT_ONCE, Scheduler, read_status
+from gateway.scheduler import RUN_AT_ONCE, Scheduler, job_specs, read_status
 from hermes.identity import owner_user_id
 from hermes.llm.client import LLMClient
 from hermes.llm.summarizer import LLMSummarizer
@@ -22,7 +24,7 @@ from hermes.memory import entries as fmt
 from hermes.memory.consolidation import INSTRUCTIONS
 from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
-from hermes.state.models import utcnow
+from hermes.state.models import as_utc, utcnow
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.harness.cli import HERMES, hermes
 
@@ -240,3 +242,22 @@ def test_every_path_consolidates_on_the_same_side_model(home: Path, fake_llm: Fa
         run()
     assert consolidations == ["careful", "careful", "careful"]
     db.close()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_on_postgresql_a_job_never_run_is_due_an_interval_after_a_live_gateway_started(
+    home: Path, db: SessionDB
+) -> None:
+    """The timers live in the gateways: `hermes scheduler status` says when a job never
+    run is due (an interval after the earliest live gateway started), not "not
+    scheduled", and after a run an interval after it."""
+    config = load_config(home)
+    assert all(s.next_run is None for s in read_status(home, config, db))  # no gateway
+    db.cluster.register("gw-a", "host-a", 1, {})
+    started = as_utc(db.cluster.instances(60)[0].started_at)
+    statuses = {s.id: s for s in read_status(home, config, db)}
+    spec = next(s for s in job_specs(config) if s.id not in RUN_AT_ONCE)
+    assert statuses[spec.id].next_run == started + spec.every
+    db.upkeep.record_job_run(spec.id, True, "ok")
+    ran = as_utc(db.upkeep.job_runs()[spec.id].last_run_at)
+    assert {s.id: s for s in read_status(home, config, db)}[spec.id].next_run == ran + spec.every
