@@ -55,6 +55,10 @@ class HonchoProvider(ServiceProvider):
     def extra_fields(self) -> list[ConfigField]:
         return [ConfigField("workspace", "Honcho workspace id", default="hermes", kind="name")]
 
+    def __init__(self, settings: dict[str, Any] | None = None) -> None:
+        super().__init__(settings)
+        self._peers: dict[str, Any] = {}
+
     def needed(self) -> tuple[str, ...]:
         return self.required if self.base_url == HOSTED else ()  # self-hosted: no key
 
@@ -79,6 +83,23 @@ class HonchoProvider(ServiceProvider):
             http_client=http,
         )
 
+    def _peer(self, space: str) -> Any:
+        """The peer `space` (Honcho makes sure of it, get-or-create, the first time this
+        instance asks; the handle is kept, so later calls cost no extra round trip)."""
+        client = self.client
+        with self._lock:
+            peer = self._peers.get(space)
+        if peer is None:
+            peer = client.peer(space)
+            with self._lock:
+                self._peers[space] = peer
+        return peer
+
+    def close(self) -> None:
+        with self._lock:
+            self._peers = {}
+        super().close()
+
     def _assistant(self) -> str:
         return self.space(ASSISTANT)
 
@@ -86,7 +107,7 @@ class HonchoProvider(ServiceProvider):
         self.client.get_metadata()
 
     def search(self, space: str, query: str, limit: int) -> list[str]:
-        peer = self.client.peer(space)
+        peer = self._peer(space)
         found = [c.content for c in peer.conclusions.query(query, top_k=limit)]
         if len(found) < limit:
             said = peer.search(query, limit=limit)
@@ -95,7 +116,7 @@ class HonchoProvider(ServiceProvider):
 
     def ingest(self, space: str, session_id: str, key: str, messages: list[dict[str, str]]) -> None:
         honcho = self.client
-        person, assistant = honcho.peer(space), honcho.peer(self._assistant())
+        person, assistant = self._peer(space), self._peer(self._assistant())
         session = honcho.session(self.space(session_id), peers=[person, assistant])
         session.add_messages(
             [
@@ -108,7 +129,7 @@ class HonchoProvider(ServiceProvider):
         )
 
     def put_note(self, space: str, note: Note) -> None:
-        self.client.peer(space).conclusions.create([{"content": worded(note)}])
+        self._peer(space).conclusions.create([{"content": worded(note)}])
 
     def notes(self, space: str) -> list[Note]:
         found = []
@@ -122,10 +143,10 @@ class HonchoProvider(ServiceProvider):
         from honcho.http.exceptions import NotFoundError  # noqa: PLC0415
 
         with contextlib.suppress(NotFoundError):  # gone already (a replay)
-            self.client.peer(space).conclusions.delete(note.ref)
+            self._peer(space).conclusions.delete(note.ref)
 
     def remember(self, space: str, text: str) -> None:
-        self.client.peer(space).conclusions.create([{"content": text}])
+        self._peer(space).conclusions.create([{"content": text}])
 
     def export(self, space: str) -> list[Kept]:
         kept = []
@@ -135,7 +156,7 @@ class HonchoProvider(ServiceProvider):
         return kept
 
     def drop(self, space: str) -> None:
-        peer = self.client.peer(space)
+        peer = self._peer(space)
         for session in list(peer.sessions()):
             session.delete()
         for conclusion in self._conclusions(space):
@@ -145,9 +166,9 @@ class HonchoProvider(ServiceProvider):
         """Conclusions as the base class moves them; what the person who is gone said
         (and what was said to them) into one session of the person who stays."""
         honcho, source, to = self.client, self.space(gone), self.space(keep)
-        person, assistant = honcho.peer(to), honcho.peer(self._assistant())
+        person, assistant = self._peer(to), self._peer(self._assistant())
         moved = []
-        for session in list(honcho.peer(source).sessions()):
+        for session in list(self._peer(source).sessions()):
             for message in session.messages():
                 who = person if message.peer_id == source else assistant
                 moved.append(who.message(message.content, metadata={"hermes_linked": source}))
@@ -160,11 +181,11 @@ class HonchoProvider(ServiceProvider):
         query = str(args["query"]).strip()
         if not query:
             raise ValueError("query is empty")
-        answer = self.client.peer(space).chat(query)
+        answer = self._peer(space).chat(query)
         return {"success": True, "answer": answer or "Honcho knows nothing about that yet."}
 
     def _conclusions(self, space: str) -> list[Any]:
-        return list(self.client.peer(space).conclusions.list(size=PAGE))
+        return list(self._peer(space).conclusions.list(size=PAGE))
 
 
 __all__ = ["HonchoProvider"]
