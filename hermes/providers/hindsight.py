@@ -77,10 +77,10 @@ class HindsightProvider(ServiceProvider):
         {"query": {"type": "string", "description": "The question."}},
     )
 
-    def _dependency(self) -> str | None:
+    def _dependency(self) -> str:
         if importlib.util.find_spec("hindsight_client") is None:
             return "hindsight-client is not installed (pip install 'hermes-gateway[hindsight]')"
-        return None
+        return ""
 
     def _with(self, work: Callable[[Any], Awaitable[T]]) -> T:
         """`work` with the instance's client, on the loop of its own thread (the SDK is

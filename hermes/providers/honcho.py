@@ -62,10 +62,10 @@ class HonchoProvider(ServiceProvider):
     def needed(self) -> tuple[str, ...]:
         return self.required if self.base_url == HOSTED else ()  # self-hosted: no key
 
-    def _dependency(self) -> str | None:
+    def _dependency(self) -> str:
         if importlib.util.find_spec("honcho") is None:
             return "honcho-ai is not installed (pip install 'hermes-gateway[honcho]')"
-        return None
+        return ""
 
     @property
     def client(self) -> Any:

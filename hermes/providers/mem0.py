@@ -31,10 +31,10 @@ class Mem0Provider(ServiceProvider):
     key_env = "MEM0_API_KEY"
     default_url = "https://api.mem0.ai"
 
-    def _dependency(self) -> str | None:
+    def _dependency(self) -> str:
         if importlib.util.find_spec("mem0") is None:
             return "the mem0ai package is not installed (pip install 'hermes-gateway[mem0]')"
-        return None
+        return ""
 
     @property
     def client(self) -> Any:

@@ -115,6 +115,13 @@ class ServiceProvider(BaseProvider):
     key_env = ""  # the environment variable the key is read from by default
     default_url = ""
     special_tool: ClassVar[dict[str, Any] | None] = None  # its own tool, if it has one
+    _client: Any = None  # made when first needed (`connected`)
+    _http: httpx.Client | None = None
+
+    def __init__(self, settings: dict[str, Any] | None = None) -> None:
+        super().__init__(settings)
+        self._lock = threading.Lock()
+        self._open_session = ""  # the session of the writes delivered last
 
     # -- settings ------------------------------------------------------------------------
 
@@ -166,17 +173,7 @@ class ServiceProvider(BaseProvider):
             return f"no API key ({where}; hermes memory setup {self.name})"
         if missing:
             return f"{', '.join(missing)} not set (hermes memory setup {self.name})"
-        if self._dependency() is not None:
-            return self._dependency() or ""
-        return ""
-
-    def __init__(self, settings: dict[str, Any] | None = None) -> None:
-        super().__init__(settings)
-        self._lock = threading.Lock()
-        self._open_session = ""  # the session of the writes delivered last
-
-    _client: Any = None
-    _http: httpx.Client | None = None
+        return self._dependency()
 
     def connected(self, make: Callable[[httpx.Client], T]) -> T:
         """The instance's client, made once by `make` around an httpx client of the
@@ -225,9 +222,9 @@ class ServiceProvider(BaseProvider):
     async def shutdown(self) -> None:
         await asyncio.to_thread(self.close)
 
-    def _dependency(self) -> str | None:
-        """What is missing to import the client library (None: nothing)."""
-        return None
+    def _dependency(self) -> str:
+        """What is missing to import the client library ('' when nothing is)."""
+        return ""
 
     @property
     def base_url(self) -> str:

@@ -41,10 +41,10 @@ class SupermemoryProvider(ServiceProvider):
         {"focus": {"type": "string", "description": "A topic to keep to, or ''."}},
     )
 
-    def _dependency(self) -> str | None:
+    def _dependency(self) -> str:
         if importlib.util.find_spec("supermemory") is None:
             return "supermemory is not installed (pip install 'hermes-gateway[supermemory]')"
-        return None
+        return ""
 
     @property
     def client(self) -> Any:
