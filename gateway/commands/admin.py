@@ -3,6 +3,7 @@ process, everyone known, another person's memory usage, pairing and access rules
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlencode
@@ -35,11 +36,7 @@ class AdminCommands:
 
     async def status(self, ctx: CommandContext, _: str) -> str:
         users, today = self.people.repo.counts()
-        size = sum(
-            p.stat().st_size
-            for p in self.db.path.parent.glob(self.db.path.name + "*")
-            if p.is_file()
-        )
+        size = await asyncio.to_thread(self.db.upkeep.size_bytes)  # on PostgreSQL too
         runtime = self.runtime
         uptime = runtime.uptime_s() if runtime else None
         states = runtime.adapter_states() if runtime else {}
