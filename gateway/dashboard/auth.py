@@ -19,10 +19,12 @@ import hmac
 import json
 import os
 import secrets
-import time
-from collections import deque
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
+
+from hermes.state.access import AccessDB, Lockout
+from hermes.state.models import utcnow
 
 CREDENTIALS_FILENAME = "dashboard.json"
 # scrypt's cost: 16 MiB and ~50 ms a try on one core (OWASP's minimum is N=2**17 with
@@ -148,38 +150,37 @@ class Credentials:
 
 
 class Attempts:
-    """Failed logins: at most `per_client` per client address and `overall` in all within
-    `window` seconds; past either, logins are refused until the oldest failure ages out
-    (a correct password included: a guesser learns nothing while locked out)."""
+    """Failed logins: past `per_client` failures from one client address, or `overall`
+    from all, logins are refused for the window (a correct password included: a guesser
+    learns nothing while locked out); failures a window old (since the last) are
+    forgotten. Counted in state.db (`AccessDB`'s lockouts), so every gateway serving the
+    dashboard over the same database shares them, and a restart does not reset them."""
 
-    def __init__(self, per_client: int = 5, overall: int = 50, window: float = 900.0) -> None:
-        self.per_client, self.overall, self.window = per_client, overall, window
-        self._all: deque[tuple[float, str]] = deque()
-
-    def _expire(self, now: float) -> None:
-        while self._all and now - self._all[0][0] >= self.window:
-            self._all.popleft()
+    def __init__(
+        self, access: AccessDB, per_client: int = 5, overall: int = 50, window: float = 900.0
+    ) -> None:
+        self.access = access
+        lasts = timedelta(seconds=window)
+        self.per_client = Lockout(per_client, lasts, forgiven_after=lasts)
+        self.overall = Lockout(overall, lasts, forgiven_after=lasts)
 
     def wait(self, client: str) -> float:
         """Seconds until `client` may try again (0: now)."""
-        now = time.monotonic()
-        self._expire(now)
-        mine = [at for at, who in self._all if who == client]
-        if len(mine) >= self.per_client:
-            return self.window - (now - mine[-self.per_client])
-        if len(self._all) >= self.overall:
-            return self.window - (now - self._all[-self.overall][0])
-        return 0.0
+        until = self.access.locked_until([_key(client), EVERYONE])
+        return max(0.0, (until - utcnow()).total_seconds()) if until else 0.0
 
     def failed(self, client: str) -> None:
-        now = time.monotonic()
-        self._expire(now)
-        self._all.append((now, client))
-        while len(self._all) > self.overall * 2:  # bounded whatever the clients do
-            self._all.popleft()
+        self.access.failed({_key(client): self.per_client, EVERYONE: self.overall})
 
     def succeeded(self, client: str) -> None:
-        self._all = deque(entry for entry in self._all if entry[1] != client)
+        self.access.succeeded(_key(client))
+
+
+EVERYONE = "dashboard:*"  # every client's failures, for the overall limit
+
+
+def _key(client: str) -> str:
+    return f"dashboard:{client}"
 
 
 __all__ = [

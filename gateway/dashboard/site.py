@@ -89,7 +89,7 @@ class Site:
         self.home, self.config, self.db = home, config, db
         self._credentials = Credentials.load(home)
         self._credentials_stamp = self._stamp()
-        self.attempts = Attempts()
+        self.attempts = Attempts(db.access)
         self.secure = (config.dashboard.public_url or "").startswith("https://")
         self.templates = jinja2.Environment(
             loader=jinja2.PackageLoader("gateway.dashboard", "templates"),

@@ -17,7 +17,14 @@ from sqlmodel import Session, col, select
 
 from hermes.identity import validate_user_id
 from hermes.state import engine as eng
-from hermes.state.models import AccessFailure, AccessRule, LinkCode, PairingRequest, utcnow
+from hermes.state.models import (
+    AccessFailure,
+    AccessRule,
+    LinkCode,
+    PairingRequest,
+    as_utc,
+    utcnow,
+)
 from hermes.state.people import Stamped
 
 CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
@@ -26,6 +33,20 @@ LINK_CODE_TTL = timedelta(minutes=10)
 PAIRING_TTL = timedelta(hours=1)
 MAX_FAILURES = 5
 LOCKOUT = timedelta(minutes=30)
+
+
+@dataclass(frozen=True, slots=True)
+class Lockout:
+    """After `limit` failures of one requester, nothing is tried for `lasts` (the right
+    answer included: a guesser learns nothing while locked out); with `forgiven_after`,
+    failures that long ago (counted from the last one) are forgotten."""
+
+    limit: int
+    lasts: timedelta
+    forgiven_after: timedelta | None = None
+
+
+LINK_CODES = Lockout(MAX_FAILURES, LOCKOUT)
 
 
 def new_code() -> str:
@@ -90,27 +111,42 @@ class AccessDB(Stamped):
 
         def work(session: Session) -> Redeemed:
             now = utcnow()
-            failure = session.get(AccessFailure, requester)
-            if failure and failure.locked_until and failure.locked_until > now:
-                return Redeemed(Redeem.LOCKED, locked_until=failure.locked_until)
+            if (until := _locked(session, requester, now)) is not None:
+                return Redeemed(Redeem.LOCKED, locked_until=until)
             row = session.get(LinkCode, code) if len(code) == CODE_LENGTH else None
             if row is not None and row.used_at is None and row.expires_at > now:
                 row.used_at = now
                 session.add(row)
-                if failure is not None:
-                    session.delete(failure)
+                _forget(session, requester)
                 return Redeemed(Redeem.OK, row.user_id)
-            failure = failure or AccessFailure(requester=requester)
-            failure.failures += 1
-            failure.updated_at = now
-            locked = None
-            if failure.failures >= MAX_FAILURES:
-                locked = failure.locked_until = now + LOCKOUT
-                failure.failures = 0
-            session.add(failure)
+            locked = _fail(session, requester, now, LINK_CODES)
             return Redeemed(Redeem.LOCKED if locked else Redeem.INVALID, locked_until=locked)
 
         return self._write(work)
+
+    # -- lockouts of other guessers (the dashboard's logins) -------------------------
+
+    def locked_until(self, requesters: list[str]) -> datetime | None:
+        """The latest time any of `requesters` is locked out until, None when none is.
+        In state.db, so every gateway serving the same people, and a restart, see it."""
+        now = utcnow()
+        with eng.reading(self.engine) as session:
+            found = [_locked(session, requester, now) for requester in requesters]
+        return max((until for until in found if until is not None), default=None)
+
+    def failed(self, rules: dict[str, Lockout]) -> None:
+        """One failure of each requester, counted under its rule (one transaction)."""
+
+        def work(session: Session) -> None:
+            now = utcnow()
+            for requester, rule in rules.items():
+                _fail(session, requester, now, rule)
+
+        self._write(work)
+
+    def succeeded(self, requester: str) -> None:
+        """`requester` got in: their failures are forgotten."""
+        self._write(lambda session: _forget(session, requester))
 
     # -- pairing ---------------------------------------------------------------------
 
@@ -243,3 +279,31 @@ class AccessDB(Stamped):
             return {
                 (r.platform, r.kind, r.subject): r.rule for r in session.exec(select(AccessRule))
             }
+
+
+def _locked(session: Session, requester: str, now: datetime) -> datetime | None:
+    failure = session.get(AccessFailure, requester)
+    until = as_utc(failure.locked_until) if failure and failure.locked_until else None
+    return until if until is not None and until > now else None
+
+
+def _fail(session: Session, requester: str, now: datetime, rule: Lockout) -> datetime | None:
+    """Count one failure of `requester`; the time they are locked out until when this one
+    reaches the rule's limit (the count starts again), else None."""
+    failure = session.get(AccessFailure, requester) or AccessFailure(requester=requester)
+    quiet = rule.forgiven_after
+    if quiet is not None and failure.failures and now - as_utc(failure.updated_at) >= quiet:
+        failure.failures = 0
+    failure.failures += 1
+    failure.updated_at = now
+    locked = None
+    if failure.failures >= rule.limit:
+        locked = failure.locked_until = now + rule.lasts
+        failure.failures = 0
+    session.add(failure)
+    return locked
+
+
+def _forget(session: Session, requester: str) -> None:
+    if (failure := session.get(AccessFailure, requester)) is not None:
+        session.delete(failure)

@@ -133,6 +133,47 @@ def test_failed_logins_are_limited_per_client(home: Path) -> None:
     run(home, body)
 
 
+def test_failed_logins_are_counted_in_state_db_across_dashboards_and_restarts(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    """Two gateways serving the dashboard over one database (two homes on PostgreSQL,
+    one home's state.db twice on SQLite) share the limit, and a restart keeps it."""
+    first_home = tmp_path / "first"
+    second_home = first_home if database_url is None else tmp_path / "second"
+
+    async def go() -> None:
+        async with (
+            serve(first_home, database_url=database_url) as first,
+            serve(second_home, database_url=database_url) as second,
+        ):
+            a, b = Browser(first.base), Browser(second.base)
+            try:
+                for browser in (a, b, a, b):
+                    await browser.login("not the password at all")
+                    assert browser.note() == "Wrong password."
+                await b.login()  # the right password works: 4 failures so far
+                assert "<h1>Status</h1>" in b.page
+                await b.post("/admin/logout")
+                for browser in (a, b, a, b):
+                    await browser.login("still not the password")
+                await a.login("nor this one either")  # the 5th since the login: locked
+                for browser in (a, b):
+                    await browser.login()
+                    assert browser.note().startswith("Too many failed logins"), browser.note()
+            finally:
+                await a.close()
+                await b.close()
+        async with serve(first_home, database_url=database_url) as again:  # a restart
+            browser = Browser(again.base)
+            try:
+                await browser.login()
+                assert browser.note().startswith("Too many failed logins")
+            finally:
+                await browser.close()
+
+    asyncio.run(go())
+
+
 def test_a_form_without_its_csrf_token_or_from_another_site_changes_nothing(home: Path) -> None:
     async def body(served: Served, browser: Browser) -> None:
         stranger_asks(served)

@@ -42,13 +42,14 @@ class Served:
 
 @contextlib.asynccontextmanager
 async def serve(
-    home: Path, config_text: str = "", *, password: bool = True
+    home: Path, config_text: str = "", *, password: bool = True, database_url: str | None = None
 ) -> AsyncIterator[Served]:
-    """The dashboard over `home` on an ephemeral port, the owner's password set."""
+    """The dashboard over `home` on an ephemeral port, the owner's password set; its
+    state.db there, or on the PostgreSQL `database_url`."""
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.yaml").write_text("gateway:\n  http:\n    port: 0\n" + config_text)
     config = load_config(home)
-    db = SessionDB.open(home)
+    db = SessionDB.open(home, database_url)
     owner = owner_user_id(home)
     db.people.ensure_user(owner, role="owner", display_name="Olive")
     memory = build_memory(home, config, db, None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from datetime import timedelta
 
 import pytest
@@ -14,6 +15,7 @@ from hermes.state.access import (
     CODE_LENGTH,
     MAX_FAILURES,
     AccessDB,
+    Lockout,
     PairingRefused,
     Redeem,
 )
@@ -69,6 +71,34 @@ def test_five_wrong_codes_lock_the_requester_out_even_for_a_right_code(db: Sessi
     locked = access.redeem_link_code(code, "slack:EVE")
     assert locked.status is Redeem.LOCKED and locked.locked_until is not None
     assert access.redeem_link_code(code, "slack:ALICE").status is Redeem.OK  # others are not
+
+
+def test_lockouts_count_per_requester_forget_a_quiet_spell_and_end(db: SessionDB) -> None:
+    """The lockouts the dashboard's logins use: each requester counted under its own
+    rule in one transaction, a success forgets, failures a quiet spell old are forgotten,
+    and a lockout ends when it lasts out."""
+    access = AccessDB(db)
+    spell = timedelta(seconds=3)  # long enough for a loaded machine's slowest write
+    quiet = Lockout(2, timedelta(minutes=5), forgiven_after=spell)
+    access.failed({"c": quiet})  # forgotten by the time c fails again, below
+    rules = {"a": Lockout(3, spell), "all": Lockout(5, spell)}
+    access.failed(rules)
+    access.failed(rules)
+    assert access.locked_until(["a", "all"]) is None
+    access.succeeded("a")  # forgets a's two, not the overall count
+    access.failed(rules)
+    access.failed(rules)
+    assert access.locked_until(["a"]) is None
+    access.failed({"b": Lockout(3, spell), "all": rules["all"]})  # the 5th overall
+    assert access.locked_until(["a"]) is None
+    until = access.locked_until(["a", "all"])
+    assert until is not None and access.locked_until(["b", "all"]) == until
+    time.sleep(spell.total_seconds() + 0.2)
+    assert access.locked_until(["a", "all"]) is None  # it lasted out
+    access.failed({"c": quiet})  # the first is forgotten: one failure, not two
+    assert access.locked_until(["c"]) is None
+    access.failed({"c": quiet})
+    assert access.locked_until(["c"]) is not None
 
 
 def test_merging_moves_sessions_and_search_follows(db: SessionDB) -> None:
