@@ -45,6 +45,7 @@ VARIANTS: dict[str, tuple[Ranking, bool]] = {  # name -> (ranking, script trust 
     "shipped": (Ranking(), True),
     "no neighbour smoothing": (Ranking(smoothing=False), True),
     "no reply expansion": (Ranking(replies=False), True),
+    "no question handoff": (Ranking(asked=False), True),
     "no session coverage": (Ranking(sessions=False), True),
     "vector smoothing on": (Ranking(vector_smoothing=True), True),
     "script trust off": (Ranking(), False),

@@ -5,9 +5,10 @@ stopwords dropped, every term quoted, balanced quoted phrases kept, FTS syntax a
 dangling operators stripped, dotted/hyphenated terms quoted whole. Korean, Chinese and
 Japanese runs become bigrams and single characters (hermes/state/cjk.py) looked up in
 `messages_cjk`. Both indexes are ranked the same way (IDF over the user's own messages,
-length, neighbouring turns, the session's coverage) and the two lists are merged by
-reciprocal rank fusion, so a mixed question ("docker 그 포트") benefits from both and
-scores from different indexes never need to be comparable: one lexical ranking. With
+length, a question handing half its score to its reply, neighbouring turns, the
+session's coverage) and the two lists are merged by reciprocal rank fusion, so a mixed
+question ("docker 그 포트") benefits from both and scores from different indexes never
+need to be comparable: one lexical ranking. With
 hybrid retrieval on, the user's nearest messages by embedding (hermes/state/vectors.py)
 are a vector ranking, fused with the lexical one by trust (`fuse_trusted`): each side
 weighs as much as its top stands out from its runners-up, the vectors also as far as the
@@ -40,6 +41,8 @@ NEIGHBOUR_WEIGHT = 0.4
 NEIGHBOUR2_WEIGHT = 0.3
 SESSION_WEIGHT = 0.2
 REPLY_OF = 10  # the best candidates whose next turn joins the candidates
+ASKED_SHARE = 0.5  # of a question turn's own score, what its reply takes (README: ablation)
+QUESTION_MARKS = ("?", "？", "؟")  # Latin and others, full-width (CJK), Arabic
 MAX_CJK_LOOKUPS = 64  # a pasted page of CJK text makes thousands of bigrams: one query each
 
 STOPWORDS = frozenset(
@@ -96,6 +99,7 @@ class Ranking:
 
     smoothing: bool = True  # neighbouring turns lend a message part of their score
     replies: bool = True  # the turn after a matching question joins the candidates
+    asked: bool = True  # a question turn hands half its own score to the turn after it
     sessions: bool = True  # a message gains from its session's coverage of the query
     vector_smoothing: bool = False  # neighbouring turns lend their similarity too
     trusted: bool = True  # the two rankings fused by trust (else: reciprocal rank fusion)
@@ -453,9 +457,7 @@ def _index_hits(
             weights[hit.message_id] = weights.get(hit.message_id, 0.0) + bonus
     if not ranking.sessions:
         postings = {}
-    ranked_hits = _rerank(
-        candidates, near if ranking.smoothing else None, weights, postings, idf_of
-    )
+    ranked_hits = _rerank(candidates, near, weights, postings, idf_of, ranking=ranking)
     return ranked_hits, _coverage(ranked_hits, weights, total_idf)
 
 
@@ -517,10 +519,12 @@ def _load(
 
 def _rerank(
     candidates: list[MessageHit],
-    near: dict[int, Near] | None,
+    near: dict[int, Near],
     weights: dict[int, float],
     postings: dict[str, list[int]],
     idf_of: dict[str, float],
+    *,
+    ranking: Ranking = RANKING,
 ) -> list[MessageHit]:
     lengths = {hit.message_id: max(1, len(hit.content.split())) for hit in candidates}
     average = sum(lengths.values()) / len(lengths)
@@ -539,7 +543,27 @@ def _rerank(
     coverage = {
         mid: SESSION_WEIGHT * sum(covered.get(session_of[mid], {}).values()) for mid in base
     }
-    return _smoothed(candidates, near, base, coverage)
+    if ranking.asked:
+        base = _answered(candidates, near, base)
+    return _smoothed(candidates, near if ranking.smoothing else None, base, coverage)
+
+
+def _answered(
+    candidates: list[MessageHit], near: dict[int, Near], base: dict[int, float]
+) -> dict[int, float]:
+    """A turn that asks a question shares what its words matched with the turn after it
+    (ASKED_SHARE of its own score moves there): the words of a question are where
+    something was asked, its reply is where it was answered ("What pet do you have?" /
+    "A cat, Bailey"), and a search is for the answer. The question keeps the rest, so
+    it still ranks where nothing answered it."""
+    moved = dict(base)
+    for hit in sorted(candidates, key=lambda h: h.message_id):  # in the order said
+        reply = near[hit.message_id][1]
+        if reply is not None and reply in base and hit.content.rstrip().endswith(QUESTION_MARKS):
+            share = ASKED_SHARE * moved[hit.message_id]
+            moved[hit.message_id] -= share
+            moved[reply] += share
+    return moved
 
 
 def _smoothed(
@@ -581,7 +605,7 @@ _FOLLOWING = (
     "SELECT m.id, "
     + _NEAR.format(op=">", direction="ASC", skip=0)
     + " FROM messages m WHERE m.id IN ({ids}) AND m.role IN ('user', 'assistant')"
-    " AND (rtrim(m.content) LIKE '%?' OR rtrim(m.content) LIKE '%？')"
+    " AND (" + " OR ".join(f"rtrim(m.content) LIKE '%{mark}'" for mark in QUESTION_MARKS) + ")"
 )
 
 

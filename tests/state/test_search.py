@@ -120,8 +120,38 @@ def test_a_turn_next_to_the_topic_gains_from_it(db: SessionDB, alice: str) -> No
     other = db.conversations.start_session(alice, "cli", "k2")
     db.conversations.add_messages(other.id, [NewMessage("user", "A kayak poster")])
     hits = contents(db, SearchScope(alice), "kayak trip")
-    assert hits[0] == "How was the kayak trip?"
-    assert hits.index("The kayak rental was cheap") < hits.index("A kayak poster")
+    # the question hands half its score to its reply (see the next test), which has its
+    # own "kayak" too; both come before a message that only shares a word
+    assert hits == ["The kayak rental was cheap", "How was the kayak trip?", "A kayak poster"]
+
+
+@pytest.mark.parametrize(
+    ("asked", "answer"),
+    [
+        ("What pet do you have?", "A cat called Bailey, and a dog"),
+        ("你养了什么宠物？", "一只叫百利的猫"),
+        ("ما هو حيوانك الأليف؟", "قطة اسمها بيلي"),
+        ("¿Qué mascota tienes?", "Una gata que se llama Bailey"),
+    ],
+)
+def test_the_reply_to_a_matching_question_comes_before_it(
+    db: SessionDB, alice: str, asked: str, answer: str
+) -> None:
+    """A search is for what was said, not for where it was asked: a question that
+    matches hands half its score to the turn after it, which ranks first although it
+    shares no word with the search; a question nobody answered keeps its place."""
+    chat = db.conversations.start_session(alice, "cli", "pets")
+    db.conversations.add_messages(
+        chat.id,
+        [NewMessage("assistant", asked), NewMessage("user", answer), NewMessage("user", "ok")],
+    )
+    later = db.conversations.start_session(alice, "cli", "later")
+    db.conversations.add_messages(later.id, [NewMessage("user", "Unrelated: the train was late")])
+    hits = contents(db, SearchScope(alice), asked.strip("¿?？؟"))
+    assert hits[:2] == [answer, asked]
+    unanswered = db.conversations.start_session(alice, "cli", "unanswered")
+    db.conversations.add_messages(unanswered.id, [NewMessage("user", "Do zebras sleep standing?")])
+    assert contents(db, SearchScope(alice), "zebras sleep")[0] == "Do zebras sleep standing?"
 
 
 def test_stemming_matches_word_forms(db: SessionDB, alice: str) -> None:
