@@ -46,6 +46,7 @@ VARIANTS: dict[str, tuple[Ranking, bool]] = {  # name -> (ranking, script trust 
     "no neighbour smoothing": (Ranking(smoothing=False), True),
     "no reply expansion": (Ranking(replies=False), True),
     "no question handoff": (Ranking(asked=False), True),
+    "no question handoff (vectors)": (Ranking(vector_asked=False), True),
     "no session coverage": (Ranking(sessions=False), True),
     "vector smoothing on": (Ranking(vector_smoothing=True), True),
     "script trust off": (Ranking(), False),
@@ -147,7 +148,9 @@ def measure(build: Build, embeddings: tuple[str, str] | None) -> dict[str, Any]:
             vector = hybrid.vector(q.query) if hybrid is not None else None
             lexical_seen: dict[Ranking, int | None] = {}
             for name, (ranking, script_trust) in VARIANTS.items():
-                lexical_key = replace(ranking, vector_smoothing=False, trusted=True, coverage=False)
+                lexical_key = replace(
+                    ranking, vector_smoothing=False, vector_asked=True, trusted=True, coverage=False
+                )
                 if lexical_key not in lexical_seen:
                     hits = db.conversations.search(scope, q.query, max(KS), ranking=ranking)
                     lexical_seen[lexical_key] = _first(hits, q.answers)

@@ -6,9 +6,10 @@ three changes to what is searched (README "Recall in other words").
         --locomo ../shared/bench-data/locomo-dev.json [--save lists.json | --load lists.json]
 
 Every set of bench/recall_ablation.py is stored and embedded once; for each question the
-shipped lexical ranking (200 hits, scores), the vector ranking (the person's nearest 200
-with the median and spread of their similarities and the script trust) and the vector
-similarity of the lexical ranking's first 50 are kept (`--save` writes them, `--load`
+shipped lexical ranking (200 hits, scores), the vector ranking as search fuses it (the
+person's nearest 200, a question's reply included, with the median and spread of their
+similarities and the script trust) and the vector similarity of the lexical ranking's
+first 50 are kept (`--save` writes them, `--load`
 reads them back, so the fusions below run in seconds). Then, recall_any@5 per set:
 - `fusions`: the shipped `fuse_trusted` (called as search calls it), reciprocal rank
   fusion, the oracle (per question, the better of the two lists: what any fusion of these
@@ -49,6 +50,7 @@ from hermes.state.search import (
     parse_query,
     quote,
     scope_token,
+    vector_ranking,
 )
 
 CUT = 5
@@ -105,6 +107,8 @@ def _lists_of(build: ra.Build, embeddings: tuple[str, str]) -> list[Lists]:
             with eng.reading(db.engine) as session:
                 conn = session.connection()
                 near = db.vectors.nearest(conn, q.user, vector, 200)
+                # the vector ranking as search fuses it (a question's reply included)
+                ranked = vector_ranking(conn, scope, near, parse_query(q.query).terms)
                 by_content = db.vectors.nearest(conn, q.user, hybrid.vector(content), CUT)
                 ids, matrix = db.vectors.cache.matrix(conn, q.user, vector.model)
             unit = np.asarray(vector.values, dtype=np.float32)
@@ -121,7 +125,7 @@ def _lists_of(build: ra.Build, embeddings: tuple[str, str]) -> list[Lists]:
                     q.query,
                     sorted(q.answers),
                     [(h.message_id, h.score) for h in lex],
-                    near.hits,
+                    [(h.message_id, h.score) for h in ranked],
                     near.median,
                     near.spread,
                     near.trust,
@@ -285,7 +289,7 @@ def oracle(q: Lists) -> list[int]:
 
 FUSIONS: dict[str, Fusion] = {
     "lexical": lexical,
-    "vector list alone": vector,
+    "vector ranking (replies included)": vector,
     "shipped (trust fusion)": shipped,
     "reciprocal rank fusion": rank_fusion,
     "cross-examined vectors": weighted(w_lex_shipped, cross_examined),

@@ -100,6 +100,7 @@ class Ranking:
     smoothing: bool = True  # neighbouring turns lend a message part of their score
     replies: bool = True  # the turn after a matching question joins the candidates
     asked: bool = True  # a question turn hands half its own score to the turn after it
+    vector_asked: bool = True  # the same in the vector ranking (half its lead on the median)
     sessions: bool = True  # a message gains from its session's coverage of the query
     vector_smoothing: bool = False  # neighbouring turns lend their similarity too
     trusted: bool = True  # the two rankings fused by trust (else: reciprocal rank fusion)
@@ -263,30 +264,43 @@ def search_messages(
     lexical = fuse(ranked)
     if not nearest or not nearest.hits:
         return lexical[:limit]
-    vector = _vector_hits(conn, scope, nearest.hits, parsed.terms, ranking)
+    vector = vector_ranking(conn, scope, nearest, parsed.terms, ranking)
     if not ranking.trusted:
         return fuse([lexical, vector])[:limit]
     coverage = max(covered, default=0.0) if ranking.coverage else 1.0
     return fuse_trusted(lexical, vector, nearest, coverage)[:limit]
 
 
-def _vector_hits(
+def vector_ranking(
     conn: Connection,
     scope: SearchScope,
-    nearest: list[tuple[int, float]],
+    nearest: Neighbours,
     terms: tuple[str, ...],
     ranking: Ranking = RANKING,
 ) -> list[MessageHit]:
     """The nearest messages that pass the scope's filters (as the lexical candidates
-    do), by similarity; with `ranking.vector_smoothing`, a message's neighbouring turns
-    lend it their similarity with the lexical ranking's weights (off by default: it
-    buried paraphrases under their neighbours in the recall benchmarks)."""
-    similarity = dict(nearest)
-    candidates, near = _load(conn, scope, [mid for mid, _ in nearest], terms)
+    do), by similarity. A question among them hands half its lead over the person's
+    median similarity to its reply (`_answered`; the reply joins the list at the median,
+    what an unrelated message scores, when it is not among them). With
+    `ranking.vector_smoothing`, a message's neighbouring turns lend it their similarity
+    with the lexical ranking's weights (off by default: it buried paraphrases under
+    their neighbours in the recall benchmarks)."""
+    similarity = dict(nearest.hits)
+    candidates, near = _load(conn, scope, [mid for mid, _ in nearest.hits], terms)
     own = {h.message_id: similarity[h.message_id] for h in candidates}
-    if not ranking.vector_smoothing or len(candidates) < 2:
-        return [_rescored(hit, own[hit.message_id]) for hit in candidates]
-    return _smoothed(candidates, near, own)
+    if ranking.vector_asked:
+        replies = [near[h.message_id][1] for h in candidates if _asks(h)]
+        missing = [r for r in replies if r is not None and r not in own]
+        if missing:
+            extra, extra_near = _load(conn, scope, missing, terms)
+            candidates += extra
+            near |= extra_near
+            own |= {h.message_id: nearest.median for h in extra}
+        own = _answered(candidates, near, own, nearest.median)
+    if ranking.vector_smoothing and len(candidates) >= 2:
+        return _smoothed(candidates, near, own)
+    ranked = sorted(candidates, key=lambda h: (-own[h.message_id], -h.message_id))
+    return [_rescored(hit, own[hit.message_id]) for hit in ranked]
 
 
 def fuse(ranked: list[list[MessageHit]]) -> list[MessageHit]:
@@ -549,21 +563,29 @@ def _rerank(
 
 
 def _answered(
-    candidates: list[MessageHit], near: dict[int, Near], base: dict[int, float]
+    candidates: list[MessageHit],
+    near: dict[int, Near],
+    base: dict[int, float],
+    floor: float = 0.0,
 ) -> dict[int, float]:
-    """A turn that asks a question shares what its words matched with the turn after it
-    (ASKED_SHARE of its own score moves there): the words of a question are where
-    something was asked, its reply is where it was answered ("What pet do you have?" /
-    "A cat, Bailey"), and a search is for the answer. The question keeps the rest, so
-    it still ranks where nothing answered it."""
+    """A turn that asks a question shares what it scored with the turn after it
+    (ASKED_SHARE of its score above `floor`, what an unrelated message scores, moves
+    there): a question's words, or its meaning, mark where something was asked, its
+    reply is where it was answered ("What pet do you have?" / "A cat, Bailey"), and a
+    search is for the answer. The question keeps the rest, so it still ranks where
+    nothing answered it. In the order said: a reply that asks again hands half on."""
     moved = dict(base)
-    for hit in sorted(candidates, key=lambda h: h.message_id):  # in the order said
+    for hit in sorted(candidates, key=lambda h: h.message_id):
         reply = near[hit.message_id][1]
-        if reply is not None and reply in base and hit.content.rstrip().endswith(QUESTION_MARKS):
-            share = ASKED_SHARE * moved[hit.message_id]
+        if reply is not None and reply in base and _asks(hit):
+            share = ASKED_SHARE * max(0.0, moved[hit.message_id] - floor)
             moved[hit.message_id] -= share
             moved[reply] += share
     return moved
+
+
+def _asks(hit: MessageHit) -> bool:
+    return hit.content.rstrip().endswith(QUESTION_MARKS)
 
 
 def _smoothed(

@@ -26,7 +26,14 @@ from hermes.state import engine as eng
 from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
 from hermes.state.schema import SCHEMA_VERSION
-from hermes.state.search import MessageHit, Neighbours, SearchScope, commitment, fuse_trusted
+from hermes.state.search import (
+    MessageHit,
+    Neighbours,
+    Ranking,
+    SearchScope,
+    commitment,
+    fuse_trusted,
+)
 from hermes.state.vectors import ModelChangedError, QueryVector
 from hermes.tools.session_search import SessionSearchTool
 from tests.fakes.openai_server import FakeOpenAI, Reply
@@ -152,6 +159,30 @@ def test_a_paraphrase_with_no_shared_word_is_found_only_with_vectors(
     assert vector is not None
     hits = db.conversations.search(scope, "automobile", vector=vector)
     assert hits[0].message_id == car
+
+
+def test_the_reply_to_a_question_near_in_meaning_is_found_through_it(
+    db: SessionDB, alice: str, fake: FakeOpenAI
+) -> None:
+    """The question is what resembles a search ("which automobile?"); the reply holds
+    what was said and resembles nothing. A question among the nearest hands half its
+    lead to its reply, which joins the vector ranking; without that step it is not
+    found at all."""
+    [asked, reply, _] = say(
+        db, alice, "Which vehicle is yours?", "Mostly my bike, honestly", "Nice"
+    )
+    say(db, alice, "The weather is lovely today", "Enjoy it")
+    say(db, alice, "I planted tulips in the garden", "Lovely")
+    run(drained(embedder_for(db, fake)))
+    vector = run(question(embedder_for(db, fake), "automobile"))
+    assert vector is not None
+    scope = SearchScope(alice)
+    hits = [h.message_id for h in db.conversations.search(scope, "automobile", vector=vector)]
+    assert hits[:2] == [reply, asked] or hits[:2] == [asked, reply], hits
+    without = Ranking(vector_asked=False)
+    found = db.conversations.search(scope, "automobile", 10, vector, without)
+    assert reply not in [h.message_id for h in found]
+    assert found[0].message_id == asked
 
 
 def test_fusion_ranks_a_message_both_lists_agree_on_first(
