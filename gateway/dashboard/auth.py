@@ -171,6 +171,7 @@ class Attempts:
 
     def failed(self, client: str) -> None:
         self.access.failed({_key(client): self.per_client, EVERYONE: self.overall})
+        self.access.forget_stale(_key(""), self.per_client)  # bounded whoever guesses
 
     def succeeded(self, client: str) -> None:
         self.access.succeeded(_key(client))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from sqlalchemy import delete, func, update
+from sqlalchemy import delete, func, or_, update
 from sqlmodel import Session, col, select
 
 from hermes.identity import validate_user_id
@@ -147,6 +147,20 @@ class AccessDB(Stamped):
     def succeeded(self, requester: str) -> None:
         """`requester` got in: their failures are forgotten."""
         self._write(lambda session: _forget(session, requester))
+
+    def forget_stale(self, prefix: str, rule: Lockout) -> int:
+        """Delete the rows of requesters whose name starts with `prefix` that `rule` has
+        forgotten anyway (no failure for its quiet spell, no lockout running), so that
+        guessers from ever new addresses leave a bounded table behind; how many went."""
+        quiet = rule.forgiven_after or rule.lasts
+        now = utcnow()
+        stale = delete(AccessFailure).where(
+            col(AccessFailure.requester).startswith(prefix, autoescape=True),
+            col(AccessFailure.updated_at) < now - quiet,
+            or_(col(AccessFailure.locked_until).is_(None), col(AccessFailure.locked_until) < now),
+        )
+        result = self._write(lambda session: session.execute(stale))
+        return int(getattr(result, "rowcount", 0) or 0)
 
     # -- pairing ---------------------------------------------------------------------
 

@@ -99,6 +99,11 @@ def test_lockouts_count_per_requester_forget_a_quiet_spell_and_end(db: SessionDB
     assert access.locked_until(["c"]) is None
     access.failed({"c": quiet})
     assert access.locked_until(["c"]) is not None
+    # rows the rule has forgotten anyway go (a, all, b: quiet for the spell, their
+    # lockouts over); c, locked and failing just now, stays; only the prefix's rows
+    assert access.forget_stale("zz", rules["a"]) == 0
+    assert access.forget_stale("", rules["a"]) == 3
+    assert access.locked_until(["c"]) is not None
 
 
 def test_merging_moves_sessions_and_search_follows(db: SessionDB) -> None:
