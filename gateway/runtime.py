@@ -464,6 +464,8 @@ class Gateway:
         for name, why in self.failed.items():
             retry = self.retrying.get(name)
             states[name] = f"failed: {why}" + (f" ({retry})" if retry else "")
+        for name in self.platforms:  # before its start, or between a stop and its restart
+            states.setdefault(name, "starting")
         return states
 
     def readiness(self) -> dict[str, bool]:

@@ -98,7 +98,7 @@ def test_an_outage_loses_nothing_and_the_writes_arrive_in_order(
     caplog.set_level(logging.INFO, "hermes.providers.host")
 
     async def go() -> tuple[Any, Any, str, int]:
-        host = host_for(service, home, db, open_s=1.0)
+        host = host_for(service, home, db, open_s=4.0)  # what follows fits in it, loaded
         service.down = True
         for n in range(4):
             host.turn_done(f"turn {n}", "ok", ALICE, [{"role": "user", "content": f"turn {n}"}])
@@ -110,7 +110,7 @@ def test_an_outage_loses_nothing_and_the_writes_arrive_in_order(
         down = host.status(ALICE.user_id)
         everyone = host.status(ALICE.user_id, everyone=True)
         calls_while_open = service.calls
-        host.turn_done("turn 4", "ok", ALICE, [])  # written while it is open (1 s) ...
+        host.turn_done("turn 4", "ok", ALICE, [])  # written while it is open (4 s) ...
         await host.drain(5)  # ... and handled by the worker, which rests without a call
         skipped = await host.recall("what do you know about me?", ALICE)  # not asked
         assert service.calls == calls_while_open  # left alone while open
