@@ -223,20 +223,17 @@ def weighted(w_lex: Callable[[Lists], float], w_vec: Callable[[Lists], float]) -
     weights) with other weights."""
 
     def run(q: Lists) -> list[int]:
-        # the shipped form with the weights folded into the scores: scaling a list's
-        # scores by w scales its relative scores by w and its commitment not at all
-        lex = [(m, s) for m, s in q.lex]
-        nearest = Neighbours(q.vec, q.median, q.spread, 1.0)
+        # fuse_trusted multiplies each list's commitment by `coverage` (words) and the
+        # trust (vectors): those factors are set so that the products are wl and wv
         wl, wv = w_lex(q), w_vec(q)
-        base_l = commitment([s for _, s in lex], 0.0, None)
+        base_l = commitment([s for _, s in q.lex], 0.0, None)
         base_v = commitment([s for _, s in q.vec], q.median, q.spread)
-        trust = (wv / base_v) if base_v > 0 else 0.0
-        scale = (wl / base_l) if base_l > 0 else 0.0
+        scale = wl / base_l if base_l > 0 else 0.0
+        trust = wv / base_v if base_v > 0 else 0.0
         if scale == 0.0 and trust == 0.0:
             return shipped(q)
         nearest = Neighbours(q.vec, q.median, q.spread, trust)
-        hits = _hits([(m, s) for m, s in lex])
-        fused = fuse_trusted(hits, _hits(q.vec), nearest, coverage=scale)
+        fused = fuse_trusted(_hits(q.lex), _hits(q.vec), nearest, coverage=scale)
         return [h.message_id for h in fused]
 
     return run
