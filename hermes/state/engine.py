@@ -47,19 +47,38 @@ class Handle(Protocol):
 def open_database(path: Path, patience: float) -> tuple[Engine, int]:
     """The engine of state.db at `path`, migrated; (engine, the version it had before).
     A file that cannot be used raises StateDBError saying why and what to do; nothing
-    is written to it then."""
-    try:
-        engine = open_engine(path)
-        return engine, migrate(engine, patience)
-    except StateDBError:
-        raise
-    except (DatabaseError, sqlite3.DatabaseError) as exc:
-        raise StateDBError(explain(path, exc)) from None
-    except OSError as exc:
-        raise StateDBError(
-            f"cannot use {path}: {exc.strerror or exc}. Check that its folder exists and "
-            "is writable by this user (HERMES_HOME selects it)."
-        ) from None
+    is written to it then. A file another process holds locked (its last connection
+    checkpointing, a backup, an `sqlite3` shell inside a transaction) is waited for
+    within `patience`, then DatabaseBusyError: locked is never reported as damaged."""
+    backoff = Patience(
+        patience,
+        busy=f"{path} stayed locked by another process for over {{s:g}} s"
+        "; try again when it is done (is an `sqlite3` shell or a backup holding it?)",
+    )
+    while True:
+        engine: Engine | None = None
+        try:
+            engine = open_engine(path)
+            return engine, migrate(engine, patience)
+        except StateDBError:
+            _dispose(engine)
+            raise
+        except (DatabaseError, sqlite3.DatabaseError) as exc:
+            _dispose(engine)
+            if not is_locked(exc):
+                raise StateDBError(explain(path, exc)) from None
+            backoff.wait(exc)
+        except OSError as exc:
+            _dispose(engine)
+            raise StateDBError(
+                f"cannot use {path}: {exc.strerror or exc}. Check that its folder exists and "
+                "is writable by this user (HERMES_HOME selects it)."
+            ) from None
+
+
+def _dispose(engine: Engine | None) -> None:
+    if engine is not None:
+        engine.dispose()  # the pool's connections closed now, not by the collector
 
 
 def explain(path: Path, exc: BaseException) -> str:
@@ -68,6 +87,11 @@ def explain(path: Path, exc: BaseException) -> str:
     lowered = detail.lower()
     if "disk is full" in lowered or "disk i/o" in lowered:
         return f"{path}: the disk is full or failing ({detail}). Free space and try again."
+    if is_locked(exc):
+        return (
+            f"{path} is locked by another process ({detail}); nothing was changed. Try again "
+            "when it is done (is an `sqlite3` shell or a backup holding it?)."
+        )
     if "readonly" in lowered or "unable to open" in lowered or "read-only" in lowered:
         return (
             f"cannot write {path} ({detail}). Check that it and its folder are writable by "

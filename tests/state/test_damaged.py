@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,6 +14,8 @@ import pytest
 
 from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
+from hermes.state.engine import BUSY_TIMEOUT_MS
+from hermes.state.retry import DatabaseBusyError
 from tests.harness.cli import hermes
 
 
@@ -113,4 +118,56 @@ def test_noise_over_pages_inside_the_file_is_one_clear_message_everywhere(
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr + result.stdout
     assert "damaged" in result.stderr and ".recover" in result.stderr and "backup" in result.stderr
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+
+
+HOLD = """
+import sqlite3, sys, time
+raw = sqlite3.connect(sys.argv[1], isolation_level=None)
+raw.execute("PRAGMA locking_mode=EXCLUSIVE")  # no other connection may even read it
+raw.execute("BEGIN EXCLUSIVE")
+raw.execute("CREATE TABLE IF NOT EXISTS held (a)")
+raw.execute("COMMIT")
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def _hold(path: Path, seconds: float) -> subprocess.Popen[str]:
+    """Another process holding state.db locked for `seconds` (an `sqlite3` shell left in
+    exclusive mode, a backup tool): started, and holding the lock, when this returns."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(path), str(seconds)], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_state_db_locked_past_sqlites_own_wait_is_waited_for(home: Path) -> None:
+    """Locked longer than SQLite's busy timeout (2 s) but within the patience: it opens
+    once the other process lets go, instead of being called damaged."""
+    path = _healthy(home)
+    holder = _hold(path, BUSY_TIMEOUT_MS / 1000 + 1.5)
+    started = time.monotonic()
+    db = SessionDB(path, patience=30.0)
+    waited = time.monotonic() - started
+    holder.communicate(timeout=30)
+    assert waited > BUSY_TIMEOUT_MS / 1000  # it did wait past SQLite's own timeout
+    assert db.people.ensure_user("u_00000000000000aa").id  # and the database is whole
+    db.close()
+
+
+def test_a_state_db_locked_past_the_patience_says_locked_not_damaged(home: Path) -> None:
+    path = _healthy(home)
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    holder = _hold(path, 60)
+    try:
+        with pytest.raises(DatabaseBusyError) as caught:
+            SessionDB(path, patience=3.0)
+    finally:
+        holder.kill()
+        holder.communicate()
+    message = str(caught.value)
+    assert "locked by another process" in message and str(path) in message
+    assert "damaged" not in message and ".recover" not in message
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
