@@ -78,6 +78,7 @@ class Gateway:
         self.failed: dict[str, str] = {}
         self.retrying: dict[str, str] = {}
         self.links: dict[str, str] = {}  # a started platform's connection, when not "connected"
+        self._bound: set[str] = set()  # platforms whose webhook routes the server holds
         self.standby: dict[str, str] = {}  # a leased platform another instance holds: why
         self.checks = 0  # rounds of connection checks done (each every SUPERVISE_S)
         self.exit_code = 0
@@ -131,9 +132,10 @@ class Gateway:
                 await asyncio.to_thread(memory.reconcile, user_id)
         built = self._build_platforms(problems)
         leased = {name for name in built if self._leased(name)}
-        for adapter in built.values():
-            if isinstance(adapter, WebhookAdapter):
-                for route in adapter.routes():
+        for name, adapter in built.items():
+            if isinstance(adapter, WebhookAdapter) and (routes := adapter.routes()):
+                self._bound.add(name)  # a restart starts this adapter again (_retry)
+                for route in routes:
                     self.http.add(route)
         if not is_loopback(self.http.host):
             logger.warning(
@@ -369,7 +371,7 @@ class Gateway:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), wait)
                 return  # stopping
-            if not isinstance(adapter, WebhookAdapter):  # its routes are bound to it
+            if name not in self._bound:  # a fresh one (a webhook's routes are bound to it)
                 adapter = self._build(name)
             if await self._start_platform(name, adapter):
                 return

@@ -253,11 +253,12 @@ class TelegramAdapter:
         self._sink: EventSink | None = None
         self._poll_trouble = ""  # why the last poll failed; empty once one succeeds
         self._token_refused = False
+        self.app.add_handler(MessageHandler(filters.ALL, self._on_update))
+        self.app.add_handler(CallbackQueryHandler(self._on_press))
 
     async def start(self, sink: EventSink) -> None:
         self._sink = sink
-        self.app.add_handler(MessageHandler(filters.ALL, self._on_update))
-        self.app.add_handler(CallbackQueryHandler(self._on_press))
+        self._poll_trouble, self._token_refused = "", False  # a webhook adapter starts again
         await self.app.initialize()  # getMe
         if self.menu:
             await self.app.bot.set_my_commands(self.menu)
@@ -304,7 +305,10 @@ class TelegramAdapter:
         """Polling stops; updates not fetched yet stay unconfirmed at Telegram (webhook
         pushes are refused with 503 by the gateway's server, so Telegram retries them)."""
         if self.app.updater is not None and self.app.updater.running:
-            await self.app.updater.stop()
+            try:
+                await self.app.updater.stop()
+            except TelegramError as exc:  # how the polling loop ended (a refused token)
+                logger.info("telegram polling had ended: %s", exc)
 
     async def stop(self) -> None:
         await self.stop_intake()

@@ -63,7 +63,14 @@ def test_telegram_polling_trouble_shows_then_clears_and_a_refused_token_restarts
             telegram.faults.append(Fault("getUpdates", 401, "Unauthorized"))
             await until(lambda: "failed" in gateway.status()["telegram"], 20, "lost")
             await until(lambda: gateway.status()["telegram"] == "connected", 30, "restarted")
-            assert sum(1 for method, _ in telegram.calls if method == "getMe") > getmes
+            restarted = sum(1 for method, _ in telegram.calls if method == "getMe")
+            assert restarted > getmes
+            # the token is accepted again: a fresh adapter, connected for good (the refused
+            # one, started again, said "lost" at every check and was restarted forever)
+            checks = gateway.checks
+            await until(lambda: gateway.checks >= checks + 3, 20, "three more checks")
+            assert gateway.status()["telegram"] == "connected"
+            assert sum(1 for method, _ in telegram.calls if method == "getMe") == restarted
             telegram.user_message("still there?", user_id=42)
             await asyncio.to_thread(telegram.wait_sent, 1)
         finally:
