@@ -20,6 +20,7 @@ at the next event, so its effect is immediate.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -213,14 +214,28 @@ class People:
         The whole link holds the memory gate exclusively (hermes/memory/gate.py): two
         links of a chain run one after the other, each on the ids as they are then.
         """
-        try:
-            with self.memory.gate(exclusive=True):
-                outcome = self._link(code, requester=requester, current_user=current_user)
-        except StoreError as exc:
-            return LinkOutcome(False, f"Could not merge the memories: {exc}")
+        outcome = self._gated_link(code, requester=requester, current_user=current_user)
         if outcome.merged_away is not None:
             self.changed()
         return outcome
+
+    async def link_from_chat(self, code: str, *, requester: str, current_user: str) -> LinkOutcome:
+        """`link` for the event loop: the link itself in a thread (it waits for the
+        memory gate, and for a provider write of the person in flight, which finishes
+        on the loop), the listeners told on the loop, as every other change."""
+        outcome = await asyncio.to_thread(
+            self._gated_link, code, requester=requester, current_user=current_user
+        )
+        if outcome.merged_away is not None:
+            self.changed()
+        return outcome
+
+    def _gated_link(self, code: str, *, requester: str, current_user: str) -> LinkOutcome:
+        try:
+            with self.memory.gate(exclusive=True):
+                return self._link(code, requester=requester, current_user=current_user)
+        except StoreError as exc:
+            return LinkOutcome(False, f"Could not merge the memories: {exc}")
 
     def _link(self, code: str, *, requester: str, current_user: str) -> LinkOutcome:
         redeemed = self.access.redeem_link_code(code, requester)

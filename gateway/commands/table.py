@@ -355,7 +355,10 @@ class Commands:
                 f"`hermes users link {minted.code}`. Both accounts then share one memory."
             )
         requester = f"{person.platform}:{person.platform_user_id}"
-        return self.people.link(code, requester=requester, current_user=person.user_id).message
+        outcome = await self.people.link_from_chat(
+            code, requester=requester, current_user=person.user_id
+        )
+        return outcome.message
 
     async def _unlink(self, ctx: CommandContext, platform: str) -> str:
         if not platform:

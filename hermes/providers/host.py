@@ -64,6 +64,7 @@ MAX_TOOL_RESULT_CHARS = 16_000
 RETRY_S = 1.0  # after a failed delivery, before the same write is tried again
 BREAKER_AFTER = 3  # failures in a row that open the breaker
 BREAKER_S = (5.0, 300.0)  # how long it stays open: doubling from the first to the second
+SETTLE_S = 2.0  # a link waits call_timeout + this for a write of the person in flight
 REPLAY_S = 5.0  # how often the outbox is looked at for writes nobody is delivering
 MAX_HISTORY_CHARS = 200_000  # the messages a write carries, newest kept (outbox bound)
 
@@ -309,6 +310,7 @@ class ProviderHost:
             if getattr(configured, "remote", False) and self.outbox is not None:
                 self._write(keep, "merge_people", {"keep": keep, "gone": gone})
             else:
+                self._settle(gone)
                 providers[self.name] = configured
         for name in registry.BUILT_IN:
             if name not in providers and name != self.name:
@@ -322,6 +324,18 @@ class ProviderHost:
             retired = self._instances.pop(gone, None)  # it acted for a person who is gone
             if retired is not None:
                 self._retired.append(retired)  # shut down with the others
+
+    def _settle(self, gone: str) -> None:
+        """Wait (at most call_timeout and a little) while a write of `gone` is at the
+        provider (this gateway's or another's): moved before it lands, it would land in
+        the namespace just moved. Called off the event loop (the link runs in a thread):
+        the delivery in flight finishes on the loop. A write still out after that (its
+        deliverer died) went nowhere or was applied; either way it goes again, to `keep`."""
+        if self.outbox is None:
+            return
+        deadline = time.monotonic() + self.call_timeout + SETTLE_S
+        while self.outbox.in_flight(self.name, gone) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def memory_written(self, write: MemoryWrite) -> None:
         """A built-in store changed (add, replace, remove, undo, merge, consolidation);

@@ -7,12 +7,15 @@ payload, one row each, delivered in `id` order per person and provider. Delivery
 least once (a call that timed out may have been applied and is tried again): providers
 take a repeat without harm.
 
-One person's rows are delivered by one deliverer at a time: `claim` leases the person's
-oldest row to its caller (a gateway's instance id) for a while, and nobody else claims
-that person's rows while a lease of another deliverer is live (the claim runs in a
-write transaction: BEGIN IMMEDIATE on SQLite, SERIALIZABLE on PostgreSQL, so two
-gateways cannot both see the person free). A deliverer that dies leaves a lease that
-runs out.
+One person's rows are delivered one at a time: `claim` leases the person's oldest row
+to its caller (a gateway's instance id) for a while, and nobody claims that person's
+rows while a lease is live, the caller's own included (the claim runs in a write
+transaction: BEGIN IMMEDIATE on SQLite, SERIALIZABLE on PostgreSQL, so two gateways
+cannot both see the person free). A deliverer that dies leaves a lease that runs out.
+A link moves the rows of the person who is gone, a leased one too, to the one who
+stays, before its own `merge_people`: a write in flight to the old namespace is done
+(or has failed, and goes again, to the new one) before the service moves that
+namespace, so nothing lands in a namespace already moved.
 
 Bounded by construction: at most MAX_ROWS rows per person and provider (the oldest go
 first when a new one comes), none older than MAX_AGE (`prune`), none tried more than
@@ -105,13 +108,14 @@ class OutboxDB:
         self, provider: str, user_id: str, deliverer: str, lease: timedelta
     ) -> OutboxItem | None:
         """The person's oldest waiting write, leased to `deliverer` for `lease`; None
-        when nothing waits or another deliverer holds a live lease on their rows."""
+        when nothing waits or a live lease is held on one of their rows (by any
+        deliverer: in one gateway too, the rows of two people it delivers for become
+        one person's when they are linked)."""
 
         def work(session: Session) -> OutboxItem | None:
             now = utcnow()
             held = select(func.count()).where(
                 *_person(provider, user_id),
-                col(OutboxEntry.leased_by) != deliverer,
                 col(OutboxEntry.leased_by) != "",
                 col(OutboxEntry.lease_until) > now,
             )
@@ -126,6 +130,16 @@ class OutboxDB:
             return _item(row)
 
         return self._write(work)
+
+    def in_flight(self, provider: str, user_id: str) -> bool:
+        """Whether a write of the person's is at the provider now (a live lease)."""
+        query = select(func.count()).where(
+            *_person(provider, user_id),
+            col(OutboxEntry.leased_by) != "",
+            col(OutboxEntry.lease_until) > utcnow(),
+        )
+        with eng.reading(self.engine) as session:
+            return bool(session.exec(query).one())
 
     def done(self, item_id: int) -> None:
         """The provider took the write: it is gone."""

@@ -107,6 +107,7 @@ def test_an_outage_loses_nothing_and_the_writes_arrive_in_order(
         )
         host.turn_done("bob's turn", "ok", BOB, [])
         await until(lambda: not host.status(ALICE.user_id).reachable)  # failures in a row
+        await host.drain(5)  # a call that passed the breaker before it opened has ended
         down = host.status(ALICE.user_id)
         everyone = host.status(ALICE.user_id, everyone=True)
         calls_while_open = service.calls
@@ -194,3 +195,42 @@ def test_doctor_names_writes_waiting_and_the_last_error(
     found = check_provider(home, config, {})
     assert found.status == "fail" and "last error: ConnectionError: refused" in found.detail
     assert "hermes memory status" in found.fix
+
+
+class Slow(Flaky):
+    """A provider kept in this home (merged inside the link), whose writes take a while."""
+
+    name = "slow"
+
+    async def sync_turn(
+        self, user_text: str, assistant_text: str, *, session_id: str, messages: list[Any]
+    ) -> None:
+        await asyncio.sleep(0.6)
+        self._reach("sync", (user_text, len(messages)))
+
+    def merge_people(self, keep: str, gone: str, hermes_home: Path) -> None:
+        self.service.taken = [
+            (keep if who == gone else who, kind, value) for who, kind, value in self.service.taken
+        ]
+        self.service.taken.append((keep, "merged", gone))
+
+
+def test_a_link_waits_for_a_write_of_the_person_in_flight_before_moving_their_data(
+    home: Path, db: SessionDB
+) -> None:
+    """Bob's turn is at the provider when Bob is linked into Alice: the provider moves
+    Bob's data only once it has landed, so nothing is left under Bob."""
+    service = Service()
+
+    async def go() -> None:
+        host = ProviderHost(
+            lambda: Slow(service), home=home, outbox=db.outbox, deliverer="gw1", call_timeout=3.0
+        )
+        host.turn_done("my bike is blue", "noted", BOB, [])
+        await until(lambda: db.outbox.in_flight("slow", BOB.user_id))
+        await asyncio.to_thread(host.people_merged, ALICE.user_id, BOB.user_id)  # as a link
+        await host.shutdown(5)
+
+    asyncio.run(go())
+    assert [who for who, _, _ in service.taken] == [ALICE.user_id, ALICE.user_id]
+    assert [kind for _, kind, _ in service.taken] == ["sync", "merged"]

@@ -88,6 +88,44 @@ def test_a_link_moves_the_waiting_writes_to_the_person_who_stays(
     assert [i.payload["n"] for i in db.outbox.pending("mem0", alice)] == [1, 2, 3]
 
 
+def test_a_write_in_flight_at_a_link_is_done_before_the_links_own_move(
+    db: SessionDB, alice: str, bob: str
+) -> None:
+    """One gateway delivers for both: bob's write is at the service (to bob's namespace)
+    when bob is linked into alice. The service must not move bob's namespace to alice's
+    until that write is done, or it lands in a namespace already moved."""
+    db.outbox.add("mem0", alice, "sync_turn", {"n": 1})
+    in_flight = db.outbox.claim("mem0", bob, "gw1", LEASE)
+    assert in_flight is None  # nothing of bob's yet
+    db.outbox.add("mem0", bob, "sync_turn", {"n": 2})
+    in_flight = db.outbox.claim("mem0", bob, "gw1", LEASE)
+    assert in_flight is not None
+    db.outbox.add("mem0", alice, "merge_people", {"keep": alice, "gone": bob})  # the link:
+    db.people.merge_users(alice, bob)  # the provider's move first, then state.db's
+    assert db.outbox.claim("mem0", alice, "gw1", LEASE) is None  # the same gateway waits
+    assert db.outbox.claim("mem0", alice, "gw2", LEASE) is None  # and so does another
+    db.outbox.done(in_flight.id)
+    delivered = []
+    while (item := db.outbox.claim("mem0", alice, "gw1", LEASE)) is not None:
+        delivered.append(item.kind)
+        db.outbox.done(item.id)
+    assert delivered == ["sync_turn", "merge_people"]
+
+
+def test_a_write_that_failed_in_flight_at_a_link_goes_again_before_the_move(
+    db: SessionDB, alice: str, bob: str
+) -> None:
+    db.outbox.add("mem0", bob, "sync_turn", {"n": 2})
+    in_flight = db.outbox.claim("mem0", bob, "gw1", LEASE)
+    assert in_flight is not None
+    db.outbox.add("mem0", alice, "merge_people", {"keep": alice, "gone": bob})
+    db.people.merge_users(alice, bob)
+    db.outbox.failed(in_flight.id, "HTTP 503")
+    again = db.outbox.claim("mem0", alice, "gw1", LEASE)  # now alice's, so to alice's space
+    assert again is not None and again.id == in_flight.id and again.user_id == alice
+    assert again.attempts == 1
+
+
 def test_a_link_counts_what_was_given_up_for_the_person_who_is_gone_as_theirs(
     db: SessionDB, alice: str, bob: str
 ) -> None:
