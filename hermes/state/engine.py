@@ -345,7 +345,11 @@ def with_raw_retry(
     backoff = Patience(patience)
     mode = "IMMEDIATE" if begin == "APPEND" else begin
     while True:
-        pooled = engine.raw_connection()
+        try:  # a new connection (the pool's overflow) meets the lock in its pragmas
+            pooled = engine.raw_connection()
+        except (OperationalError, sqlite3.OperationalError) as exc:  # the latter: _on_connect
+            backoff.wait(exc)
+            continue
         conn = pooled.driver_connection
         assert isinstance(conn, sqlite3.Connection)
         try:

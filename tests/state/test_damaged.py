@@ -171,3 +171,30 @@ def test_a_state_db_locked_past_the_patience_says_locked_not_damaged(home: Path)
     assert "locked by another process" in message and str(path) in message
     assert "damaged" not in message and ".recover" not in message
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+
+
+@pytest.mark.parametrize("write", ["a message appended", "a person added"])
+def test_a_write_on_a_new_connection_waits_for_a_lock_past_sqlites_own_wait(
+    home: Path, write: str
+) -> None:
+    """Writes retry a lock met while connecting too (a new connection's pragmas), not
+    only one met by BEGIN IMMEDIATE: the hot path's (raw sqlite3) and the ORM's."""
+    path = _healthy(home)
+    db = SessionDB(path, patience=30.0)
+    user = db.people.ensure_user("u_00000000000000bb").id
+    chat = db.conversations.start_session(user, "cli", "b")
+    db.engine.dispose()  # no pooled connection left: the next write connects anew
+    holder = _hold(path, BUSY_TIMEOUT_MS / 1000 + 1.5)
+    try:
+        if write == "a message appended":
+            db.conversations.add_message(chat.id, NewMessage("user", "written after the lock"))
+        else:
+            db.people.ensure_user("u_00000000000000cc")
+    finally:
+        holder.communicate(timeout=30)
+    if write == "a message appended":
+        stored = db.conversations.messages(chat.id, user)
+        assert [m.content for m in stored] == ["written after the lock"]
+    else:
+        assert db.people.get_user("u_00000000000000cc") is not None
+    db.close()
