@@ -17,6 +17,7 @@ from hermes.state.db import SessionDB
 from hermes.state.schema import SCHEMA_VERSION
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.slack_server import FakeSlack, SlackFault
 from tests.fakes.telegram_server import FakeTelegram, Fault
 from tests.harness import wait
 
@@ -110,6 +111,38 @@ def test_discord_resumes_by_itself_and_is_restarted_when_it_gives_up(
             assert gateway.adapters["discord"] is not first
             await asyncio.to_thread(discord_fake.message, "are you back?")
             await until(lambda: bool(discord_fake.posted), 20, "answered")
+        finally:
+            await gateway.stop()
+            db.close()
+
+    asyncio.run(go())
+
+
+def test_slack_socket_mode_that_failed_to_start_is_retried_as_a_new_adapter(
+    home: Path, fake_llm: FakeOpenAI, slack: FakeSlack
+) -> None:
+    """Slack answers 500 to the first auth.test (an outage at boot): the retry starts a
+    new adapter (the failed one's Socket Mode client was closed by its stop), which
+    connects once and answers."""
+    configure(
+        home,
+        fake_llm,
+        f"  slack:\n    enabled: true\n    mode: socket\n    api_base: {slack.api_base}\n",
+    )
+    slack.faults.append(SlackFault("auth.test", status=500, error="internal_error"))
+    env = {"SLACK_BOT_TOKEN": "xoxb-1-abc", "SLACK_APP_TOKEN": "xapp-1-abc"}
+
+    async def go() -> None:
+        db = SessionDB.open(home)
+        gateway = Gateway(home, load_config(home), db, env)
+        await gateway.start()
+        try:
+            assert "failed" in gateway.status()["slack"]
+            await until(lambda: gateway.status()["slack"] == "connected", 30, "retried")
+            await asyncio.to_thread(slack.wait_connected, 1)
+            await asyncio.to_thread(slack.message, "are you there?")
+            await until(lambda: bool(slack.posted()), 20, "answered")
+            assert slack.connections == 1
         finally:
             await gateway.stop()
             db.close()
