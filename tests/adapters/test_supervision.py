@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from gateway.runtime import Gateway
 from hermes.state.db import SessionDB
 from hermes.state.schema import SCHEMA_VERSION
 from tests.fakes.discord_server import FakeDiscord
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.slack_server import FakeSlack, SlackFault
 from tests.fakes.telegram_server import FakeTelegram, Fault
 from tests.harness import wait
@@ -143,6 +144,43 @@ def test_slack_socket_mode_that_failed_to_start_is_retried_as_a_new_adapter(
             await asyncio.to_thread(slack.message, "are you there?")
             await until(lambda: bool(slack.posted()), 20, "answered")
             assert slack.connections == 1
+        finally:
+            await gateway.stop()
+            db.close()
+
+    asyncio.run(go())
+
+
+def test_telegram_webhook_that_failed_to_start_is_started_again_and_answers(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
+) -> None:
+    """Webhook mode: the server holds the adapter's route, so the retry starts the same
+    adapter again (initialize, setWebhook); a push is then answered, once."""
+    with socket.socket() as probe:  # the gateway's port, known before it starts
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    configure(
+        home,
+        fake_llm,
+        f"  telegram:\n    enabled: true\n    base_url: {telegram.base_url}\n"
+        f"    mode: webhook\n    webhook_url: http://127.0.0.1:{port}\n",
+    )
+    config = home / "config.yaml"
+    config.write_text(config.read_text().replace("port: 0", f"port: {port}"))
+    telegram.faults.append(Fault("getMe", 502, "Bad Gateway"))
+    env = {"TELEGRAM_BOT_TOKEN": TOKEN, "TELEGRAM_WEBHOOK_SECRET": "hook-secret-123"}
+    fake_llm.default = Reply(text="here")
+
+    async def go() -> None:
+        db = SessionDB.open(home)
+        gateway = Gateway(home, load_config(home), db, env)
+        await gateway.start()
+        try:
+            assert "failed" in gateway.status()["telegram"]
+            await until(lambda: gateway.status()["telegram"] == "connected", 30, "retried")
+            telegram.user_message("anyone home?", user_id=42)
+            await asyncio.to_thread(telegram.wait_sent, 1)
+            assert [m["text"] for m in telegram.sent()] == ["here"]
         finally:
             await gateway.stop()
             db.close()
