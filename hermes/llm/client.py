@@ -26,6 +26,12 @@ logger = logging.getLogger(__name__)
 # a streamed reply's text is handed on at most this often (a person sees no difference;
 # a million-character reply no longer costs its length squared)
 TEXT_EVERY_S = 0.05
+# a reply's bound (text, and each tool call's arguments): a model caught in a loop, or an
+# endpoint gone wrong, stops here instead of at the end of its context (15 Telegram
+# messages, 30 on Discord; the stream is closed, the endpoint stops generating)
+MAX_REPLY_CHARS = 60_000
+MAX_NAME_CHARS = 200  # a tool's name (ours are short; an unknown one is refused by name)
+CUT_NOTE = "\n\n_(reply cut off: it ran past 60,000 characters)_"
 NO_KEY = "no-key-needed"  # local servers (Ollama, vLLM) accept any key
 
 
@@ -183,7 +189,11 @@ class LLMClient:
                 if reply.add(piece) and time.monotonic() - shown_at >= TEXT_EVERY_S:
                     on_text(reply.text)
                     shown, shown_at = reply.length, time.monotonic()
-            if reply.length != shown:
+                if reply.cut:
+                    await stream.close()  # nothing more is read (or generated)
+                    logger.warning("the model's reply ran past %d characters: cut", MAX_REPLY_CHARS)
+                    break
+            if reply.cut or reply.length != shown:
                 on_text(reply.text)
             return reply.result()
         except openai.APIStatusError as exc:
@@ -213,7 +223,7 @@ class LLMClient:
             raise LLMError(NOT_A_COMPLETION) from None
         if not content:
             raise LLMError("The model returned an empty answer.")
-        return str(content)
+        return _bounded(str(content))
 
     async def embed(
         self,
@@ -309,9 +319,11 @@ class _StreamedReply:
         self.calls: dict[int, dict[str, str]] = {}
         self.finish_reason: str | None = None
         self.usage: Any = None
+        self.cut = False  # past MAX_REPLY_CHARS: the rest is not taken
 
     def add(self, chunk: Any) -> bool:
-        """Take one chunk; True when the text grew."""
+        """Take one chunk; True when the text grew. Past MAX_REPLY_CHARS (the text or a
+        tool call's arguments) `cut` is set and the reply ends there."""
         if getattr(chunk, "usage", None) is not None:
             self.usage = chunk.usage
         if not chunk.choices:
@@ -323,11 +335,16 @@ class _StreamedReply:
             slot = self.calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
             slot["id"] = call.id or slot["id"]
             if call.function is not None:
-                slot["name"] += call.function.name or ""
+                slot["name"] = (slot["name"] + (call.function.name or ""))[:MAX_NAME_CHARS]
                 slot["arguments"] += call.function.arguments or ""
+                if len(slot["arguments"]) > MAX_REPLY_CHARS:
+                    slot["arguments"] = slot["arguments"][:MAX_REPLY_CHARS]
+                    self.cut = True
         if delta.content:
             self._parts.append(delta.content)
             self.length += len(delta.content)
+            if self.length > MAX_REPLY_CHARS:
+                self.cut = True
             return True
         return False
 
@@ -335,11 +352,16 @@ class _StreamedReply:
     def text(self) -> str:
         if self._joined != len(self._parts):
             self._text = "".join(self._parts)
+            if self.cut:
+                self._text = _bounded(self._text)
+                self.length = len(self._text)
             self._parts = [self._text]
             self._joined = 1
         return self._text
 
     def result(self) -> ModelReply:
+        if self.cut:  # ended by us, not by the endpoint
+            self.finish_reason = "length"
         if self.finish_reason is None:  # every complete stream ends with one
             raise ValueError("the stream ended without a finish reason (cut off)")
         calls = tuple(
@@ -358,6 +380,11 @@ class _StreamedReply:
         )
 
 
+def _bounded(text: str) -> str:
+    """`text` within MAX_REPLY_CHARS, with a note when it was cut."""
+    return text if len(text) <= MAX_REPLY_CHARS else text[:MAX_REPLY_CHARS] + CUT_NOTE
+
+
 def _reply(completion: Any) -> ModelReply:
     if not completion.choices:
         raise LLMError("The model returned no answer.")
@@ -365,14 +392,15 @@ def _reply(completion: Any) -> ModelReply:
     calls = tuple(
         ToolCall(
             id=call.id or f"call_{index}",
-            name=getattr(call.function, "name", "") or "",
-            arguments=getattr(call.function, "arguments", "") or "",
+            name=(getattr(call.function, "name", "") or "")[:MAX_NAME_CHARS],
+            arguments=(getattr(call.function, "arguments", "") or "")[:MAX_REPLY_CHARS],
         )
         for index, call in enumerate(choice.message.tool_calls or [])
     )
     usage = completion.usage
+    content = choice.message.content
     return ModelReply(
-        content=choice.message.content,
+        content=_bounded(content) if isinstance(content, str) else content,
         tool_calls=calls,
         prompt_tokens=usage.prompt_tokens if usage else None,
         completion_tokens=usage.completion_tokens if usage else None,
