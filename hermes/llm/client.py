@@ -32,6 +32,7 @@ TEXT_EVERY_S = 0.05
 MAX_REPLY_CHARS = 60_000
 MAX_NAME_CHARS = 200  # a tool's name (ours are short; an unknown one is refused by name)
 CUT_NOTE = "\n\n_(reply cut off: it ran past 60,000 characters)_"
+TRANSCRIPT_CUT_NOTE = " [the transcript ran past 60,000 characters: cut]"
 NO_KEY = "no-key-needed"  # local servers (Ollama, vLLM) accept any key
 
 
@@ -281,7 +282,7 @@ class LLMClient:
             raise LLMError(NOT_A_TRANSCRIPT) from None
         finally:
             metrics.MODEL_CALL_SECONDS.observe(time.perf_counter() - started)
-        return transcript.strip()
+        return _bounded(transcript.strip(), TRANSCRIPT_CUT_NOTE)
 
     async def health(self, timeout: float = 5.0) -> str:
         """A cheap probe (GET /models): 'ok' or what is wrong, never raising."""
@@ -380,9 +381,9 @@ class _StreamedReply:
         )
 
 
-def _bounded(text: str) -> str:
-    """`text` within MAX_REPLY_CHARS, with a note when it was cut."""
-    return text if len(text) <= MAX_REPLY_CHARS else text[:MAX_REPLY_CHARS] + CUT_NOTE
+def _bounded(text: str, note: str = CUT_NOTE) -> str:
+    """`text` within MAX_REPLY_CHARS, with `note` when it was cut."""
+    return text if len(text) <= MAX_REPLY_CHARS else text[:MAX_REPLY_CHARS] + note
 
 
 def _reply(completion: Any) -> ModelReply:

@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from hermes.llm.client import CUT_NOTE, MAX_REPLY_CHARS, LLMClient, LLMError
+from hermes.llm.client import (
+    CUT_NOTE,
+    MAX_REPLY_CHARS,
+    TRANSCRIPT_CUT_NOTE,
+    LLMClient,
+    LLMError,
+)
 from hermes.llm.endpoint import Endpoint
 from hermes.llm.summarizer import LLMSummarizer
 from tests.fakes.openai_server import FakeOpenAI, Reply
@@ -194,6 +200,21 @@ def test_a_runaway_streamed_reply_is_cut_at_the_bound_and_not_read_further(
 def test_a_runaway_plain_reply_is_cut_at_the_bound(fake_llm: FakeOpenAI) -> None:
     fake_llm.push(Reply(text="na" * 100_000))
     assert ask(client(fake_llm)) == ("na" * 100_000)[:MAX_REPLY_CHARS] + CUT_NOTE
+
+
+def test_a_runaway_transcript_is_cut_at_the_bound(fake_llm: FakeOpenAI) -> None:
+    """A transcription endpoint gone wrong (600 s of speech is ~12,000 characters)."""
+    fake_llm.transcript = "la " * 50_000
+
+    async def go() -> str:
+        llm = client(fake_llm)
+        try:
+            return await llm.transcribe(b"RIFF....WAVE", "note.wav", "audio/wav")
+        finally:
+            await llm.close()
+
+    transcript = asyncio.run(go())
+    assert transcript == ("la " * 50_000)[:MAX_REPLY_CHARS] + TRANSCRIPT_CUT_NOTE
 
 
 def test_a_runaway_tool_call_is_cut_so_it_fails_as_a_call_not_as_memory(
