@@ -21,6 +21,7 @@ from hermes.agent import compression, review
 from hermes.agent.conversation import Conversation, to_new_message
 from hermes.agent.prompt import fence_recall, turn_context
 from hermes.agent.sessions import Sessions, provider_session
+from hermes.agent.tokens import estimate_messages
 from hermes.agent.toolbox import Tool, ToolBox
 from hermes.config import AgentConfig
 from hermes.embedder import Embedder
@@ -45,6 +46,18 @@ FINAL_ANSWER_NOTE = (
     "have, without calling tools.]"
 )
 SAVED_NOTE = "Your message was saved; try again."
+
+
+def too_long(size: int, limit: int) -> str:
+    """The answer to one message larger than half the context budget (nothing of it is
+    kept: the model is never asked)."""
+    return (
+        f"That message is too long for me to read in one go (about {size:,} tokens; I take "
+        f"up to {limit:,} at a time, about {limit * 4:,} characters). Send it in parts, or "
+        "the important part, and I'll work through it."
+    )
+
+
 NO_VISION_NOTE = (
     "[The user sent a photo, but this model cannot see images: say so briefly, and offer "
     "to help if they describe it.]"
@@ -161,6 +174,9 @@ class Agent:
         if conv.shared:
             text = f"[{speaker.name if speaker else 'someone'}] {text}"
         user_message = {"role": "user", "content": text}
+        size, limit = estimate_messages([user_message]), self.config.context_budget_tokens // 2
+        if size > limit:  # it could never be sent: stored, it would sink every later turn
+            return TurnResult(too_long(size, limit), False, conv.id)
         compressed_from = None
         if conv.projected_tokens([user_message]) > self.config.context_budget_tokens:
             compressed_from = conv.id

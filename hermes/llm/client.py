@@ -26,13 +26,13 @@ logger = logging.getLogger(__name__)
 # a streamed reply's text is handed on at most this often (a person sees no difference;
 # a million-character reply no longer costs its length squared)
 TEXT_EVERY_S = 0.05
-# a reply's bound (text, and each tool call's arguments): a model caught in a loop, or an
-# endpoint gone wrong, stops here instead of at the end of its context (15 Telegram
-# messages, 30 on Discord; the stream is closed, the endpoint stops generating)
-MAX_REPLY_CHARS = 60_000
+# a reply's bound (text, and each tool call's arguments): far past any model's longest
+# real output (128k tokens is ~500,000 characters), it stops an endpoint gone wrong from
+# streaming gigabytes within the deadline (the stream is closed: nothing more is read)
+MAX_REPLY_CHARS = 2_000_000
 MAX_NAME_CHARS = 200  # a tool's name (ours are short; an unknown one is refused by name)
-CUT_NOTE = "\n\n_(reply cut off: it ran past 60,000 characters)_"
-TRANSCRIPT_CUT_NOTE = " [the transcript ran past 60,000 characters: cut]"
+CUT_NOTE = "\n\n_(reply cut off: it ran past 2,000,000 characters)_"
+TRANSCRIPT_CUT_NOTE = " [the transcript ran past 2,000,000 characters: cut]"
 NO_KEY = "no-key-needed"  # local servers (Ollama, vLLM) accept any key
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 
@@ -134,3 +135,37 @@ def test_one_review_at_a_time_per_user(harness: Harness) -> None:
     harness.run(scenario)
     assert started == ["review"]  # turns two and three found one already running
     assert time.monotonic() - begun < 5
+
+
+def test_a_message_too_long_to_ever_send_is_answered_and_does_not_sink_the_session(
+    harness: Harness,
+) -> None:
+    """One message over half the context budget (a pasted book, documents past what the
+    model takes): a clear answer, no model call, nothing stored, so the next message of
+    the same session is answered as usual (stored, it rode along in every later
+    request and each one failed at the endpoint's context limit)."""
+    harness.agent_config = harness.agent_config.model_copy(
+        update={"context_budget_tokens": 2000, "keep_recent_messages": 2}
+    )
+
+    def window(request: dict[str, Any]) -> Reply:  # an endpoint with a small context
+        if len(json.dumps(request["messages"])) > 12_000:
+            return Reply(status=400)
+        return Reply(text="Understood.")
+
+    harness.fake.responder = window
+    book = "Il était une fois un très long livre. " * 400  # ~15,000 characters
+    china = "很久很久以前有一本很长的书。" * 100  # 1,400 characters, ~1,400 tokens
+
+    async def scenario(agent: Agent) -> tuple[list[TurnResult], str]:
+        conv = agent.sessions.open(harness.user, CLI, "cli:k")
+        results = [await agent.turn(conv, text, CLI) for text in (book, china, "hello")]
+        return results, conv.id
+
+    (long, cjk, hello), session_id = harness.run(scenario)
+    assert not long.ok and "too long" in long.text and "1,000" in long.text
+    assert not cjk.ok and "too long" in cjk.text  # counted as CJK is: a token a character
+    assert hello.ok and hello.text == "Understood."
+    stored = [m.content for m in harness.db.conversations.messages(session_id, harness.user)]
+    assert stored == ["hello", "Understood."]
+    assert len(harness.fake.requests) == 1

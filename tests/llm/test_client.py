@@ -173,8 +173,8 @@ def test_a_streamed_reply_reports_its_text_as_it_grows(fake_llm: FakeOpenAI) -> 
 
 def test_a_long_streamed_reply_is_not_handed_over_once_per_chunk(fake_llm: FakeOpenAI) -> None:
     """Each hand-over carries the whole text so far: once per chunk, a long reply cost
-    its length squared."""
-    pieces = [f"{n:05d} " for n in range(9_000)]  # 54,000 characters: within the bound
+    its length squared (1.2 M characters in 100,000 chunks: ~60 GB copied)."""
+    pieces = [f"{n:05d} " for n in range(20_000)]
     fake_llm.push(Reply(text="".join(pieces), pieces=pieces))
     seen: list[str] = []
     reply = stream(client(fake_llm), seen)
@@ -185,9 +185,9 @@ def test_a_long_streamed_reply_is_not_handed_over_once_per_chunk(fake_llm: FakeO
 def test_a_runaway_streamed_reply_is_cut_at_the_bound_and_not_read_further(
     fake_llm: FakeOpenAI,
 ) -> None:
-    """A model caught in a loop: 300,000 characters streamed. The reply ends at
+    """An endpoint gone wrong: 2,100,000 characters streamed. The reply ends at
     MAX_REPLY_CHARS with a note saying so, shown that way too, and is not asked again."""
-    pieces = ["all work and no play " * 50] * 300  # 1,050 characters each
+    pieces = ["all work and no play " * 50] * 2_000  # 1,050 characters each
     fake_llm.push(Reply(text="".join(pieces), pieces=pieces), Reply(text="asked again"))
     seen: list[str] = []
     reply = stream(client(fake_llm), seen)
@@ -198,13 +198,13 @@ def test_a_runaway_streamed_reply_is_cut_at_the_bound_and_not_read_further(
 
 
 def test_a_runaway_plain_reply_is_cut_at_the_bound(fake_llm: FakeOpenAI) -> None:
-    fake_llm.push(Reply(text="na" * 100_000))
-    assert ask(client(fake_llm)) == ("na" * 100_000)[:MAX_REPLY_CHARS] + CUT_NOTE
+    fake_llm.push(Reply(text="na" * 1_100_000))
+    assert ask(client(fake_llm)) == ("na" * 1_100_000)[:MAX_REPLY_CHARS] + CUT_NOTE
 
 
 def test_a_runaway_transcript_is_cut_at_the_bound(fake_llm: FakeOpenAI) -> None:
     """A transcription endpoint gone wrong (600 s of speech is ~12,000 characters)."""
-    fake_llm.transcript = "la " * 50_000
+    fake_llm.transcript = "la " * 700_000
 
     async def go() -> str:
         llm = client(fake_llm)
@@ -214,7 +214,7 @@ def test_a_runaway_transcript_is_cut_at_the_bound(fake_llm: FakeOpenAI) -> None:
             await llm.close()
 
     transcript = asyncio.run(go())
-    assert transcript == ("la " * 50_000)[:MAX_REPLY_CHARS] + TRANSCRIPT_CUT_NOTE
+    assert transcript == ("la " * 700_000)[:MAX_REPLY_CHARS] + TRANSCRIPT_CUT_NOTE
 
 
 def test_a_runaway_tool_call_is_cut_so_it_fails_as_a_call_not_as_memory(
@@ -222,7 +222,7 @@ def test_a_runaway_tool_call_is_cut_so_it_fails_as_a_call_not_as_memory(
 ) -> None:
     """Arguments past the bound are cut (no longer JSON: the agent answers the model
     that the call was malformed) and the stream is not read further."""
-    fake_llm.push(Reply.tool_call("memory", {"action": "add", "content": "z" * 200_000}))
+    fake_llm.push(Reply.tool_call("memory", {"action": "add", "content": "z" * 2_100_000}))
     reply = stream(client(fake_llm), [])
     (call,) = reply.tool_calls  # type: ignore[attr-defined]
     assert call.name == "memory" and len(call.arguments) == MAX_REPLY_CHARS
