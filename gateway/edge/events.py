@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from hermes.places import ChatType  # where a message is: one type (hermes/places.py)
+from hermes.text import valid_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +23,9 @@ class UserRef:
     id: str  # the platform's user id: never a path, never our user id
     display_name: str = ""
     is_bot: bool = False
+
+    def __post_init__(self) -> None:  # a name is stored: valid Unicode (hermes/text.py)
+        object.__setattr__(self, "display_name", valid_text(self.display_name))
 
 
 AttachmentKind = Literal["photo", "sticker", "voice", "audio", "video", "document", "other"]
@@ -80,6 +84,9 @@ class MessageEvent:
     # a button press: `text` is the button's command, `reply_to_id` the message it is on
     pressed: bool = False
     raw: Any = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:  # what a person wrote, as every store takes it
+        object.__setattr__(self, "text", valid_text(self.text))
 
     @property
     def addressed(self) -> bool:

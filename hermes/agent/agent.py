@@ -36,6 +36,7 @@ from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
 from hermes.state.models import Reminder
 from hermes.state.search import SearchScope
+from hermes.text import valid_text
 from hermes.tools.schedule import ScheduleTool
 from hermes.tools.session_search import SessionSearchTool, Summarizer, SummaryPolicy
 
@@ -152,7 +153,7 @@ class Agent:
         with metrics.TURN_SECONDS.labels(surface.platform).time():
             return await self._turn(
                 conv,
-                text,
+                valid_text(text),  # a transcript, a document's text, the terminal's bytes
                 surface,
                 platform_message_id,
                 speaker=speaker,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from hermes import metrics
 from hermes.llm.endpoint import Endpoint
 from hermes.llm.types import ModelReply, ToolCall
+from hermes.text import valid_text
 
 if TYPE_CHECKING:  # the SDK is imported on the first call: a CLI command that never
     import openai  # talks to a model does not pay for it (about 0.8 s of CPU)
@@ -352,9 +353,8 @@ class _StreamedReply:
     @property
     def text(self) -> str:
         if self._joined != len(self._parts):
-            self._text = "".join(self._parts)
+            self._text = _bounded("".join(self._parts))
             if self.cut:
-                self._text = _bounded(self._text)
                 self.length = len(self._text)
             self._parts = [self._text]
             self._joined = 1
@@ -367,7 +367,9 @@ class _StreamedReply:
             raise ValueError("the stream ended without a finish reason (cut off)")
         calls = tuple(
             ToolCall(
-                id=slot["id"] or f"call_{index}", name=slot["name"], arguments=slot["arguments"]
+                id=slot["id"] or f"call_{index}",
+                name=valid_text(slot["name"]),
+                arguments=valid_text(slot["arguments"]),
             )
             for index, slot in sorted(self.calls.items())
         )
@@ -382,7 +384,9 @@ class _StreamedReply:
 
 
 def _bounded(text: str, note: str = CUT_NOTE) -> str:
-    """`text` within MAX_REPLY_CHARS, with `note` when it was cut."""
+    """`text` within MAX_REPLY_CHARS, with `note` when it was cut, as valid Unicode (an
+    endpoint's JSON may escape half an emoji: hermes/text.py)."""
+    text = valid_text(text)
     return text if len(text) <= MAX_REPLY_CHARS else text[:MAX_REPLY_CHARS] + note
 
 
@@ -393,8 +397,8 @@ def _reply(completion: Any) -> ModelReply:
     calls = tuple(
         ToolCall(
             id=call.id or f"call_{index}",
-            name=(getattr(call.function, "name", "") or "")[:MAX_NAME_CHARS],
-            arguments=(getattr(call.function, "arguments", "") or "")[:MAX_REPLY_CHARS],
+            name=valid_text((getattr(call.function, "name", "") or "")[:MAX_NAME_CHARS]),
+            arguments=valid_text((getattr(call.function, "arguments", "") or "")[:MAX_REPLY_CHARS]),
         )
         for index, call in enumerate(choice.message.tool_calls or [])
     )

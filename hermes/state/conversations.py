@@ -28,6 +28,7 @@ from hermes.state.models import (
 )
 from hermes.state.search import RANKING, MessageHit, Ranking, SearchScope, search_messages
 from hermes.state.vectors import QueryVector, VectorDB
+from hermes.text import valid_text
 
 TITLE_CHARS = 60
 
@@ -48,6 +49,9 @@ class NewMessage:
     platform_message_id: str | None = None
     token_count: int = 0
     created_at: datetime | None = None
+
+    def __post_init__(self) -> None:  # stored as UTF-8: a lone surrogate cannot be
+        object.__setattr__(self, "content", valid_text(self.content))
 
 
 @dataclass(frozen=True, slots=True)
