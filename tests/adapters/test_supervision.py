@@ -5,9 +5,10 @@ restarts the platform with backoff. The whole Gateway, in process, against the f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,19 @@ async def until(check: Callable[[], bool], timeout: float, what: str) -> None:
     await wait.until(check, f"never: {what}", timeout)
 
 
+@contextlib.asynccontextmanager
+async def started(home: Path, env: dict[str, str]) -> AsyncIterator[Gateway]:
+    """The whole Gateway, in process, started with `env` as its environment; stopped."""
+    db = SessionDB.open(home)
+    gateway = Gateway(home, load_config(home), db, env)
+    await gateway.start()
+    try:
+        yield gateway
+    finally:
+        await gateway.stop()
+        db.close()
+
+
 def test_telegram_polling_trouble_shows_then_clears_and_a_refused_token_restarts_it(
     home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
 ) -> None:
@@ -47,10 +61,7 @@ def test_telegram_polling_trouble_shows_then_clears_and_a_refused_token_restarts
     )
 
     async def go() -> None:
-        db = SessionDB.open(home)
-        gateway = Gateway(home, load_config(home), db, {"TELEGRAM_BOT_TOKEN": TOKEN})
-        await gateway.start()
-        try:
+        async with started(home, {"TELEGRAM_BOT_TOKEN": TOKEN}) as gateway:
             assert gateway.status() == {"telegram": "connected"}
             telegram.faults.extend(Fault("getUpdates", 502, "Bad Gateway") for _ in range(3))
             await until(
@@ -75,9 +86,6 @@ def test_telegram_polling_trouble_shows_then_clears_and_a_refused_token_restarts
             assert sum(1 for method, _ in telegram.calls if method == "getMe") == restarted
             telegram.user_message("still there?", user_id=42)
             await asyncio.to_thread(telegram.wait_sent, 1)
-        finally:
-            await gateway.stop()
-            db.close()
 
     asyncio.run(go())
 
@@ -93,10 +101,7 @@ def test_discord_resumes_by_itself_and_is_restarted_when_it_gives_up(
     )
 
     async def go() -> None:
-        db = SessionDB.open(home)
-        gateway = Gateway(home, load_config(home), db, {"DISCORD_BOT_TOKEN": "d"})
-        await gateway.start()
-        try:
+        async with started(home, {"DISCORD_BOT_TOKEN": "d"}) as gateway:
             first = gateway.adapters["discord"]
             await asyncio.to_thread(discord_fake.drop_connections)  # resumable
             await asyncio.to_thread(discord_fake.wait_ready, 2)
@@ -112,9 +117,6 @@ def test_discord_resumes_by_itself_and_is_restarted_when_it_gives_up(
             assert gateway.adapters["discord"] is not first
             await asyncio.to_thread(discord_fake.message, "are you back?")
             await until(lambda: bool(discord_fake.posted), 20, "answered")
-        finally:
-            await gateway.stop()
-            db.close()
 
     asyncio.run(go())
 
@@ -134,19 +136,13 @@ def test_slack_socket_mode_that_failed_to_start_is_retried_as_a_new_adapter(
     env = {"SLACK_BOT_TOKEN": "xoxb-1-abc", "SLACK_APP_TOKEN": "xapp-1-abc"}
 
     async def go() -> None:
-        db = SessionDB.open(home)
-        gateway = Gateway(home, load_config(home), db, env)
-        await gateway.start()
-        try:
+        async with started(home, env) as gateway:
             assert "failed" in gateway.status()["slack"]
             await until(lambda: gateway.status()["slack"] == "connected", 30, "retried")
             await asyncio.to_thread(slack.wait_connected, 1)
             await asyncio.to_thread(slack.message, "are you there?")
             await until(lambda: bool(slack.posted()), 20, "answered")
             assert slack.connections == 1
-        finally:
-            await gateway.stop()
-            db.close()
 
     asyncio.run(go())
 
@@ -172,18 +168,12 @@ def test_telegram_webhook_that_failed_to_start_is_started_again_and_answers(
     fake_llm.default = Reply(text="here")
 
     async def go() -> None:
-        db = SessionDB.open(home)
-        gateway = Gateway(home, load_config(home), db, env)
-        await gateway.start()
-        try:
+        async with started(home, env) as gateway:
             assert "failed" in gateway.status()["telegram"]
             await until(lambda: gateway.status()["telegram"] == "connected", 30, "retried")
             telegram.user_message("anyone home?", user_id=42)
             await asyncio.to_thread(telegram.wait_sent, 1)
             assert [m["text"] for m in telegram.sent()] == ["here"]
-        finally:
-            await gateway.stop()
-            db.close()
 
     asyncio.run(go())
 
