@@ -369,7 +369,10 @@ def with_raw_retry(
 
 
 @contextmanager
-def reading(engine: Engine) -> Iterator[Session]:
+def reading(engine: Engine, patience: float | None = DEFAULT_PATIENCE_S) -> Iterator[Session]:
+    """A session that reads one consistent snapshot. On SQLite a lock met while
+    connecting is waited for within `patience` (None: raised at once, for a caller that
+    retries the whole of its work, as opening the database does)."""
     if (held := _joined(engine)) is not None:
         with _joined_session(held) as session:
             yield session
@@ -378,8 +381,25 @@ def reading(engine: Engine) -> Iterator[Session]:
         with postgres.reading(engine) as session:
             yield session
         return
-    with Session(engine, expire_on_commit=False) as session:
+    with _connected(engine, patience) as session:
         yield session
+
+
+def _connected(engine: Engine, patience: float | None) -> Session:
+    """A reading session with its connection in hand: a new connection's pragmas that
+    meet a lock (a last connection checkpointing, an exclusive holder) are waited for,
+    as a write's are, instead of failing the read."""
+    backoff = Patience(patience) if patience is not None else None
+    while True:
+        session = Session(engine, expire_on_commit=False)
+        try:
+            session.connection()  # BEGIN DEFERRED: no lock is taken until the first read
+            return session
+        except (OperationalError, sqlite3.OperationalError) as exc:
+            session.close()
+            if backoff is None:
+                raise
+            backoff.wait(exc)
 
 
 def open_server(url: str, patience: float, pool_size: int = 5) -> tuple[Engine, int]:
@@ -440,7 +460,8 @@ def migrate(engine: Engine, patience: float) -> int:
             conn.exec_driver_sql(f"PRAGMA user_version={SCHEMA_VERSION}")
         return found
 
-    with reading(engine) as session:  # up to date: opening it writes nothing at all
+    # up to date: opening it writes nothing at all (a lock: open_database retries)
+    with reading(engine, patience=None) as session:
         current = int(session.connection().exec_driver_sql("PRAGMA user_version").scalar_one())
     if current == SCHEMA_VERSION:
         return current

@@ -173,28 +173,33 @@ def test_a_state_db_locked_past_the_patience_says_locked_not_damaged(home: Path)
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
 
 
-@pytest.mark.parametrize("write", ["a message appended", "a person added"])
-def test_a_write_on_a_new_connection_waits_for_a_lock_past_sqlites_own_wait(
-    home: Path, write: str
+@pytest.mark.parametrize("call", ["a message appended", "a person added", "a read"])
+def test_a_call_on_a_new_connection_waits_for_a_lock_past_sqlites_own_wait(
+    home: Path, call: str
 ) -> None:
-    """Writes retry a lock met while connecting too (a new connection's pragmas), not
-    only one met by BEGIN IMMEDIATE: the hot path's (raw sqlite3) and the ORM's."""
+    """A lock met while connecting (a new connection's pragmas) is waited for like one
+    met by BEGIN IMMEDIATE: by the hot path's writes (raw sqlite3), the ORM's, and reads."""
     path = _healthy(home)
     db = SessionDB(path, patience=30.0)
     user = db.people.ensure_user("u_00000000000000bb").id
     chat = db.conversations.start_session(user, "cli", "b")
-    db.engine.dispose()  # no pooled connection left: the next write connects anew
+    db.conversations.add_message(chat.id, NewMessage("user", "before the lock"))
+    db.engine.dispose()  # no pooled connection left: the next call connects anew
     holder = _hold(path, BUSY_TIMEOUT_MS / 1000 + 1.5)
     try:
-        if write == "a message appended":
+        if call == "a message appended":
             db.conversations.add_message(chat.id, NewMessage("user", "written after the lock"))
-        else:
+        elif call == "a person added":
             db.people.ensure_user("u_00000000000000cc")
+        else:
+            read = [m.content for m in db.conversations.messages(chat.id, user)]
     finally:
         holder.communicate(timeout=30)
-    if write == "a message appended":
-        stored = db.conversations.messages(chat.id, user)
-        assert [m.content for m in stored] == ["written after the lock"]
-    else:
+    stored = [m.content for m in db.conversations.messages(chat.id, user)]
+    if call == "a message appended":
+        assert stored == ["before the lock", "written after the lock"]
+    elif call == "a person added":
         assert db.people.get_user("u_00000000000000cc") is not None
+    else:
+        assert read == stored == ["before the lock"]
     db.close()
