@@ -172,9 +172,18 @@ def test_a_timed_out_wait_never_leaves_the_store_locked(memory: UserMemory) -> N
     store.lock_timeout = 2.0
     store.mutate(lambda state: (["after"], None))
     assert store.read().entries == ("after",)
+    # free again: the abandoned waiter may be granted the lock after the mutate let go
+    # of it, and lets go at once; it must never keep it (checked until free, 5 s at most)
     probe = os.open(store.lock_path, os.O_RDWR)
     try:
-        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free again
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                assert time.monotonic() < deadline, "the store stayed locked"
+                time.sleep(0.01)
     finally:
         os.close(probe)
 
