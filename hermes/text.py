@@ -10,8 +10,6 @@ that belong together are joined into their character, a half alone becomes U+FFF
 
 from __future__ import annotations
 
-REPLACEMENT = "\ufffd"
-
 
 def valid_text(text: str) -> str:
     """`text` as valid Unicode (the same object when it already is: the usual case)."""
@@ -24,4 +22,4 @@ def valid_text(text: str) -> str:
     return text
 
 
-__all__ = ["REPLACEMENT", "valid_text"]
+__all__ = ["valid_text"]
