@@ -8,19 +8,28 @@ VENV := .venv
 BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
+# every install takes the exact versions pinned here (`make lock` refreshes them)
+CONSTRAINTS := requirements/constraints.txt
 
-$(RUN_STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e .
 	touch $(RUN_STAMP)
 
 $(STAMP): $(RUN_STAMP)
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e '.[dev]'
 	touch $(STAMP)
 
-.PHONY: install test lint typecheck pytest bench chat
+.PHONY: install test lint typecheck docs pytest bench chat lock
 install: $(STAMP)
+
+# the pinned versions, for every Python >= 3.11 and platform, of the base dependencies and
+# every extra but the benchmarks' (which would pull a CUDA torch); after a change to the
+# ranges in pyproject.toml, or to take newer releases: make lock (then make test)
+lock: $(STAMP)
+	$(BIN)/uv pip compile pyproject.toml --universal --python-version 3.11 --extra dev \
+	    --no-header --quiet --upgrade -o $(CONSTRAINTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -35,7 +44,11 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/pytest -n auto --dist worksteal
 
-test: lint typecheck pytest
+# the documentation site (mkdocs.yml, docs/): a broken link or a page left out fails it
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --quiet --site-dir .venv/site
+
+test: lint typecheck docs pytest
 
 # exit 1 or 2: Hermes has said what is wrong (no model configured, say); make adds nothing
 chat: $(RUN_STAMP)

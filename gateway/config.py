@@ -25,6 +25,7 @@ from gateway.edge.platform_config import (
     PrivacyConfig,
     platforms_model,
 )
+from hermes import extras
 from hermes.config import (
     AgentConfig,
     AuxiliaryConfig,
@@ -286,6 +287,8 @@ def database_url(config: HermesConfig, env: Mapping[str, str] | None = None) -> 
     database = config.database
     if database.url is None:
         return None
+    if absent := extras.needs("postgres", "database.url (state.db on PostgreSQL)"):
+        raise ConfigError(absent)
     if not database.password_env:
         return database.url
     environ = os.environ if env is None else env

@@ -14,6 +14,7 @@ from gateway.config import ConfigError, secret
 from gateway.edge.platform_config import Platform, PlatformConfig, Sharing, platforms
 from gateway.edge.platforms import TERMINAL
 from gateway.edge.ports import LocalChat, MenuEntry, PlatformAdapter
+from hermes import extras
 
 Menu = Sequence[MenuEntry]
 
@@ -22,10 +23,7 @@ def install_hint(platform: Platform) -> str:
     """How to add a platform's SDK: the package is installed from its checkout."""
     if not platform.extra:
         return "reinstall hermes-gateway"
-    return (
-        f"pip install '/path/to/hermes[{platform.extra}]' into the gateway's venv "
-        "(deploy/README.md)"
-    )
+    return extras.install_command(platform.extra)
 
 
 def credential_problems(
@@ -38,6 +36,8 @@ def credential_problems(
     if platform is None:
         return [f"platforms.{name}: this platform is not available"]
     problems = []
+    if platform.extra and (absent := extras.needs(platform.extra, f"platforms.{name}")):
+        problems.append(f"{absent} (it is enabled in config.yaml)")
     for credential in platform.credentials(config):
         env_name = str(getattr(config, credential.key))
         value = secret(env_name, env)

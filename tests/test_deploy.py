@@ -100,10 +100,11 @@ def readme_install() -> list[str]:
 
 
 def dockerfile_runs() -> list[str]:
+    """The image's RUN steps but the system packages' (apt-get: step 1's prose)."""
     text = DOCKERFILE.read_text().replace("\\\n", " ")
     commands: list[str] = []
     for line in text.splitlines():
-        if line.startswith("RUN "):
+        if line.startswith("RUN ") and "apt-get" not in line:
             commands += [_normal(part) for part in line[4:].split("&&")]
     return commands
 
@@ -127,7 +128,17 @@ def test_the_dockerfile_runs_the_readme_install_steps() -> None:
     text = DOCKERFILE.read_text()
     assert "USER hermes" in text and "HEALTHCHECK" in text and "/healthz" in text
     assert 'VOLUME ["/var/lib/hermes"]' in text and "HERMES_HOME=/var/lib/hermes" in text
-    assert re.search(r"^FROM python:3\.\d+-slim$", text, re.M)
+    assert re.search(r"^FROM python:3\.\d+-slim-bookworm$", text, re.M)
+
+
+def test_the_image_has_the_backup_tools_of_compose_postgres_major() -> None:
+    """`hermes backup` on PostgreSQL runs pg_dump: the image carries the client of the
+    major compose's postgres service runs (bookworm's postgresql-client is 15)."""
+    text = DOCKERFILE.read_text()
+    assert "apt-get install -y --no-install-recommends postgresql-client" in text
+    compose = yaml.safe_load((ROOT / "deploy" / "docker" / "compose.yaml").read_text())
+    assert compose["services"]["postgres"]["image"] == "postgres:15"
+    assert "-slim-bookworm" in text  # Debian 12: postgresql-client 15
 
 
 def test_compose_runs_the_image_with_its_volume_env_file_and_health_check() -> None:
@@ -171,7 +182,14 @@ def test_no_secrets_file_or_environment_can_reach_the_image_or_git() -> None:
     copies = [line.split()[1:-1] for line in DOCKERFILE.read_text().splitlines()
               if line.startswith(("COPY", "ADD"))]  # fmt: skip
     sources = {source for sources in copies for source in sources}
-    assert sources == {"pyproject.toml", "README.md", "hermes", "gateway", "adapters"}
+    assert sources == {
+        "pyproject.toml",
+        "README.md",
+        "requirements",
+        "hermes",
+        "gateway",
+        "adapters",
+    }
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert {"**/*.env", ".venv", ".git"} <= set(ignored)
     checked = subprocess.run(

@@ -95,7 +95,7 @@ def status(
         note(
             f"[yellow]{held} write(s) waiting for the safety check[/yellow] (hermes memory pending)"
         )
-    note(f"Provider: {provider_line(service.providers.status(user_id))}")
+    note(f"Provider: {escape(provider_line(service.providers.status(user_id)))}")
 
 
 @app.command()

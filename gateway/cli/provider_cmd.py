@@ -28,6 +28,7 @@ SetOpt = Annotated[
 @app.command()
 def providers(as_json: AsJson = False) -> None:
     """Every memory provider Hermes can find, what it needs, and whether it can run."""
+    from gateway.config import provider_settings
     from hermes.providers import registry
 
     ctx = CliContext.load(reading=True)
@@ -36,7 +37,10 @@ def providers(as_json: AsJson = False) -> None:
         available, reason, needs = False, found.error, ""
         if found.make is not None:
             try:
-                probe = found.make({})
+                # checked with what config.yaml sets for it (its key from the environment)
+                raw = ctx.config.memory.providers.get(found.name, {})
+                fields = list(found.make({}).get_config_schema())
+                probe = found.make(provider_settings(fields, raw))
                 available, reason = probe.is_available(), probe.unavailable_reason()
                 needs = ", ".join(getattr(probe, "needs", ())) or "nothing (local)"
             except Exception as exc:
@@ -64,7 +68,7 @@ def providers(as_json: AsJson = False) -> None:
         return
     table = new_table("provider", "from", "needs", "available", "selected")
     for row in rows:
-        state = "yes" if row["available"] else f"no: {row['reason']}"
+        state = "yes" if row["available"] else f"no: {escape(str(row['reason']))}"
         table.add_row(
             str(row["name"]),
             str(row["origin"]),

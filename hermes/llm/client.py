@@ -168,7 +168,7 @@ class LLMClient:
         on_text: Callable[[str], None],
     ) -> ModelReply | None:
         """The streamed reply, or None when the stream failed (ask again, whole)."""
-        import httpx
+        import httpx2
         import openai
 
         kwargs: dict[str, Any] = {
@@ -207,7 +207,7 @@ class LLMClient:
         except openai.APITimeoutError as exc:  # already retried by the SDK
             metrics.MODEL_ERRORS.labels(_kind(exc)).inc()
             raise _error(exc, self.endpoint.timeout) from None
-        except (openai.APIError, httpx.HTTPError, ValueError, AttributeError, TypeError) as exc:
+        except (openai.APIError, httpx2.HTTPError, ValueError, AttributeError, TypeError) as exc:
             metrics.MODEL_ERRORS.labels("stream_interrupted").inc()
             logger.warning(
                 "the model's stream broke off (%s); asking again without streaming",

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import importlib.util
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
@@ -65,6 +64,7 @@ def _shared() -> _Loop:
 
 class HindsightProvider(ServiceProvider):
     name = "hindsight"
+    extra = "hindsight"  # its SDK (pyproject.toml)
     label = "Hindsight"
     needs = ("a server",)
     required = ("base_url",)
@@ -76,11 +76,6 @@ class HindsightProvider(ServiceProvider):
         "a question (slower than a search; for questions that need several memories).",
         {"query": {"type": "string", "description": "The question."}},
     )
-
-    def _dependency(self) -> str:
-        if importlib.util.find_spec("hindsight_client") is None:
-            return "hindsight-client is not installed (pip install 'hermes-gateway[hindsight]')"
-        return ""
 
     def _with(self, work: Callable[[Any], Awaitable[T]]) -> T:
         """`work` with the instance's client, on the loop of its own thread (the SDK is

@@ -17,7 +17,6 @@ deletes the sessions and conclusions of the one who is gone. No session close.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 from typing import Any
 
 import httpx
@@ -40,6 +39,7 @@ PAGE = 100
 
 class HonchoProvider(ServiceProvider):
     name = "honcho"
+    extra = "honcho"  # its SDK (pyproject.toml)
     label = "Honcho"
     needs = ("a server", "a cloud key")
     required = ("api_key",)
@@ -61,11 +61,6 @@ class HonchoProvider(ServiceProvider):
 
     def needed(self) -> tuple[str, ...]:
         return self.required if self.base_url == HOSTED else ()  # self-hosted: no key
-
-    def _dependency(self) -> str:
-        if importlib.util.find_spec("honcho") is None:
-            return "honcho-ai is not installed (pip install 'hermes-gateway[honcho]')"
-        return ""
 
     @property
     def client(self) -> Any:

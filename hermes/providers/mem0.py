@@ -12,7 +12,6 @@ sets MEM0_TELEMETRY=False and MEM0_DIR under HERMES_HOME for the process).
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 from typing import Any
 
 import httpx
@@ -25,16 +24,12 @@ MAX_PAGES = 50  # 5,000 memories per person listed at most
 
 class Mem0Provider(ServiceProvider):
     name = "mem0"
+    extra = "mem0"  # its SDK (pyproject.toml)
     label = "Mem0"
     needs = ("a cloud key",)
     required = ("api_key",)
     key_env = "MEM0_API_KEY"
     default_url = "https://api.mem0.ai"
-
-    def _dependency(self) -> str:
-        if importlib.util.find_spec("mem0") is None:
-            return "the mem0ai package is not installed (pip install 'hermes-gateway[mem0]')"
-        return ""
 
     @property
     def client(self) -> Any:

@@ -41,6 +41,7 @@ from typing import Any, ClassVar, TypeVar
 
 import httpx
 
+from hermes import extras
 from hermes.memory.entries import parse
 from hermes.providers.base import BaseProvider, ConfigField
 
@@ -114,6 +115,7 @@ class ServiceProvider(BaseProvider):
     required: ClassVar[tuple[str, ...]] = ("api_key",)
     key_env = ""  # the environment variable the key is read from by default
     default_url = ""
+    extra = ""  # the pyproject extra that installs its client library ('': none needed)
     special_tool: ClassVar[dict[str, Any] | None] = None  # its own tool, if it has one
     _client: Any = None  # made when first needed (`connected`)
     _http: httpx.Client | None = None
@@ -224,7 +226,9 @@ class ServiceProvider(BaseProvider):
 
     def _dependency(self) -> str:
         """What is missing to import the client library ('' when nothing is)."""
-        return ""
+        if not self.extra:
+            return ""
+        return extras.needs(self.extra, f"The {self.label} provider") or ""
 
     @property
     def base_url(self) -> str:

@@ -15,7 +15,6 @@ session close.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 from typing import Any
 
 import httpx
@@ -29,6 +28,7 @@ MAX_PAGES = 50
 
 class SupermemoryProvider(ServiceProvider):
     name = "supermemory"
+    extra = "supermemory"  # its SDK (pyproject.toml)
     label = "Supermemory"
     needs = ("a cloud key",)
     required = ("api_key",)
@@ -40,11 +40,6 @@ class SupermemoryProvider(ServiceProvider):
         "kept up to date from everything they said (no search needed). Optional focus.",
         {"focus": {"type": "string", "description": "A topic to keep to, or ''."}},
     )
-
-    def _dependency(self) -> str:
-        if importlib.util.find_spec("supermemory") is None:
-            return "supermemory is not installed (pip install 'hermes-gateway[supermemory]')"
-        return ""
 
     @property
     def client(self) -> Any:
