@@ -187,7 +187,11 @@ def _check_damage(db: SessionDB) -> None:
 
 
 def fail(message: str, code: int) -> NoReturn:
-    err_console.print(f"[red]error:[/red] {message}", markup=True, highlight=False)
+    """`message` is plain text: a path, an extra's `[name]` or a person's words in it
+    are shown as they are, never read as markup."""
+    from rich.markup import escape
+
+    err_console.print(f"[red]error:[/red] {escape(message)}", markup=True, highlight=False)
     raise typer.Exit(code)
 
 

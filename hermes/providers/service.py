@@ -166,6 +166,8 @@ class ServiceProvider(BaseProvider):
         return not self.unavailable_reason()
 
     def unavailable_reason(self) -> str:
+        if missing_library := self._dependency():  # first: no setting can make up for it
+            return missing_library
         for field in self.get_config_schema():  # config.yaml may have been edited by hand
             if not field.secret and (problem := field.problem(self.settings.get(field.key))):
                 return problem
@@ -175,7 +177,7 @@ class ServiceProvider(BaseProvider):
             return f"no API key ({where}; hermes memory setup {self.name})"
         if missing:
             return f"{', '.join(missing)} not set (hermes memory setup {self.name})"
-        return self._dependency()
+        return ""
 
     def connected(self, make: Callable[[httpx.Client], T]) -> T:
         """The instance's client, made once by `make` around an httpx client of the

@@ -12,7 +12,8 @@ from __future__ import annotations
 import itertools
 import os
 import secrets
-from urllib.parse import quote
+import subprocess
+from urllib.parse import quote, urlsplit
 
 import pytest
 
@@ -66,6 +67,27 @@ class ScratchServer:
             conn.execute(f'CREATE DATABASE "{name}"')
         base, _, _ = self.admin_url.rpartition("/")
         return name, f"{base}/{name}"
+
+    def documented(self) -> tuple[str, str]:
+        """A role and its database made as deploy/README step 9 says, with the real
+        programs: `createuser` (no superuser, no CREATEDB) and `createdb --owner ROLE`:
+        (the role, the database)."""
+        name = f"{self.database}_{next(self._schemas)}"
+        host, port, admin = self._admin_parts()
+        where = ["-h", host, "-p", port, "-U", admin]
+        subprocess.run(["createuser", *where, name], check=True, capture_output=True)
+        subprocess.run(["createdb", *where, "--owner", name, name], check=True, capture_output=True)
+        return name, name
+
+    def _admin_parts(self) -> tuple[str, str, str]:
+        parts = urlsplit(self.admin_url)
+        return parts.hostname or "127.0.0.1", str(parts.port or 5432), parts.username or "postgres"
+
+    def drop_role(self, name: str) -> None:
+        import psycopg
+
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP ROLE IF EXISTS "{name}"')
 
     def drop_database(self, name: str) -> None:
         import psycopg
