@@ -157,7 +157,10 @@ class ConversationDB:
     def session_for_key(
         self, user_id: str, session_key: str
     ) -> tuple[ChatSession | None, ChatSession | None]:
-        """(the open session of this key, the latest ended one) for one user."""
+        """(the open session of this key, the latest ended one) for one user. The open
+        one is the key's latest session only: an older one left open (a terminal chat
+        closed without /new, which opens its own session per run) is never resumed once
+        a newer session of the key has ended, or /new would fall back to it."""
         with eng.reading(self.engine) as session:
             query = (
                 select(ChatSession)
@@ -166,7 +169,7 @@ class ConversationDB:
                 .limit(20)
             )
             rows = list(session.exec(query))
-        open_ = next((r for r in rows if r.ended_at is None), None)
+        open_ = rows[0] if rows and rows[0].ended_at is None else None
         ended = next((r for r in rows if r.ended_at is not None), None)
         return open_, ended
 

@@ -327,3 +327,26 @@ def test_the_chat_completes_commands_and_their_subcommands() -> None:
     assert offered("/me") == ["/memory", "/memory show", "/memory why"]
     assert offered("/memory s") == ["/memory show"]
     assert offered("/memory why x") == [] and offered("hello /m") == []
+
+
+def test_new_starts_a_fresh_session_with_the_memory_saved_since(
+    home: Path, fake_llm: FakeOpenAI
+) -> None:
+    """A chat left without /new keeps its session open; the next chat's /new must not
+    fall back to that older session (its prompt frozen before today's memory), but start
+    a new one whose snapshot holds what was saved since."""
+    configure(home, fake_llm)
+    fake_llm.default = Reply(text="ok")
+    assert hermes("chat", answer="hello\n").returncode == 0  # left open
+    saved = hermes("memory", "add", "--target", "user", "Drinks green tea, never coffee")
+    assert saved.returncode == 0, saved.stderr
+    assert hermes("chat", answer="/new\nwhat do I drink?\n").returncode == 0
+    last = fake_llm.requests[-1]["messages"]
+    assert "green tea" in last[0]["content"]  # the frozen prompt of a new session
+    (asked,) = last[1:]  # nothing of the older session's history
+    assert asked["content"].startswith("what do I drink?")
+    db = SessionDB.open(home)
+    sessions = db.conversations.list_sessions(owner_user_id(home))
+    db.close()
+    latest = sessions[0]
+    assert latest.ended_at is None and latest.message_count == 2
