@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+
+def _yaml_switch(value: Any) -> Any:
+    """YAML 1.1 reads a bare on/off (yes/no) as true/false: a hand-written `judge: off`,
+    or one a config edit wrote back without its quotes, means what it says."""
+    return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
+
+# a setting written on | off (or auto | on | off)
+OnOff = Annotated[Literal["on", "off"], BeforeValidator(_yaml_switch)]
+AutoOnOff = Annotated[Literal["auto", "on", "off"], BeforeValidator(_yaml_switch)]
 
 
 class Section(BaseModel):
@@ -17,7 +28,7 @@ class ConsolidationConfig(Section):
     threshold: float = Field(default=0.80, gt=0.1, le=1.0)  # consolidate above this fill
     target: float = Field(default=0.60, gt=0.05, lt=1.0)  # aim for this fill afterwards
     max_drop_fraction: float = Field(default=0.25, ge=0.0, le=1.0)
-    notify: Literal["on", "off"] = "on"
+    notify: OnOff = "on"
     check_interval_minutes: float = Field(default=10.0, gt=0, le=24 * 60)
 
 
@@ -26,7 +37,7 @@ class ScanConfig(Section):
     (the auxiliary model when configured, else the chat model). on (default; "auto" is
     the same) or off (the rules alone decide: not recommended)."""
 
-    judge: Literal["auto", "on", "off"] = "on"
+    judge: AutoOnOff = "on"
     judge_timeout_seconds: float = Field(default=15.0, gt=0, le=300)
 
 
@@ -88,12 +99,7 @@ class LLMConfig(Section):
     temperature: float = Field(default=0.7, ge=0, le=2)
     # photos as image parts: on | off | auto (tried, and given up for the process when
     # the endpoint refuses image parts)
-    vision: Literal["auto", "on", "off"] = "auto"
-
-    @field_validator("vision", mode="before")
-    @classmethod
-    def _yaml_bool(cls, value: Any) -> Any:  # YAML reads a bare on/off as true/false
-        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+    vision: AutoOnOff = "auto"
 
 
 class TranscriptionConfig(Section):

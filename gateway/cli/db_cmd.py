@@ -125,8 +125,11 @@ def _digest(text: str, pending: str) -> str:
 def _copy(
     path: Path, url: str, dry_run: bool, as_json: bool, config: MemoryConfig
 ) -> tuple[list[TableCheck], list[str]] | None:
-    """Copy, index and verify: the checks and the media files that were already gone
-    (None: a dry run, reported here)."""
+    """Copy, index and verify, all or nothing: the checks and the media files that were
+    already gone (None: a dry run, reported here). A copy that fails part way, or whose
+    checks differ, is emptied out of the database again, so trying again needs nothing."""
+    from sqlalchemy.exc import DBAPIError
+
     from hermes.state import copy, postgres
     from hermes.state.db import SessionDB
     from hermes.state.engine import redact
@@ -134,36 +137,70 @@ def _copy(
     source = SessionDB(path)
     try:
         counts = copy.row_counts(source.engine)
-        if dry_run:
-            _report_plan(counts, as_json)
-            return None
-        if not postgres.is_empty(url):
+        if not postgres.is_empty(url):  # a dry run asks the server too
             fail(
                 f"{redact(url)} already holds tables: migrate into an empty database "
                 "(nothing was changed)",
                 EXIT_REFUSED,
             )
-        target = SessionDB(path, url=url)
+        if dry_run:
+            _report_plan(counts, as_json)
+            return None
         try:
-            with progress_bar("copying") as advance:
-                total, done = sum(counts.values()), [0]
-
-                def moved(_table: str, rows: int, of: int) -> None:
-                    advance(done[0] + rows, total)
-                    if rows == of:
-                        done[0] += rows
-
-                copy.copy_all(source.engine, target.engine, moved)
-                postgres.index_backlog(target.engine)
-                _, missing = copy.copy_media_files(path.parent, target.engine)
-                tables = copy.verify(source.engine, target.engine)
-                stores = _copy_memory(path.parent, config, source, target)
-                providers = copy.copy_provider_stores(path.parent, target.engine)
-            return tables + stores + providers, missing
-        finally:
-            target.close()
+            checks, missing = _copy_into(path, url, source, config, counts)
+        except (copy.CopyError, DBAPIError) as exc:
+            _clear(url)
+            reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+            fail(
+                f"the copy failed: {reason}. Nothing was kept in the database, state.db is "
+                "as it was",
+                EXIT_REFUSED,
+            )
+        except BaseException:  # Ctrl-C, or what the caller reports (StateDBError)
+            _clear(url)
+            raise
+        if any(not check.ok for check in checks):
+            _clear(url)
+        return checks, missing
     finally:
         source.close()
+
+
+def _clear(url: str) -> None:
+    """The database emptied again, if it can be reached (the failure said why if not)."""
+    import contextlib
+
+    from hermes.state import postgres
+
+    with contextlib.suppress(Exception):
+        postgres.clear(url)
+
+
+def _copy_into(
+    path: Path, url: str, source: SessionDB, config: MemoryConfig, counts: dict[str, int]
+) -> tuple[list[TableCheck], list[str]]:
+    from hermes.state import copy, postgres
+    from hermes.state.db import SessionDB
+
+    target = SessionDB(path, url=url)
+    try:
+        with progress_bar("copying") as advance:
+            total, done = sum(counts.values()), [0]
+
+            def moved(_table: str, rows: int, of: int) -> None:
+                advance(done[0] + rows, total)
+                if rows == of:
+                    done[0] += rows
+
+            copy.copy_all(source.engine, target.engine, moved)
+            postgres.index_backlog(target.engine)
+            _, missing = copy.copy_media_files(path.parent, target.engine)
+            tables = copy.verify(source.engine, target.engine)
+            stores = _copy_memory(path.parent, config, source, target)
+            providers = copy.copy_provider_stores(path.parent, target.engine)
+        return tables + stores + providers, missing
+    finally:
+        target.close()
 
 
 def _report_plan(counts: dict[str, int], as_json: bool) -> None:
@@ -208,8 +245,8 @@ def _report(
         print_table(table)
     if bad:
         fail(
-            f"{len(bad)} table(s) differ after the copy ({bad[0].table}): keep using state.db; "
-            "empty the database and try again",
+            f"{len(bad)} table(s) differ after the copy ({bad[0].table}): keep using state.db "
+            "(the database was emptied again; migrating again starts afresh)",
             EXIT_REFUSED,
         )
     if not as_json:

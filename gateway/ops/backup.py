@@ -342,7 +342,9 @@ def restore(
     an archive of a SQLite home needs a home without a database URL, and the reverse."""
     manifest = verify(archive)
     _check_database_target(manifest, database)
-    present = has_data(home)
+    # a home holding only its config.yaml is what the docs ask for before a restore (the
+    # database it names): nothing in it is replaced unasked
+    present = [name for name in has_data(home) if name != CONFIG_NAME]
     if present and not force:
         shown = ", ".join(present[:4]) + (" ..." if len(present) > 4 else "")
         raise BackupError(

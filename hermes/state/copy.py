@@ -27,8 +27,16 @@ from hermes.state.factstore import FileFactStore, ServerFactStore
 from hermes.state.postgres import Raw
 
 BATCH = 2000
-# state.db's own indexes and SQLite's bookkeeping: rebuilt or meaningless elsewhere
-_NOT_DATA = ("sqlite_", "messages_fts", "messages_cjk")
+# state.db's own indexes and SQLite's bookkeeping: rebuilt or meaningless elsewhere; and
+# APScheduler's job store, which only a SQLite home keeps (pickled timers: on PostgreSQL
+# each gateway makes its timers at start from `job_runs`, reminders from `reminders`)
+_NOT_DATA = ("sqlite_", "messages_fts", "messages_cjk", "apscheduler_jobs")
+
+
+class CopyError(Exception):
+    """What cannot be copied, said before anything is."""
+
+
 # what PostgreSQL keeps for itself (built during the copy, or by the schema)
 _TARGET_ONLY = frozenset(
     {"hermes_schema", "change_stamps", "message_terms", "search_backlog", "media_blobs"}
@@ -70,13 +78,17 @@ def row_counts(engine: Engine) -> dict[str, int]:
 
 
 def copy_all(source: Engine, target: Engine, progress: Progress | None = None) -> None:
-    """Copy every data table of `source` into `target` (whose schema exists, empty)."""
+    """Copy every data table of `source` into `target` (whose schema exists, empty).
+    CopyError, before a row moves, for a table Hermes's schema does not have."""
     names = data_tables(source)
     found = MetaData()
     found.reflect(target)
-    missing = [name for name in names if name not in found.tables]
-    for name in missing:  # a library's table (the job store): made like the source's
-        Table(name, MetaData(), autoload_with=source).to_metadata(found).create(target)
+    unknown = [name for name in names if name not in found.tables]
+    if unknown:
+        raise CopyError(
+            f"state.db holds table(s) Hermes does not know: {', '.join(unknown)} (made by "
+            "another program, or by a newer Hermes?); they cannot be copied"
+        )
     # the vector model last: while it is missing, the messages' trigger queues none of
     # them for embedding (the queue is copied as it was)
     names.sort(key=lambda name: name == "vector_model")

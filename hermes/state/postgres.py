@@ -485,7 +485,8 @@ def dump(url: str, target: Path, environ: Mapping[str, str]) -> None:
 
 
 def is_empty(url: str) -> bool:
-    """Whether Hermes's schema in the database holds no table (a restore's target)."""
+    """Whether Hermes's schema in the database holds no table (a restore's or a
+    migration's target); StateDBError when the server cannot be reached."""
     engine = open_engine(url, 1)
     try:
         with engine.connect() as conn:
@@ -494,34 +495,94 @@ def is_empty(url: str) -> bool:
                 "WHERE table_schema = current_schema()"
             )
             return int(conn.exec_driver_sql(sql).scalar_one()) == 0
+    except OperationalError as exc:
+        raise StateDBError(f"cannot use the database: {_reason(exc)}") from None
     finally:
         engine.dispose()
 
 
+def clear(url: str) -> None:
+    """Empty Hermes's schema again, all at once: its tables (their sequences, indexes and
+    triggers with them) and its functions. For a copy that failed part way into a
+    database that was empty (is_empty), so that trying again needs no hand work."""
+    engine = open_engine(url, 1)
+    try:
+        with engine.begin() as conn:
+            tables = conn.exec_driver_sql(
+                "SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = current_schema()"
+            ).scalars()
+            for table in list(tables):
+                conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table} CASCADE")
+            functions = conn.exec_driver_sql(
+                "SELECT p.oid::regprocedure::text FROM pg_proc p "
+                "JOIN pg_namespace n ON n.oid = p.pronamespace "
+                "WHERE n.nspname = current_schema() AND starts_with(p.proname, 'hermes_')"
+            ).scalars()
+            for function in list(functions):
+                conn.exec_driver_sql(f"DROP FUNCTION IF EXISTS {function} CASCADE")
+    finally:
+        engine.dispose()
+
+
+def _reason(exc: DBAPIError) -> str:
+    return str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+
+
 def load(url: str, source: Path, environ: Mapping[str, str]) -> None:
-    """Restore a `dump` into an empty database, all or nothing (one transaction)."""
-    _client(
-        "pg_restore",
-        "--no-owner",
-        "--no-privileges",
-        "--single-transaction",
-        "--exit-on-error",
-        str(source),
-        url=url,
-        environ=environ,
-    )
+    """Restore a `dump` into an empty database, all or nothing (one transaction). The
+    dump's schema is made only where the database lacks it: a database made with
+    `createdb` has `public` already, which pg_restore would refuse to create again."""
+    engine = open_engine(url, 1)
+    try:
+        with engine.connect() as conn:
+            present = set(conn.exec_driver_sql("SELECT nspname FROM pg_namespace").scalars())
+    except OperationalError as exc:
+        raise StateDBError(f"cannot use the database: {_reason(exc)}") from None
+    finally:
+        engine.dispose()
+    listing = _client("pg_restore", "--list", str(source), url=None, environ=environ)
+    kept = [line for line in listing.splitlines() if not _creates_schema(line, present)]
+    chosen = source.with_name(source.name + ".list")
+    chosen.write_text("\n".join(kept) + "\n")
+    try:
+        _client(
+            "pg_restore",
+            "--no-owner",
+            "--no-privileges",
+            "--single-transaction",
+            "--exit-on-error",
+            f"--use-list={chosen}",
+            str(source),
+            url=url,
+            environ=environ,
+        )
+    finally:
+        chosen.unlink(missing_ok=True)
 
 
-def _client(tool: str, *args: str, url: str, environ: Mapping[str, str]) -> None:
-    """Run a PostgreSQL client tool against `url` in the process environment `environ`;
-    the password goes in its environment (never on a command line others can read)."""
-    parts = urlsplit(url)
+# a table-of-contents line of `pg_restore --list` that makes a schema (or comments on one):
+# "5; 2615 2200 SCHEMA - public pg_database_owner", "4321; 0 0 COMMENT - SCHEMA public owner"
+_SCHEMA_ENTRY = re.compile(r"^\d+; \d+ \d+ (?:SCHEMA - |COMMENT - SCHEMA )(\S+)")
+
+
+def _creates_schema(line: str, present: set[str]) -> bool:
+    found = _SCHEMA_ENTRY.match(line)
+    return found is not None and found.group(1) in present
+
+
+def _client(tool: str, *args: str, url: str | None, environ: Mapping[str, str]) -> str:
+    """Run a PostgreSQL client tool (against `url`, if given) in the process environment
+    `environ`; its standard output. The password goes in its environment (never on a
+    command line others can read)."""
     env = dict(environ)
-    if parts.password is not None:
-        env["PGPASSWORD"] = unquote(parts.password)
-        host = parts.netloc.rpartition("@")[2]
-        parts = parts._replace(netloc=f"{parts.username or ''}@{host}")
-    command = [tool, *args, f"--dbname={urlunsplit(parts)}"]
+    command = [tool, *args]
+    if url is not None:
+        parts = urlsplit(url)
+        if parts.password is not None:
+            env["PGPASSWORD"] = unquote(parts.password)
+            host = parts.netloc.rpartition("@")[2]
+            parts = parts._replace(netloc=f"{parts.username or ''}@{host}")
+        command.append(f"--dbname={urlunsplit(parts)}")
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     except FileNotFoundError:
@@ -530,8 +591,20 @@ def _client(tool: str, *args: str, url: str, environ: Mapping[str, str]) -> None
             "major version (Debian: apt install postgresql-client)"
         ) from None
     if done.returncode != 0:
-        detail = (done.stderr.strip().splitlines() or ["failed"])[-1]
-        raise StateDBError(f"{tool} failed: {detail}")
+        raise StateDBError(f"{tool} failed: {_cause(done.stderr)}")
+    return done.stdout
+
+
+def _cause(stderr: str) -> str:
+    """What a client tool said went wrong: its error, detail and hint lines and the
+    statement that failed (the last line alone is often only 'errors ignored')."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    telling = [
+        line
+        for line in lines
+        if re.search(r"\b(error|fatal|detail|hint)\b:|^Command was:", line, re.IGNORECASE)
+    ]
+    return " ".join(telling or lines[-1:] or ["failed"])
 
 
 def server_version(engine: Engine) -> str:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import ConfigError, HermesConfig, load_config, resolve_home
+from gateway.config import ConfigError, HermesConfig, load_config, parse_config, resolve_home
 
 
 def write(home: Path, text: str) -> Path:
@@ -109,3 +109,27 @@ def test_streaming_on_off_in_yaml_and_per_platform(home: Path) -> None:
     (home / "config.yaml").write_text("gateway:\n  streaming: sometimes\n")
     with pytest.raises(ConfigError, match=r"gateway\.streaming"):
         load_config(home)
+
+
+@pytest.mark.parametrize(
+    ("written", "meant"),
+    [
+        ("off", "off"),
+        ("on", "on"),
+        ("'off'", "off"),
+        ("no", "off"),
+        ("yes", "on"),
+        ("auto", "auto"),
+    ],
+)
+def test_a_bare_on_or_off_means_what_it_says(home: Path, written: str, meant: str) -> None:
+    """YAML 1.1 reads bare on/off/yes/no as booleans (a hand edit, or a config rewritten
+    by `hermes memory setup` without the quotes): every on/off setting takes them."""
+    text = (
+        f"memory:\n  scan:\n    judge: {written}\n"
+        f"  consolidation:\n    notify: {written if meant != 'auto' else 'on'}\n"
+        f"llm:\n  vision: {written}\n"
+    )
+    config = parse_config(text, "config.yaml")
+    assert config.memory.scan.judge == meant and config.llm.vision == meant
+    assert config.memory.consolidation.notify == ("on" if meant == "auto" else meant)
