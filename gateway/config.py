@@ -75,6 +75,9 @@ class DatabaseConfig(Section):
     url: str | None = None
     password_env: str | None = None
     pool_size: int = Field(default=5, ge=1, le=100)  # connections per process
+    # how long `gateway run` waits for a server that is not there yet (a boot where the
+    # gateway starts before PostgreSQL) before it exits 75, which its unit restarts
+    startup_wait_seconds: float = Field(default=60.0, ge=0, le=3600)
 
     @field_validator("url")
     @classmethod

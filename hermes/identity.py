@@ -33,8 +33,10 @@ def validate_user_id(user_id: str) -> str:
     return user_id
 
 
-def owner_user_id(home: Path) -> str:
-    """The owner's id for this home, minted on first use (race-free across processes)."""
+def owner_user_id(home: Path, adopt: str | None = None) -> str:
+    """The owner's id for this home, minted on first use (race-free across processes);
+    `adopt`: the id to take instead of minting one (the owner a shared database already
+    has: several gateways' homes on one database are one owner, not one each)."""
     path = home / OWNER_ID_FILENAME
     try:
         return validate_user_id(path.read_text(encoding="ascii").strip())
@@ -43,7 +45,7 @@ def owner_user_id(home: Path) -> str:
     except (UnicodeDecodeError, InvalidUserIdError) as exc:
         raise InvalidUserIdError(f"{path} is damaged ({exc}); restore it or delete it") from exc
     ensure_private_dir(home)
-    candidate = new_user_id()
+    candidate = validate_user_id(adopt) if adopt else new_user_id()
     staged = home / f".{OWNER_ID_FILENAME}.{os.getpid()}.{secrets.token_hex(4)}"
     try:
         write_private_file(staged, candidate + "\n")

@@ -91,6 +91,10 @@ def test_the_unit_is_unprivileged_hardened_and_restarts(
     }.items():
         assert unit[key] == [value], key
     assert unit["ExecStart"] == ["/opt/hermes/venv/bin/hermes gateway run"]
+    # a dependency not there yet (exit 75) is restarted; only a configuration error is not
+    assert unit["RestartPreventExitStatus"] == ["2"]
+    assert unit["After"] == ["network-online.target postgresql.service"]
+    assert unit["Wants"] == ["network-online.target"]
 
 
 def readme_install() -> list[str]:

@@ -13,6 +13,8 @@ from gateway.edge.platforms import TERMINAL
 
 if TYPE_CHECKING:  # the heavy modules are imported by the commands that use them, so
     # `hermes --help` and the memory commands start fast (bench/cold_start.py)
+    from collections.abc import Callable
+
     from gateway.admission.people import People
     from gateway.config import HermesConfig
     from hermes.llm.client import LLMClient
@@ -21,6 +23,9 @@ if TYPE_CHECKING:  # the heavy modules are imported by the commands that use the
     from hermes.tools.session_search import Summarizer, SummaryPolicy
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
+# a dependency is not there yet (the database server at boot): sysexits' EX_TEMPFAIL,
+# which the systemd units restart (2, a configuration error, they do not)
+EXIT_UNAVAILABLE = 75
 # state.db up to this size is checked (PRAGMA quick_check) by every command that opens
 # it: pages overwritten inside a valid file are found before anything reads or writes
 # them (about 10 ms per 10 MB); a larger one is checked by doctor and the gateway's start
@@ -60,18 +65,27 @@ class CliContext:
         check_owner(home)
         return home
 
-    def open_db(self) -> SessionDB:
-        """state.db, with the owner registered as a user."""
+    def open_db(self, patience: float = 0.0) -> SessionDB:
+        """state.db, with the owner registered as a user. `patience`: how long a database
+        server that is not there yet (a boot where PostgreSQL comes up after the gateway)
+        is waited for; past it, EXIT_UNAVAILABLE, which a service manager restarts."""
         from gateway.config import ConfigError, open_state
         from hermes.identity import owner_user_id
         from hermes.state.engine import StateDBError
+        from hermes.state.retry import DatabaseUnavailableError
 
         try:
-            db = open_state(self.home, self.config)
+            db = _waiting(lambda: open_state(self.home, self.config), patience)
             _check_damage(db)
-            owner = owner_user_id(self.home)
+            # a shared database's owner is every home's owner (each gateway of several
+            # has a home of its own): adopted by a home that has none yet
+            known = db.people.user_by_identity(CLI_PLATFORM, CLI_USER)
+            owner = owner_user_id(self.home, adopt=known)
             db.people.ensure_user(owner, role="owner", display_name="owner")
             db.people.ensure_identity(CLI_PLATFORM, CLI_USER, owner)
+        except DatabaseUnavailableError as exc:
+            waited = f" (still not there after {patience:g} s)" if patience else ""
+            fail(f"{exc}{waited}", EXIT_UNAVAILABLE)
         except (StateDBError, ConfigError) as exc:  # damaged, unreachable or full: unchanged
             fail(str(exc), EXIT_USAGE)
         return db
@@ -184,6 +198,30 @@ def _check_damage(db: SessionDB) -> None:
     if found != "ok":
         db.close()
         raise StateDBError(explain(db.path, Exception(found)))
+
+
+def _waiting(open_: Callable[[], SessionDB], patience: float) -> SessionDB:
+    """`open_()`, tried again with the backoff while the database server is not there
+    yet, for up to `patience` seconds (each wait logged)."""
+    import logging
+    import time
+
+    from hermes.backoff import Backoff
+    from hermes.state.retry import DatabaseUnavailableError
+
+    backoff = Backoff(first=0.5, cap=10.0)
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            return open_()
+        except DatabaseUnavailableError as exc:
+            wait = backoff.next()
+            if time.monotonic() + wait > deadline:
+                raise
+            logging.getLogger("gateway").warning(
+                "the database is not there yet (%s); trying again in %.1f s", exc, wait
+            )
+            time.sleep(wait)
 
 
 def fail(message: str, code: int) -> NoReturn:

@@ -59,7 +59,7 @@ def run(
             instance.acquire()
     except AlreadyRunningError as exc:
         fatal(str(exc), EXIT_REFUSED)
-    db = ctx.open_db()
+    db = ctx.open_db(patience=ctx.config.database.startup_wait_seconds)
     code = 0
     try:
         gateway = Gateway(ctx.home, ctx.config, db)

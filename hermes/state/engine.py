@@ -25,7 +25,13 @@ from sqlalchemy.pool import ConnectionPoolEntry
 from sqlmodel import Session, create_engine
 
 from hermes.state import cjk, postgres
-from hermes.state.retry import DatabaseBusyError, Patience, StateDBError, is_locked
+from hermes.state.retry import (
+    DatabaseBusyError,
+    DatabaseUnavailableError,
+    Patience,
+    StateDBError,
+    is_locked,
+)
 from hermes.state.schema import MIGRATIONS, SCHEMA_VERSION
 
 logger = logging.getLogger(__name__)
@@ -412,8 +418,10 @@ def open_server(url: str, patience: float, pool_size: int = 5) -> tuple[Engine, 
     except BaseException as exc:
         engine.dispose()  # the pool's connections are closed, not left to the collector
         if isinstance(exc, (DatabaseError, OperationalError)):
-            detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-            raise StateDBError(
+            said = str(getattr(exc, "orig", None) or exc).strip()
+            detail = said.splitlines()[0]
+            error = DatabaseUnavailableError if postgres.not_there_yet(said) else StateDBError
+            raise error(
                 f"cannot use the PostgreSQL database {redact(url)}: {detail}. Check that the "
                 "server runs, that database.url names it, and that the password variable "
                 "(database.password_env) is set."

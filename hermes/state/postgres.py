@@ -607,6 +607,27 @@ def _cause(stderr: str) -> str:
     return " ".join(telling or lines[-1:] or ["failed"])
 
 
+# what a server says while it cannot take connections yet (or for now); anything else it
+# answers at connection time (no such role or database, a wrong password) is configuration
+_NOT_YET = (
+    "starting up",
+    "shutting down",
+    "in recovery mode",
+    "not yet accepting connections",
+    "too many clients",
+    "too many connections",
+)
+
+
+def not_there_yet(message: str) -> bool:
+    """Whether a failure to connect means the server is not there yet: it never answered
+    (refused, timed out, its name did not resolve: the network or the server is still
+    coming up), or it answered that it cannot take connections for now."""
+    if "FATAL:" not in message:
+        return True
+    return any(words in message for words in _NOT_YET)
+
+
 def server_version(engine: Engine) -> str:
     with engine.connect() as conn:
         return str(conn.exec_driver_sql("SHOW server_version").scalar_one())

@@ -17,6 +17,11 @@ class DatabaseBusyError(StateDBError):
     pass
 
 
+class DatabaseUnavailableError(StateDBError):
+    """The database server is not there yet (not answering, starting up, its name not
+    resolving): not a mistake in the configuration, so waiting may mend it."""
+
+
 def is_locked(exc: BaseException) -> bool:
     text = str(exc).lower()
     return "database is locked" in text or "database is busy" in text

@@ -75,7 +75,7 @@ def test_the_commands_use_the_configured_database(home: Path, postgres: ScratchS
 def test_an_unreachable_server_is_one_clear_error(home: Path) -> None:
     write_config(home, {"url": "postgresql://hermes@127.0.0.1:1/hermes"})
     done = hermes("sessions", "list", home=home)
-    assert done.returncode == 2
+    assert done.returncode == 75  # not there (yet): EX_TEMPFAIL, not a configuration error
     assert "cannot use the PostgreSQL database postgresql://hermes@127.0.0.1:1/hermes" in (
         done.stderr
     )
@@ -346,5 +346,26 @@ def test_an_older_postgresql_database_upgrades_in_place(
             assert db.dashboard.use_link(token) == user
         finally:
             db.close()
+    finally:
+        postgres.drop_schema(name)
+
+
+def test_the_homes_of_several_gateways_on_one_database_share_one_owner(
+    tmp_path: Path, postgres: ScratchServer
+) -> None:
+    """Each gateway of several has a home of its own (deploy/README step 10): the first
+    command in each registers the owner, and they are the one owner of the database."""
+    name, url = postgres.schema()
+    try:
+        homes = [tmp_path / f"gw{n}" for n in (1, 2, 3)]
+        for home in homes:
+            write_config(home, {"url": url})
+            done = hermes("users", "list", "--json", home=home)
+            assert done.returncode == 0, done.stderr
+        people = json.loads(hermes("users", "list", "--json", home=homes[0]).stdout)
+        owners = [p for p in people if p["role"] == "owner"]
+        assert len(owners) == 1, people
+        ids = {(home / "owner_id").read_text().strip() for home in homes}
+        assert ids == {owners[0]["user_id"]}
     finally:
         postgres.drop_schema(name)
