@@ -5,6 +5,7 @@ and the health check. (hadolint lints the Dockerfile in `make lint`.)"""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.harness.postgres import ScratchServer
 
 ROOT = Path(__file__).resolve().parent.parent
 UNIT = ROOT / "deploy" / "hermes-gateway.service"
@@ -201,3 +204,69 @@ def test_no_secrets_file_or_environment_can_reach_the_image_or_git() -> None:
         cwd=ROOT, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert checked.stdout.split() == ["deploy/docker/hermes.env", "hermes.env", ".env"]
+
+
+def _block(marker: str) -> str:
+    found = re.search(rf"<!-- {marker}:begin -->\s*```sh\n(.*?)```", README.read_text(), re.S)
+    assert found is not None, marker
+    return found.group(1)
+
+
+def _readme_unit(name: str) -> dict[str, list[str]]:
+    found = re.search(
+        rf"cat > /etc/systemd/system/{name} <<'UNIT'\n(.*?)\nUNIT", README.read_text(), re.S
+    )
+    assert found is not None, name
+    settings: dict[str, list[str]] = {}
+    for line in found.group(1).splitlines():
+        if "=" in line:
+            key, _, value = line.partition("=")
+            settings.setdefault(key, []).append(value)
+    return settings
+
+
+def test_the_backup_unit_runs_with_the_gateways_user_home_and_secrets() -> None:
+    """With PostgreSQL, `hermes backup create` needs the database password: the daily
+    unit reads the same environment file as the gateway."""
+    backup, gateway = _readme_unit("hermes-backup.service"), unit_settings(UNIT)
+    for key in ("User", "Environment", "EnvironmentFile"):
+        assert backup[key] == gateway[key], key
+    assert backup["ExecStart"] == ["/opt/hermes/venv/bin/hermes backup create"]
+
+
+def test_the_shorthand_runs_as_the_service_with_its_environment_file(
+    tmp_path: Path, postgres: ScratchServer
+) -> None:
+    """deploy/README's `hermes` shell function, run as written (sudo's user switch aside,
+    the paths moved into a temporary folder) against a home on PostgreSQL whose password
+    variable only the environment file sets, with arguments that need quoting."""
+    name, url = postgres.schema()
+    try:
+        home, env_file = tmp_path / "home", tmp_path / "env"
+        home.mkdir(mode=0o700)
+        (home / "config.yaml").write_text(
+            yaml.safe_dump({"database": {"url": url, "password_env": "HERMES_DB_PASSWORD"}})
+        )
+        env_file.write_text("HERMES_DB_PASSWORD='not used by trust auth'\n")
+        function = (
+            _block("shorthand")
+            .replace("/etc/hermes/env", str(env_file))
+            .replace("/var/lib/hermes", str(home))
+            .replace("/opt/hermes/venv/bin/hermes", str(Path(sys.executable).parent / "hermes"))
+        )
+        sudo = 'sudo() { shift 2; "$@"; }'  # `sudo -u hermes CMD...`: CMD as this user
+        env = {k: v for k, v in os.environ.items() if k != "HERMES_HOME"}
+
+        def run(command: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                ["bash", "-c", f"{sudo}\n{function}\n{command}"],
+                capture_output=True, text=True, check=False, env=env, timeout=120,
+            )  # fmt: skip
+
+        # one argument with a quote, a space and a dollar sign reaches hermes as it was typed
+        done = run("""hermes memory add 'it'"'"'s a $HOME-free entry'""")
+        assert done.returncode == 0, done.stdout + done.stderr
+        shown = run("hermes memory show --json")
+        assert "it's a $HOME-free entry" in shown.stdout, shown.stderr
+    finally:
+        postgres.drop_schema(name)
