@@ -158,6 +158,8 @@ def test_compose_runs_the_image_with_its_volume_env_file_and_health_check() -> N
     )
     assert "/healthz" in " ".join(service["healthcheck"]["test"])
     assert all(port.startswith("127.0.0.1:") for port in service["ports"])
+    # the optional postgres profile: started after it is healthy, when it is there
+    assert service["depends_on"]["postgres"] == {"condition": "service_healthy", "required": False}
 
 
 def test_the_cluster_compose_runs_three_gateways_on_postgres_behind_the_proxy() -> None:
