@@ -1,5 +1,5 @@
 """Recall of lexical, vector-alone and hybrid search on the three evaluation sets, with
-every ranking step switched off in turn (the README's recall and ablation tables).
+every ranking step switched off in turn (the recall and ablation tables of docs/benchmarks.md).
 
     .venv/bin/python bench/recall_ablation.py --embeddings http://127.0.0.1:8765/v1 \\
         --locomo ../shared/bench-data/locomo-dev.json [--model all-MiniLM-L6-v2] [--json]
