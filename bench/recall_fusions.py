@@ -1,6 +1,6 @@
 """What else was tried for hybrid recall, and why it was not adopted: alternative fusions
 of the same two rankings, the per-question signals a fusion could weigh them by, and
-three changes to what is searched ("Recall in other words" on the search page, docs/use/search.md).
+three changes to what is searched (docs/benchmarks.md, "Recall in other words").
 
     .venv/bin/python bench/recall_fusions.py --embeddings http://127.0.0.1:8765/v1 \\
         --locomo ../shared/bench-data/locomo-dev.json [--save lists.json | --load lists.json]
