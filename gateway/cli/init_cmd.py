@@ -69,7 +69,10 @@ def init(
     model: Annotated[str | None, typer.Option(help="Model name (default: gpt-4o-mini).")] = None,
     api_key_env: Annotated[
         str | None,
-        typer.Option(help="Env var holding the key ('' for none; default: OPENAI_API_KEY)."),
+        typer.Option(
+            help="Env var holding the key ('none' for a model without one, as for a local "
+            "Ollama; default: OPENAI_API_KEY)."
+        ),
     ] = None,
     gateway: Annotated[
         bool, typer.Option("--gateway", help="Also set up the platforms, for `gateway run`.")
@@ -120,8 +123,9 @@ def init(
     base_url = base_url or ask("Model endpoint (OpenAI-compatible)", "https://api.openai.com/v1")
     model = model or ask("Model name", "gpt-4o-mini")
     if api_key_env is None:
-        answer = ask("Env var with the API key (- for none)", "OPENAI_API_KEY")
-        api_key_env = "" if answer in NONE_ANSWERS else answer
+        api_key_env = ask("Env var with the API key ('none' for none)", "OPENAI_API_KEY")
+    if api_key_env in NONE_ANSWERS:  # the flag's and the question's answer alike
+        api_key_env = ""
     problems = _endpoint_problems(base_url, api_key_env, asked)
     text = MODEL_SECTION.format(base_url=base_url, model=model, api_key_env=api_key_env or "null")
     if gateway:
@@ -160,7 +164,9 @@ def _asker() -> Ask:
     return ask
 
 
-NONE_ANSWERS = frozenset({"", "-", "''", '""', "none"})  # "no key" (a local model)
+# "no key" (a local model): 'none' as the help and the question say it, and what people
+# type for nothing anyway
+NONE_ANSWERS = frozenset({"", "-", "''", '""', "none"})
 
 
 def _endpoint_problems(base_url: str, api_key_env: str, asked: dict[str, bool]) -> list[str]:
@@ -175,7 +181,7 @@ def _endpoint_problems(base_url: str, api_key_env: str, asked: dict[str, bool]) 
         given = "the API key's variable" if asked["api_key_env"] else "--api-key-env"
         problems.append(
             f"{given} {api_key_env!r} is not a variable name (give the NAME of the "
-            "environment variable that holds the key, not the key; - for none)"
+            "environment variable that holds the key, not the key; 'none' for none)"
         )
     return problems
 

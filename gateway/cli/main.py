@@ -43,8 +43,36 @@ def _version(value: bool) -> None:
             version = metadata.version("hermes-gateway")
         except metadata.PackageNotFoundError:  # run from a checkout without installing
             version = "unknown (not installed)"
-        typer.echo(f"hermes {version}")
+        commit = _commit()
+        typer.echo(f"hermes {version}" + (f" (commit {commit})" if commit else ""))
         raise typer.Exit
+
+
+def _commit() -> str | None:
+    """The commit a checkout runs (`make`'s editable install): its short hash and date,
+    `+changes` when files differ from it; None for an install without its git folder."""
+    import subprocess
+
+    from hermes.extras import checkout
+
+    source = checkout()
+    if source is None or not (source / ".git").exists():
+        return None
+    git = ["git", "-C", str(source)]
+    try:
+        head = subprocess.run(
+            [*git, "log", "-1", "--format=%h, %cs"],
+            capture_output=True, text=True, timeout=5, check=False,
+        )  # fmt: skip
+        dirty = subprocess.run(
+            [*git, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=5, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if head.returncode != 0 or not head.stdout.strip():
+        return None
+    return head.stdout.strip() + (", +changes" if dirty.stdout.strip() else "")
 
 
 @app.callback()
@@ -90,15 +118,28 @@ app.command("doctor")(doctor_cmd.doctor)
 
 def _plain_help(command: Any, parent: typer.Context | None = None) -> None:
     """How the help names parameters: a flag takes no value, so none is shown after it
-    (the help option's own included); an argument by its name in capitals."""
+    (the help option's own included); an argument, and an option's value, by its name in
+    capitals (`--model MODEL`, not the type's `<str>` or `<list[str]>`, whose width also
+    squeezed the help text into a column cut short); a choice keeps its choices."""
     ctx = typer.Context(command, info_name=command.name, parent=parent)
     for param in command.get_params(ctx):
-        if getattr(param, "is_flag", False) and param.metavar is None:
+        if param.metavar is not None or not param.name:
+            continue
+        if getattr(param, "is_flag", False):
             param.metavar = ""
-        elif param.param_type_name == "argument" and param.metavar is None and param.name:
+        elif param.param_type_name == "argument" or not _is_choice(param):
             param.metavar = param.name.upper()
     for sub in getattr(command, "commands", {}).values():
         _plain_help(sub, ctx)
+
+
+def _is_choice(param: Any) -> bool:
+    """An option whose values are an enum's (its help lists them: `<memory|user>`)."""
+    from enum import Enum
+
+    descriptor = getattr(param, "type_descriptor", None)
+    annotation = getattr(descriptor, "annotation", None)
+    return isinstance(annotation, type) and issubclass(annotation, Enum)
 
 
 def main() -> None:

@@ -249,11 +249,9 @@ class Commands:
 
     def help_text(self, person: Person) -> str:
         lines = ["**Commands**"]
-        admin: list[str] = []
+        admin: list[str] = ["**Admin**"]  # one heading over every admin command
         for row in self.table:
             target = admin if row.admin_only else lines
-            if row.admin_only:
-                target.append("**Admin**")
             if row.handler is not None:
                 target.append(_help_line(row.name, row))
             target += [_help_line(f"{row.name} {s.name}", s) for s in row.subcommands]

@@ -116,3 +116,16 @@ def test_on_a_terminal_init_asks_names_problems_as_asked_and_lets_the_owner_in(
     said = " ".join(wrong.screen.split())
     assert "the API key's variable 'sk-123' is not a variable name" in said
     assert "--api-key-env" not in said
+
+
+def test_none_means_no_key_as_the_flag_and_the_question_say(home: Path) -> None:
+    """`--api-key-env none` (the help's word) and 'none' typed at the question both write
+    a model without a key; the help and the question name it the same way."""
+    from tests.harness.cli import hermes
+
+    done = hermes("init", "--base-url", "http://127.0.0.1:11434/v1", "--model", "m",
+                  "--api-key-env", "none")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "api_key_env: null" in (home / "config.yaml").read_text()
+    shown = hermes("init", "--help").stdout
+    assert "'none' for a model without one" in " ".join(shown.split()).replace("│ ", "")

@@ -15,9 +15,14 @@ from tests.harness.cli import hermes
 
 def test_version_and_bare_help() -> None:
     shown = hermes("--version")
-    assert shown.returncode == 0 and shown.stdout.strip() == (
-        f"hermes {metadata.version('hermes-gateway')}"
-    )
+    assert shown.returncode == 0 and shown.stdout.startswith(
+        f"hermes {metadata.version('hermes-gateway')} (commit "
+    )  # this checkout's commit: two commits are told apart
+    head = subprocess.run(
+        ["git", "log", "-1", "--format=%h"], capture_output=True, text=True, check=True,
+        cwd=Path(__file__).parents[2],
+    ).stdout.strip()  # fmt: skip
+    assert f"(commit {head}, " in shown.stdout
     bare = hermes()
     assert "Usage" in bare.stdout + bare.stderr and "memory" in bare.stdout + bare.stderr
 

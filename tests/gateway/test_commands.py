@@ -282,3 +282,19 @@ def test_dashboard_is_for_admins_and_says_when_nothing_serves_it(
     refused, alone = scenario(home, fake_llm, body)  # a router with no gateway around it
     assert refused == "That command needs an admin."
     assert alone.startswith("No dashboard is served for this home now")
+
+
+def test_an_admins_help_has_one_admin_heading_over_every_admin_command(
+    home: Path, fake_llm: FakeOpenAI
+) -> None:
+    async def body(router: Router, adapter: FakeAdapter) -> tuple[str, list[str]]:
+        PeopleDB(router.db).set_role(
+            router.db.people.user_for_identity("fakechat", "alice"), "admin"
+        )
+        admin_only = [row.name for row in router.commands.table if row.admin_only]
+        return await ask(adapter, dm("alice", "/help")), admin_only
+
+    help_text, admin_only = scenario(home, fake_llm, body)
+    assert len(admin_only) >= 2 and help_text.count("Admin") == 1, help_text
+    heading = help_text.index("Admin")
+    assert all(help_text.index(name + " ", heading) > heading for name in admin_only)
