@@ -57,7 +57,7 @@ def status(
     ctx = CliContext.load(reading=True)
     service = ctx.memory(ctx.open_db())
     if as_json:
-        users = service.users() if all_users else [ctx.user_id(user)]
+        users = _everyone(service) if all_users else [ctx.user_id(user)]
         print_json({user_id: service.status(user_id) for user_id in users})
         return
     if all_users:
@@ -149,11 +149,17 @@ def _remark(store: StoreStatus) -> str:
     return f"[red]{remark}[/red]" if store.damage else f"[yellow]{remark}[/yellow]"
 
 
-def _status_all(ctx: CliContext, service: MemoryService) -> None:
+def _everyone(service: MemoryService) -> list[str]:
+    """The people `status --all` lists, in its table and its JSON alike: everyone known,
+    and anyone with memory files the database does not name."""
+    known = {summary.user.id for summary in service.db.people.users()}
+    return sorted(known | set(service.users()))
 
+
+def _status_all(ctx: CliContext, service: MemoryService) -> None:
     names = {s.user.id: s.user.display_name for s in service.db.people.users()}
     rows = []
-    for user_id in sorted(set(names) | set(service.users())):
+    for user_id in _everyone(service):
         stores = {s.target: s for s in service.status(user_id)}
         fill = max(s.percent for s in stores.values())
         rows.append((fill, user_id, stores))

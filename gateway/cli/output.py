@@ -89,8 +89,8 @@ def print_table(table: Table) -> None:
     rows += [
         list(row) for row in zip(*(map(_plain_cell, c.cells) for c in table.columns), strict=True)
     ]
-    for row in rows:
-        console.print("\t".join(cell.replace("\t", " ") for cell in row), markup=False)
+    for row in rows:  # written as is: rich's print would expand the tabs into spaces
+        console.file.write("\t".join(cell.replace("\t", " ") for cell in row) + "\n")
 
 
 def _plain_cell(cell: object) -> str:

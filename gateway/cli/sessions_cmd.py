@@ -28,17 +28,24 @@ def list_(
     ] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
     user: UserOpt = None,
+    all_users: Annotated[
+        bool, typer.Option("--all", help="Everyone's sessions (with whose each is).")
+    ] = False,
     as_json: AsJson = False,
 ) -> None:
-    """The most recent sessions."""
+    """The most recent sessions (the owner's, one user's, or everyone's)."""
     ctx = CliContext.load(reading=True)
+    if all_users and user:
+        fail("--all or --user, not both", EXIT_USAGE)
     db = ctx.open_db()
-    chats = db.conversations.list_sessions(ctx.user_id(user), platform, limit)
+    who = None if all_users else ctx.user_id(user)
+    chats = db.conversations.list_sessions(who, platform, limit)
     if as_json:
         print_json(
             [
                 {
                     "session_id": chat.id,
+                    "user_id": chat.user_id,
                     "platform": chat.platform,
                     "chat_type": chat.chat_type,
                     "last_active_at": chat.last_active_at,
@@ -50,12 +57,15 @@ def list_(
         )
         return
     if not chats:
-        note(f"[dim]No sessions for user {ctx.user_id(user)} in {ctx.home}.[/dim]")
+        whose = "anyone" if who is None else f"user {who}"
+        note(f"[dim]No sessions for {whose} in {ctx.home}.[/dim]")
         return
-    table = new_table("session", "platform", "last active", "messages", "title")
+    columns = ["session", *(["user"] if who is None else []), "platform", "last active"]
+    table = new_table(*columns, "messages", "title")
     for chat in chats:
         table.add_row(
             chat.id,
+            *([chat.user_id] if who is None else []),
             f"{chat.platform}/{chat.chat_type}",
             f"{chat.last_active_at:%Y-%m-%d %H:%M}",
             str(chat.message_count),

@@ -175,13 +175,16 @@ class ConversationDB:
 
     def list_sessions(
         self,
-        user_id: str,
+        user_id: str | None,
         platform: str | None = None,
         limit: int = 20,
         chat_id: str | None = None,
     ) -> list[ChatSession]:
+        """The most recent sessions of one user (None: of everyone)."""
         with eng.reading(self.engine) as session:
-            query = select(ChatSession).where(ChatSession.user_id == user_id)
+            query = select(ChatSession)
+            if user_id is not None:
+                query = query.where(ChatSession.user_id == user_id)
             if platform:
                 query = query.where(ChatSession.platform == platform)
             if chat_id is not None:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from hermes.identity import owner_user_id
+from tests.fakes.openai_server import FakeOpenAI
 from tests.harness.cli import hermes
 
 
@@ -58,3 +59,23 @@ def test_show_why_undo_import_and_backup_speak_json_too(home: Path, tmp_path: Pa
     archive = tmp_path / "b.tar.gz"
     made = json.loads(hermes("backup", "create", str(archive), "--json").stdout)
     assert made["path"] == str(archive) and made["files"] > 0 and archive.exists()
+
+
+def test_every_users_lists_name_the_same_people_in_the_table_and_the_json(
+    home: Path, fake_llm: FakeOpenAI
+) -> None:
+    """`memory status --all` and `sessions list --all`: a person made an admin before
+    their first message (no memory, no session) and the owner, in both forms."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text(f"llm:\n  base_url: {fake_llm.base_url}\n  model: m\n")
+    assert hermes("chat", "-q", "hello").returncode == 0
+    assert hermes("users", "role", "telegram:123", "admin").returncode == 0
+    shown = json.loads(hermes("memory", "status", "--all", "--json").stdout)
+    rows = hermes("memory", "status", "--all").stdout.splitlines()[1:]  # piped: tab rows
+    assert {row.split("\t")[0] for row in rows} == set(shown) and len(shown) == 2
+    sessions = json.loads(hermes("sessions", "list", "--all", "--json").stdout)
+    assert [s["user_id"] for s in sessions] == [owner_user_id(home)]
+    listed = hermes("sessions", "list", "--all").stdout.splitlines()
+    assert listed[0].split("\t")[:2] == ["session", "user"] and len(listed) == 2
+    both = hermes("sessions", "list", "--all", "--user", owner_user_id(home))
+    assert both.returncode == 2 and "not both" in both.stderr
