@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
-from typing import Annotated, NoReturn
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.markup import escape
@@ -12,7 +13,10 @@ from rich.markup import escape
 from gateway.cli.complete import LOG_LEVELS
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import AsJson, new_table, note, print_json, print_table
-from gateway.status_file import read_status_file
+from gateway.status_file import GatewayStatus, read_status_file
+
+if TYPE_CHECKING:
+    from hermes.state.cluster import Instance
 
 gateway_app = typer.Typer(help="Run the gateway process.", no_args_is_help=True)
 scheduler_app = typer.Typer(help="Background jobs.", no_args_is_help=True)
@@ -90,7 +94,8 @@ def gateway_status(as_json: AsJson = False) -> None:
     home = ctx.home
     found = read_status_file(home)
     if as_json:
-        print_json({"home": str(home), "running": bool(found and found.running), "last": found})
+        instances = [_file_instance(found)] if found is not None else []
+        _print_status(home, "sqlite", instances, inbox=None)
         raise typer.Exit(0 if found and found.running else EXIT_REFUSED)
     if found is None:
         note(f"No gateway is running for {home}.")
@@ -126,7 +131,8 @@ def _instances_status(ctx: CliContext, as_json: bool) -> None:
         db.close()
     alive = [i for i in instances if i.alive]
     if as_json:
-        print_json({"running": bool(alive), "instances": instances, "inbox": waiting})
+        rows = [_db_instance(i) for i in instances]
+        _print_status(ctx.home, "postgresql", rows, inbox=waiting)
         raise typer.Exit(0 if alive else EXIT_REFUSED)
     if not alive:
         note(f"No gateway is running on this database ({len(instances)} stopped lately).")
@@ -134,20 +140,78 @@ def _instances_status(ctx: CliContext, as_json: bool) -> None:
     now = datetime.now(UTC)
     note(f"[green]Gateway running[/green]: {len(alive)} instance(s); {waiting} event(s) queued")
     for found in instances:
-        state = "[green]alive[/green]" if found.alive else "[red]gone[/red]"
+        beat = (now - found.heartbeat_at).total_seconds()
+        platforms = dict(found.info.get("platforms") or {})
+        if not found.alive:  # what it last said, never shown as up or connected now
+            ended = "stopped" if found.stopped_at is not None else "no heartbeat: died"
+            note(
+                f"  {escape(found.id)} [red]gone[/red] ({ended}; last heartbeat {beat:.0f} s "
+                f"ago): host {escape(found.host)}, pid {found.pid}"
+                + (f"; last seen: {escape(_listed(platforms))}" if platforms else "")
+            )
+            continue
         sessions = sum(1 for name in found.leases if name.startswith("session:"))
         held = [name for name in found.leases if not name.startswith("session:")]
         up = str(now - found.started_at).split(".")[0]
-        beat = (now - found.heartbeat_at).total_seconds()
         note(
-            f"  {escape(found.id)} {state}: host {escape(found.host)}, pid {found.pid}, up {up}, "
-            f"heartbeat {beat:.0f} s ago, http {escape(str(found.info.get('http', '?')))}, "
-            f"sessions leased {sessions}" + (f", holds {', '.join(held)}" if held else "")
+            f"  {escape(found.id)} [green]alive[/green]: host {escape(found.host)}, pid "
+            f"{found.pid}, up {up}, heartbeat {beat:.0f} s ago, http "
+            f"{escape(str(found.info.get('http', '?')))}, sessions leased {sessions}"
+            + (f", holds {', '.join(held)}" if held else "")
         )
-        platforms = found.info.get("platforms") or {}
-        for name, platform_state in dict(platforms).items():
+        for name, platform_state in platforms.items():
             colour = "green" if platform_state == "connected" else "yellow"
             note(f"    {name}: [{colour}]{escape(str(platform_state))}[/{colour}]")
+
+
+def _listed(platforms: dict[str, object]) -> str:
+    return ", ".join(f"{name} {state}" for name, state in platforms.items())
+
+
+def _print_status(
+    home: Path, backend: str, instances: list[dict[str, object]], *, inbox: int | None
+) -> None:
+    """`gateway status --json`, one shape on both backends: every instance known (on
+    SQLite the home's one gateway, from its status file), `alive` for each; `inbox`:
+    events waiting in the shared queue (PostgreSQL; null on SQLite, which has none)."""
+    running = any(instance["alive"] for instance in instances)
+    print_json(
+        {
+            "home": str(home),
+            "backend": backend,
+            "running": running,
+            "instances": instances,
+            "inbox": inbox,
+        }
+    )
+
+
+def _instance_row(
+    id_: str, host: str, pid: int, alive: bool, **times_and_info: object
+) -> dict[str, object]:
+    return {"id": id_, "host": host, "pid": pid, "alive": alive, **times_and_info}
+
+
+def _file_instance(found: GatewayStatus) -> dict[str, object]:
+    import socket
+
+    return _instance_row(
+        f"{socket.gethostname()}:{found.pid}", socket.gethostname(), found.pid, found.running,
+        started_at=found.started_at, heartbeat_at=None, stopped_at=None,
+        http=found.http, platforms=found.platforms if found.running else {},
+        last_platforms=found.platforms, leases=[],
+    )  # fmt: skip
+
+
+def _db_instance(found: Instance) -> dict[str, object]:
+    platforms = dict(found.info.get("platforms") or {})
+    return _instance_row(
+        found.id, found.host, found.pid, found.alive,
+        started_at=found.started_at, heartbeat_at=found.heartbeat_at,
+        stopped_at=found.stopped_at, http=found.info.get("http"),
+        platforms=platforms if found.alive else {}, last_platforms=platforms,
+        leases=list(found.leases),
+    )  # fmt: skip
 
 
 @scheduler_app.command("status")

@@ -29,7 +29,13 @@ def test_list_and_status_commands_speak_json(home: Path) -> None:
     assert all(isinstance(j["every"], float) for j in jobs)
     gateway = hermes("gateway", "status", "--json")
     assert gateway.returncode == 1
-    assert json.loads(gateway.stdout) == {"home": str(home), "running": False, "last": None}
+    assert json.loads(gateway.stdout) == {
+        "home": str(home),
+        "backend": "sqlite",
+        "running": False,
+        "instances": [],
+        "inbox": None,
+    }  # the same keys as on PostgreSQL (tests/adapters/test_several_gateways.py)
 
 
 def test_show_why_undo_import_and_backup_speak_json_too(home: Path, tmp_path: Path) -> None:

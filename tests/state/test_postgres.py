@@ -369,3 +369,41 @@ def test_the_homes_of_several_gateways_on_one_database_share_one_owner(
         assert ids == {owners[0]["user_id"]}
     finally:
         postgres.drop_schema(name)
+
+
+def test_gateway_status_never_shows_a_dead_instance_as_up_or_connected(
+    tmp_path: Path, postgres: ScratchServer
+) -> None:
+    import psycopg
+
+    name, url = postgres.schema()
+    try:
+        home = tmp_path / "home"
+        write_config(home, {"url": url})
+        db = SessionDB.open(home, url)
+        try:
+            db.cluster.register("dead-1", "host-a", 11, {"platforms": {"telegram": "connected"}})
+            db.cluster.register("live-2", "host-b", 22, {"platforms": {"slack": "connected"}})
+            db.cluster.renew("live-2", 30, {"platforms": {"slack": "connected"}})
+        finally:
+            db.close()
+        with psycopg.connect(url, autocommit=True) as conn:  # killed an hour ago
+            conn.execute(
+                "UPDATE gateway_instances SET heartbeat_at = now() - interval '1 hour' "
+                "WHERE id = 'dead-1'"
+            )
+        shown = hermes("gateway", "status", home=home)
+        assert shown.returncode == 0, shown.stderr
+        dead = next(line for line in shown.stdout.splitlines() if "dead-1" in line)
+        assert "gone" in dead and "died" in dead and "up " not in dead
+        assert "last seen: telegram connected" in dead
+        assert "telegram: connected" not in shown.stdout and "slack: connected" in shown.stdout
+        listed = json.loads(hermes("gateway", "status", "--json", home=home).stdout)
+        by_id = {i["id"]: i for i in listed["instances"]}
+        assert listed["backend"] == "postgresql" and listed["running"]
+        assert by_id["dead-1"]["alive"] is False and by_id["dead-1"]["platforms"] == {}
+        assert by_id["dead-1"]["last_platforms"] == {"telegram": "connected"}
+        assert by_id["live-2"]["platforms"] == {"slack": "connected"}
+        assert set(listed) == {"home", "backend", "running", "instances", "inbox"}
+    finally:
+        postgres.drop_schema(name)
