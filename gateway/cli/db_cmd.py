@@ -137,7 +137,7 @@ def _copy(
     source = SessionDB(path)
     try:
         counts = copy.row_counts(source.engine)
-        if not postgres.is_empty(url):  # a dry run asks the server too
+        if not postgres.untouched(url):  # a dry run asks the server too
             fail(
                 f"{redact(url)} already holds tables: migrate into an empty database "
                 "(nothing was changed)",
@@ -146,6 +146,7 @@ def _copy(
         if dry_run:
             _report_plan(counts, as_json)
             return None
+        postgres.clear(url)  # what a command run against it wrote: nothing of anyone's
         try:
             checks, missing = _copy_into(path, url, source, config, counts)
         except (copy.CopyError, DBAPIError) as exc:

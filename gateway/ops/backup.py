@@ -36,7 +36,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gateway.config import ConfigError, child_environment, load_config, update_config
-from hermes.identity import ensure_private_dir
+from hermes.identity import OWNER_ID_FILENAME, ensure_private_dir
 from hermes.state import postgres
 from hermes.state.db import STATE_DB_FILENAME, SessionDB
 from hermes.state.engine import StateDBError, check_file, redact, snapshot_file
@@ -343,8 +343,9 @@ def restore(
     manifest = verify(archive)
     _check_database_target(manifest, database)
     # a home holding only its config.yaml is what the docs ask for before a restore (the
-    # database it names): nothing in it is replaced unasked
-    present = [name for name in has_data(home) if name != CONFIG_NAME]
+    # database it names), and the owner id a first command minted in it: nothing in it
+    # is replaced unasked
+    present = [name for name in has_data(home) if name not in (CONFIG_NAME, OWNER_ID_FILENAME)]
     if present and not force:
         shown = ", ".join(present[:4]) + (" ..." if len(present) > 4 else "")
         raise BackupError(
@@ -386,12 +387,12 @@ def _check_database_target(manifest: dict[str, Any], database: str | None) -> No
         )
     if database is not None:
         try:
-            empty = postgres.is_empty(database)
+            empty = postgres.untouched(database)
         except Exception as exc:
             raise BackupError(f"cannot reach the database: {exc}") from None
         if not empty:
             raise BackupError(
-                f"the database {redact(database)} already holds tables: a restore goes into "
+                f"the database {redact(database)} already holds data: a restore goes into "
                 "an empty database (create one, point database.url at it); nothing was changed"
             )
 
@@ -410,6 +411,7 @@ def _keep_database_config(home: Path, staging: Path) -> None:
 
 def _load_database(database: str, dump: Path) -> None:
     try:
+        postgres.clear(database)  # what opening it wrote (untouched: nothing of anyone's)
         postgres.load(database, dump, child_environment())
         SessionDB(dump.with_name(STATE_DB_FILENAME), url=database).close()  # opens, migrates
     except StateDBError as exc:

@@ -501,6 +501,36 @@ def is_empty(url: str) -> bool:
         engine.dispose()
 
 
+# what opening a new database writes by itself (a first `hermes doctor` or `users list`
+# against it): the schema's own rows, and the home's owner with the terminal account
+_FIRST_OPEN_ROWS = {"hermes_schema": None, "change_stamps": None, "users": 1, "identities": 1}
+
+
+def untouched(url: str) -> bool:
+    """Whether the database holds nothing but what opening it wrote: no table, or
+    Hermes's schema with at most the owner in it (what a read-only command leaves behind
+    before a restore is tried). Such a database may be emptied and restored into."""
+    engine = open_engine(url, 1)
+    try:
+        with engine.connect() as conn:
+            tables = conn.exec_driver_sql(
+                "SELECT quote_ident(tablename), tablename FROM pg_tables "
+                "WHERE schemaname = current_schema()"
+            ).all()
+            for quoted, name in tables:
+                allowed = _FIRST_OPEN_ROWS.get(name, 0)
+                if allowed is None:
+                    continue
+                found = conn.exec_driver_sql(f"SELECT count(*) FROM {quoted}").scalar_one()
+                if int(found) > allowed:
+                    return False
+            return True
+    except OperationalError as exc:
+        raise StateDBError(f"cannot use the database: {_reason(exc)}") from None
+    finally:
+        engine.dispose()
+
+
 def clear(url: str) -> None:
     """Empty Hermes's schema again, all at once: its tables (their sequences, indexes and
     triggers with them) and its functions. For a copy that failed part way into a

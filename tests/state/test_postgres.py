@@ -119,7 +119,7 @@ def test_a_backup_of_a_postgresql_home_restores_into_an_empty_database(
         finally:
             back.close()
         again = hermes("backup", "restore", str(archive), "--force", home=target)
-        assert again.returncode != 0 and "already holds tables" in again.stderr
+        assert again.returncode != 0 and "already holds data" in again.stderr
         sqlite_home = tmp_path / "sqlite-home"
         refused = hermes("backup", "restore", str(archive), home=sqlite_home)
         assert refused.returncode != 0 and "set database.url" in refused.stderr

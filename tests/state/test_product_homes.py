@@ -183,6 +183,9 @@ def test_a_postgresql_home_restores_into_a_createdb_database(
     target.mkdir(mode=0o700)
     (target / "config.yaml").write_text(yaml.safe_dump({"database": {"url": target_url}}))
     (target / "config.yaml").chmod(0o600)
+    # the operator checks the new home first: the read-only command opens the database
+    checked = hermes("users", "list", home=target)
+    assert checked.returncode == 0, checked.stderr
     done = hermes("backup", "restore", str(archive), home=target)
     assert done.returncode == 0, done.stderr + done.stdout
     kept = yaml.safe_load((target / "config.yaml").read_text())["database"]["url"]
