@@ -126,3 +126,41 @@ def test_every_config_example_loads(page: str, block: str) -> None:
 def test_config_example_yaml_loads_and_says_every_default() -> None:
     text = (ROOT / "config.example.yaml").read_text()
     assert parse_config(text, "config.example.yaml") == parse_config("", "empty")
+
+
+def config_keys() -> list[tuple[str, str]]:
+    """Every dotted config key the docs name in inline code (`memory.scan.judge`,
+    `platforms.telegram.mode`): those that start with a config section."""
+    sections = set(HermesConfig.model_fields)
+    found = set()
+    for page in PAGES:
+        for key in re.findall(r"`([a-z_]+(?:\.[a-z_<>]+)+)(?::[^`]*)?`", page.read_text()):
+            parts = key.split(".")
+            if parts[0] not in sections or _file_or_module(parts):
+                continue
+            found.add((str(page.relative_to(ROOT)), key))
+    return sorted(found)
+
+
+def _file_or_module(parts: list[str]) -> bool:
+    """`dashboard.json` (a file), `gateway.config.side_endpoint` (Python): not keys."""
+    files = {"json", "yaml", "yml", "md", "py", "db", "html", "toml", "txt", "jsonl"}
+    return parts[-1] in files or (ROOT / parts[0] / f"{parts[1]}.py").exists()
+
+
+def test_the_docs_name_config_keys() -> None:
+    assert len(config_keys()) > 30
+
+
+@pytest.mark.parametrize(("page", "key"), config_keys())
+def test_every_config_key_the_docs_name_exists(page: str, key: str) -> None:
+    model: Any = HermesConfig
+    for part in key.split("."):
+        if model is None or part.startswith("<") or part == "NAME":
+            return  # `memory.providers.<name>`: a mapping's key, chosen by the reader
+        fields = getattr(model, "model_fields", None)
+        if fields is None:  # a mapping (providers, platforms' sections): its keys are free
+            return
+        assert part in fields, f"{page}: {key}: no {part!r} in {model.__name__}"
+        annotation = fields[part].annotation
+        model = annotation if isinstance(annotation, type) else None
