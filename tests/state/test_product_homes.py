@@ -55,10 +55,15 @@ def configure(home: Path, llm: FakeOpenAI, telegram: FakeTelegram, **more: objec
 
 def run_the_product(home: Path, llm: FakeOpenAI, telegram: FakeTelegram) -> None:
     """What a first day leaves in a home: a chat in the terminal where the model saves a
-    memory and sets a reminder, a local provider chosen, then the gateway answering a
-    photo on Telegram, stopped with SIGTERM as systemd stops it."""
+    memory and sets a reminder, a consolidation, a local provider chosen, then the
+    gateway answering a photo on Telegram, stopped with SIGTERM as systemd stops it."""
+    notes = ("The boat is moored at the Lyon marina", "The boat's berth is number 12")
     llm.push(
         Reply.tool_call("memory", {"action": "add", "target": "user", "content": "Sails a boat"}),
+        *(
+            Reply.tool_call("memory", {"action": "add", "target": "memory", "content": note})
+            for note in notes
+        ),  # fmt: skip
         Reply.tool_call(
             "schedule", {"action": "add", "message": "check the mooring", "when": "in 3 days"}
         ),
@@ -66,6 +71,15 @@ def run_the_product(home: Path, llm: FakeOpenAI, telegram: FakeTelegram) -> None
     )
     chat = hermes("chat", answer="remember I sail, remind me about the mooring\n", home=home)
     assert chat.returncode == 0 and "remind you" in chat.stdout, chat.stderr
+    merged = {
+        "entries": [
+            {"text": "The boat is moored at the Lyon marina, berth number 12", "sources": [1, 2]}
+        ],
+        "dropped": [],
+    }
+    llm.push(Reply(text=json.dumps(merged)))
+    consolidated = hermes("memory", "consolidate", "--force", home=home)
+    assert consolidated.returncode == 0, consolidated.stdout + consolidated.stderr
     chose = hermes("memory", "setup", "holographic", home=home)
     assert chose.returncode == 0, chose.stdout + chose.stderr
     llm.default = Reply(text="A fine boat.")
@@ -106,7 +120,12 @@ def new_database(postgres: ScratchServer, made: list[str]) -> str:
     return f"postgresql://{role}@127.0.0.1:5432/{database}"
 
 
-READS = (("sessions", "list", "--json"), ("memory", "show", "--json"), ("reminders", "list"))
+READS = (
+    ("sessions", "list", "--json"),
+    ("memory", "show", "--json"),
+    ("memory", "why", "berth", "--json"),  # the consolidation's provenance
+    ("reminders", "list"),
+)
 
 
 def test_a_home_the_product_ran_in_migrates_whole_and_a_failed_copy_can_be_retried(
