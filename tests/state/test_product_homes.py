@@ -63,7 +63,7 @@ def run_the_product(home: Path, llm: FakeOpenAI, telegram: FakeTelegram) -> None
         *(
             Reply.tool_call("memory", {"action": "add", "target": "memory", "content": note})
             for note in notes
-        ),  # fmt: skip
+        ),
         Reply.tool_call(
             "schedule", {"action": "add", "message": "check the mooring", "when": "in 3 days"}
         ),
