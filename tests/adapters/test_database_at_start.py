@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness.cli import HERMES
+from tests.harness.homes import telegram_home
 from tests.harness.postgres import ScratchServer
 from tests.harness.relay import LatePort
 from tests.harness.wait import wait_until
@@ -66,21 +66,7 @@ class Gateway:
 
 
 def configure(home: Path, llm: FakeOpenAI, telegram: FakeTelegram, url: str, wait: float) -> None:
-    home.mkdir(parents=True, exist_ok=True)
-    config = {
-        "llm": {"base_url": llm.base_url, "model": "m", "max_retries": 0},
-        "database": {"url": url, "startup_wait_seconds": wait},
-        "platforms": {
-            "telegram": {
-                "enabled": True,
-                "token_env": "TG_TOKEN",
-                "base_url": telegram.base_url,
-                "allowed_users": ["42"],
-            }
-        },
-        "gateway": {"http": {"port": 0}, "streaming": False},
-    }
-    (home / "config.yaml").write_text(yaml.safe_dump(config))
+    telegram_home(home, llm, telegram, database={"url": url, "startup_wait_seconds": wait})
 
 
 def test_a_database_that_comes_up_after_the_gateway_is_waited_for(

@@ -21,6 +21,7 @@ from tests.adapters.drivers import TelegramDriver
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness.cli import HERMES, hermes
+from tests.harness.homes import telegram_home
 from tests.harness.postgres import ScratchServer
 from tests.harness.wait import wait_until
 
@@ -35,22 +36,8 @@ def telegram() -> Iterator[FakeTelegram]:
 
 
 def configure(home: Path, llm: FakeOpenAI, telegram: FakeTelegram, **more: object) -> None:
-    home.mkdir(parents=True, exist_ok=True)
-    config = {
-        "llm": {"base_url": llm.base_url, "model": "m", "max_retries": 0},
-        "memory": {"review_interval": 0, "scan": {"judge": "off"}},
-        "platforms": {
-            "telegram": {
-                "enabled": True,
-                "token_env": "TG_TOKEN",
-                "base_url": telegram.base_url,
-                "allowed_users": ["42"],
-            }
-        },
-        "gateway": {"http": {"port": 0}, "streaming": False},
-        **more,
-    }
-    (home / "config.yaml").write_text(yaml.safe_dump(config))
+    memory = {"review_interval": 0, "scan": {"judge": "off"}}
+    telegram_home(home, llm, telegram, memory=memory, **more)
 
 
 def run_the_product(home: Path, llm: FakeOpenAI, telegram: FakeTelegram) -> None:
@@ -128,6 +115,12 @@ READS = (
 )
 
 
+def reads(home: Path) -> dict[tuple[str, ...], tuple[int, str]]:
+    """What the read commands print for `home`, by command."""
+    return {args: (done.returncode, done.stdout) for args in READS
+            for done in [hermes(*args, home=home)]}  # fmt: skip
+
+
 def test_a_home_the_product_ran_in_migrates_whole_and_a_failed_copy_can_be_retried(
     tmp_path: Path,
     fake_llm: FakeOpenAI,
@@ -138,7 +131,8 @@ def test_a_home_the_product_ran_in_migrates_whole_and_a_failed_copy_can_be_retri
     home = tmp_path / "home"
     configure(home, fake_llm, telegram)
     run_the_product(home, fake_llm, telegram)
-    before = {args: hermes(*args, home=home) for args in READS}
+    before = reads(home)
+    assert all(code == 0 for code, _ in before.values()), before
     url = new_database(postgres, documented)
     # a table some other program added to state.db: refused in one line, nothing kept
     with sqlite3.connect(home / "state.db") as conn:
@@ -157,9 +151,7 @@ def test_a_home_the_product_ran_in_migrates_whole_and_a_failed_copy_can_be_retri
     config["database"] = {"url": url}
     (home / "config.yaml").write_text(yaml.safe_dump(config))
     (home / "state.db").rename(home / "state.db.migrated")
-    for args, was in before.items():
-        now = hermes(*args, home=home)
-        assert (now.returncode, now.stdout) == (was.returncode, was.stdout), args
+    assert reads(home) == before
     fake_llm.default = Reply(text="Still here, on PostgreSQL.")
     resumed = hermes("chat", "-q", "and the reminder?", "--resume", "latest", home=home)
     assert resumed.returncode == 0 and "on PostgreSQL" in resumed.stdout, resumed.stderr
@@ -196,7 +188,8 @@ def test_a_postgresql_home_restores_into_a_createdb_database(
     archive = tmp_path / "home.tar.gz"
     made = hermes("backup", "create", str(archive), home=home)
     assert made.returncode == 0, made.stderr
-    before = {args: hermes(*args, home=home) for args in READS}
+    before = reads(home)
+    assert all(code == 0 for code, _ in before.values()), before
     target = tmp_path / "restored"
     target_url = new_database(postgres, documented)
     target.mkdir(mode=0o700)
@@ -209,6 +202,4 @@ def test_a_postgresql_home_restores_into_a_createdb_database(
     assert done.returncode == 0, done.stderr + done.stdout
     kept = yaml.safe_load((target / "config.yaml").read_text())["database"]["url"]
     assert kept == target_url
-    for args, was in before.items():
-        now = hermes(*args, home=target)
-        assert (now.returncode, now.stdout) == (was.returncode, was.stdout), args
+    assert reads(target) == before
