@@ -212,8 +212,9 @@ class Gateway:
         if self.platforms and len(problems) == len(self.platforms):
             listed = "; ".join(p for found in problems.values() for p in found)
             raise ConfigError(
-                f"no enabled platform can start: {listed}. Fix the env file or config.yaml, "
-                "then start the gateway again (it is not restarted for this: exit code 2)"
+                f"no enabled platform can start: {listed}. Fix what each says (the env "
+                "file, config.yaml, or an extra to install), then start the gateway again (it "
+                "is not restarted for this: exit code 2)"
             )
 
     def _build_platforms(self, problems: dict[str, list[str]]) -> dict[str, PlatformAdapter]:
