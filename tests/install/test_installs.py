@@ -143,6 +143,8 @@ def test_a_memory_service_without_its_extra_is_named(
     assert done.returncode != 0 and f"'{provider}' extra" in said and "pip install" in said
     row = next(r for r in json.loads(listed.stdout) if r["name"] == provider)
     assert f"'{provider}' extra" in row["reason"] and not row["available"]
+    status = base.run("memory", "status", home=home)  # selected: its line says what is missing
+    assert f"[{provider}]" in no_traceback(status), status.stdout
 
 
 # -- each platform's extra: `hermes gateway run` answers a direct message ----------------
