@@ -118,6 +118,11 @@ def test_help_names_parameters_plainly_and_loses_no_words() -> None:
     assert "TEXT" in why and "{text}" not in why and "<bool>" not in why
     init = hermes("init", "--help").stdout
     assert "https://api.openai.com/v1" in init and "gpt-4o-mini" in init
+    # an option's value by its name, not its type (`<list[str]>` took the help's width)
+    assert "<str>" not in init and "<list[str]>" not in init and "<int" not in init
+    assert "BASE_URL" in init and "PLATFORM" in init
+    add = hermes("memory", "add", "--help").stdout
+    assert "<memory|user>" in add  # a choice keeps its choices
 
 
 def test_the_clis_value_sets_are_copies_of_their_homes() -> None:

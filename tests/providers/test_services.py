@@ -332,6 +332,11 @@ def test_setup_status_doctor_and_off_from_the_cli(
     assert service.fake.api_key not in written
     status = hermes("memory", "status").stdout
     assert f"Provider: {service.name}" in status
+    # the list checks each provider with what config.yaml sets for it (its key from the
+    # environment): the configured one is available, never "no API key"
+    listed = json.loads(hermes("memory", "providers", "--json").stdout)
+    row = next(r for r in listed if r["name"] == service.name)
+    assert row["available"] is True and row["selected"] is True, row
     doctor = json.loads(hermes("doctor", "--json").stdout)
     check = next(c for c in doctor["checks"] if c["name"] == "memory provider")
     assert check["status"] == "ok" and "answering" in check["detail"], check

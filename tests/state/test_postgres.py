@@ -4,6 +4,7 @@ open it, what an unreachable server or a wrong password looks like, the doctor."
 from __future__ import annotations
 
 import json
+import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import quote
@@ -19,7 +20,7 @@ from hermes.state.factstore import FactStore
 from hermes.state.models import Media, Reminder
 from hermes.state.schema import SCHEMA_VERSION
 from hermes.state.search import SearchScope
-from tests.harness.cli import hermes
+from tests.harness.cli import HERMES, hermes
 from tests.harness.postgres import ScratchServer
 
 
@@ -407,3 +408,51 @@ def test_gateway_status_never_shows_a_dead_instance_as_up_or_connected(
         assert set(listed) == {"home", "backend", "running", "instances", "inbox"}
     finally:
         postgres.drop_schema(name)
+
+
+def test_a_pg_dump_that_refuses_the_server_says_why(
+    tmp_path: Path, postgres: ScratchServer
+) -> None:
+    """pg_dump older than the server refuses it; its reason is on the `detail:` line, not
+    the last one: the backup's message keeps both (a pg_dump on PATH that answers as
+    pg_dump 15 does to a PostgreSQL 16 server)."""
+    import os
+
+    name, url = postgres.schema()
+    try:
+        home = tmp_path / "home"
+        write_config(home, {"url": url})
+        assert hermes("users", "list", home=home).returncode == 0
+        tools = tmp_path / "bin"
+        tools.mkdir()
+        (tools / "pg_dump").write_text(
+            "#!/bin/sh\n"
+            "echo 'pg_dump: error: aborting because of server version mismatch' >&2\n"
+            "echo 'pg_dump: detail: server version: 16.1; pg_dump version: 15.19' >&2\n"
+            "exit 1\n"
+        )
+        (tools / "pg_dump").chmod(0o755)
+        path = f"{tools}{os.pathsep}{os.environ['PATH']}"
+        done = subprocess.run(
+            [*HERMES, "backup", "create", str(tmp_path / "b.tar.gz")],
+            env={**os.environ, "HERMES_HOME": str(home), "PATH": path},
+            capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+        said = " ".join(done.stderr.split())
+        assert done.returncode != 0 and "Traceback" not in said
+        assert "server version mismatch" in said and "pg_dump version: 15.19" in said, said
+    finally:
+        postgres.drop_schema(name)
+
+
+def test_a_dry_run_migration_asks_the_server(tmp_path: Path, postgres: ScratchServer) -> None:
+    """`db migrate --dry-run` to a database that does not exist fails, as the real run
+    would, instead of promising a copy."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text("")
+    assert hermes("memory", "add", "Prefers tea", home=home).returncode == 0
+    base = postgres.admin_url.rpartition("/")[0]
+    done = hermes("db", "migrate", "--to", f"{base}/no_such_database", "--dry-run", home=home)
+    assert done.returncode != 0 and "does not exist" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
