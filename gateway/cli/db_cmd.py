@@ -128,8 +128,6 @@ def _copy(
     """Copy, index and verify, all or nothing: the checks and the media files that were
     already gone (None: a dry run, reported here). A copy that fails part way, or whose
     checks differ, is emptied out of the database again, so trying again needs nothing."""
-    from sqlalchemy.exc import DBAPIError
-
     from hermes.state import copy, postgres
     from hermes.state.db import SessionDB
     from hermes.state.engine import redact
@@ -148,15 +146,11 @@ def _copy(
             return None
         postgres.clear(url)  # what a command run against it wrote: nothing of anyone's
         try:
-            checks, missing = _copy_into(path, url, source, config, counts)
-        except (copy.CopyError, DBAPIError) as exc:
+            with copy.explained():
+                checks, missing = _copy_into(path, url, source, config, counts)
+        except copy.CopyError as exc:
             _clear(url)
-            reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-            fail(
-                f"the copy failed: {reason}. Nothing was kept in the database, state.db is "
-                "as it was",
-                EXIT_REFUSED,
-            )
+            fail(f"{exc}. Nothing was kept in the database, state.db is as it was", EXIT_REFUSED)
         except BaseException:  # Ctrl-C, or what the caller reports (StateDBError)
             _clear(url)
             raise

@@ -15,12 +15,14 @@ import hashlib
 import math
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Boolean, Connection, Engine, MetaData, Table, inspect, text
+from sqlalchemy.exc import DBAPIError
 
 from hermes.state.evidence import FileEvidenceStore, ServerEvidenceStore
 from hermes.state.factstore import FileFactStore, ServerFactStore
@@ -34,7 +36,18 @@ _NOT_DATA = ("sqlite_", "messages_fts", "messages_cjk", "apscheduler_jobs")
 
 
 class CopyError(Exception):
-    """What cannot be copied, said before anything is."""
+    """What cannot be copied (said before anything is), or the server's reason a copy
+    failed part way."""
+
+
+@contextmanager
+def explained() -> Iterator[None]:
+    """A database error during a copy, as a CopyError with the server's reason."""
+    try:
+        yield
+    except DBAPIError as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise CopyError(f"the copy failed: {reason}") from None
 
 
 # what PostgreSQL keeps for itself (built during the copy, or by the schema)

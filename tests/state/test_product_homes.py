@@ -140,6 +140,7 @@ def test_a_home_the_product_ran_in_migrates_whole_and_a_failed_copy_can_be_retri
     refused = hermes("db", "migrate", "--to", url, home=home)
     assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
     assert "my_notes" in refused.stderr and "state.db is as it was" in refused.stderr
+    assert refused.stderr.count("\n") <= 3  # one message (wrapped), no traceback
     assert _tables(url) == 0  # emptied again: the retry is not refused
     with sqlite3.connect(home / "state.db") as conn:
         conn.execute("DROP TABLE my_notes")
