@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from gateway.admission.authority import Action, Party, decide
 from gateway.config import HermesConfig
 from gateway.edge.events import MessageEvent
 from hermes.identity import owner_user_id
@@ -301,10 +302,32 @@ class People:
         """Call `listener` whenever identities, roles or access rules change."""
         self._listeners.append(listener)
 
+    def party(self, user_id: str) -> Party | None:
+        """A person as `authority.decide` weighs them (None: nobody has that id)."""
+        found = self.repo.get_user(user_id)
+        if found is None:
+            return None
+        return Party(found.id, found.role, found.id == owner_user_id(self.memory.home))
+
+    def may(
+        self, actor: str, action: Action, target: str | None = None, *, role: str | None = None
+    ) -> str | None:
+        """None when person `actor` may do `action` to person `target`; else why not, in
+        words. Every surface asks this one decision (gateway/admission/authority.py)."""
+        me = self.party(actor)
+        if me is None:
+            return f"no user {actor}"
+        them = None
+        if target is not None and (them := self.party(target)) is None:
+            return f"no user {target}"
+        return decide(me, action, them, role=role)
+
     def decide_pairing(self, code: str, *, approve: bool, by: str) -> str | None:
-        """Let a pairing requester in (or refuse them), for the chat's `/admin approve`
-        and `hermes pairing approve` alike: what was done, in words; None when no
-        pending request has `code` (codes expire)."""
+        """Let a pairing requester in (or refuse them), for the chat's `/admin approve`,
+        the dashboard and `hermes pairing approve` alike: what was done, in words; None
+        when no pending request has `code` (codes expire). PermissionError: `by` may not."""
+        if (refused := self.may(by, Action.DECIDE_PAIRING)) is not None:
+            raise PermissionError(refused)
         row = self.access.decide_pairing(code, approve, by=by)
         if row is None:
             return None
@@ -313,37 +336,38 @@ class People:
         who = row.display_name or row.platform_user_id
         return f"{verb}: {row.platform} user {who} ({row.platform_user_id})."
 
-    def set_blocked(self, user_id: str, *, blocked: bool) -> str | None:
+    def set_blocked(self, user_id: str, *, blocked: bool, by: str) -> str | None:
         """Block a person on every platform (or lift it), for `hermes users block` and
-        the dashboard alike; why not, in words, when refused (the owner always stays
-        reachable, so the owner cannot be blocked)."""
-        found = self.repo.get_user(user_id)
-        if found is None:
-            return f"no user {user_id}"
-        if blocked and self._is_owner(user_id, found.role):
-            return "the owner cannot be blocked (the owner always stays reachable)"
+        the dashboard alike; why not, in words, when `by` may not (the owner always stays
+        reachable, an admin acts on users only)."""
+        if (refused := self.may(by, Action.BLOCK, user_id)) is not None:
+            return refused
         self.repo.set_status(user_id, "blocked" if blocked else "active")
         if blocked:
             self.db.dashboard.end_all(user_id)
         self.changed()
         return None
 
-    def set_role(self, user_id: str, role: str) -> str | None:
-        """A person's new role; why not, in words, when refused (this home's owner stays
-        an owner: nobody could run `/admin` commands otherwise)."""
+    def set_role(self, user_id: str, role: str, *, by: str) -> str | None:
+        """A person's new role; why not, in words, when `by` may not give it (this home's
+        owner stays an owner; only an owner makes or changes an owner)."""
         found = self.repo.get_user(user_id)
-        if found is None:
-            return f"no user {user_id}"
-        if role != "owner" and self._is_owner(user_id, "user"):
-            return "this home's owner stays an owner"
+        if (refused := self.may(by, Action.SET_ROLE, user_id, role=role)) is not None:
+            return refused
+        assert found is not None  # may() found them
         self.repo.set_role(user_id, role)
         if ROLE_RANK.get(role, 0) < ROLE_RANK.get(found.role, 0):
             self.db.dashboard.end_all(user_id)  # a dashboard login needs admin or owner
         self.changed()
         return None
 
-    def _is_owner(self, user_id: str, role: str) -> bool:
-        return role == "owner" or user_id == owner_user_id(self.memory.home)
+    def link_code(self, user_id: str, *, by: str) -> str:
+        """A new link code for `user_id`, made by `by`: only ever the person it links.
+        PermissionError otherwise (a code made for someone else would let its maker become
+        them: a link keeps the higher of the two accounts)."""
+        if (refused := self.may(by, Action.LINK_CODE, user_id)) is not None:
+            raise PermissionError(refused)
+        return self.access.create_link_code(user_id).code
 
     def changed(self) -> None:
         """Identities, roles or rules changed (here or elsewhere): re-read them."""

@@ -162,7 +162,8 @@ def role(
     ctx = CliContext.load()
     db = ctx.open_db()
     user_id = _resolve(db, who, ctx, create=True)
-    if (refused := ctx.people(db).set_role(user_id, new_role)) is not None:
+    people = ctx.people(db)  # the CLI acts as this home's owner
+    if (refused := people.set_role(user_id, new_role, by=owner_user_id(ctx.home))) is not None:
         fail(refused, EXIT_REFUSED)
     note(f"[green]✓[/green] {user_id} is now {new_role}")
 
@@ -176,7 +177,9 @@ def block(
     ctx = CliContext.load()
     db = ctx.open_db()
     user_id = _resolve(db, who, ctx)
-    if (refused := ctx.people(db).set_blocked(user_id, blocked=not unblock)) is not None:
+    people = ctx.people(db)  # the CLI acts as this home's owner
+    refused = people.set_blocked(user_id, blocked=not unblock, by=owner_user_id(ctx.home))
+    if refused is not None:
         fail(refused, EXIT_REFUSED)
     note(f"[green]✓[/green] {user_id} is {'unblocked' if unblock else 'blocked'}")
 

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlencode
 
+from gateway.admission.authority import Action
 from gateway.admission.people import People
 from gateway.commands.context import CommandContext, RuntimeInfo
 from gateway.commands.memory import MemoryCommands, provider_line
@@ -124,10 +125,12 @@ class AdminCommands:
             )
         return "\n".join(["Users:", *lines]) if lines else "No users yet."
 
-    async def memory(self, _ctx: CommandContext, who: str) -> str:
+    async def memory(self, ctx: CommandContext, who: str) -> str:
         user_id = self.people.repo.resolve(who)
         if user_id is None:
             return f"No user {who!r}: give a user id (u_…) or PLATFORM:ID."
+        if refused := self.people.may(ctx.person.user_id, Action.READ_MEMORY, user_id):
+            return f"Not allowed: {refused}."
         return f"Memory of `{user_id}`:\n" + self.memory_commands.status_text(user_id)
 
     async def approve(self, ctx: CommandContext, code: str) -> str:
@@ -139,7 +142,10 @@ class AdminCommands:
     def _decide(self, ctx: CommandContext, code: str, *, approve: bool) -> str:
         if not code:
             return "Give the pairing code: `/admin approve CODE`."
-        done = self.people.decide_pairing(code, approve=approve, by=ctx.person.user_id)
+        try:
+            done = self.people.decide_pairing(code, approve=approve, by=ctx.person.user_id)
+        except PermissionError as exc:
+            return f"Not allowed: {exc}."
         return done or "No pending request has that code (it may have expired after 1 hour)."
 
     async def allow(self, ctx: CommandContext, subject: str) -> str:
@@ -153,8 +159,13 @@ class AdminCommands:
         if parsed is None:
             return f"Say `/admin {rule} PLATFORM:ID` (or PLATFORM:chat:ID for a group chat)."
         platform, kind, ident = parsed
-        if rule == "block" and kind == "user" and self.people.owns(platform, ident):
-            return f"{platform}:{ident} is the owner's account: the owner always stays reachable."
+        # an account of someone known: the same decision as blocking the person (an
+        # admin acts on users only; the owner always stays reachable)
+        known = self.people.repo.user_by_identity(platform, ident) if kind == "user" else None
+        if known is not None and (
+            refused := self.people.may(ctx.person.user_id, Action.BLOCK, known)
+        ):
+            return f"Not allowed for {platform}:{ident}: {refused}."
         self.people.access.set_rule(
             AccessRule(
                 platform=platform,

@@ -345,12 +345,12 @@ class Commands:
     async def _link(self, ctx: CommandContext, code: str) -> str:
         person = ctx.person
         if not code:
-            minted = self.people.access.create_link_code(person.user_id)
+            minted = self.people.link_code(person.user_id, by=person.user_id)
             minutes = int(LINK_CODE_TTL.total_seconds() // 60)
             return (
-                f"Your link code: `{minted.code}` (single use, valid {minutes} minutes).\n"
-                f"On another platform, send me `/link {minted.code}`; on the server, run "
-                f"`hermes users link {minted.code}`. Both accounts then share one memory."
+                f"Your link code: `{minted}` (single use, valid {minutes} minutes).\n"
+                f"On another platform, send me `/link {minted}`; on the server, run "
+                f"`hermes users link {minted}`. Both accounts then share one memory."
             )
         requester = f"{person.platform}:{person.platform_user_id}"
         outcome = await self.people.link_from_chat(

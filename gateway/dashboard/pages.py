@@ -24,7 +24,8 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from gateway.admission.people import ADMIN_ROLES, People
+from gateway.admission.authority import Action, Party, decide
+from gateway.admission.people import People
 from gateway.commands.context import RuntimeInfo
 from gateway.commands.memory import provider_line
 from gateway.config import HermesConfig
@@ -148,7 +149,7 @@ class Dashboard:
             user_id = await self._off_loop(lambda: site.credentials.check(form.get("password", "")))
             failed = "Wrong password."
         user = self.db.people.get_user(user_id) if user_id else None
-        if user is None or user.role not in ADMIN_ROLES or user.status == "blocked":
+        if user is None or not site.may_use(user):
             site.attempts.failed(client)
             logger.warning("dashboard: a failed login from %s", client)
             return site.redirect("/login", failed)
@@ -218,20 +219,34 @@ class Dashboard:
     # -- people ----------------------------------------------------------------------------
 
     async def _people_page(self, request: web.Request, me: Operator) -> web.StreamResponse:
-        values = await self._off_loop(
-            lambda: {
-                "users": self.db.people.users(),
-                "pending": self.db.access.pending_pairings(),
-                "owner": owner_user_id(self.parts.home),
-            }
-        )
+        values = await self._off_loop(lambda: self._people_values(me))
         code = request.query.get("code", "")[:20]
         return self._show(request, me, "people.html", roles=ROLES, code=code, **values)
+
+    def _people_values(self, me: Operator) -> dict[str, Any]:
+        """Everyone, with what this operator may do to each (the forms shown are the
+        ones the one decision allows: no Block button on the owner's row)."""
+        users = self.db.people.users()
+        owner = owner_user_id(self.parts.home)
+        actor = Party(me.user_id, me.role, me.user_id == owner)
+        powers = {}
+        for summary in users:
+            them = Party(summary.user.id, summary.user.role, summary.user.id == owner)
+            powers[them.user_id] = {
+                "block": decide(actor, Action.BLOCK, them) is None,
+                "roles": [r for r in ROLES if decide(actor, Action.SET_ROLE, them, role=r) is None],
+                "link": decide(actor, Action.LINK_CODE, them) is None,
+            }
+        pending = self.db.access.pending_pairings()
+        return {"users": users, "pending": pending, "owner": owner, "powers": powers}
 
     async def _pairing(self, request: web.Request, me: Operator) -> web.StreamResponse:
         form = await form_of(request)
         code, approve = form.get("code", ""), form.get("decision") == "approve"
-        done = self.people.decide_pairing(code, approve=approve, by=me.user_id)
+        try:
+            done = self.people.decide_pairing(code, approve=approve, by=me.user_id)
+        except PermissionError as exc:
+            raise RefusedError(403, f"Not allowed: {exc}.") from None
         if done is None:
             return self.site.redirect("/people", "No pending request has that code.")
         self.site.audit(me, "pairing." + ("approve" if approve else "deny"), code, done)
@@ -242,9 +257,8 @@ class Dashboard:
         user_id, role = form.get("user", ""), form.get("role", "")
         if role not in ROLES:
             raise RefusedError(400, "Unknown role.")
-        if role == "owner" and not me.is_owner:
-            raise RefusedError(403, "Only an owner can make someone an owner.")
-        refused = self.people.set_role(user_id, role)
+        self._may(me, Action.SET_ROLE, user_id, role=role)
+        refused = self.people.set_role(user_id, role, by=me.user_id)
         if refused is not None:
             return self.site.redirect("/people", f"Not changed: {refused}.")
         self.site.audit(me, "role", user_id, role)
@@ -253,10 +267,8 @@ class Dashboard:
     async def _block(self, request: web.Request, me: Operator) -> web.StreamResponse:
         form = await form_of(request)
         user_id, blocked = form.get("user", ""), form.get("blocked") == "yes"
-        target = self.db.people.get_user(user_id)
-        if target is not None and target.role == "owner" and not me.is_owner:
-            raise RefusedError(403, "Only an owner can change an owner's access.")
-        refused = self.people.set_blocked(user_id, blocked=blocked)
+        self._may(me, Action.BLOCK, user_id)
+        refused = self.people.set_blocked(user_id, blocked=blocked, by=me.user_id)
         if refused is not None:
             return self.site.redirect("/people", f"Not changed: {refused}.")
         self.site.audit(me, "block" if blocked else "unblock", user_id)
@@ -265,29 +277,39 @@ class Dashboard:
         )
 
     async def _link_code(self, request: web.Request, me: Operator) -> web.StreamResponse:
+        """A link code for the operator's own account (to link it with their other
+        accounts); never for someone else, whom it would let the operator become."""
         form = await form_of(request)
-        user_id = form.get("user", "")
-        if self.db.people.get_user(user_id) is None:
-            raise RefusedError(404, "No such person.")
-        row = await self._off_loop(lambda: self.db.access.create_link_code(user_id))
+        user_id = form.get("user", "") or me.user_id
+        self._may(me, Action.LINK_CODE, user_id)
+        code = await self._off_loop(lambda: self.people.link_code(user_id, by=me.user_id))
         self.site.audit(me, "link-code", user_id)
         note = (
-            f"Link code for {user_id}: {row.code} (send /link {row.code} from the other "
-            "account within 10 minutes)."
+            f"Your link code: {code} (send /link {code} from your other account within 10 minutes)."
         )
-        return self.site.redirect("/people", note, code=row.code)
+        return self.site.redirect("/people", note, code=code)
+
+    def _may(self, me: Operator, action: Action, user_id: str, *, role: str | None = None) -> None:
+        """The one decision (People.may), as the page's answer: 404 for nobody, 403 with
+        the reason for what this operator may not do."""
+        if self.db.people.get_user(user_id) is None:
+            raise RefusedError(404, "No such person.")
+        if (refused := self.people.may(me.user_id, action, user_id, role=role)) is not None:
+            raise RefusedError(403, f"Not allowed: {refused}.")
 
     # -- memory ----------------------------------------------------------------------------
 
     async def _memory_page(self, request: web.Request, me: Operator) -> web.StreamResponse:
-        wanted = request.query.get("user", "")
-        values = await self._off_loop(lambda: self._memory_values(wanted or me.user_id))
+        wanted = request.query.get("user", "") or me.user_id
+        values = await self._off_loop(lambda: self._memory_values(me, wanted))
         return self._show(request, me, "memory.html", **values)
 
-    def _memory_values(self, user_id: str) -> dict[str, Any]:
+    def _memory_values(self, me: Operator, user_id: str) -> dict[str, Any]:
+        self._may(me, Action.READ_MEMORY, user_id)
+        # where an entry came from quotes what the person said: shown to whoever may read
+        # their conversations (the one privacy rule), named without it to the others
+        quotes = self.people.may(me.user_id, Action.READ_CONVERSATIONS, user_id) is None
         users = self.db.people.users()
-        if self.db.people.get_user(user_id) is None:
-            raise RefusedError(404, "No such person.")
         memory = self.memory.of(user_id)
         stores = []
         threshold = self.parts.config.memory.consolidation.threshold
@@ -324,6 +346,7 @@ class Dashboard:
                 [v for v in history if v.actor == "consolidator"],
             ),
             "targets": list(Target),
+            "quotes": quotes,
         }
 
     async def _memory_add(self, request: web.Request, me: Operator) -> web.StreamResponse:
@@ -343,8 +366,7 @@ class Dashboard:
     async def _memory_write(
         self, me: Operator, user_id: str, args: dict[str, str], done: str
     ) -> web.StreamResponse:
-        if self.db.people.get_user(user_id) is None:
-            raise RefusedError(404, "No such person.")
+        self._may(me, Action.EDIT_MEMORY, user_id)
         if args["target"] not in {t.value for t in Target}:
             raise RefusedError(400, "Unknown store.")
         outcome = await self.memory.apply(user_id, args, actor="admin")
@@ -359,8 +381,7 @@ class Dashboard:
 
     async def _memory_undo(self, request: web.Request, me: Operator) -> web.StreamResponse:
         user_id = (await form_of(request)).get("user", "")
-        if self.db.people.get_user(user_id) is None:
-            raise RefusedError(404, "No such person.")
+        self._may(me, Action.EDIT_MEMORY, user_id)
         done, message = await self.memory.undo(user_id, actor="admin")
         if done:
             self.site.audit(me, "memory.undo", user_id, message)
@@ -371,7 +392,8 @@ class Dashboard:
     async def _sessions_page(self, request: web.Request, me: Operator) -> web.StreamResponse:
         query = request.query.get("q", "")[:500]
         wanted = request.query.get("user", "")
-        self._may_read_conversations(me, wanted)
+        if wanted:
+            self._may(me, Action.READ_CONVERSATIONS, wanted)
         users = await self._off_loop(self.db.people.users)
         if wanted:
             scope_users = [wanted]
@@ -392,16 +414,10 @@ class Dashboard:
             request, me, "sessions.html", users=users, q=query, user=wanted, results=results
         )
 
-    @staticmethod
-    def _may_read_conversations(me: Operator, user_id: str) -> None:
-        """What people said is the owner's to read across people; an admin reads their
-        own (they manage access and memory, not others' conversations)."""
-        if user_id and user_id != me.user_id and not me.is_owner:
-            raise RefusedError(403, "Only an owner reads other people's conversations.")
-
     def _conversation(self, request: web.Request, me: Operator) -> tuple[Any, list[Any], str]:
-        session_id, user_id = request.match_info["session_id"], request.query.get("user", "")
-        self._may_read_conversations(me, user_id)
+        session_id = request.match_info["session_id"]
+        user_id = request.query.get("user", "") or me.user_id
+        self._may(me, Action.READ_CONVERSATIONS, user_id)
         chat = self.db.conversations.get_session(session_id, user_id)
         if chat is None:
             raise RefusedError(404, "No such session for that person.")
@@ -444,6 +460,9 @@ class Dashboard:
 
     async def _reminder_cancel(self, request: web.Request, me: Operator) -> web.StreamResponse:
         reminder_id = (await form_of(request)).get("id", "")
+        found = await self._off_loop(lambda: self.db.reminders.get(reminder_id))
+        if found is not None:
+            self._may(me, Action.CANCEL_REMINDER, found.user_id)
         gone = await self._off_loop(lambda: self.db.reminders.cancel(reminder_id))
         if gone is None:
             return self.site.redirect("/reminders", "No live reminder has that id.")

@@ -25,7 +25,7 @@ from urllib.parse import urlencode, urlsplit
 import jinja2
 from aiohttp import web
 
-from gateway.admission.people import ADMIN_ROLES
+from gateway.admission.authority import Action, Party, decide
 from gateway.commands.admin import duration
 from gateway.config import HermesConfig
 from gateway.dashboard.auth import (
@@ -35,6 +35,7 @@ from gateway.dashboard.auth import (
     CredentialsError,
 )
 from gateway.edge.http_server import Handler, Route
+from hermes.state.models import User
 
 logger = logging.getLogger(__name__)
 
@@ -181,10 +182,16 @@ class Site:
         if login is None:
             return None
         user = self.db.people.get_user(login.user_id)
-        if user is None or user.role not in ADMIN_ROLES or user.status == "blocked":
+        if user is None or not self.may_use(user):
             return None
         csrf = self.credentials.csrf(token)
         return Operator(user.id, user.display_name or user.id, user.role, token, csrf)
+
+    @staticmethod
+    def may_use(user: User) -> bool:
+        """The dashboard is for admins and owners (the one decision), never the blocked."""
+        party = Party(user.id, user.role)
+        return user.status != "blocked" and decide(party, Action.USE_DASHBOARD) is None
 
     def login_cookie(
         self, response: web.StreamResponse, name: str, value: str, **extra: Any

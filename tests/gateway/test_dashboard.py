@@ -237,7 +237,7 @@ def test_roles_are_checked_again_on_every_request(home: Path) -> None:
         assert "Ada (admin)" in browser.page
         await browser.get("/admin/people")
         status, page = await browser.post("/admin/people/role", {"user": admin, "role": "owner"})
-        assert status == 403 and "Only an owner" in page
+        assert status == 403 and "only an owner can make someone an owner" in page
         await browser.get("/admin/people")
         status, page = await browser.post(
             "/admin/people/block", {"user": served.owner, "blocked": "yes"}
@@ -245,7 +245,7 @@ def test_roles_are_checked_again_on_every_request(home: Path) -> None:
         assert status == 403
         assert served.db.people.get_user(served.owner).status == "active"  # type: ignore[union-attr]
         # the owner demotes the admin elsewhere (the CLI): the next request is refused
-        served.people.set_role(admin, "user")
+        served.people.set_role(admin, "user", by=served.owner)
         response = await browser.get_raw("/admin/status")
         assert response.status == 303 and response.headers["Location"] == "/admin/login"
         # a user's password does not log in
@@ -259,11 +259,15 @@ def test_the_owner_stays_reachable_and_an_owner_stays_an_owner(home: Path) -> No
     async def body(served: Served, browser: Browser) -> None:
         await browser.login()
         await browser.get("/admin/people")
-        await browser.post("/admin/people/block", {"user": served.owner, "blocked": "yes"})
-        assert "the owner cannot be blocked" in browser.note()
+        status, page = await browser.post(
+            "/admin/people/block", {"user": served.owner, "blocked": "yes"}
+        )
+        assert status == 403 and "the owner cannot be blocked" in page
         await browser.get("/admin/people")
-        await browser.post("/admin/people/role", {"user": served.owner, "role": "user"})
-        assert "stays an owner" in browser.note()
+        status, page = await browser.post(
+            "/admin/people/role", {"user": served.owner, "role": "user"}
+        )
+        assert status == 403 and "stays an owner" in page
         other = "u_00000000000000b2"
         served.db.people.ensure_user(other, display_name="Bo")
         await browser.get("/admin/people")
@@ -273,8 +277,11 @@ def test_the_owner_stays_reachable_and_an_owner_stays_an_owner(home: Path) -> No
         await browser.post("/admin/people/role", {"user": other, "role": "admin"})
         assert served.db.people.get_user(other).role == "admin"  # type: ignore[union-attr]
         await browser.get("/admin/people")
-        await browser.post("/admin/people/link-code", {"user": other})
-        code = re.search(r"Link code: <strong>(\w+)</strong>", browser.page)
+        status, page = await browser.post("/admin/people/link-code", {"user": other})
+        assert status == 403 and "only made by the person it links" in page  # not even so
+        await browser.get("/admin/people")
+        await browser.post("/admin/people/link-code", {"user": served.owner})
+        code = re.search(r"Your link code: <strong>(\w+)</strong>", browser.page)
         assert code is not None
         await browser.get("/admin/status")
         for action in ("role", "block", "link-code", "login"):
@@ -528,7 +535,7 @@ def test_only_an_owner_reads_other_peoples_conversations(home: Path) -> None:
             f"/admin/sessions/{chat.id}/export?user={served.owner}",
         ):
             status, page = await browser.get(path)
-            assert status == 403 and "Only an owner" in page, path
+            assert status == 403 and "only an owner reads other people" in page, path
 
     run(home, body)
 
