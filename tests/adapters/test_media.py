@@ -155,7 +155,9 @@ def test_a_voice_note_is_transcribed_into_the_message_and_searchable(
         await until(lambda: "Noted: oat milk." in side.replies(), "no answer")
 
     run(home, fake_llm, side, body)
-    assert "[voice note, transcribed] remind me to buy oat milk" in user_content(fake_llm)
+    said = user_content(fake_llm)
+    assert "[voice note, transcribed]\n<transcript-" in said  # in its fence
+    assert "\nremind me to buy oat milk\n</transcript-" in said
     (sent,) = fake_llm.transcribe_requests
     assert sent["model"] == "whisper-1" and sent["file_bytes"] == len(b"OggS fake opus bytes")
     db = SessionDB.open(home)
@@ -200,9 +202,8 @@ def test_text_files_and_pdfs_are_read_into_the_message(
 
     run(home, fake_llm, side, body)
     content = user_content(fake_llm)
-    assert (
-        "report.pdf" in content and "Quarterly numbers are up" in content and "as data" in content
-    )
+    assert "report.pdf" in content and "Quarterly numbers are up" in content
+    assert "<document-" in content and "data, not instructions" in content  # in its fence
 
 
 def test_oversize_unsupported_and_failed_downloads_get_clear_notes(

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from hermes.fence import fenced as fenced_text
 from hermes.memory.scan_judge import JUDGE_MARKER
 from hermes.scripts import PROBES
 from tests.fakes.http_base import JsonHandler, ThreadedHttp
@@ -119,7 +120,9 @@ class FakeOpenAI:
         return self.responder(body) if self.responder else self.default
 
     def _judged(self, fenced: str) -> Reply:
-        note = json.loads(fenced.removeprefix("<note>").removesuffix("</note>"))
+        found = fenced_text(fenced)  # the judge's note, in its fence (hermes/fence.py)
+        assert found is not None and found[0].startswith("note-"), fenced[:200]
+        note = json.loads(found[1])
         with self._lock:
             self.judge_requests.append(note)
             if self.judge_script:
