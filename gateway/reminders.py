@@ -30,6 +30,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from gateway.edge.events import ChatRef
+from hermes.fence import fence
 from hermes.places import Surface
 from hermes.reminders import LATE_AFTER, TimeError, local, next_run, zone
 from hermes.state.models import Reminder, as_utc
@@ -165,7 +166,8 @@ class ReminderRunner:
         result = await self.agent.turn(
             conv,
             f"[A scheduled task the user set up ({reminder.id}); do it now and answer them "
-            f"directly] {reminder.text}",
+            "directly]\n"
+            + fence("task", reminder.text, "the task, in the user's words when they set it up"),
             surface,
         )
         self.agent.sessions.end(conv, "scheduled_task")
