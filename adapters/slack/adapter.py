@@ -36,6 +36,7 @@ from gateway.edge.http_server import Route
 from gateway.edge.ports import Capabilities, DownloadError, EventSink
 
 logger = logging.getLogger(__name__)
+_SLACK_TIMESTAMP = re.compile(r"[0-9]{1,12}")
 # slack-bolt reads SLACK_BOT_TOKEN from the environment by itself and then warns that the
 # client we pass (which holds that same token) wins: true, and nothing to act on
 logging.getLogger("slack_bolt.AsyncApp").addFilter(
@@ -277,13 +278,22 @@ class SlackAdapter:
     async def _on_http(self, request: web.Request) -> web.Response:
         if self._sink is None:  # not started yet (or the start failed): Slack retries
             return web.Response(status=503, text="starting", headers={"Retry-After": "1"})
+        # Slack sends seconds since 1970: anything else is not Slack (bolt would fail
+        # converting it, a 500 with a traceback for anyone who sends one)
+        if not _SLACK_TIMESTAMP.fullmatch(request.headers.get("X-Slack-Request-Timestamp", "")):
+            return web.Response(status=401, text="invalid request")
         body = await request.text()
-        bolt = AsyncBoltRequest(
-            body=body,
-            query=request.query_string,
-            headers={k.lower(): v for k, v in request.headers.items()},
-        )
-        response = await self.app.async_dispatch(bolt)
+        try:
+            bolt = AsyncBoltRequest(
+                body=body,
+                query=request.query_string,
+                headers={k.lower(): v for k, v in request.headers.items()},
+            )
+            response = await self.app.async_dispatch(bolt)
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:
+            # a body bolt cannot read (not a JSON object): refused, said once
+            logger.warning("slack: a request bolt could not read (%s): 400", exc)
+            return web.Response(status=400, text="bad request")
         headers = {
             k: v[0] for k, v in response.headers.items() if v and k.lower() != "content-length"
         }

@@ -130,3 +130,48 @@ def test_an_event_that_arrives_before_the_adapter_has_started_is_retried_not_los
             await http.stop()
 
     assert asyncio.run(early()) == (503, "1")
+
+
+def test_malformed_requests_are_refused_without_a_traceback(
+    home: Path, fake_llm: FakeOpenAI, slack: FakeSlack, caplog: Any
+) -> None:
+    """Anyone can send these: a timestamp that is not a number (or missing), and, signed,
+    a body that is not a JSON object. Each is refused (4xx), nothing is logged with a
+    traceback, and a real event still goes through after them."""
+    adapter = SlackAdapter("xoxb-test", api_base=slack.api_base, signing_secret=SECRET)
+    http = HttpServer("127.0.0.1", 0, lambda: {"slack": "connected"})
+    for route in adapter.routes():
+        http.add(route)
+    fake_llm.default = Reply(text="still answering")
+
+    async def body() -> list[int]:
+        url = f"http://127.0.0.1:{http.port}/slack/events"
+        statuses = []
+        real = event_body("hi", "1.3")
+        async with aiohttp.ClientSession() as client:
+            for stamp in ("soon", "", "１２３", "1e9", "-5"):
+                headers = signed(real) | {"X-Slack-Request-Timestamp": stamp}
+                async with client.post(url, data=real, headers=headers) as r:
+                    statuses.append(r.status)
+            for odd in ("[1, 2]", '"text"', "{not json", "null"):
+                async with client.post(url, data=odd, headers=signed(odd)) as r:
+                    statuses.append(r.status)
+            async with client.post(url, data=real, headers=signed(real)) as r:
+                statuses.append(r.status)
+        deadline = time.monotonic() + 20
+        while not slack.posted():
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        return statuses
+
+    async def with_server() -> list[int]:
+        await http.start()
+        try:
+            return await body()
+        finally:
+            await http.stop()
+
+    statuses = run_gateway(home, fake_llm, lambda _menu: adapter, with_server)
+    assert all(400 <= s < 500 for s in statuses[:-1]), statuses
+    assert statuses[-1] == 200
+    assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
