@@ -108,6 +108,19 @@ class DashboardConfig(Section):
     public_url: str | None = None  # https://bot.example.com (what login links point to)
     session_hours: float = Field(default=12.0, gt=0, le=24 * 30)
     link_minutes: float = Field(default=10.0, gt=0, le=60)  # a /dashboard link's life
+    # the reverse proxies whose X-Forwarded-For is believed (addresses or networks): a
+    # client that reaches the port directly cannot name itself another client
+    trusted_proxies: list[str] = Field(default_factory=lambda: ["127.0.0.1", "::1"])
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(f"{item!r} is not an address or a network (CIDR)") from None
+        return value
 
     @field_validator("public_url")
     @classmethod

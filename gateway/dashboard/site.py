@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -92,6 +93,9 @@ class Site:
         self._credentials_stamp = self._stamp()
         self.attempts = Attempts(db.access)
         self.secure = (config.dashboard.public_url or "").startswith("https://")
+        self.proxies = [
+            ipaddress.ip_network(item, strict=False) for item in config.dashboard.trusted_proxies
+        ]
         self.templates = jinja2.Environment(
             loader=jinja2.PackageLoader("gateway.dashboard", "templates"),
             autoescape=True,
@@ -165,12 +169,23 @@ class Site:
             raise RefusedError(403, "The form was sent from another site.")
 
     def client(self, request: web.Request) -> str:
-        """The address a login attempt came from: behind the TLS proxy `public_url`
-        names, the last address in X-Forwarded-For (the one the proxy added; earlier
-        ones are the client's to invent), else the connection's."""
-        if self.secure and (forwarded := request.headers.get("X-Forwarded-For")):
+        """The address a login attempt came from: from one of the trusted proxies
+        (`dashboard.trusted_proxies`) behind the TLS `public_url`, the last address in
+        X-Forwarded-For (the one the proxy added; earlier ones are the client's to
+        invent); from anyone else, the connection's own (a client reaching the port
+        directly cannot name itself someone new after each failed login)."""
+        remote = request.remote or "?"
+        forwarded = request.headers.get("X-Forwarded-For")
+        if self.secure and forwarded and self._from_proxy(remote):
             return forwarded.rsplit(",", 1)[-1].strip()[:64]
-        return request.remote or "?"
+        return remote
+
+    def _from_proxy(self, remote: str) -> bool:
+        try:
+            address = ipaddress.ip_address(remote)
+        except ValueError:
+            return False
+        return any(address in network for network in self.proxies)
 
     def operator(self, request: web.Request) -> Operator | None:
         """The logged-in owner or admin behind `request`, or None."""

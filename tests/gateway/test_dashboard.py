@@ -654,3 +654,41 @@ def test_behind_the_proxy_failed_logins_are_counted_per_forwarded_client(home: P
         assert await attempt(browser, served, "198.51.100.7", PASSWORD) == "/admin/status"
 
     run(home, body, config="dashboard:\n  public_url: https://bot.example.com\n")
+
+
+def test_a_client_that_is_not_the_proxy_cannot_name_itself_another_client(home: Path) -> None:
+    """With public_url set, X-Forwarded-For is believed from the trusted proxies only: a
+    client reaching the port directly (here: the proxy is another address) that names a
+    new address after each failure is still the one connection, and is locked out."""
+
+    async def attempt(browser: Browser, served: Served, n: int, password: str) -> str:
+        await browser.get("/admin/login")
+        nonce = re.search(r'name="nonce" value="([^"]+)"', browser.page)
+        assert nonce is not None
+        async with browser.session.post(
+            served.base + "/admin/login",
+            data={"nonce": nonce.group(1), "password": password},
+            headers={
+                "Cookie": f"hermes_login={nonce.group(1)}",
+                "X-Forwarded-For": f"203.0.113.{n}",  # a new client each time, it says
+            },
+            allow_redirects=False,
+        ) as response:
+            return response.headers["Location"]
+
+    async def body(served: Served, browser: Browser) -> None:
+        for n in range(5):
+            assert "Wrong" in await attempt(browser, served, n, "wrong password!")
+        assert "Too+many" in await attempt(browser, served, 99, PASSWORD)
+
+    config = (
+        "dashboard:\n  public_url: https://bot.example.com\n  trusted_proxies: ['192.0.2.10']\n"
+    )
+    run(home, body, config=config)
+
+
+def test_a_trusted_proxy_that_is_not_an_address_is_a_config_error() -> None:
+    from gateway.config import ConfigError, parse_config
+
+    with pytest.raises(ConfigError, match="not an address or a network"):
+        parse_config("dashboard:\n  trusted_proxies: ['the proxy']\n", "config.yaml")
