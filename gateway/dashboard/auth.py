@@ -140,6 +140,12 @@ class Credentials:
             return None
         return token
 
+    def notice(self, text: str) -> str:
+        """The signature of a notice a page shows after a redirect (`note=` in the
+        address): only the dashboard's own notices carry one, so a link someone sends
+        cannot make the page say what they wrote."""
+        return self._mac("notice", text)
+
     def csrf(self, token: str) -> str:
         """The CSRF token of a login's forms (a page of another site cannot read it)."""
         return self._mac("csrf", token)

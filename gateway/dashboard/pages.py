@@ -104,7 +104,7 @@ class Dashboard:
         return await asyncio.to_thread(work)
 
     def _show(self, request: web.Request, me: Operator, name: str, **values: Any) -> web.Response:
-        note = request.query.get("note", "")[:300]
+        note = self.site.notice(request)
         return self.site.page(name, me=me, note=note, page=name.removesuffix(".html"), **values)
 
     # -- login -----------------------------------------------------------------------------
@@ -125,7 +125,7 @@ class Dashboard:
         response = self.site.page(
             "login.html",
             me=None,
-            note=request.query.get("note", "")[:300],
+            note=self.site.notice(request),
             token=request.query.get("token", "")[:200],
             nonce=nonce,
             has_password=bool(self.site.credentials.passwords),

@@ -41,6 +41,7 @@ from hermes.state.models import User
 logger = logging.getLogger(__name__)
 
 PREFIX = "/admin"
+MAX_NOTICE = 300  # characters of a notice carried through a redirect
 COOKIE = "hermes_admin"
 LOGIN_COOKIE = "hermes_login"  # the login form's own CSRF token (no login yet)
 HEADERS = {
@@ -146,12 +147,20 @@ class Site:
         response.headers.update(HEADERS)
         return response
 
+    def notice(self, request: web.Request) -> str:
+        """The notice in the address, if the dashboard itself wrote it (signed), else ''."""
+        note, signature = request.query.get("note", ""), request.query.get("ns", "")
+        if not note or not hmac.compare_digest(signature, self.credentials.notice(note)):
+            return ""
+        return note
+
     def refusal(self, refused: RefusedError) -> web.Response:
         return self.page("refused.html", status=refused.status, reason=refused.reason)
 
     def redirect(self, path: str, note: str = "", **query: str) -> web.Response:
         if note:
-            query["note"] = note
+            note = note[:MAX_NOTICE]
+            query["note"], query["ns"] = note, self.credentials.notice(note)
         location = PREFIX + path + (f"?{urlencode(query)}" if query else "")
         response = web.Response(status=303, headers={"Location": location})
         response.headers.update(HEADERS)

@@ -692,3 +692,25 @@ def test_a_trusted_proxy_that_is_not_an_address_is_a_config_error() -> None:
 
     with pytest.raises(ConfigError, match="not an address or a network"):
         parse_config("dashboard:\n  trusted_proxies: ['the proxy']\n", "config.yaml")
+
+
+def test_a_notice_in_a_link_someone_sent_is_not_shown(home: Path) -> None:
+    """`note=` in an address is shown only when the dashboard itself wrote it (signed):
+    a link crafted to make the page say something shows nothing of it."""
+
+    async def body(served: Served, browser: Browser) -> None:
+        await browser.login()
+        crafted = "Your session expired: log in again at https://evil.example"
+        for path in ("/admin/status", "/admin/people", "/admin/login"):
+            _, page = await browser.get(f"{path}?note={crafted.replace(' ', '+')}")
+            assert "evil.example" not in page, path
+            _, page = await browser.get(f"{path}?note=Hi&ns=forged")
+            assert ">Hi<" not in page, path
+        # the dashboard's own notices still show, through its redirects
+        other = "u_00000000000000b2"
+        served.db.people.ensure_user(other, display_name="Bo")
+        await browser.get("/admin/people")
+        await browser.post("/admin/people/role", {"user": other, "role": "admin"})
+        assert browser.note() == f"{other} is now admin."
+
+    run(home, body)
