@@ -151,12 +151,19 @@ def main() -> None:
     _plain_help(command)
     try:
         command()
-    except Exception as exc:  # damage found mid-command: the same message as at open
-        from hermes.state.engine import explain, is_damage
-
-        if not is_damage(exc):
-            raise
+    except Exception as exc:  # damage or a full disk met mid-command: as at open
         from gateway.cli.context import EXIT_USAGE, CliContext, fail
         from hermes.state.db import STATE_DB_FILENAME
+        from hermes.state.engine import explain, is_damage, is_storage_failure
+        from hermes.state.retry import StateDBError
 
-        fail(explain(CliContext.home_only() / STATE_DB_FILENAME, exc), EXIT_USAGE)
+        if isinstance(exc, StateDBError):
+            message = str(exc)
+        elif is_damage(exc) or is_storage_failure(exc):
+            message = explain(CliContext.home_only() / STATE_DB_FILENAME, exc)
+        else:
+            raise
+        try:
+            fail(message, EXIT_USAGE)
+        except typer.Exit as done:  # outside the command: exit here, with no traceback
+            raise SystemExit(done.exit_code) from None

@@ -23,6 +23,7 @@ from gateway.admission.intake import Admitted
 from gateway.admission.session_key import SessionKey
 from gateway.edge.events import MessageEvent
 from hermes import metrics
+from hermes.state.engine import storage_problem
 
 logger = logging.getLogger(__name__)
 
@@ -56,11 +57,12 @@ class Lanes:
     def __init__(
         self,
         run: Callable[[Batch], Coroutine[Any, Any, None]],
-        crashed: Callable[[MessageEvent], Awaitable[None]],
+        crashed: Callable[[MessageEvent, str | None], Awaitable[None]],
         queue_mode: Literal["queue", "merge"] = "queue",
     ) -> None:
         """`run` works one batch; `crashed` answers the last message of a batch whose
-        run raised (the person is never left without a reply)."""
+        run raised (the person is never left without a reply), with the storage problem
+        when that was the cause."""
         self._run, self._crashed, self.queue_mode = run, crashed, queue_mode
         self._lanes: dict[SessionKey, _Lane] = {}
         self.settled = 0  # items whose batch has run (answered, failed or stopped)
@@ -132,9 +134,12 @@ class Lanes:
                         task = asyncio.current_task()
                         if task is not None and task.cancelling():
                             raise  # the gateway is stopping, not a /stop
-                    except Exception:
-                        logger.exception("turn failed for %s", key)
-                        await self._crashed(batch[-1].event)
+                    except Exception as exc:
+                        if (problem := storage_problem(exc)) is not None:  # not a bug
+                            logger.error("turn failed for %s: %s", key, problem)
+                        else:
+                            logger.exception("turn failed for %s", key)
+                        await self._crashed(batch[-1].event, problem)
                     finally:
                         lane.current = None
                         self.settled += len(batch)

@@ -46,6 +46,10 @@ from hermes.state.retry import StateDBError
 logger = logging.getLogger(__name__)
 
 CRASH_REPLY = "Something went wrong on my side; the operator can see why in the log."
+STORAGE_REPLY = (
+    "I could not save this conversation: my storage is full or failing, so I may not have "
+    "kept your message. Please send it again later; the operator can see why in the log."
+)
 APPROVED_REPLY = (
     "Good news: the operator approved your request, so you can talk to me now. "
     "Just write; /help shows what I can do."
@@ -223,15 +227,15 @@ class Router(SessionControl):
         elif not shared.put(item, window):
             self._settle()  # a duplicate: recorded by another delivery
 
-    async def _apologize(self, event: MessageEvent) -> None:
-        """A turn that crashed still gets an answer (the message itself is saved)."""
+    async def _apologize(self, event: MessageEvent, storage: str | None = None) -> None:
+        """A turn that crashed still gets an answer (the message itself is saved, unless
+        the storage was what failed: then it says so)."""
         adapter = self.adapters.get(event.platform)
         if adapter is None:
             return
+        reply = STORAGE_REPLY if storage is not None else CRASH_REPLY
         with contextlib.suppress(Exception):
-            await self.delivery.deliver(
-                adapter, event.chat, CRASH_REPLY, event.message_id, failed=True
-            )
+            await self.delivery.deliver(adapter, event.chat, reply, event.message_id, failed=True)
 
     # -- commands and buttons -------------------------------------------------------------
 

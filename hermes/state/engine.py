@@ -111,6 +111,27 @@ def explain(path: Path, exc: BaseException) -> str:
     )
 
 
+def is_storage_failure(exc: BaseException) -> bool:
+    """An SQLite error of the storage under state.db (full, failing or read-only), met
+    mid-command: explained as at open, never shown as a traceback."""
+    cause = getattr(exc, "orig", None) or exc
+    text = str(cause).lower()
+    return isinstance(cause, sqlite3.OperationalError) and any(
+        words in text for words in ("disk is full", "disk i/o", "readonly", "read-only")
+    )
+
+
+def storage_problem(exc: BaseException) -> str | None:
+    """What is wrong with the storage under a failed piece of work, in a line (state.db
+    full, read-only, failing, locked past the patience, the server gone), or None when
+    the failure is something else (a bug: its traceback is logged)."""
+    if isinstance(exc, StateDBError):
+        return str(exc)
+    if is_storage_failure(exc):
+        return "state.db could not be written: " + str(getattr(exc, "orig", None) or exc)
+    return None
+
+
 def is_damage(exc: BaseException) -> bool:
     """An SQLite error that means the file is damaged (not busy, not full)."""
     cause = getattr(exc, "orig", None) or exc

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from hermes.identity import owner_user_id
+from tests.fakes.openai_server import FakeOpenAI
 from tests.harness.cli import hermes
 
 
@@ -125,3 +126,47 @@ def test_a_read_only_or_full_hermes_home_is_one_clear_message(
     _remount(root, "rw")
     assert "Lives in Lisbon" in hermes("memory", "show", home=home).stdout
     assert hermes(*command, home=home).returncode == 0
+
+
+def _fill_leaving(folder: Path, room: int) -> Path:
+    """Fill the file system `folder` is on, but for `room` bytes."""
+    filler = folder / "filler"
+    free = os.statvfs(folder)
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, b"\0" * max(0, free.f_bavail * free.f_frsize - room))
+    finally:
+        os.close(fd)
+    return filler
+
+
+@pytest.mark.parametrize("command", ["add", "replace", "chat"])
+def test_a_disk_that_fills_mid_command_is_one_clear_message(
+    tmp_path: Path, mounts: list[Path], fake_llm: FakeOpenAI, command: str
+) -> None:
+    """About 64 KB left: the first writes fit, a later one (SQLite's commit) does not.
+    One message naming state.db and the full disk, exit 2, never a traceback."""
+    root = tmp_path / "fs"
+    _mount(root, "4m")
+    mounts.append(root)
+    home = root / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text(f"llm:\n  base_url: {fake_llm.base_url}\n  model: m\n")
+    assert hermes("memory", "add", "Lives in Lisbon", home=home).returncode == 0
+    assert hermes("sessions", "list", home=home).returncode == 0
+    long = "Has a cat named Miso, " + "who likes the sunny window sill " * 20
+    args = {
+        "add": ("memory", "add", long),
+        "replace": ("memory", "replace", "Lisbon", long),
+        "chat": ("chat", "-q", long * 3),
+    }[command]
+    filler = _fill_leaving(root, 64 * 1024)
+    result = hermes(*args, home=home)
+    filler.unlink()
+    said = result.stdout + result.stderr
+    if command == "chat":  # the turn's reply says it
+        assert result.returncode == 1 and "storage is full or failing" in said, said
+    else:
+        _clean(result, "disk is full")
+    assert "Traceback" not in result.stdout + result.stderr
+    assert hermes("memory", "show", home=home).returncode == 0  # usable once there is room
