@@ -50,6 +50,7 @@ STORAGE_REPLY = (
     "I could not save this conversation: my storage is full or failing, so I may not have "
     "kept your message. Please send it again later; the operator can see why in the log."
 )
+PRESS_SETTLE_S = 10.0  # the same button pressed again this soon after its command: ignored
 APPROVED_REPLY = (
     "Good news: the operator approved your request, so you can talk to me now. "
     "Just write; /help shows what I can do."
@@ -84,6 +85,7 @@ class Router(SessionControl):
         self.adapters: dict[str, PlatformAdapter] = {}
         self.delivery = Delivery(db)
         self._pressing: set[tuple[str, str]] = set()  # (person, command) of presses running
+        self._pressed: dict[tuple[str, str], float] = {}  # ... and when each last finished
         self.intake = Intake(
             people,
             policy.intake,
@@ -259,17 +261,21 @@ class Router(SessionControl):
     async def _press(self, item: Admitted) -> None:
         """A button press runs its command as the presser (the command table's guards
         apply); a decided access request then shows its outcome on its messages. The
-        same button pressed again by the same person while its command runs is ignored
-        (single flight: twenty presses of "consolidate" are one consolidation)."""
+        same button pressed again by the same person while its command runs, or within
+        PRESS_SETTLE_S after it finished, is ignored (twenty presses of "consolidate", the
+        later ones arriving after the first consolidation ended, are one consolidation)."""
         flight = (item.person.user_id, item.event.text)
-        if flight in self._pressing:
-            self._settle()
+        now = time.monotonic()
+        self._pressed = {k: t for k, t in self._pressed.items() if now - t < PRESS_SETTLE_S}
+        if flight in self._pressing or flight in self._pressed:
+            self._settle()  # running, or just done: a burst of presses is one press
             return
         self._pressing.add(flight)
         try:
             await self._run_press(item)
         finally:
             self._pressing.discard(flight)
+            self._pressed[flight] = time.monotonic()
             self._settle()
 
     async def _run_press(self, item: Admitted) -> None:

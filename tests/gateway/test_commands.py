@@ -225,8 +225,9 @@ def test_a_flood_of_forged_presses_meets_the_persons_rate_limit(
     tight = RouterPolicy(intake=IntakePolicy(per_person_burst=5, per_person_per_minute=0.001))
 
     async def body(router: Router, adapter: FakeAdapter) -> FakeAdapter:
-        for _ in range(100):
-            await adapter.deliver(dm("alice", "/whoami", pressed=True))
+        for n in range(100):  # five different buttons, pressed in turn
+            command = ("/whoami", "/stop", "/new", "/memory", "/sessions")[n % 5]
+            await adapter.deliver(dm("alice", command, pressed=True))
         return adapter  # the router stops after this and waits for every press
 
     adapter = scenario(home, fake_llm, body, policy=tight)
@@ -298,3 +299,27 @@ def test_an_admins_help_has_one_admin_heading_over_every_admin_command(
     assert len(admin_only) >= 2 and help_text.count("Admin") == 1, help_text
     heading = help_text.index("Admin")
     assert all(help_text.index(name + " ", heading) > heading for name in admin_only)
+
+
+def test_presses_that_arrive_after_the_first_press_finished_are_still_one(
+    home: Path, fake_llm: FakeOpenAI
+) -> None:
+    """A person hammering a button: the first press's consolidation ends and answers,
+    then nineteen more presses arrive (the platform delivered them late): one model call."""
+    entries = [f"Fact {i}: the user keeps notes in the red folder" for i in range(3)]
+    merged = {"entries": [{"text": "Fact 0, 1, 2: the user keeps notes in the red folder",
+                           "sources": [1, 2, 3]}], "dropped": []}  # fmt: skip
+    fake_llm.responder = lambda body: Reply(text=json.dumps(merged))
+
+    async def body(router: Router, adapter: FakeAdapter) -> FakeAdapter:
+        await ask(adapter, dm("alice", "/whoami"))
+        seed(home, router.db.people.user_for_identity("fakechat", "alice"), *entries)
+        first = await ask(adapter, dm("alice", "/memory consolidate", pressed=True))
+        assert "3 → 1 entries" in first
+        for _ in range(19):
+            await adapter.deliver(dm("alice", "/memory consolidate", pressed=True))
+        await ask(adapter, dm("alice", "/whoami"))  # a later message: the presses are done
+        return adapter
+
+    scenario(home, fake_llm, body)
+    assert len(fake_llm.requests) == 1
