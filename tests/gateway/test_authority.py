@@ -252,3 +252,39 @@ def test_the_cli_answers_as_the_decision(home: Path, action: Action, target: str
     assert (done.returncode == 0) is allowed, done.stdout + done.stderr
     if not allowed:
         assert done.returncode == 1 and "Traceback" not in done.stderr
+
+
+def test_memory_provenance_quotes_follow_the_conversation_rule(home: Path) -> None:
+    """What a person said reaches an admin neither as a conversation nor as the quote
+    under a memory entry it caused; the owner sees both (one privacy rule)."""
+    from hermes.state.conversations import NewMessage
+
+    said = "My sister Mina lives in Busan, keep that in mind"
+
+    async def body() -> tuple[str, str]:
+        async with serve(home, "memory:\n  scan:\n    judge: 'off'\n") as served:
+            user = _id("user", target=True)
+            served.db.people.ensure_user(user, role="user", display_name="Uma")
+            served.db.people.ensure_user(_id("admin"), role="admin", display_name="Ada")
+            chat = served.db.conversations.start_session(user, "telegram", "telegram:dm:9")
+            (message,) = served.db.conversations.add_messages(chat.id, [NewMessage("user", said)])
+            outcome = await served.dashboard.memory.apply(
+                user,
+                {"action": "add", "target": "user", "content": "Sister Mina lives in Busan"},
+                actor="agent", session_id=chat.id, message_id=message,
+            )  # fmt: skip
+            assert outcome.result.get("success"), outcome.result
+            pages = []
+            for actor in ("admin", "home"):
+                browser = await _login_as(served, actor)
+                try:
+                    _, page = await browser.get(f"/admin/memory?user={user}")
+                    pages.append(page)
+                finally:
+                    await browser.close()
+            return pages[0], pages[1]
+
+    admin_page, owner_page = asyncio.run(body())
+    assert "Sister Mina lives in Busan" in admin_page  # the memory itself: theirs to manage
+    assert "keep that in mind" not in admin_page and "for an owner to read" in admin_page
+    assert "keep that in mind" in owner_page
