@@ -103,10 +103,11 @@ def pending(
     retry: Annotated[
         bool, typer.Option("--retry", help="Ask the model to judge them again now.")
     ] = False,
+    limit: Annotated[int, typer.Option(min=1, max=10_000, help="Show at most this many.")] = 50,
     as_json: AsJson = False,
 ) -> None:
     """Memory writes held because the safety check's model could not answer: none of
-    them is in any prompt until the model has judged it."""
+    them is in any prompt until the model has judged it (oldest first)."""
     import asyncio
 
     ctx = CliContext.load(reading=not retry)
@@ -114,7 +115,8 @@ def pending(
     if retry:
         report = asyncio.run(_settle(ctx, db))
         note(f"Judged again: {report.describe()}")
-    rows = db.memory_log.pending_writes()
+    rows = db.memory_log.pending_writes(limit=limit)
+    more = db.memory_log.count_pending() - len(rows)
     if as_json:
         print_json([row.model_dump(mode="json") for row in rows])
         return
@@ -128,6 +130,8 @@ def pending(
         since = f"{row.created_at:%Y-%m-%d %H:%M}"
         table.add_row(str(row.id), row.user_id, since, str(row.attempts), what, row.reason)
     print_table(table)
+    if more > 0:
+        note(f"… and {more} more (--limit {limit + more} shows them all)")
 
 
 async def _settle(ctx: CliContext, db: SessionDB) -> PendingReport:

@@ -52,10 +52,15 @@ from hermes.memory.user_memory import UserMemory
 from hermes.providers.base import MemoryWrite
 from hermes.providers.host import ProviderHost, ProviderMergeError
 from hermes.state.db import SessionDB
-from hermes.state.memory_log import MemoryEventRecord, VersionRecord
+from hermes.state.memory_log import Held, MemoryEventRecord, VersionRecord
 from hermes.state.models import MemoryPending, MemoryVersion
 
 logger = logging.getLogger(__name__)
+# writes held for the safety check's model, per person: past this, a write is refused
+# with a word to the model (one person left 1,200 while the model was down, and its
+# return was 1,202 model calls in 30 s)
+MAX_HELD = 20
+SETTLE_AT_ONCE = 50  # held writes judged again per pass (the rest at the next one)
 
 
 @dataclass(slots=True)
@@ -72,6 +77,16 @@ class PendingReport:
             f"{self.written} written, {self.refused} refused, {self.failed} failed, "
             f"{self.waiting} still waiting"
         )
+
+
+def _full(verdict: Verdict) -> str:
+    why = (verdict.unavailable or "").rstrip(". ")
+    return (
+        f"Not written: the safety check is unavailable ({why}) and {MAX_HELD} writes of "
+        "this person already wait for it, which is as many as are kept. Nothing more is "
+        "held until they are judged: do not ask again now; save only what matters most "
+        "later, when the check answers."
+    )
 
 
 def _held(verdict: Verdict) -> str:
@@ -175,8 +190,10 @@ class MemoryService:
                 message_id=message_id,
                 reason=verdict.unavailable,
             )
-            await asyncio.to_thread(self.db.memory_log.hold_pending, held)
+            kept = await asyncio.to_thread(self.db.memory_log.hold_pending, held, MAX_HELD)
             metrics.MEMORY_REJECTIONS.labels("pending").inc()
+            if kept is Held.FULL:
+                return ToolOutcome({"success": False, "error": _full(verdict)})
             return ToolOutcome({"success": False, "pending": True, "error": _held(verdict)})
         cleared = args.get("content") if verdict is not None else None
         outcome = await self._write(
@@ -247,7 +264,8 @@ class MemoryService:
         """Judge the held writes again, oldest first: written when allowed, dropped when
         refused, kept while the model still cannot answer (then the rest wait too)."""
         report = PendingReport()
-        for held in await asyncio.to_thread(self.db.memory_log.pending_writes, user_id):
+        due = await asyncio.to_thread(self.db.memory_log.pending_writes, user_id, SETTLE_AT_ONCE)
+        for held in due:
             assert held.id is not None
             args = json.loads(held.args)
             verdict = await self._judge(args) if self.judge is not None else None

@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import or_, text
+from sqlalchemy import func, or_, text
 from sqlmodel import Session, col, select
 
 from hermes.state import engine as eng
@@ -64,6 +65,14 @@ class MemoryEventRecord:
     actor: str
     session_id: str | None = None
     message_id: int | None = None
+
+
+class Held(StrEnum):
+    """What became of a write offered to be held (`MemoryLogDB.hold_pending`)."""
+
+    HELD = "held"
+    ALREADY = "already held"  # the same write of the same person
+    FULL = "full"  # the person has as many held as may be
 
 
 class MemoryLogDB:
@@ -260,28 +269,37 @@ class MemoryLogDB:
 
     # -- writes held for the memory guard's model ----------------------------------------
 
-    def hold_pending(self, held: MemoryPending) -> bool:
-        """Keep a write the guard's model could not judge; False when the same write of
-        the same person is held already (the agent asked twice)."""
+    def hold_pending(self, held: MemoryPending, cap: int) -> Held:
+        """Keep a write the guard's model could not judge, unless the same write of the
+        same person is held already (the agent asked twice) or `cap` of theirs are
+        (decided in the one transaction: two turns at once cannot both pass the cap)."""
 
-        def work(session: Session) -> bool:
+        def work(session: Session) -> Held:
             same = select(MemoryPending.id).where(
                 MemoryPending.user_id == held.user_id, MemoryPending.args == held.args
             )
             if session.exec(same).first() is not None:
-                return False
+                return Held.ALREADY
+            count = select(func.count()).where(MemoryPending.user_id == held.user_id)
+            if int(session.exec(count).one()) >= cap:
+                return Held.FULL
             session.add(held)
-            return True
+            return Held.HELD
 
         return eng.with_retry(self.engine, work, self.patience)
 
-    def pending_writes(self, user_id: str | None = None) -> list[MemoryPending]:
-        """Held writes, oldest first (of one person, or of everyone)."""
+    def pending_writes(
+        self, user_id: str | None = None, limit: int | None = None
+    ) -> list[MemoryPending]:
+        """Held writes, oldest first (of one person, or of everyone; the first `limit`)."""
         with eng.reading(self.engine) as session:
             query = select(MemoryPending)
             if user_id is not None:
                 query = query.where(MemoryPending.user_id == user_id)
-            return list(session.exec(query.order_by(col(MemoryPending.id))))
+            query = query.order_by(col(MemoryPending.id))
+            if limit is not None:
+                query = query.limit(limit)
+            return list(session.exec(query))
 
     def count_pending(self, user_id: str | None = None) -> int:
         with self.engine.connect() as conn:

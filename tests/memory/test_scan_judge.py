@@ -234,3 +234,27 @@ def test_doctor_says_whether_a_model_judges_memory_writes(home: Path, fake_llm: 
     none = check_guard(HermesConfig(), {})
     assert (on.status, off.status, none.status) == ("ok", "fail", "skip")
     assert "m judges every memory write" in on.detail and "judge: on" in off.fix
+
+
+def test_held_writes_are_capped_per_person_and_the_model_is_told(
+    home: Path, db: SessionDB, fake_llm: FakeOpenAI
+) -> None:
+    """The model down for long: a person's held writes stop at MAX_HELD (the write past
+    it says so to the model and is not held); once the model is back, one pass judges
+    at most SETTLE_AT_ONCE, and the listing is paged."""
+    from hermes.memory.service import MAX_HELD
+    from tests.harness.cli import hermes
+
+    fake_llm.judge = lambda _note: Reply(status=503)
+    notes = [f"The user's plant number {i} needs water on day {i}" for i in range(MAX_HELD + 3)]
+    outcomes = write(home, db, fake_llm, *notes)
+    assert [o.result.get("pending") for o in outcomes[:MAX_HELD]] == [True] * MAX_HELD
+    for late in outcomes[MAX_HELD:]:
+        assert not late.ok and "pending" not in late.result
+        assert f"{MAX_HELD} writes of this person already wait" in late.result["error"]
+    assert db.memory_log.count_pending(owner_user_id(home)) == MAX_HELD
+    listed = hermes("memory", "pending", "--limit", "5")
+    assert listed.returncode == 0 and f"and {MAX_HELD - 5} more" in listed.stdout
+    fake_llm.judge = None  # back: each allowed
+    report = settle(home, db, fake_llm)
+    assert report.written == MAX_HELD and db.memory_log.count_pending() == 0
