@@ -88,7 +88,7 @@ class RetainDBProvider(ServiceProvider):
         }
         answer = self._call("POST", "/v1/memory/search", json=body)
         results = answer.get("results") if isinstance(answer, dict) else None
-        texts = [str(r.get("content") or "") for r in results or [] if isinstance(r, dict)]
+        texts = [_content(r) for r in results or [] if isinstance(r, dict)]
         return [t for t in texts if t][:limit]
 
     def ingest(self, space: str, session_id: str, key: str, messages: list[dict[str, str]]) -> None:
@@ -161,3 +161,11 @@ class RetainDBProvider(ServiceProvider):
 
 
 __all__ = ["RetainDBProvider"]
+
+
+def _content(result: dict[str, Any]) -> str:
+    """A search result's text: the memory it holds under "memory" (the API reference,
+    retaindb.com/docs/api/memory), or the result itself where a server answers flat."""
+    memory = result.get("memory")
+    found = memory if isinstance(memory, dict) else result
+    return str(found.get("content") or "")

@@ -955,7 +955,10 @@ class FakeRetainDB(FakeService):
     def _search(self, match: re.Match[str], request: Request) -> Any:
         user = self._scoped(request)
         found = self.search(user, request.body["query"], int(request.body.get("top_k") or 8))
-        return {"results": [self._shown(item, score) for item, score in found]}
+        # the published shape (tests/fakes/reference/retaindb_search.json): each result
+        # holds the memory under "memory", its score beside it
+        results = [{"memory": self._shown(item), "score": score} for item, score in found]
+        return {"results": results, "count": len(results), "trace_id": "trc_fake"}
 
     def _ingest(self, match: re.Match[str], request: Request) -> Any:
         user = self._scoped(request)

@@ -1,0 +1,97 @@
+"""The REST-only services' fakes answer in the shapes their published API references
+show (the examples stored under tests/fakes/reference/, each with its source), and the
+providers read those examples: a fake written from our own reading of a service cannot
+pass a provider that misreads it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from hermes.providers.retaindb import RetainDBProvider
+from tests.providers.services import served
+
+REFERENCE = Path(__file__).parents[1] / "fakes" / "reference"
+
+
+def shape(value: Any) -> Any:
+    """The keys a JSON value holds, nested (a list by its first element)."""
+    if isinstance(value, dict):
+        return {key: shape(inner) for key, inner in value.items()}
+    if isinstance(value, list):
+        return [shape(value[0])] if value else []
+    return type(value).__name__
+
+
+def covers(fake: Any, reference: Any) -> bool:
+    """Whether every key the reference shows is where it shows it in the fake's answer."""
+    if isinstance(reference, dict):
+        return isinstance(fake, dict) and all(
+            key in fake and covers(fake[key], inner) for key, inner in reference.items()
+        )
+    if isinstance(reference, list):
+        return isinstance(fake, list) and (
+            not reference or (bool(fake) and covers(fake[0], reference[0]))
+        )
+    return True
+
+
+def test_the_retaindb_fake_searches_as_the_reference_shows() -> None:
+    example = json.loads((REFERENCE / "retaindb_search.json").read_text())
+    assert example["source"].startswith("https://www.retaindb.com/docs/api/")
+    with contextlib.closing(served("retaindb")) as running:
+        service = next(running)
+        provider = service.make()
+        space = provider.space("u_00000000000000a1")
+        provider.remember(space, "User prefers concise answers.")
+        answer = httpx.post(
+            f"{service.fake.base_url}/v1/memory/search",
+            json={"project": "hermes", "user_id": space, "query": "concise", "top_k": 3},
+            headers={"Authorization": f"Bearer {service.fake.api_key}"},
+            timeout=5,
+        ).json()
+        try:
+            assert covers(shape(answer), shape(example["response"])), (answer, example)
+            found = provider.search(space, "concise answers", 3)
+        finally:
+            provider.close()
+        assert found == ["User prefers concise answers."]
+
+
+def test_the_retaindb_provider_reads_the_references_example() -> None:
+    """A server answering exactly the reference's example: its result is read."""
+    example = json.loads((REFERENCE / "retaindb_search.json").read_text())
+    body = json.dumps(example["response"]).encode()
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        provider = RetainDBProvider({"api_key": "k", "base_url": url, "timeout_s": "3"})
+        try:
+            found = provider.search("space", "how should I reply?", 5)
+        finally:
+            provider.close()
+        assert found == ["User prefers concise answers."]
+    finally:
+        server.shutdown()
+        server.server_close()
