@@ -106,6 +106,10 @@ class ServiceError(Exception):
         self.status = status
 
 
+class LinkNotCopiedError(Exception):
+    """A link's copy is not all in the namespace that stays: the one that goes is kept."""
+
+
 class ServiceProvider(BaseProvider):
     """The provider interface over a service's calls (a subclass implements them)."""
 
@@ -414,7 +418,8 @@ class ServiceProvider(BaseProvider):
     def _merge(self, keep: str, gone: str) -> None:
         to, source = self.space(keep), self.space(gone)
         have = {n.key for n in self.notes(to)}
-        for item in self.export(source):
+        moving = self.export(source)
+        for item in moving:
             if item.target is None:
                 self.remember(to, item.text)
                 continue
@@ -422,7 +427,20 @@ class ServiceProvider(BaseProvider):
             if key not in have:
                 self.put_note(to, Note(key, item.target, item.text))
                 have.add(key)
+        self._verify_copied(moving, to)
         self.drop(source)
+
+    def _verify_copied(self, moving: list[Kept], to: str) -> None:
+        """Before the old namespace goes: every note that moved is among the new one's
+        notes (by key). LinkNotCopiedError (the outbox tries the link again) otherwise: a
+        copy that did not arrive never empties both."""
+        wanted = {note_key(i.target, i.text) for i in moving if i.target is not None}
+        missing = wanted - {n.key for n in self.notes(to)}
+        if missing:
+            raise LinkNotCopiedError(
+                f"{self.label}: {len(missing)} of {len(wanted)} notes copied for a link are "
+                "not there yet; the old namespace is kept and the link tried again"
+            )
 
     def probe(self) -> str:
         """'' when the service answers, else why not (hermes doctor; blocking)."""

@@ -124,7 +124,9 @@ class SupermemoryProvider(ServiceProvider):
     def _documents(self, space: str) -> list[Any]:
         found: list[Any] = []
         for page in range(1, MAX_PAGES + 1):
-            answer = self.client.list(space, type="documents", page=page, limit=PAGE)
+            answer = self.client.list(  # content is null unless asked for (the SDK's types)
+                space, type="documents", page=page, limit=PAGE, include={"content": True}
+            )
             found.extend(answer.documents)
             if page >= (answer.pagination.total_pages or 1):
                 break

@@ -697,11 +697,14 @@ class FakeSupermemory(FakeService):
         page, limit = int(_first(request, "page", "1")), int(_first(request, "limit", "50"))
         items = self.items(match["ns"])
         chunk = items[(page - 1) * limit : page * limit]
+        # as the SDK's DocumentListItem says: content is the extracted text only when the
+        # request's include.content is true, else null
+        with_content = bool(((request.body or {}).get("include") or {}).get("content"))
         documents = [
             {
                 "id": i.id,
                 "type": "text",
-                "content": i.text,
+                "content": i.text if with_content else None,
                 "metadata": self._shown_meta(i),
                 "system": self._system(i),
             }
