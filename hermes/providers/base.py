@@ -196,6 +196,31 @@ class MemoryProvider(Protocol):
 ProviderFactory = Callable[[], MemoryProvider]  # a new, unconfigured instance
 
 
+MIN_SECRET = 6  # a shorter "secret" would blot out ordinary words of a message
+
+
+def scrub(text: str, secrets: list[str]) -> str:
+    """`text` with every secret in it replaced (a service that echoes the key it was
+    given in its error, which would be stored in the outbox and shown by doctor)."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+def secret_values(provider: Any) -> list[str]:
+    """The values of a provider's secret settings (its API key), any provider with
+    `settings` and a config schema: never in a stored or shown error (`scrub`)."""
+    settings = getattr(provider, "settings", None)
+    if not isinstance(settings, dict):
+        return []
+    try:
+        fields = list(provider.get_config_schema())
+    except Exception:  # a provider whose schema needs what it lacks
+        return []
+    found = (str(settings.get(f.key) or "") for f in fields if getattr(f, "secret", False))
+    return [value for value in found if len(value) >= MIN_SECRET]
+
+
 class BaseProvider:
     """Defaults for every member: a provider overrides what it does."""
 

@@ -48,6 +48,8 @@ from hermes.providers.base import (
     ProviderFactory,
     ProviderSession,
     RecallMode,
+    scrub,
+    secret_values,
 )
 
 if TYPE_CHECKING:
@@ -626,7 +628,7 @@ class ProviderHost:
             try:
                 await asyncio.wait_for(_call(provider, item, self.home), self.call_timeout)
             except Exception as exc:
-                error = _describe(exc, self.call_timeout)
+                error = scrub(_describe(exc, self.call_timeout), secret_values(provider))
                 kept = await self._db(outbox.failed, item.id, error)
                 self.breaker.failure(self.name, error)
                 logger.warning(

@@ -43,7 +43,7 @@ import httpx
 
 from hermes import extras
 from hermes.memory.entries import parse
-from hermes.providers.base import BaseProvider, ConfigField
+from hermes.providers.base import BaseProvider, ConfigField, scrub, secret_values
 
 T = TypeVar("T")
 RECALL_LIMIT = 6  # memories injected per turn
@@ -447,7 +447,7 @@ class ServiceProvider(BaseProvider):
         try:
             self.ping()
         except Exception as exc:
-            return f"{type(exc).__name__}: {exc}"[:300]
+            return scrub(f"{type(exc).__name__}: {exc}", secret_values(self))[:300]
         finally:
             self.close()
         return ""

@@ -75,6 +75,7 @@ class FakeService:
         self.spaces: dict[str, list[Item]] = {}
         self.requests: list[Request] = []
         self.down = False
+        self.echo_key = False  # a refusal that repeats the key it was sent (services do)
         self.delay = 0.0
         self._failures: list[int] = []
         self._lock = threading.RLock()
@@ -185,7 +186,9 @@ class FakeService:
                     self.send_json(status, {"detail": f"injected {status}"}, extra)
                     return
                 if not fake.authorized(headers):
-                    self.send_json(401, {"detail": "Invalid API key"})
+                    given = headers.get(fake.auth_header.lower(), "")
+                    said = f"Invalid API key: {given}" if fake.echo_key else "Invalid API key"
+                    self.send_json(401, {"detail": said, "message": said})
                     return
                 for verb, pattern, handler in fake._routes:
                     match = pattern.match(url.path)

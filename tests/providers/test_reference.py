@@ -95,3 +95,28 @@ def test_the_retaindb_provider_reads_the_references_example() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_key_a_service_echoes_in_its_error_is_never_kept_or_shown() -> None:
+    """A service that repeats the (wrong) key in its refusal: the provider's probe (what
+    doctor shows) and the host's stored error carry the key masked."""
+    from hermes.providers.base import scrub, secret_values
+    from hermes.providers.host import _describe
+
+    wrong = "sk-wrong-0123456789abcdef"
+    for name in ("retaindb", "openviking"):
+        with contextlib.closing(served(name)) as running:
+            service = next(running)
+            service.fake.echo_key = True
+            provider = service.make(api_key=wrong)
+            said = provider.probe()
+            assert said and wrong not in said and "***" in said, (name, said)
+            try:
+                provider.search(provider.space("u_00000000000000a1"), "x", 3)
+            except Exception as exc:  # what the outbox keeps
+                kept = scrub(_describe(exc, 5.0), secret_values(provider))
+                assert wrong not in kept and "***" in kept, kept
+            else:
+                raise AssertionError("a wrong key was accepted")
+            finally:
+                provider.close()
