@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import ipaddress
 import os
@@ -462,7 +463,15 @@ def quiet_vendor_sdks() -> None:
     environment). mem0ai sends PostHog telemetry unless MEM0_TELEMETRY is false, and
     makes ~/.mem0 at import (MEM0_DIR: under HERMES_HOME instead)."""
     os.environ.setdefault("MEM0_TELEMETRY", "False")
-    os.environ.setdefault("MEM0_DIR", str(resolve_home() / "providers" / "mem0"))
+    ours = resolve_home() / "providers" / "mem0"
+    os.environ.setdefault("MEM0_DIR", str(ours))
+    if Path(os.environ["MEM0_DIR"]) == ours and ours.parent.parent.is_dir():
+        # made owner-only before mem0ai makes it 0755 at import (doctor's home check
+        # failed on a healthy Mem0 from the second run on); one it made already, mended
+        ours.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):
+            ours.parent.chmod(0o700)
+            ours.chmod(0o700)
 
 
 def _key(name: str | None, env: Mapping[str, str] | None) -> str | None:

@@ -508,3 +508,29 @@ def test_what_each_service_needs_is_said_before_anything_is_called() -> None:
     assert "base_url must be an http:// or https:// URL" in edited.unavailable_reason()
     slow = Mem0Provider({"api_key": "k", "timeout_s": "0"})
     assert "timeout_s must be a positive number" in slow.unavailable_reason()
+
+
+def test_doctor_passes_a_healthy_mem0_home_run_after_run(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mem0ai makes its folder at import with the process umask (0755): made owner-only
+    first, the home's permission check stays green on every later run."""
+    from tests.harness.cli import hermes
+
+    with contextlib.closing(served("mem0")) as running:
+        service = next(running)
+        monkeypatch.setenv("MY_MEM0_KEY", service.fake.api_key)
+        monkeypatch.delenv("MEM0_DIR")  # as on a server: its folder under the home
+        home.mkdir(mode=0o700, parents=True)
+        (home / "config.yaml").write_text("memory:\n  review_interval: 0\n")
+        (home / "config.yaml").chmod(0o600)
+        done = hermes(
+            "memory", "setup", "mem0", "--set", f"base_url={service.fake.base_url}",
+            "--set", "api_key_env=MY_MEM0_KEY",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        for _ in range(2):
+            checks = json.loads(hermes("doctor", "--json").stdout)["checks"]
+            permissions = next(c for c in checks if "permissions" in c["name"])
+            assert permissions["status"] == "ok", permissions
+    assert (home / "providers" / "mem0").stat().st_mode & 0o077 == 0
