@@ -50,6 +50,9 @@ RECALL_LIMIT = 6  # memories injected per turn
 TOOL_LIMIT = 10  # results of a search tool
 MAX_QUERY_CHARS = 2_000  # a question is cut to this before it is sent
 MAX_NOTE_CHARS = 4_000
+# a REST service's answer is read up to this many bytes (one of 1,000,000 results cost
+# 364 MB parsed whole); recall and exports need far less
+MAX_ANSWER_BYTES = 8_000_000
 WHOLE_STORE = frozenset({"undo", "import", "merge", "consolidate"})  # content = the store
 
 
@@ -212,11 +215,21 @@ class ServiceProvider(BaseProvider):
     def rest(self, method: str, path: str, **options: Any) -> Any:
         """One request of a REST provider (its client is the httpx client itself): the
         JSON body (or the text), or a ServiceError with the service's message."""
-        answer = self.connected(lambda http: http).request(method, path, **options)
+        http = self.connected(lambda client: client)
+        with http.stream(method, path, **options) as answer:
+            raw = bytearray()
+            for piece in answer.iter_bytes():
+                raw += piece
+                if len(raw) > MAX_ANSWER_BYTES:  # read no further: a bound, not a parse
+                    raise ServiceError(
+                        answer.status_code,
+                        f"an answer over {MAX_ANSWER_BYTES // 1_000_000} MB: not read",
+                    )
+        text = raw.decode(answer.encoding or "utf-8", errors="replace")
         try:
-            body: Any = answer.json()
+            body: Any = json.loads(text)
         except ValueError:
-            body = answer.text
+            body = text
         if answer.status_code >= 400:
             detail = body
             if isinstance(body, dict):

@@ -120,3 +120,49 @@ def test_a_key_a_service_echoes_in_its_error_is_never_kept_or_shown() -> None:
                 raise AssertionError("a wrong key was accepted")
             finally:
                 provider.close()
+
+
+def test_an_answer_past_the_bound_is_not_read_whole() -> None:
+    """A service answering a search with tens of megabytes (a million results): refused
+    once MAX_ANSWER_BYTES have come, without reading (or parsing) the rest."""
+    from hermes.providers.service import MAX_ANSWER_BYTES, ServiceError
+
+    sent: list[int] = []
+
+    class Flood(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            piece = b'{"memory": {"content": "' + b"x" * 65_000 + b'"}},'
+            try:
+                self.wfile.write(b"10\r\n" + b'{"results": [   ' + b"\r\n")
+                for _ in range(MAX_ANSWER_BYTES // len(piece) * 4):
+                    self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+                    sent.append(len(piece))
+            except (BrokenPipeError, ConnectionResetError):
+                return  # the client stopped reading: as it should
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Flood)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        provider = RetainDBProvider({"api_key": "k", "base_url": url, "timeout_s": "10"})
+        try:
+            provider.search("space", "everything", 5)
+        except ServiceError as exc:
+            assert "not read" in str(exc)
+        else:
+            raise AssertionError("a flood was read whole")
+        finally:
+            provider.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert sum(sent) < MAX_ANSWER_BYTES * 4  # the server was cut off before its end
