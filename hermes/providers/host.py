@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import json
 import logging
 import re
@@ -567,7 +568,7 @@ class ProviderHost:
         if self.outbox is None or not self.active:
             return
         if self._replayer is None or self._replayer.done() or self._replayer.get_loop() is not loop:
-            self._replayer = loop.create_task(self._replay())
+            self._replayer = loop.create_task(self._replay(), context=contextvars.Context())
 
     async def _replay(self) -> None:
         """Every REPLAY_S: wake the worker of each person with writes waiting (after a
@@ -743,7 +744,9 @@ class _Worker:
         self.extra: asyncio.Queue[tuple[str, Callable[[], Awaitable[Any]]]] = asyncio.Queue()
         self.busy = False
         self.retry: asyncio.TimerHandle | None = None
-        self.task = self.loop.create_task(self._run())
+        # a context of its own: the worker outlives the turn that made it, and its log
+        # lines must not carry that turn's id (they did, for every later delivery)
+        self.task = self.loop.create_task(self._run(), context=contextvars.Context())
 
     def poke(self) -> None:
         self.wake.set()

@@ -234,3 +234,34 @@ def test_a_link_waits_for_a_write_of_the_person_in_flight_before_moving_their_da
     asyncio.run(go())
     assert [who for who, _, _ in service.taken] == [ALICE.user_id, ALICE.user_id]
     assert [kind for _, kind, _ in service.taken] == ["sync", "merged"]
+
+
+def test_a_delivery_after_the_turn_does_not_carry_the_turns_id(
+    home: Path, db: SessionDB, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The person's delivery worker is started by a turn but outlives it: its log lines
+    (a failed delivery here) carry no turn id, or every later delivery would be told as
+    part of that first turn."""
+    from gateway import logs
+
+    service = Service()
+    service.down = True
+    caplog.set_level(logging.WARNING, "hermes.providers.host")
+    tag = logs.TurnTag()
+
+    async def go() -> str:
+        host = host_for(service, home, db)
+        with logs.turn() as turn_id:  # the turn that makes the worker
+            host.turn_done("hello", "ok", ALICE, [])
+        await until(lambda: "failed" in caplog.text)
+        await host.shutdown(5)
+        return turn_id
+
+    logger = logging.getLogger("hermes.providers.host")
+    logger.addFilter(tag)
+    try:
+        turn_id = asyncio.run(go())
+    finally:
+        logger.removeFilter(tag)
+    failed = [r for r in caplog.records if "failed" in r.getMessage()]
+    assert failed and all(r.__dict__.get("turn") != turn_id for r in failed)
