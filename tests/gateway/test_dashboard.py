@@ -631,21 +631,27 @@ def test_hermes_dashboard_serves_a_home_with_no_gateway_until_interrupted(home: 
     assert code == 0
 
 
+async def forwarded_login(browser: Browser, served: Served, forwarded: str, password: str) -> str:
+    """A login posted with an X-Forwarded-For header; where it was sent next."""
+    await browser.get("/admin/login")
+    nonce = re.search(r'name="nonce" value="([^"]+)"', browser.page)
+    assert nonce is not None
+    async with browser.session.post(
+        served.base + "/admin/login",
+        data={"nonce": nonce.group(1), "password": password},
+        headers={
+            "Cookie": f"hermes_login={nonce.group(1)}",  # Secure: sent by hand over http
+            "X-Forwarded-For": forwarded,
+        },
+        allow_redirects=False,
+    ) as response:
+        return response.headers["Location"]
+
+
 def test_behind_the_proxy_failed_logins_are_counted_per_forwarded_client(home: Path) -> None:
     async def attempt(browser: Browser, served: Served, client: str, password: str) -> str:
-        await browser.get("/admin/login")
-        nonce = re.search(r'name="nonce" value="([^"]+)"', browser.page)
-        assert nonce is not None
-        async with browser.session.post(
-            served.base + "/admin/login",
-            data={"nonce": nonce.group(1), "password": password},
-            headers={
-                "Cookie": f"hermes_login={nonce.group(1)}",  # Secure: sent by hand over http
-                "X-Forwarded-For": f"10.9.9.9, {client}",  # the first hop is the client's say
-            },
-            allow_redirects=False,
-        ) as response:
-            return response.headers["Location"]
+        # the first hop is the client's to say; the last, the proxy's
+        return await forwarded_login(browser, served, f"10.9.9.9, {client}", password)
 
     async def body(served: Served, browser: Browser) -> None:
         for _ in range(5):
@@ -662,19 +668,8 @@ def test_a_client_that_is_not_the_proxy_cannot_name_itself_another_client(home: 
     new address after each failure is still the one connection, and is locked out."""
 
     async def attempt(browser: Browser, served: Served, n: int, password: str) -> str:
-        await browser.get("/admin/login")
-        nonce = re.search(r'name="nonce" value="([^"]+)"', browser.page)
-        assert nonce is not None
-        async with browser.session.post(
-            served.base + "/admin/login",
-            data={"nonce": nonce.group(1), "password": password},
-            headers={
-                "Cookie": f"hermes_login={nonce.group(1)}",
-                "X-Forwarded-For": f"203.0.113.{n}",  # a new client each time, it says
-            },
-            allow_redirects=False,
-        ) as response:
-            return response.headers["Location"]
+        # a new client each time, it says
+        return await forwarded_login(browser, served, f"203.0.113.{n}", password)
 
     async def body(served: Served, browser: Browser) -> None:
         for n in range(5):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,19 @@ from hermes.providers.retaindb import RetainDBProvider
 from tests.providers.services import served
 
 REFERENCE = Path(__file__).parents[1] / "fakes" / "reference"
+
+
+@contextlib.contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A one-handler HTTP server on 127.0.0.1 for the test's length: its base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def shape(value: Any) -> Any:
@@ -81,20 +95,13 @@ def test_the_retaindb_provider_reads_the_references_example() -> None:
         def log_message(self, *_: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
+    with serving(Answer) as url:
         provider = RetainDBProvider({"api_key": "k", "base_url": url, "timeout_s": "3"})
         try:
             found = provider.search("space", "how should I reply?", 5)
         finally:
             provider.close()
-        assert found == ["User prefers concise answers."]
-    finally:
-        server.shutdown()
-        server.server_close()
+    assert found == ["User prefers concise answers."]
 
 
 def test_a_key_a_service_echoes_in_its_error_is_never_kept_or_shown() -> None:
@@ -148,11 +155,7 @@ def test_an_answer_past_the_bound_is_not_read_whole() -> None:
         def log_message(self, *_: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Flood)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
+    with serving(Flood) as url:
         provider = RetainDBProvider({"api_key": "k", "base_url": url, "timeout_s": "10"})
         try:
             provider.search("space", "everything", 5)
@@ -162,7 +165,4 @@ def test_an_answer_past_the_bound_is_not_read_whole() -> None:
             raise AssertionError("a flood was read whole")
         finally:
             provider.close()
-    finally:
-        server.shutdown()
-        server.server_close()
     assert sum(sent) < MAX_ANSWER_BYTES * 4  # the server was cut off before its end
