@@ -27,13 +27,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import email.utils
 import json
 import logging
 import re
 import secrets
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -65,6 +66,7 @@ CALL_TIMEOUT_S = 30.0
 MAX_RECALL_CHARS = 4_000
 MAX_TOOL_RESULT_CHARS = 16_000
 RETRY_S = 1.0  # after a failed delivery, before the same write is tried again
+RETRY_AFTER_MAX_S = 3600.0  # the longest wait a Retry-After is followed for
 BREAKER_AFTER = 3  # failures in a row that open the breaker
 BREAKER_S = (5.0, 300.0)  # how long it stays open: doubling from the first to the second
 SETTLE_S = 2.0  # a link waits call_timeout + this for a write of the person in flight
@@ -640,7 +642,7 @@ class ProviderHost:
                     error,
                     "kept, tried again" if kept else "given up after too many tries",
                 )
-                return max(self.retry_after, self.breaker.wait())
+                return max(self.retry_after, self.breaker.wait(), asked_wait(exc))
             await self._db(outbox.done, item.id)
             self.breaker.success(self.name)
 
@@ -664,6 +666,30 @@ async def _call(provider: MemoryProvider, item: OutboxItem, home: Path) -> None:
         await provider.on_session_end(p["messages"])
     elif item.kind == "merge_people":
         await asyncio.to_thread(provider.merge_people, p["keep"], p["gone"], home)
+
+
+def asked_wait(exc: BaseException) -> float:
+    """The seconds a service asked to be left alone with its refusal (Retry-After: a
+    number, or an HTTP date), from a REST provider's ServiceError or an SDK's error that
+    carries the response or its headers; 0 when it asked nothing. At most an hour."""
+    raw = getattr(exc, "retry_after", None)
+    if raw is None:
+        headers: Any = getattr(getattr(exc, "response", None), "headers", None)
+        if headers is None:
+            headers = getattr(exc, "headers", None)
+        raw = headers.get("retry-after") if isinstance(headers, Mapping) else None
+    if raw is None:
+        return 0.0
+    text = str(raw).strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError):
+            return 0.0
+        seconds = (when - datetime.now(when.tzinfo)).total_seconds()
+    return min(max(seconds, 0.0), RETRY_AFTER_MAX_S)
 
 
 def _describe(exc: BaseException, timeout: float) -> str:

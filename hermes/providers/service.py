@@ -102,11 +102,13 @@ def turn_key(session_id: str, messages: list[dict[str, Any]]) -> str:
 
 
 class ServiceError(Exception):
-    """A service answered with an error status (REST providers; the SDKs raise their own)."""
+    """A service answered with an error status (REST providers; the SDKs raise their own),
+    with the wait it asked for (Retry-After), if any."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, retry_after: str | None = None) -> None:
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
+        self.retry_after = retry_after
 
 
 class LinkNotCopiedError(Exception):
@@ -237,7 +239,11 @@ class ServiceProvider(BaseProvider):
                 detail = body.get("message") or (
                     error.get("message") if isinstance(error, dict) else error
                 )
-            raise ServiceError(answer.status_code, str(detail or answer.reason_phrase)[:300])
+            raise ServiceError(
+                answer.status_code,
+                str(detail or answer.reason_phrase)[:300],
+                answer.headers.get("Retry-After"),
+            )
         return body
 
     async def shutdown(self) -> None:

@@ -76,6 +76,7 @@ class FakeService:
         self.requests: list[Request] = []
         self.down = False
         self.echo_key = False  # a refusal that repeats the key it was sent (services do)
+        self.retry_after = "0"  # what an injected 429 says to wait
         self.delay = 0.0
         self._failures: list[int] = []
         self._lock = threading.RLock()
@@ -182,7 +183,7 @@ class FakeService:
                     fake.requests.append(request)
                 status = fake._failure()
                 if status is not None:
-                    extra = {"Retry-After": "0"} if status == 429 else {}
+                    extra = {"Retry-After": fake.retry_after} if status == 429 else {}
                     self.send_json(status, {"detail": f"injected {status}"}, extra)
                     return
                 if not fake.authorized(headers):

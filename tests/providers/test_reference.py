@@ -166,3 +166,32 @@ def test_an_answer_past_the_bound_is_not_read_whole() -> None:
         finally:
             provider.close()
     assert sum(sent) < MAX_ANSWER_BYTES * 4  # the server was cut off before its end
+
+
+def test_the_wait_a_service_asks_for_is_read_from_its_refusal() -> None:
+    """A 429 with Retry-After (seconds, or an HTTP date) from a REST service: the error
+    the outbox's delivery sees carries it, and the host waits at least that long
+    (`asked_wait`, bounded to an hour)."""
+    from datetime import UTC, datetime, timedelta
+    from email.utils import format_datetime
+
+    from hermes.providers.host import RETRY_AFTER_MAX_S, asked_wait
+    from hermes.providers.service import ServiceError
+
+    later = format_datetime(datetime.now(UTC) + timedelta(seconds=120), usegmt=True)
+    for said, low, high in (("7", 7, 7), (later, 100, 121), ("86400", 3600, 3600), ("soon", 0, 0)):
+        with contextlib.closing(served("retaindb")) as running:
+            service = next(running)
+            service.fake.retry_after = said
+            service.fake.fail(1, 429)
+            provider = service.make()
+            try:
+                provider.search(provider.space("u_00000000000000a1"), "x", 3)
+            except ServiceError as exc:
+                assert low <= asked_wait(exc) <= high, (said, asked_wait(exc))
+            else:
+                raise AssertionError("the injected 429 did not come")
+            finally:
+                provider.close()
+    assert RETRY_AFTER_MAX_S == 3600
+    assert asked_wait(ValueError("no answer at all")) == 0
