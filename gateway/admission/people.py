@@ -305,9 +305,12 @@ class People:
     def party(self, user_id: str) -> Party | None:
         """A person as `authority.decide` weighs them (None: nobody has that id)."""
         found = self.repo.get_user(user_id)
-        if found is None:
-            return None
-        return Party(found.id, found.role, found.id == owner_user_id(self.memory.home))
+        return None if found is None else self.party_of(found.id, found.role)
+
+    def party_of(self, user_id: str, role: str) -> Party:
+        """A person already read (a listing's row), as `authority.decide` weighs them:
+        this home's owner is the one whose id the home holds."""
+        return Party(user_id, role, user_id == owner_user_id(self.memory.home))
 
     def may(
         self, actor: str, action: Action, target: str | None = None, *, role: str | None = None

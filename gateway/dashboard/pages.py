@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from gateway.admission.authority import Action, Party, decide
+from gateway.admission.authority import Action, decide
 from gateway.admission.people import People
 from gateway.commands.context import RuntimeInfo
 from gateway.commands.memory import provider_line
@@ -228,10 +228,10 @@ class Dashboard:
         ones the one decision allows: no Block button on the owner's row)."""
         users = self.db.people.users()
         owner = owner_user_id(self.parts.home)
-        actor = Party(me.user_id, me.role, me.user_id == owner)
+        actor = self.people.party_of(me.user_id, me.role)
         powers = {}
         for summary in users:
-            them = Party(summary.user.id, summary.user.role, summary.user.id == owner)
+            them = self.people.party_of(summary.user.id, summary.user.role)
             powers[them.user_id] = {
                 "block": decide(actor, Action.BLOCK, them) is None,
                 "roles": [r for r in ROLES if decide(actor, Action.SET_ROLE, them, role=r) is None],
