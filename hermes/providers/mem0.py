@@ -89,12 +89,25 @@ class Mem0Provider(ServiceProvider):
         found = []
         for page in range(1, MAX_PAGES + 1):
             answer = self.client.get_all(filters={"user_id": space}, page=page, page_size=PAGE_SIZE)
-            for item in _results(answer):
+            items = _results(answer)
+            for item in items:
                 meta = item.get("metadata") or {}
                 found.append((str(item["id"]), str(item.get("memory", "")), meta))
-            if not isinstance(answer, dict) or not answer.get("next"):
+            if not _more(answer, len(items), len(found)):
                 break
         return found
+
+
+def _more(answer: Any, page: int, so_far: int) -> bool:
+    """Whether a listing goes on past this page: its `next` says so where the answer has
+    one (the SDK's paged form); a form without it (the API reference's `results` and
+    `total`) goes on while pages come full and the total is not reached."""
+    if isinstance(answer, dict) and "next" in answer:
+        return bool(answer["next"])
+    if page < PAGE_SIZE:
+        return False
+    total = answer.get("total") if isinstance(answer, dict) else None
+    return not isinstance(total, int) or total > so_far  # a full page: there may be more
 
 
 def _results(answer: Any) -> list[dict[str, Any]]:

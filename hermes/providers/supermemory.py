@@ -4,8 +4,8 @@ official SDK (`pip install '.[supermemory]'`: supermemory).
 Per person: a Supermemory namespace each (`<prefix><user id>`): every document, search,
 profile and listing names it, so nothing is shared between people (the peer's plugin
 kept one container per agent). A finished turn is a document with its key as id (a
-replay is refused as a conflict, which is taken as done); Supermemory learns memories
-from it. The built-in stores' entries are documents too, keyed, their store in the
+replay finds it there and sends nothing: a reused id would append); Supermemory learns
+memories from it. The built-in stores' entries are documents too, keyed, their store in the
 metadata. Its own tool: `supermemory_profile`, the continuously kept profile of the
 person (stable facts and current context), no search needed. A link copies the
 documents to the one who stays and deletes the namespace of the one who is gone. No
@@ -72,13 +72,22 @@ class SupermemoryProvider(ServiceProvider):
         self._add(space, note.text, note.key, meta)
 
     def _add(self, space: str, content: str, key: str | None, meta: dict[str, Any]) -> None:
-        from supermemory.errors import ConflictError  # noqa: PLC0415 - imported when used
+        """A document; one with our key only when no document has that key yet: the
+        service *appends* to a document whose id is reused (its SDK says so), so a
+        replayed turn sent again would be stored twice."""
+        if key is None:
+            self.client.add(space, content=content, metadata=meta)
+        elif not self._has(space, key):
+            self.client.add(space, content=content, id=key, metadata=meta)
 
-        with contextlib.suppress(ConflictError):  # that id is there: a replay, done
-            if key is None:
-                self.client.add(space, content=content, metadata=meta)
-            else:
-                self.client.add(space, content=content, id=key, metadata=meta)
+    def _has(self, space: str, key: str) -> bool:
+        from supermemory.errors import NotFoundError  # noqa: PLC0415 - imported when used
+
+        try:
+            self.client.documents.get(space, key)
+        except NotFoundError:
+            return False
+        return True
 
     def notes(self, space: str) -> list[Note]:
         return [

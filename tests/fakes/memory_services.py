@@ -262,6 +262,7 @@ class FakeMem0(FakeService):
             "memory": item.text,
             "user_id": user,
             "metadata": item.metadata or None,
+            "categories": [],
             "created_at": item.created,
             "updated_at": item.created,
         }
@@ -619,7 +620,8 @@ class FakeHoncho(FakeService):
 class FakeSupermemory(FakeService):
     """The Supermemory API (v5, namespaced): `Authorization: Bearer KEY`; GET /ns (the
     caller's namespaces); per namespace (/ns/{ns}): POST /document (content, a
-    caller-defined `id`: 409 when it is taken, metadata), POST /search (results with
+    caller-defined `id`, metadata; as the SDK says, a reused id *appends* the new content
+    to that document), GET /document/{id} (ours or the service's; 404), POST /search (results with
     `memory`, `similarity`, camelCase system fields), POST /profile (static and dynamic
     facts), POST /list/documents (page/limit in the query; `pagination` with
     currentPage/totalPages), DELETE /document (ids: ours or the service's; errors per
@@ -632,6 +634,7 @@ class FakeSupermemory(FakeService):
         self.route("GET", "/ns", self._namespaces)
         self.route("POST", f"{self.NS}/document", self._add_document)
         self.route("DELETE", f"{self.NS}/document", self._delete_documents)
+        self.route("GET", f"{self.NS}/document/(?P<id>[^/]+)", self._get_document)
         self.route("POST", f"{self.NS}/search", self._search)
         self.route("POST", f"{self.NS}/profile", self._profile)
         self.route("POST", f"{self.NS}/list/(?P<type>documents|memories|chunks)", self._list)
@@ -640,6 +643,13 @@ class FakeSupermemory(FakeService):
     @staticmethod
     def _system(item: Item) -> dict[str, Any]:
         return {"status": "done", "createdAt": item.created, "updatedAt": item.created}
+
+    def _document_system(self, item: Item) -> dict[str, Any]:
+        return {**self._system(item), "dreamingStatus": "done"}
+
+    def _named(self, ns: str, wanted: str) -> Item | None:
+        hits = [i for i in self.items(ns) if wanted in (i.id, i.metadata.get("_custom"))]
+        return hits[0] if hits else None
 
     @staticmethod
     def _pagination(page: int, limit: int, total: int) -> dict[str, Any]:
@@ -656,11 +666,26 @@ class FakeSupermemory(FakeService):
         ns, body = match["ns"], request.body
         custom = body.get("id")
         with self._lock:
-            if custom and any(i.metadata.get("_custom") == custom for i in self.items(ns)):
-                raise HttpError(409, {"error": "Conflict", "details": f"id {custom} exists"})
+            same = self._named(ns, custom) if custom else None
+            if same is not None:  # a reused id: the content is appended, its history kept
+                same.text = f"{same.text}\n\n{body['content']}"
+                same.metadata.update(body.get("metadata") or {})
+                return {"id": same.id, "status": "queued"}
             meta = {**(body.get("metadata") or {}), "_custom": custom}
             item = self.add(ns, body["content"], meta)
         return {"id": item.id, "status": "queued"}
+
+    def _get_document(self, match: re.Match[str], request: Request) -> Any:
+        item = self._named(match["ns"], match["id"])
+        if item is None:
+            raise HttpError(404, {"error": "Not found", "details": "no such document"})
+        return {
+            "id": item.id,
+            "type": "text",
+            "content": item.text,
+            "metadata": self._shown_meta(item),
+            "system": self._document_system(item),
+        }
 
     def _delete_documents(self, match: re.Match[str], request: Request) -> Any:
         ns, count, errors = match["ns"], 0, []
@@ -710,7 +735,7 @@ class FakeSupermemory(FakeService):
                 "type": "text",
                 "content": i.text if with_content else None,
                 "metadata": self._shown_meta(i),
-                "system": self._system(i),
+                "system": self._document_system(i),
             }
             for i in chunk
         ]
@@ -892,6 +917,7 @@ class FakeOpenViking(FakeService):
                 "context_type": "memory",
                 "level": 2,
                 "abstract": item.text,
+                "overview": None,
                 "category": "events",
                 "score": score,
                 "match_reason": "",
