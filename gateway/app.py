@@ -91,7 +91,7 @@ class App:
         embedded), then close clients."""
         self._stop.set()
         await self.agent.drain(timeout=30)
-        await self.agent.memory.providers.shutdown(timeout=10)
+        await self.agent.memory.close()
         if self._background:
             _, late = await asyncio.wait(self._background, timeout=30)
             for task in late:

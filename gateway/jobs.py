@@ -38,7 +38,11 @@ async def _resources(home: Path) -> AsyncIterator[tuple[HermesConfig, SessionDB,
 async def consolidation_check(home: str) -> str:
     """Consolidate every store over the threshold (stores in backoff wait)."""
     async with _resources(Path(home)) as (config, db, model):
-        runs = await build_memory(Path(home), config, db, model).check()
+        service = build_memory(Path(home), config, db, model)
+        try:
+            runs = await service.check()
+        finally:
+            await service.close()
     if not runs:
         return "all stores under the threshold"
     counts: dict[str, int] = {}
@@ -51,10 +55,12 @@ async def memory_pending(home: str) -> str:
     """Judge again the memory writes held while the guard's model could not answer."""
     async with _resources(Path(home)) as (config, db, model):
         service = build_memory(Path(home), config, db, model)
-        if not service.held_writes():
-            return "no held writes"
-        report = await service.settle_pending()
-        await service.drain()
+        try:
+            if not service.held_writes():
+                return "no held writes"
+            report = await service.settle_pending()
+        finally:
+            await service.close()
     return report.describe()
 
 

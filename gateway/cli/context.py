@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
@@ -13,7 +14,7 @@ from gateway.edge.platforms import TERMINAL
 
 if TYPE_CHECKING:  # the heavy modules are imported by the commands that use them, so
     # `hermes --help` and the memory commands start fast (bench/cold_start.py)
-    from collections.abc import Callable
+    from collections.abc import AsyncIterator, Callable
 
     from gateway.admission.people import People
     from gateway.config import HermesConfig
@@ -95,6 +96,22 @@ class CliContext:
         from gateway.app import build_memory
 
         return build_memory(self.home, self.config, db, model)
+
+    @contextlib.asynccontextmanager
+    async def memory_at_work(
+        self, db: SessionDB, model: LLMClient | None = None
+    ) -> AsyncIterator[MemoryService]:
+        """The memory service for a command's writes; at the end its provider calls
+        are waited for and its clients closed (`MemoryService.close`), and `model`."""
+        service = self.memory(db, model)
+        try:
+            yield service
+        finally:
+            try:
+                await service.close()
+            finally:
+                if model is not None:
+                    await model.close()
 
     def people(self, db: SessionDB) -> People:
         """Who is who, linking included (merges go through the memory service)."""

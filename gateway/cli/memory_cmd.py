@@ -135,15 +135,8 @@ def pending(
 
 
 async def _settle(ctx: CliContext, db: SessionDB) -> PendingReport:
-    model = ctx.auxiliary_model()
-    try:
-        service = ctx.memory(db, model)
-        report = await service.settle_pending()
-        await service.drain()
-        return report
-    finally:
-        if model is not None:
-            await model.close()
+    async with ctx.memory_at_work(db, ctx.auxiliary_model()) as service:
+        return await service.settle_pending()
 
 
 def _remark(store: StoreStatus) -> str:
@@ -264,15 +257,8 @@ def _run(user: str | None, as_json: bool, **args: str) -> None:
 
 
 async def _apply(ctx: CliContext, user_id: str, args: dict[str, str]) -> ToolOutcome:
-    model = ctx.auxiliary_model()
-    try:
-        service = ctx.memory(ctx.open_db(), model)
-        outcome = await service.apply(user_id, args, actor="user")
-        await service.drain()
-        return outcome
-    finally:
-        if model is not None:
-            await model.close()
+    async with ctx.memory_at_work(ctx.open_db(), ctx.auxiliary_model()) as service:
+        return await service.apply(user_id, args, actor="user")
 
 
 @app.command()
@@ -349,12 +335,9 @@ def consolidate(
 async def _consolidate(
     ctx: CliContext, db: SessionDB, model: LLMClient | None, users: list[str] | None, force: bool
 ) -> list[StoreRun]:
-    try:
+    async with ctx.memory_at_work(db, model) as service:
         with progress_bar("consolidating") as advance:
-            return await ctx.memory(db, model).check(users, force=force, progress=advance)
-    finally:
-        if model is not None:
-            await model.close()
+            return await service.check(users, force=force, progress=advance)
 
 
 @app.command()
@@ -363,7 +346,12 @@ def undo(user: UserOpt = None, as_json: AsJson = False) -> None:
     import asyncio
 
     ctx = CliContext.load()
-    done, message = asyncio.run(ctx.memory(ctx.open_db()).undo(ctx.user_id(user)))
+
+    async def undo_last(user_id: str) -> tuple[bool, str]:
+        async with ctx.memory_at_work(ctx.open_db()) as service:
+            return await service.undo(user_id)
+
+    done, message = asyncio.run(undo_last(ctx.user_id(user)))
     if as_json:
         print_json({"done": done, "message": message})
     else:

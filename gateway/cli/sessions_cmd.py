@@ -285,19 +285,18 @@ async def _import_memory(
     from hermes.memory.user_memory import UserMemory
 
     memory = UserMemory(ctx.home, user_id, ctx.config.memory, db)
-    service = ctx.memory(db)
     added, present, refused = 0, 0, []
-    for target, content in entries:
-        if content in memory.store(Target(target)).read().entries:
-            present += 1
-            continue
-        args = {"action": "add", "target": target, "content": content}
-        outcome = await service.apply(user_id, args, actor="user")
-        if outcome.ok:
-            added += 1
-        else:
-            refused.append((content, str(outcome.result.get("error", "refused"))))
-    await service.drain()
+    async with ctx.memory_at_work(db) as service:
+        for target, content in entries:
+            if content in memory.store(Target(target)).read().entries:
+                present += 1
+                continue
+            args = {"action": "add", "target": target, "content": content}
+            outcome = await service.apply(user_id, args, actor="user")
+            if outcome.ok:
+                added += 1
+            else:
+                refused.append((content, str(outcome.result.get("error", "refused"))))
     return added, present, refused
 
 

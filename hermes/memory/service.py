@@ -504,6 +504,14 @@ class MemoryService:
             await asyncio.wait(waiting, timeout=timeout)
         await self.providers.drain(timeout)
 
+    async def close(self, timeout: float = 30.0) -> None:
+        """For a command or job done with the service: its checks and provider calls
+        waited for, then the providers' clients closed (an SDK's connection pool left
+        open is an "Unclosed client session" warning at exit); what was not delivered
+        stays in the outbox for the gateway."""
+        await self.drain(timeout)
+        await self.providers.shutdown(min(timeout, 10.0))
+
     # -- status ----------------------------------------------------------------------------
 
     def held_writes(self, user_id: str | None = None) -> int:

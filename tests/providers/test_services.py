@@ -332,6 +332,12 @@ def test_setup_status_doctor_and_off_from_the_cli(
     assert service.fake.api_key not in written
     status = hermes("memory", "status").stdout
     assert f"Provider: {service.name}" in status
+    # a one-shot write from the CLI reaches the service before the command exits, and
+    # closes its client (Hindsight's left "Unclosed client session" on stderr)
+    added = hermes("memory", "add", "Keeps bees on the roof")
+    assert added.returncode == 0 and "nclosed" not in added.stderr, added.stderr
+    kept = [text for space in list(service.fake.spaces) for text in service.fake.texts(space)]
+    assert any("Keeps bees on the roof" in text for text in kept), kept
     # the list checks each provider with what config.yaml sets for it (its key from the
     # environment): the configured one is available, never "no API key"
     listed = json.loads(hermes("memory", "providers", "--json").stdout)
