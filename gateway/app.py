@@ -21,6 +21,7 @@ order, and why:
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,10 @@ from hermes.memory.service import MemoryService
 from hermes.providers import registry
 from hermes.providers.base import MemoryProvider
 from hermes.providers.host import ProviderFactory, ProviderHost
+
+logger = logging.getLogger(__name__)
+# the people (most recently active first) whose memory provider client is made at start
+WARM_PEOPLE = 10
 
 if TYPE_CHECKING:  # steps 3 to 6 are imported by build_app itself: a CLI command that
     # needs only the memory service (`hermes memory add`) does not load them
@@ -81,6 +86,24 @@ class App:
             self._background.append(asyncio.create_task(self.embedder.run(self._stop)))
         # memory provider writes left waiting (a restart, an outage) are delivered now
         self._background.append(asyncio.create_task(self.agent.memory.providers.resume()))
+        self._background.append(asyncio.create_task(self._ready_provider()))
+
+    async def _ready_provider(self) -> None:
+        """The memory provider's clients made for the people who talk most recently,
+        off the event loop, before their next turn needs them (ProviderHost.warm)."""
+        providers = self.agent.memory.providers
+        if not providers.active:
+            return
+
+        def warm() -> None:
+            people = [p for p in self.db.people.users() if p.last_active is not None]
+            people.sort(key=lambda p: p.last_active or 0, reverse=True)
+            providers.warm(p.user.id for p in people[:WARM_PEOPLE])
+
+        try:
+            await asyncio.to_thread(warm)
+        except Exception:  # a database error at start, say: each turn makes its own
+            logger.exception("memory provider: could not be readied at start")
 
     async def health(self) -> str:
         """The main model endpoint's health, for /admin status."""

@@ -308,6 +308,12 @@ class BaseProvider:
     def merge_people(self, keep: str, gone: str, hermes_home: Path) -> None:
         return None  # nothing kept per person
 
+    def warm(self) -> None:
+        """Make now what the first call would make (a library imported, a client built
+        and connected), so a person's first turn does not wait for it. Optional (the host
+        calls it when a provider has it), blocking: called off the event loop, at start."""
+        return None
+
 
 class NoProvider(BaseProvider):
     """The default: the built-in stores only."""

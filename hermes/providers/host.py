@@ -140,6 +140,7 @@ class ProviderHost:
         self._probed: _Probe | None = None  # the provider is made when first needed
         self._probing = threading.Lock()
         self._instances: dict[str, MemoryProvider] = {}
+        self._closing = False  # shutdown began: warm makes no more instances
         self._retired: list[MemoryProvider] = []  # instances of people linked away
         self._workers: dict[str, _Worker] = {}
         self._lock = threading.Lock()
@@ -442,6 +443,31 @@ class ProviderHost:
             self._loop = asyncio.get_running_loop()
             self._start_replayer()
 
+    def warm(self, user_ids: Iterable[str]) -> int:
+        """Before their first turn, each person's instance made and its client built,
+        its SDK imported and the service asked once (`warm`): that took seconds inside
+        a first turn, which then went without recall. Blocking: the gateway calls it in a
+        thread at start. The first failure stops it (the service is not answering: each
+        turn tries for itself, bounded). Returns how many people were made ready."""
+        if not self.active:
+            return 0
+        ready = 0
+        for user_id in user_ids:
+            if self._closing:
+                break
+            provider = self._instance(user_id)
+            hook = getattr(provider, "warm", None)
+            if provider is None or not callable(hook):
+                continue
+            try:
+                hook()
+            except Exception as exc:
+                said = scrub(_describe(exc, self.call_timeout), secret_values(provider))
+                logger.warning("memory provider %s: not ready at start (%s)", self.name, said)
+                break
+            ready += 1
+        return ready
+
     async def drain(self, timeout: float = 30.0) -> None:
         """Wait (at most `timeout`) until every person's worker rests: their writes
         delivered, or waiting for the service to answer again."""
@@ -457,6 +483,7 @@ class ProviderHost:
         writes not delivered stay in the outbox for the next start."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        self._closing = True
         await self.drain(timeout)
         if self._replayer is not None:
             self._replayer.cancel()

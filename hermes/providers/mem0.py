@@ -46,6 +46,9 @@ class Mem0Provider(ServiceProvider):
         with httpx.Client(timeout=self.timeout) as http:
             self._make(http)
 
+    def warm(self) -> None:
+        self.client  # noqa: B018 - the kept client: made by asking the server
+
     def search(self, space: str, query: str, limit: int) -> list[str]:
         found = self.client.search(query, filters={"user_id": space}, top_k=limit)
         return [str(item.get("memory", "")) for item in _results(found)][:limit]

@@ -204,6 +204,10 @@ class ServiceProvider(BaseProvider):
             made: T = self._client
             return made
 
+    def warm(self) -> None:
+        """The client made (its SDK imported) and the service asked once."""
+        self.ping()
+
     def http_options(self) -> dict[str, Any]:
         return {"timeout": self.timeout}
 

@@ -540,3 +540,53 @@ def test_doctor_passes_a_healthy_mem0_home_run_after_run(
             permissions = next(c for c in checks if "permissions" in c["name"])
             assert permissions["status"] == "ok", permissions
     assert (home / "providers" / "mem0").stat().st_mode & 0o077 == 0
+
+
+def test_a_restarted_gateway_readies_the_service_before_the_first_turn(
+    service: Served, home: Path, fake_llm: FakeOpenAI
+) -> None:
+    """After a restart the provider's client (its SDK imported, the service asked once)
+    is made at start, off the event loop, for the people who talked last: the first turn
+    no longer pays seconds for it inside the prefetch bound, and gets its recall."""
+    from gateway.app import build_app
+    from tests.apps import app_config
+
+    fake_llm.responder = lambda request: Reply(text="ok")
+    scenario(home, fake_llm, lambda _, adapter: said(adapter, "hello"), provider=service.factory)
+    db = SessionDB.open(home)
+    try:
+        user_id = db.people.user_for_identity("fakechat", "alice")
+    finally:
+        db.close()
+    kept = service.make()
+    kept.remember(kept.space(user_id), "My cat is called Miso")
+    kept.close()
+
+    async def restarted() -> tuple[int, str]:
+        db = SessionDB.open(home)
+        app = build_app(home, app_config(fake_llm), db, provider=service.factory)
+        before = len(service.fake.requests)
+        adapter = FakeAdapter()
+        app.router.attach(adapter)
+        await adapter.start(app.router.handle)
+        app.start_background()
+        try:
+            await until(lambda: len(service.fake.requests) > before)  # readied, no turn yet
+            warmed = len(service.fake.requests) - before
+            await adapter.deliver(dm("alice", "what is my cat called?"))
+            await adapter.wait_for(1)
+        finally:
+            await app.router.stop()
+            await app.close()
+            db.close()
+        asked = next(r for r in fake_llm.requests if "what is my cat" in json.dumps(r["messages"]))
+        return warmed, asked["messages"][-1]["content"]
+
+    warmed, prompt = asyncio.run(restarted())
+    assert warmed >= 1
+    assert "<recalled-memory" in prompt and "Miso" in prompt, prompt
+
+
+async def said(adapter: FakeAdapter, text: str) -> None:
+    await adapter.deliver(dm("alice", text))
+    await adapter.wait_for(1)
