@@ -52,6 +52,7 @@ T = TypeVar("T")
 STATIC = Path(__file__).with_name("static")
 LOG_LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 SEARCH_USERS_AT_MOST = 200  # an owner's search across people looks at this many
+RUNS_PAGE = 30  # consolidation runs shown per page on the Memory page
 
 
 @dataclass
@@ -301,10 +302,27 @@ class Dashboard:
 
     async def _memory_page(self, request: web.Request, me: Operator) -> web.StreamResponse:
         wanted = request.query.get("user", "") or me.user_id
-        values = await self._off_loop(lambda: self._memory_values(me, wanted))
+        older = request.query.get("runs_before", "")
+        before = int(older) if older.isdigit() else None
+        values = await self._off_loop(lambda: self._memory_values(me, wanted, before))
         return self._show(request, me, "memory.html", **values)
 
-    def _memory_values(self, me: Operator, user_id: str) -> dict[str, Any]:
+    def _consolidations(
+        self, user_id: str, before: int | None, history: list[Any]
+    ) -> dict[str, Any]:
+        """A page of the person's consolidation runs, each with the change it made (by
+        its id), and where the next older page starts."""
+        log = self.db.memory_log
+        runs = log.consolidation_runs(user_id, RUNS_PAGE + 1, before)
+        older = runs[RUNS_PAGE - 1].id if len(runs) > RUNS_PAGE else None
+        runs = runs[:RUNS_PAGE]
+        linked = log.versions(user_id, [r.version_id for r in runs if r.version_id])
+        legacy = [v for v in history if v.actor == "consolidator" and v.id not in linked]
+        return {"runs": _runs(runs, linked, legacy), "runs_older": older}
+
+    def _memory_values(
+        self, me: Operator, user_id: str, before: int | None = None
+    ) -> dict[str, Any]:
         self._may(me, Action.READ_MEMORY, user_id)
         # where an entry came from quotes what the person said: shown to whoever may read
         # their conversations (the one privacy rule), named without it to the others
@@ -341,10 +359,7 @@ class Dashboard:
             "stores": stores,
             "history": history,
             "consolidation": consolidation,
-            "runs": _runs(
-                self.db.memory_log.consolidation_runs(user_id, 30),
-                [v for v in history if v.actor == "consolidator"],
-            ),
+            **self._consolidations(user_id, before, history),
             "targets": list(Target),
             "quotes": quotes,
         }
@@ -491,24 +506,25 @@ class Dashboard:
         )
 
 
-def _runs(runs: list[Any], versions: list[Any]) -> list[dict[str, Any]]:
+def _runs(runs: list[Any], linked: dict[int, Any], legacy: list[Any]) -> list[dict[str, Any]]:
     """Each consolidation with its outcome; an applied one with the change it made (the
-    version written in the same second for the same store) and every dropped entry's
-    reason."""
+    version of its `version_id`) and every dropped entry's reason. A run recorded before
+    runs named their change (schema 19) takes the nearest consolidator change of its
+    store within 5 s that no other run took."""
     out = []
+    taken: set[int] = set()
     for run in runs:
-        found = (
-            next(
-                (
-                    v
-                    for v in versions
-                    if v.target == run.target and abs((v.created_at - run.at).total_seconds()) < 5
-                ),
-                None,
-            )
-            if run.status == "applied"
-            else None
-        )
+        found = linked.get(run.version_id) if run.version_id else None
+        if found is None and run.version_id is None and run.status == "applied":
+            near = [
+                (abs((v.created_at - run.at).total_seconds()), v)
+                for v in legacy
+                if v.target == run.target and v.id not in taken
+            ]
+            near = [(gap, v) for gap, v in near if gap < 5]
+            if near:
+                found = min(near, key=lambda pair: pair[0])[1]
+                taken.add(found.id)
         dropped: list[Any] = []
         if found is not None:
             try:

@@ -40,6 +40,7 @@ from hermes.agent.agent import Agent
 from hermes.agent.conversation import Conversation
 from hermes.places import ChatType
 from hermes.state.db import SessionDB
+from hermes.state.engine import storage_problem
 from hermes.state.models import PairingRequest
 from hermes.state.retry import StateDBError
 
@@ -47,8 +48,9 @@ logger = logging.getLogger(__name__)
 
 CRASH_REPLY = "Something went wrong on my side; the operator can see why in the log."
 STORAGE_REPLY = (
-    "I could not save this conversation: my storage is full or failing, so I may not have "
-    "kept your message. Please send it again later; the operator can see why in the log."
+    "I could not save this conversation: my storage is full, failing or not answering, so "
+    "I may not have kept your message. Please send it again in a little while; the "
+    "operator can see why in the log."
 )
 PRESS_SETTLE_S = 10.0  # the same button pressed again this soon after its command: ignored
 APPROVED_REPLY = (
@@ -196,7 +198,19 @@ class Router(SessionControl):
         """The adapters' sink: intake, then the lane; never waits for a turn."""
         metrics.MESSAGES_RECEIVED.labels(event.platform).inc()
         self._intake_replies = []  # what admit() says to the sender (no await between)
-        item = self.intake.admit(event)
+        try:
+            item = self.intake.admit(event)
+        except Exception as exc:
+            if (problem := storage_problem(exc)) is None:
+                raise
+            # who it is cannot be looked up: a direct message or one addressed to the bot
+            # is told (it was not kept), any other message in a group is left alone
+            logger.error("could not take an event from %s: %s", event.platform, problem)
+            if event.chat.type is ChatType.DM or event.addressed or event.pressed:
+                self._spawn(self._apologize(event, problem)).add_done_callback(self._settle)
+            else:
+                self._settle()
+            return
         if item is None:  # dropped; settled once what intake said to the sender is sent
             if self._intake_replies:
                 self._intake_replies[-1].add_done_callback(self._settle)

@@ -34,6 +34,7 @@ from hermes.places import Surface
 from hermes.providers.host import ProviderHost
 from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
+from hermes.state.engine import storage_problem
 from hermes.state.models import Reminder
 from hermes.state.search import SearchScope
 from hermes.text import valid_text
@@ -47,6 +48,10 @@ FINAL_ANSWER_NOTE = (
     "have, without calling tools.]"
 )
 SAVED_NOTE = "Your message was saved; try again."
+UNSAVED_NOTE = (
+    "(I could not save this reply just now: my storage is full or not answering. I will "
+    "save it as soon as I can.)"
+)
 
 
 def too_long(size: int, limit: int) -> str:
@@ -113,6 +118,11 @@ class Agent:
     vision: str = "auto"  # llm.vision: on | off | auto (until the endpoint refuses images)
     vision_refused: bool = False
     _reviews: dict[str, asyncio.Task[None]] = field(default_factory=dict, repr=False)
+    # messages a turn could not store (the database server lost mid-turn), per session,
+    # in order: stored before that session's next message (`save_unsaved`)
+    _unsaved: dict[str, list[tuple[list[NewMessage], tuple[int, int]]]] = field(
+        default_factory=dict, repr=False
+    )
 
     sessions: Sessions = field(init=False, repr=False)
 
@@ -178,6 +188,7 @@ class Agent:
         size, limit = estimate_messages([user_message]), self.config.context_budget_tokens // 2
         if size > limit:  # it could never be sent: stored, it would sink every later turn
             return TurnResult(too_long(size, limit), False, conv.id)
+        self.save_unsaved(conv.id)  # still unreachable: raises, and the person is told
         compressed_from = None
         if conv.projected_tokens([user_message]) > self.config.context_budget_tokens:
             compressed_from = conv.id
@@ -212,6 +223,9 @@ class Agent:
             return TurnResult(
                 f"{exc} {SAVED_NOTE}", False, conv.id, compressed_from=compressed_from
             )
+        if conv.id in self._unsaved:  # the reply is the person's all the same
+            answer = f"{answer}\n\n{UNSAVED_NOTE}"
+            return TurnResult(answer, True, conv.id, compressed_from=compressed_from)
         self._schedule_review(conv)
         if personal:
             self.providers.turn_done(text, answer, provider_session(conv), conv.history)
@@ -381,9 +395,40 @@ class Agent:
     def _persist(
         self, conv: Conversation, messages: list[dict[str, Any]], reply: ModelReply
     ) -> list[int | None]:
+        """The turn's new messages stored; with the database server lost mid-turn they
+        are kept in memory instead (the model's answer is not thrown away) and stored,
+        in order, before the session's next message."""
         rows: list[NewMessage] = [to_new_message(m) for m in messages]
         usage = (reply.prompt_tokens or 0, reply.completion_tokens or 0)
-        return self.db.conversations.add_messages(conv.id, rows, usage=usage)
+        waiting = self._unsaved.get(conv.id)
+        if waiting is None:
+            try:
+                return self.db.conversations.add_messages(conv.id, rows, usage=usage)
+            except Exception as exc:
+                if (problem := storage_problem(exc)) is None:
+                    raise
+                logger.error(
+                    "session %s: kept in memory until it can be stored: %s", conv.id, problem
+                )
+                waiting = self._unsaved.setdefault(conv.id, [])
+        waiting.append((rows, usage))
+        return [None] * len(rows)
+
+    def save_unsaved(self, session_id: str | None = None) -> int:
+        """Store what a lost database left in memory (one session's, or everyone's), in
+        order; raises while the database still cannot take it. Returns the count stored."""
+        stored = 0
+        for sid in [session_id] if session_id is not None else list(self._unsaved):
+            waiting = self._unsaved.get(sid) or []
+            while waiting:
+                rows, usage = waiting[0]
+                self.db.conversations.add_messages(sid, rows, usage=usage)
+                waiting.pop(0)
+                stored += len(rows)
+            self._unsaved.pop(sid, None)
+            if stored:
+                logger.info("session %s: what the database missed is stored now", sid)
+        return stored
 
     # -- background memory review ---------------------------------------------------------
 
@@ -435,6 +480,12 @@ class Agent:
         if self._reviews:
             await asyncio.wait(list(self._reviews.values()), timeout=timeout)
         await self.memory.drain(timeout)
+        if self._unsaved:  # a last try before the process ends and they are gone
+            try:
+                self.save_unsaved()
+            except Exception as exc:
+                left = sum(len(rows) for waiting in self._unsaved.values() for rows, _ in waiting)
+                logger.error("%d message(s) could not be stored before stopping: %s", left, exc)
 
 
 __all__ = ["Agent", "Speaker", "Surface", "TurnResult", "TurnStream"]

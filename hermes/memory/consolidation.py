@@ -79,6 +79,7 @@ class Outcome:
     entries_after: int = 0
     used_before: int = 0
     used_after: int = 0
+    version_id: int | None = None  # the change an applied run made
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,9 +140,16 @@ async def _consolidate_locked(
             return Outcome("rejected", str(exc), **base)
         new_text = fmt.serialize(new_entries)
         events, version = _record_of(memory.user_id, store.target, read, proposal, new_text)
-        if swap_recorded(store, db, events, version):
+        logged: list[int] = []
+        if swap_recorded(store, db, events, version, versions=logged):
             return Outcome(
-                "applied", "", len(state.entries), len(new_entries), state.used, len(new_text)
+                "applied",
+                "",
+                len(state.entries),
+                len(new_entries),
+                state.used,
+                len(new_text),
+                logged[-1] if logged else None,
             )
         # the store changed while the model was thinking: start over from a fresh read
     return Outcome("raced", "the store kept changing during consolidation")
@@ -343,6 +351,7 @@ def _record(
                 entries_after=outcome.entries_after,
                 used_before=outcome.used_before,
                 used_after=outcome.used_after,
+                version_id=outcome.version_id,
             )
         )
     if outcome.status == "applied":

@@ -97,6 +97,7 @@ def swap_recorded(
     version: VersionRecord,
     *,
     undoes: int | None = None,
+    versions: list[int] | None = None,
 ) -> bool:
     """A change decided away from the lock (consolidation, a merge, undo), made through
     the same journal as the tool's. `version` says it: the store goes from its
@@ -106,7 +107,8 @@ def swap_recorded(
     after, so a crash in between is settled as this change, never as one made outside
     Hermes. `version` is logged, or with `undoes` that version is marked undone. False:
     the store changed meanwhile, nothing was written or recorded. (A write that fails
-    leaves its intent to the next settle, which drops it: the files do not hold it.)"""
+    leaves its intent to the next settle, which drops it: the files do not hold it.) The
+    id of the version logged is added to `versions`."""
     pending = None
     if version.pending_before is not None or version.pending_after is not None:
         pending = (version.pending_before or "", version.pending_after or "")
@@ -117,7 +119,7 @@ def swap_recorded(
 
     def record_intent() -> None:
         if store.atomic:  # the store commits with its record: no intent
-            db.memory_log.log_change(events, version, undoes=undoes)
+            db.memory_log.log_change(events, version, undoes=undoes, versions=versions)
             return
         intents.append(db.memory_log.begin_change(events, version, undoes=undoes))
 
@@ -127,17 +129,19 @@ def swap_recorded(
         pending,
         before_check=settle,
         before_write=record_intent,
-        after_write=complete(db, intents),
+        after_write=complete(db, intents, versions),
     )
 
 
-def complete(db: SessionDB, intents: list[int]) -> Callable[[], None]:
+def complete(
+    db: SessionDB, intents: list[int], versions: list[int] | None = None
+) -> Callable[[], None]:
     """Complete the intents recorded so far, still under the store's lock (in the
     database, inside the change's own transaction: the pair commits as one)."""
 
     def run() -> None:
         while intents:
-            db.memory_log.complete_change(intents.pop())
+            db.memory_log.complete_change(intents.pop(), versions)
 
     return run
 

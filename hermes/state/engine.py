@@ -121,6 +121,22 @@ def is_storage_failure(exc: BaseException) -> bool:
     )
 
 
+def is_server_lost(exc: BaseException) -> bool:
+    """The database server stopped answering mid-work (PostgreSQL stopped or restarted,
+    the network between gone): the connection was lost or refused, or the server is
+    shutting down (SQLSTATE classes 08 and 57P). A collision is not (retried apart)."""
+    cause = getattr(exc, "orig", None) or exc
+    if getattr(exc, "connection_invalidated", False):
+        return True
+    driver = any(
+        kind.__module__.startswith("psycopg")
+        and kind.__name__ in ("OperationalError", "InterfaceError")
+        for kind in type(cause).__mro__
+    )
+    state = getattr(cause, "sqlstate", None)
+    return driver and (state is None or str(state).startswith(("08", "57P")))
+
+
 def storage_problem(exc: BaseException) -> str | None:
     """What is wrong with the storage under a failed piece of work, in a line (state.db
     full, read-only, failing, locked past the patience, the server gone), or None when
@@ -129,6 +145,9 @@ def storage_problem(exc: BaseException) -> str | None:
         return str(exc)
     if is_storage_failure(exc):
         return "state.db could not be written: " + str(getattr(exc, "orig", None) or exc)
+    if is_server_lost(exc):
+        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
+        return f"the database server did not answer ({detail})"
     return None
 
 

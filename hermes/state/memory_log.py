@@ -5,7 +5,7 @@ notices owed to a user. The files stay the source of truth; this is their histor
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -134,21 +134,25 @@ class MemoryLogDB:
 
         return eng.with_raw_retry(self.engine, work, self.patience)
 
-    def complete_change(self, intent_id: int) -> bool:
-        """The file holds the intent's text: log its events and version (one transaction).
-        False when there was no such intent (settled already)."""
+    def complete_change(self, intent_id: int, versions: list[int] | None = None) -> bool:
+        """The file holds the intent's text: log its events and version (one transaction;
+        the new version's id is added to `versions`). False when there was no such
+        intent (settled already)."""
 
-        def work(raw: eng.RawConnection) -> bool:
+        def work(raw: eng.RawConnection) -> tuple[bool, int | None]:
             found = raw.execute(_PLANNED, (intent_id,)).fetchone()
             if found is None:
-                return False
+                return False, None
             planned = json.loads(found[0])
             version = {**planned["version"], "text_before": found[1], "text_after": found[2]}
-            _log(raw, planned["events"], version, planned.get("undoes"))
+            logged = _log(raw, planned["events"], version, planned.get("undoes"))
             raw.execute(_DELETE_INTENT, (intent_id,))
-            return True
+            return True, logged
 
-        return eng.with_raw_retry(self.engine, work, self.patience)
+        done, logged = eng.with_raw_retry(self.engine, work, self.patience)
+        if versions is not None and logged is not None:
+            versions.append(logged)
+        return done
 
     def log_change(
         self,
@@ -156,16 +160,19 @@ class MemoryLogDB:
         version: VersionRecord,
         *,
         undoes: int | None = None,
+        versions: list[int] | None = None,
     ) -> None:
         """What `begin_change` and `complete_change` record, at once: for a store whose
         change commits in the same transaction as this (memory.backend: database), where
         there is nothing for an intent to protect."""
         fields = [_fields(e) for e in events]
 
-        def work(raw: eng.RawConnection) -> None:
-            _log(raw, fields, _fields(version), undoes)
+        def work(raw: eng.RawConnection) -> int | None:
+            return _log(raw, fields, _fields(version), undoes)
 
-        eng.with_raw_retry(self.engine, work, self.patience)
+        logged = eng.with_raw_retry(self.engine, work, self.patience)
+        if versions is not None and logged is not None:
+            versions.append(logged)
 
     def drop_change(self, intent_id: int) -> None:
         """The file never got the intent's text: forget it."""
@@ -215,16 +222,27 @@ class MemoryLogDB:
 
         eng.with_retry(self.engine, work, self.patience)
 
-    def consolidation_runs(self, user_id: str, limit: int = 30) -> list[ConsolidationRun]:
-        """The person's consolidations, newest first."""
+    def consolidation_runs(
+        self, user_id: str, limit: int = 30, before: int | None = None
+    ) -> list[ConsolidationRun]:
+        """The person's consolidations, newest first (those older than run `before`)."""
         with eng.reading(self.engine) as session:
-            query = (
-                select(ConsolidationRun)
-                .where(ConsolidationRun.user_id == user_id)
-                .order_by(col(ConsolidationRun.id).desc())
-                .limit(limit)
-            )
+            query = select(ConsolidationRun).where(ConsolidationRun.user_id == user_id)
+            if before is not None:
+                query = query.where(col(ConsolidationRun.id) < before)
+            query = query.order_by(col(ConsolidationRun.id).desc()).limit(limit)
             return list(session.exec(query))
+
+    def versions(self, user_id: str, ids: Iterable[int]) -> dict[int, MemoryVersion]:
+        """The person's store changes of these ids."""
+        wanted = list(ids)
+        if not wanted:
+            return {}
+        with eng.reading(self.engine) as session:
+            query = select(MemoryVersion).where(
+                MemoryVersion.user_id == user_id, col(MemoryVersion.id).in_(wanted)
+            )
+            return {v.id: v for v in session.exec(query) if v.id is not None}
 
     def consolidation_state(self, user_id: str, target: str) -> ConsolidationState:
         with eng.reading(self.engine) as session:
@@ -373,7 +391,7 @@ _INSERT_EVENT = (
 )
 _INSERT_VERSION = (
     f"INSERT INTO memory_versions ({', '.join(_VERSION_COLUMNS)}, created_at) "
-    f"VALUES ({', '.join('?' * (len(_VERSION_COLUMNS) + 1))})"
+    f"VALUES ({', '.join('?' * (len(_VERSION_COLUMNS) + 1))}) RETURNING id"
 )
 _OPEN_INTENTS = (
     "SELECT id, text_after, planned FROM memory_intents WHERE user_id = ? AND target = ? "
@@ -391,15 +409,16 @@ def _log(
     events: list[dict[str, Any]],
     version: dict[str, Any],
     undoes: int | None,
-) -> None:
-    """A change's events, and its version (or, with `undoes`, that version undone)."""
+) -> int | None:
+    """A change's events, and its version (or, with `undoes`, that version undone): the
+    new version's id."""
     now = eng.sql_time(utcnow())
     raw.execute(_ENSURE_USER, (version["user_id"], now))
     raw.executemany(_INSERT_EVENT, [(*_event_row(e), now) for e in events])
     if undoes is not None:
         raw.execute(_MARK_UNDONE, (now, undoes))
-    else:
-        raw.execute(_INSERT_VERSION, (*_version_row(version), now))
+        return None
+    return int(raw.execute(_INSERT_VERSION, (*_version_row(version), now)).fetchone()[0])
 
 
 def _event_row(fields: dict[str, Any]) -> tuple[Any, ...]:

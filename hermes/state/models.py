@@ -267,6 +267,7 @@ class ConsolidationRun(SQLModel, table=True):
     entries_after: int = 0
     used_before: int = 0
     used_after: int = 0
+    version_id: int | None = None  # the memory_versions row an applied run wrote
 
 
 class JobRun(SQLModel, table=True):

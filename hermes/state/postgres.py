@@ -367,6 +367,7 @@ UPGRADES: dict[int, tuple[str, ...]] = {
     16: (),
     17: ("dashboard_sessions", "dashboard_links", "audit_log", "consolidation_runs"),
     18: ("provider_outbox", "provider_outbox_drops"),
+    19: (),
 }
 UPGRADE_STATEMENTS: dict[int, tuple[str, ...]] = {
     15: (
@@ -375,6 +376,7 @@ UPGRADE_STATEMENTS: dict[int, tuple[str, ...]] = {
         "ON CONFLICT DO NOTHING",
     ),
     16: _V16_CLUSTER,
+    19: ("ALTER TABLE consolidation_runs ADD COLUMN IF NOT EXISTS version_id INTEGER",),
 }
 
 

@@ -610,6 +610,64 @@ def test_the_memory_page_shows_accepted_and_rejected_consolidations_with_reasons
     run(home, body, config="memory:\n  memory_char_limit: 350\n")
 
 
+def test_each_consolidation_shows_its_own_drops_however_close_and_old(
+    home: Path, fake_llm: FakeOpenAI
+) -> None:
+    """Two consolidations well under a second apart each list what they dropped (they
+    are linked to their change by id, not by time), still after 40 later changes, and
+    past a page of runs the older ones are a link away."""
+    from gateway.dashboard.pages import RUNS_PAGE
+    from hermes.state.models import ConsolidationRun
+
+    entries = [f"Fact number {n} about the garden, the bees and the shed roof" for n in range(6)]
+    first = {
+        "entries": [{"text": entries[i - 1], "sources": [i]} for i in (1, 2, 3, 4, 5)],
+        "dropped": [{"id": 6, "reason": "the sixth was a duplicate"}],
+    }
+    second = {
+        "entries": [{"text": entries[i - 1], "sources": [i]} for i in (1, 2, 3, 4)],
+        "dropped": [{"id": 5, "reason": "the fifth is out of date"}],
+    }
+
+    async def body(served: Served, browser: Browser) -> tuple[str, str]:
+        memory = served.people.memory
+        for entry in entries:
+            args = {"action": "add", "target": "memory", "content": entry}
+            assert (await memory.apply(served.owner, args, actor="agent")).ok
+        client = LLMClient(Endpoint(base_url=fake_llm.base_url, model="aux", max_retries=0))
+        config = ConsolidationConfig()
+        try:
+            for proposal in (first, second):
+                fake_llm.push(Reply(text=json.dumps(proposal)))
+                done = await consolidate(
+                    memory.of(served.owner), Target.MEMORY, served.db, client, config, force=True
+                )
+                assert done.status == "applied" and done.version_id, done
+        finally:
+            await client.close()
+        for n in range(40):  # later changes push both out of the last 30 of the history
+            args = {"action": "add", "target": "user", "content": f"Likes tea number {n}"}
+            assert (await memory.apply(served.owner, args, actor="agent")).ok
+        await browser.login()
+        _, page = await browser.get("/admin/memory")
+        shown = html.unescape(page.split('id="consolidation"')[1])
+        for _ in range(RUNS_PAGE):  # a page of later runs that changed nothing
+            served.db.memory_log.log_consolidation(
+                ConsolidationRun(user_id=served.owner, target="user", status="rejected")
+            )
+        _, paged = await browser.get("/admin/memory")
+        older = re.search(r'href="(/memory\?user=[^"]+&amp;runs_before=\d+)"', paged)
+        assert older is not None, "no link to older runs"
+        _, rest = await browser.get("/admin" + html.unescape(older.group(1)))
+        return shown, html.unescape(rest.split('id="consolidation"')[1])
+
+    shown, rest = run(home, body)
+    for page in (shown, rest):
+        assert page.count("dropped “") == 2, page
+        assert f"dropped “{entries[5]}”: the sixth was a duplicate" in page
+        assert f"dropped “{entries[4]}”: the fifth is out of date" in page
+
+
 def test_hermes_dashboard_serves_a_home_with_no_gateway_until_interrupted(home: Path) -> None:
     home.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, HERMES_HOME=str(home), NO_COLOR="1")
