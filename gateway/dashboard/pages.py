@@ -45,13 +45,14 @@ from hermes.state.db import SessionDB
 from hermes.state.people import ROLES
 from hermes.state.search import SearchScope
 from hermes.state.transfer import export_lines, export_markdown
-from hermes.tools.session_search import SessionSearchTool
+from hermes.tools.session_search import snippet
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 STATIC = Path(__file__).with_name("static")
 LOG_LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
-SEARCH_USERS_AT_MOST = 200  # an owner's search across people looks at this many
+SESSIONS_PAGE = 30  # sessions per page of the Sessions page (a search's or the latest)
+HITS_PER_PERSON = 200  # a person's best messages a search across people groups by session
 RUNS_PAGE = 30  # consolidation runs shown per page on the Memory page
 
 
@@ -407,27 +408,89 @@ class Dashboard:
     async def _sessions_page(self, request: web.Request, me: Operator) -> web.StreamResponse:
         query = request.query.get("q", "")[:500]
         wanted = request.query.get("user", "")
+        asked = request.query.get("page", "")
+        page = max(1, min(int(asked), 10_000)) if asked.isdigit() else 1
         if wanted:
             self._may(me, Action.READ_CONVERSATIONS, wanted)
-        users = await self._off_loop(self.db.people.users)
-        if wanted:
-            scope_users = [wanted]
-        elif me.is_owner:  # across people: the owner's view
-            scope_users = [s.user.id for s in users][:SEARCH_USERS_AT_MOST]
-        else:
-            scope_users = [me.user_id]
-        results: list[dict[str, Any]] = []
-        for user_id in scope_users:
-            tool = SessionSearchTool(self.db, SearchScope(user_id), embedder=self.parts.embedder)
-            found = await tool.run({"query": query, "limit": 5})
-            for item in found.get("results") or []:
-                results.append({**item, "user_id": user_id})
-        if not query:
-            results.sort(key=lambda r: str(r.get("last_active") or ""), reverse=True)
-        results = results[:30]
-        return self._show(
-            request, me, "sessions.html", users=users, q=query, user=wanted, results=results
+        embedder = self.parts.embedder
+        vector = await embedder.query(query) if query.strip() and embedder is not None else None
+        users, found, more = await self._off_loop(
+            lambda: self._sessions_found(me, wanted, query, vector, page)
         )
+        names = {s.user.id: s.user.display_name or s.user.id for s in users}
+        return self._show(
+            request,
+            me,
+            "sessions.html",
+            users=users,
+            names=names,
+            q=query,
+            user=wanted,
+            results=found,
+            page_no=page,
+            more=more,
+        )
+
+    def _sessions_found(
+        self, me: Operator, wanted: str, query: str, vector: Any, page: int
+    ) -> tuple[list[Any], list[dict[str, Any]], bool]:
+        """One page of sessions, best first, across the people the reader may read
+        (`People.may`): with a query, ranked together by their best message's score
+        (each person's search is run only for the people the index says have a match,
+        so none is left out and none searched for nothing); without one, the most
+        recently active. Also: whether a next page has more."""
+        users = self.db.people.users()
+        if wanted:
+            readable = [wanted]
+        else:
+            may = self.people.may
+            readable = [
+                s.user.id
+                for s in users
+                if may(me.user_id, Action.READ_CONVERSATIONS, s.user.id) is None
+            ]
+        first = (page - 1) * SESSIONS_PAGE
+        conversations = self.db.conversations
+        if not query.strip():
+            rows = conversations.list_sessions(
+                None, limit=SESSIONS_PAGE + 1, among=readable, offset=first
+            )
+            shown = [
+                {
+                    "session_id": row.id,
+                    "user_id": row.user_id,
+                    "title": row.title,
+                    "platform": row.platform,
+                    "when": row.last_active_at.date().isoformat(),
+                    "snippets": [],
+                }
+                for row in rows[:SESSIONS_PAGE]
+            ]
+            return users, shown, len(rows) > SESSIONS_PAGE
+        ranked: list[tuple[float, str, list[Any]]] = []
+        for user_id in sorted(conversations.people_matching(query, readable)):
+            hits = conversations.search(SearchScope(user_id), query, HITS_PER_PERSON, vector=vector)
+            grouped: dict[str, list[Any]] = {}
+            for hit in hits:
+                grouped.setdefault(hit.session_id, []).append(hit)
+            ranked += [(group[0].score, user_id, group) for group in grouped.values()]
+        ranked.sort(key=lambda item: -item[0])
+        shown = []
+        for _score, user_id, group in ranked[first : first + SESSIONS_PAGE]:
+            chat = conversations.get_session(group[0].session_id, user_id)
+            if chat is None:  # gone since the search
+                continue
+            shown.append(
+                {
+                    "session_id": chat.id,
+                    "user_id": user_id,
+                    "title": chat.title,
+                    "platform": chat.platform,
+                    "when": chat.started_at.date().isoformat(),
+                    "snippets": [f"{h.role}: {snippet(h.content, h.terms, 90)}" for h in group[:3]],
+                }
+            )
+        return users, shown, len(ranked) > first + SESSIONS_PAGE
 
     def _conversation(self, request: web.Request, me: Operator) -> tuple[Any, list[Any], str]:
         session_id = request.match_info["session_id"]

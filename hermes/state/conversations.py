@@ -26,7 +26,14 @@ from hermes.state.models import (
     as_utc,
     utcnow,
 )
-from hermes.state.search import RANKING, MessageHit, Ranking, SearchScope, search_messages
+from hermes.state.search import (
+    RANKING,
+    MessageHit,
+    Ranking,
+    SearchScope,
+    people_with_matches,
+    search_messages,
+)
 from hermes.state.vectors import QueryVector, VectorDB
 from hermes.text import valid_text
 
@@ -179,18 +186,24 @@ class ConversationDB:
         platform: str | None = None,
         limit: int = 20,
         chat_id: str | None = None,
+        *,
+        among: list[str] | None = None,
+        offset: int = 0,
     ) -> list[ChatSession]:
-        """The most recent sessions of one user (None: of everyone)."""
+        """The most recent sessions of one user (None: of everyone, or of the users
+        `among`), after the first `offset`."""
         with eng.reading(self.engine) as session:
             query = select(ChatSession)
             if user_id is not None:
                 query = query.where(ChatSession.user_id == user_id)
+            if among is not None:
+                query = query.where(col(ChatSession.user_id).in_(among))
             if platform:
                 query = query.where(ChatSession.platform == platform)
             if chat_id is not None:
                 query = query.where(ChatSession.chat_id == chat_id)
-            query = query.order_by(col(ChatSession.last_active_at).desc()).limit(limit)
-            return list(session.exec(query))
+            query = query.order_by(col(ChatSession.last_active_at).desc(), col(ChatSession.id))
+            return list(session.exec(query.offset(offset).limit(limit)))
 
     def end_session(self, session_id: str, reason: str) -> None:
         def work(session: Session) -> None:
@@ -313,6 +326,14 @@ class ConversationDB:
             return self._search_in(
                 conn, scope=scope, query=query, limit=limit, vector=vector, ranking=ranking
             )
+
+    def people_matching(self, query: str, user_ids: list[str]) -> set[str]:
+        """Which of these people have any message matching `query` (search.py's
+        `people_with_matches`): a search across people ranks only theirs."""
+        if self.engine.dialect.name == "postgresql":
+            postgres.index_backlog(self.engine)  # what was written since is findable too
+        with eng.reading(self.engine) as session:
+            return people_with_matches(session.connection(), query, user_ids)
 
     def _search_in(
         self,

@@ -227,6 +227,55 @@ def scope_token(user_id: str) -> str:
     return "s" + user_id[2:]
 
 
+PEOPLE_BATCH = 100  # people whose CJK or stem terms one lookup names
+
+
+def people_with_matches(conn: Connection, raw: str, user_ids: list[str]) -> set[str]:
+    """Which of these people have at least one message the word or CJK index matches
+    for `raw` (any of its terms): the ones a search across people needs to rank, found
+    in a few index lookups rather than one search per person."""
+    parsed = parse_query(raw)
+    tokens = {scope_token(user_id): user_id for user_id in user_ids}
+    if parsed.empty or not tokens:
+        return set()
+    found: set[str] = set()
+    batches = [list(tokens)[i : i + PEOPLE_BATCH] for i in range(0, len(tokens), PEOPLE_BATCH)]
+    if conn.dialect.name == "postgresql":
+        terms = [_lookup(word) for word in parsed.words]
+        simple = [t for t in terms if " " not in t and _SIMPLE_TERM.fullmatch(t)]
+        for phrase in (t for t in terms if t not in simple):
+            sql = (
+                "SELECT DISTINCT scope FROM message_terms "
+                "WHERE words @@ phraseto_tsquery('simple', :t)"
+            )
+            found |= {row[0] for row in conn.execute(text(sql), {"t": phrase})}
+        for batch in batches:
+            keys = [f"{token}:{term}" for token in batch for term in simple]
+            cjk = [token + term for token in batch for term in parsed.cjk]
+            sql = (
+                "SELECT DISTINCT scope FROM message_terms WHERE keys && CAST(:keys AS text[]) "
+                "OR cjk && CAST(:cjk AS text[])"
+            )
+            found |= {row[0] for row in conn.execute(text(sql), {"keys": keys, "cjk": cjk})}
+        return {tokens[token] for token in found if token in tokens}
+    people: set[str] = set()
+    if parsed.words:  # every person's postings: the people are read from the rows
+        match = "body : (" + " OR ".join(quote(word) for word in parsed.words) + ")"
+        sql = (
+            "SELECT DISTINCT user_id FROM messages WHERE id IN "
+            "(SELECT rowid FROM messages_fts WHERE messages_fts MATCH :q)"
+        )
+        people |= {row[0] for row in conn.execute(text(sql), {"q": match})}
+    for batch in batches if parsed.cjk else ():  # its terms carry the person's scope
+        match = " OR ".join(quote(token + term) for token in batch for term in parsed.cjk)
+        sql = (
+            "SELECT DISTINCT user_id FROM messages WHERE id IN "
+            "(SELECT rowid FROM messages_cjk WHERE messages_cjk MATCH :q)"
+        )
+        people |= {row[0] for row in conn.execute(text(sql), {"q": match})}
+    return people & set(user_ids)
+
+
 def search_messages(
     conn: Connection,
     scope: SearchScope,

@@ -343,6 +343,46 @@ def test_sessions_search_view_and_export(home: Path) -> None:
     run(home, body)
 
 
+def test_the_owners_search_across_people_is_ranked_complete_and_paged(home: Path) -> None:
+    """108 people, 60 of them talking about bees in three sessions each and one about
+    honey, the 100th: the honey conversation is found (it was not: five results per
+    person in people-list order, thirty kept); asked for both words it comes first; and
+    the pages go through every matching session exactly once."""
+    from gateway.dashboard.pages import SESSIONS_PAGE
+
+    async def body(served: Served, browser: Browser) -> tuple[str, str, list[set[str]], str]:
+        convos, people = served.db.conversations, served.db.people
+        honey = ""
+        for n in range(108):
+            user_id = f"u_{n + 1:016x}"
+            people.ensure_user(user_id, display_name=f"Person {n}")
+            for k in range(3 if n < 60 else 1):
+                chat = convos.start_session(user_id, "telegram", f"telegram:dm:{n}:{k}")
+                said = f"My bees swarmed again, colony {k}" if n < 60 else "Nice weather today"
+                if n == 100:
+                    honey, said = chat.id, "We harvested forty jars of bees' honey"
+                convos.add_message(chat.id, NewMessage("user", said))
+        await browser.login()
+        _, page = await browser.get("/admin/sessions?q=honey")
+        pages: list[set[str]] = []
+        link: str | None = "/admin/sessions?q=bees"
+        while link is not None:
+            _, listed = await browser.get(link)
+            pages.append(set(re.findall(r"/sessions/(s_[0-9a-f]+)\?", listed)))
+            found = re.search(r'href="[^"]*(/sessions\?[^"]*page=\d+)">Next page', listed)
+            link = "/admin" + html.unescape(found.group(1)) if found else None
+        _, both = await browser.get("/admin/sessions?q=bees+honey")
+        first = re.search(r"/sessions/(s_[0-9a-f]+)\?", both)
+        return honey, page, pages, first.group(1) if first else ""
+
+    honey, page, pages, first = run(home, body)
+    assert f"/sessions/{honey}?" in page and "Person 100" in page
+    assert first == honey
+    assert [len(p) for p in pages] == [SESSIONS_PAGE] * 6 + [1]  # 181 sessions
+    seen = [session for page in pages for session in page]
+    assert len(seen) == len(set(seen)) == 181 and honey in seen
+
+
 def test_reminders_are_listed_and_cancelled(home: Path) -> None:
     async def body(served: Served, browser: Browser) -> None:
         reminder = a_reminder(served.owner, "42", "water the ferns", timedelta(hours=3))

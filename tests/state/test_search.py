@@ -258,3 +258,25 @@ def test_filters_platform_role_and_excluded_session(db: SessionDB, alice: str) -
     assert {h.session_id for h in excluded} != {current} and all(
         h.session_id != current for h in excluded
     )
+
+
+def test_the_people_with_a_match_are_found_in_one_lookup(db: SessionDB) -> None:
+    """`people_matching` (what a search across people ranks): on both backends, by word
+    (stemmed), phrase and CJK term, only among the people asked about."""
+    said = {
+        "u_00000000000000b1": "明日は東京で会議があります",
+        "u_00000000000000b2": "The blue heron nests by the river",
+        "u_00000000000000b3": "Nothing to see here, just the river",
+        "u_00000000000000b4": "Herons everywhere near the blue lake",
+    }
+    for user_id, text in said.items():
+        db.people.ensure_user(user_id)
+        chat = db.conversations.start_session(user_id, "telegram", f"telegram:dm:{user_id}")
+        db.conversations.add_message(chat.id, NewMessage("user", text))
+    everyone = list(said)
+    matching = db.conversations.people_matching
+    assert matching("東京", everyone) == {"u_00000000000000b1"}
+    assert matching("heron", everyone) == {"u_00000000000000b2", "u_00000000000000b4"}
+    assert matching('"blue heron"', everyone) == {"u_00000000000000b2"}
+    assert matching("river", everyone[:2]) == {"u_00000000000000b2"}  # only those asked
+    assert matching("volcano", everyone) == set()
