@@ -38,12 +38,14 @@ from gateway.dashboard.auth import CredentialsError
 from gateway.dashboard.pages import Dashboard, Parts
 from gateway.edge.http_server import HttpServer, WebhookAdapter
 from gateway.edge.ports import MenuEntry, PlatformAdapter
+from gateway.loopwatch import LoopWatch
 from gateway.reminders import ReminderRunner
 from gateway.scheduler import Scheduler
 from gateway.status_file import remove_status_file, write_status_file
 from hermes.backoff import Backoff
 from hermes.state.db import SessionDB
 from hermes.state.engine import StateDBError, explain
+from hermes.state.loopguard import GUARD
 
 logger = logging.getLogger(__name__)
 TURN_GRACE_S = 20.0
@@ -83,6 +85,8 @@ class Gateway:
         self.checks = 0  # rounds of connection checks done (each every SUPERVISE_S)
         self.exit_code = 0
         self._tasks: list[asyncio.Task[None]] = []
+        self._guarding = contextlib.ExitStack()
+        self.loop_watch: LoopWatch | None = None
         self.platforms = enabled_platforms(config)
         self.app: App | None = None
         if main_endpoint(config, env) is not None:
@@ -117,6 +121,11 @@ class Gateway:
         return dashboard_address(self.config, f"{self.http.host}:{self.http.port}")
 
     async def start(self) -> None:
+        # the loop's lag measured and its stalls said with where; database work done on
+        # it reported (hermes/state/loopguard.py): every chat waits while the loop does
+        self.loop_watch = LoopWatch()
+        self._tasks.append(asyncio.create_task(self.loop_watch.run()))
+        self._guarding.enter_context(GUARD.watching(asyncio.get_running_loop()))
         problems = {  # every missing or malformed credential, found once, before anything
             name: found
             for name, section in self.platforms.items()
@@ -513,6 +522,7 @@ class Gateway:
         if self.app is not None:
             await self.app.close()
         remove_status_file(self.home)
+        self._guarding.close()
         logger.info("gateway stopped")
 
     def request_stop(self) -> None:

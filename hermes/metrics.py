@@ -111,6 +111,27 @@ SEARCH_SECONDS = Histogram(
 )
 
 
+DB_CALL_SECONDS = Histogram(
+    "hermes_db_call_seconds",
+    "One state call awaited through the database executor (lock waits and retries "
+    "included), by the repository call",
+    ["call"],
+    buckets=(0.001, 0.005, *_SECONDS),
+    registry=REGISTRY,
+)
+DB_CALLS_ON_LOOP = Counter(
+    "hermes_db_calls_on_loop",
+    "Database connections taken on the event loop's thread (each one could stall every chat)",
+    registry=REGISTRY,
+)
+EVENT_LOOP_LAG = Histogram(
+    "hermes_event_loop_lag_seconds",
+    "How late the event loop ran a timer (a blocked loop delays every chat)",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+    registry=REGISTRY,
+)
+
+
 def render() -> tuple[bytes, str]:
     """The exposition text and its content type."""
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
@@ -118,7 +139,10 @@ def render() -> tuple[bytes, str]:
 
 __all__ = [
     "CONSOLIDATIONS",
+    "DB_CALLS_ON_LOOP",
+    "DB_CALL_SECONDS",
     "DELIVERIES_FAILED",
+    "EVENT_LOOP_LAG",
     "MEMORY_JUDGE_SECONDS",
     "MEMORY_REJECTIONS",
     "MEMORY_WRITES",

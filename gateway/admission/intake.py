@@ -89,21 +89,25 @@ class Intake:
         # (gateway/pipeline/shared.py; a queued event's ids are recorded with its row)
         self.first_sighting: Callable[[MessageEvent], bool] | None = None
 
-    def admit(self, event: MessageEvent) -> Admitted | None:
+    async def admit(self, event: MessageEvent) -> Admitted | None:
+        """The event's person and key, or None when it is dropped (a bot, a redelivery,
+        not addressed to the bot, a stranger, over the rate). Who the person is comes
+        from the database executor: the loop never waits for it."""
         if event.user.is_bot or self._duplicate(event) or not self._addressed(event):  # 1-3
             return None
-        person = self.people.resolve(event)  # 4
+        person = await self.people.aresolve(event)  # 4
         if not person.admitted:
             if person.verdict is not Verdict.PAIR or event.pressed:
                 return None  # (a stranger pressing a button: nothing to say)
             if not self._open_to_strangers(event.text):
-                if self.first_sighting is not None and not self.first_sighting(event):
+                sighting = self.first_sighting
+                if sighting is not None and not await self.people.db.run(sighting, event):
                     return None  # another instance answered this delivery already
-                reply = self.people.pairing_reply(event)
+                reply = await self.people.apairing_reply(event)
                 if reply is not None:
                     self._reply(event, reply)
                 return None
-            person = self.people.resolve(event, create=True)  # /link CODE needs a user
+            person = await self.people.aresolve(event, create=True)  # /link CODE needs one
         if not self._within_rate(person.user_id, event):  # 5
             return None
         scope = self.policy.scopes.get(event.platform, self.policy.group_scope)

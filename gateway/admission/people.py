@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from gateway.admission.authority import Action, Party, decide
 from gateway.config import HermesConfig
@@ -106,21 +108,37 @@ class People:
         self._replied: dict[str, float] = {}
         self._listeners: list[Callable[[], None]] = []
         self._pairing_listeners: list[Callable[[PairingRequest], None]] = []
+        # resolving runs on the database executor's threads (`aresolve`): its caches are
+        # kept under this lock, and listeners are called on the event loop
+        self._lock = threading.RLock()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- resolving an event --------------------------------------------------------------
+
+    async def aresolve(self, event: MessageEvent, *, create: bool = False) -> Person:
+        """`resolve`, awaited from the event loop (its reads happen on the database
+        executor's threads)."""
+        self._loop = asyncio.get_running_loop()
+        return await self.db.run(self.resolve, event, create=create)
+
+    async def apairing_reply(self, event: MessageEvent) -> str | None:
+        """`pairing_reply`, awaited from the event loop."""
+        self._loop = asyncio.get_running_loop()
+        return await self.db.run(self.pairing_reply, event)
 
     def resolve(self, event: MessageEvent, *, create: bool = False) -> Person:
         """Who sent `event` and the access verdict. An admitted person (or, with
         `create`, any sender) is registered as a user; a stranger is not."""
-        self.sync()
-        platform, ident, name = event.platform, event.user.id, event.user.display_name
-        known = self._known_user(platform, ident)
-        verdict = self._verdict(event, known)
-        user_id = known or ""
-        if verdict is Verdict.ALLOW or create:
-            user_id = self._register(platform, ident, name)
-        role = self._facts(user_id).role if user_id else "user"
-        return Person(user_id, role, platform, ident, name, verdict)
+        with self._lock:
+            self.sync()
+            platform, ident, name = event.platform, event.user.id, event.user.display_name
+            known = self._known_user(platform, ident)
+            verdict = self._verdict(event, known)
+            user_id = known or ""
+            if verdict is Verdict.ALLOW or create:
+                user_id = self._register(platform, ident, name)
+            role = self._facts(user_id).role if user_id else "user"
+            return Person(user_id, role, platform, ident, name, verdict)
 
     def owns(self, platform: str, ident: str) -> bool:
         """Whether this platform account is an owner's: the owner always stays reachable,
@@ -170,13 +188,14 @@ class People:
         """The reply to a stranger's DM: their pairing code (None: stay silent for now)."""
         requester = f"{event.platform}:{event.user.id}"
         now = time.monotonic()
-        last = self._replied.get(requester)
-        if last is not None and now - last < PAIRING_REPLY_EVERY_S:
-            return None
-        self._replied[requester] = now
-        if len(self._replied) > MAX_TRACKED_STRANGERS:  # a flood of strangers: forget the old
-            cutoff = now - PAIRING_REPLY_EVERY_S
-            self._replied = {k: t for k, t in self._replied.items() if t >= cutoff}
+        with self._lock:
+            last = self._replied.get(requester)
+            if last is not None and now - last < PAIRING_REPLY_EVERY_S:
+                return None
+            self._replied[requester] = now
+            if len(self._replied) > MAX_TRACKED_STRANGERS:  # a flood of strangers
+                cutoff = now - PAIRING_REPLY_EVERY_S
+                self._replied = {k: t for k, t in self._replied.items() if t >= cutoff}
         access = self.config.access
         pairing = self.access.request_pairing(
             event.platform,
@@ -196,7 +215,7 @@ class People:
         code = pairing.request.code
         if pairing.fresh:
             for listener in self._pairing_listeners:
-                listener(pairing.request)
+                self._tell(listener, pairing.request)
         return (
             f"This assistant is private. To ask for access, give its operator this code: "
             f"`{code}` (valid for 1 hour). They can approve it with `hermes pairing approve "
@@ -374,12 +393,21 @@ class People:
 
     def changed(self) -> None:
         """Identities, roles or rules changed (here or elsewhere): re-read them."""
-        self._stamp = self.repo.stamp()
-        self._identities.clear()
-        self._users.clear()
-        self._rules = None
+        with self._lock:
+            self._stamp = self.repo.stamp()
+            self._identities.clear()
+            self._users.clear()
+            self._rules = None
         for listener in self._listeners:
-            listener()
+            self._tell(listener)
+
+    def _tell(self, listener: Callable[..., None], *args: Any) -> None:
+        """Call `listener` on the event loop (from a database thread: handed to it)."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed() and not _running(loop):
+            loop.call_soon_threadsafe(listener, *args)
+        else:
+            listener(*args)
 
     def sync(self) -> None:
         """Notice changes made by another process (one stat of the stamp file)."""
@@ -431,6 +459,14 @@ class People:
         if self._rules is None or now - self._rules[1] > CACHE_S:
             self._rules = (self.access.rules(), now)
         return self._rules[0]
+
+
+def _running(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether this thread is the one running `loop`."""
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
 
 
 __all__ = ["LinkOutcome", "People", "Person", "Verdict"]

@@ -100,7 +100,10 @@ class Router(SessionControl):
         people.on_pairing(self._ask_admins)
         self._side_tasks: set[asyncio.Task[Any]] = set()
         self._settled_aside = 0  # events dropped at intake, and commands and presses run
-        self._intake_replies: list[asyncio.Task[Any]] = []
+        # what intake said to the sender of each event being admitted (by the event's id())
+        self._intake_replies: dict[int, list[asyncio.Task[Any]]] = {}
+        # per chat, the latest event being admitted: the next waits for it (order kept)
+        self._admitting: dict[tuple[str, str], asyncio.Future[None]] = {}
         self.conversations = LiveConversations(agent, db, people, policy.cached_conversations)
         self.turns = Turns(
             agent,
@@ -176,7 +179,9 @@ class Router(SessionControl):
         adapter = self.adapters.get(event.platform)
         if adapter is not None:
             work = self.delivery.deliver(adapter, event.chat, text, event.message_id)
-            self._intake_replies.append(self._spawn(work))
+            task = self._spawn(work)
+            if (waiting := self._intake_replies.get(id(event))) is not None:
+                waiting.append(task)
 
     def _ask_admins(self, request: PairingRequest) -> None:
         self._spawn(self.approvals.ask(request))
@@ -195,11 +200,31 @@ class Router(SessionControl):
         return self._settled_aside + self.lanes.settled
 
     async def handle(self, event: MessageEvent) -> None:
-        """The adapters' sink: intake, then the lane; never waits for a turn."""
+        """The adapters' sink: intake, then the lane; never waits for a turn. Who sent
+        it is looked up on the database executor (the loop goes on meanwhile); events of
+        one chat reach their lanes in the order they came, however long each lookup."""
         metrics.MESSAGES_RECEIVED.labels(event.platform).inc()
-        self._intake_replies = []  # what admit() says to the sender (no await between)
+        chat = (event.platform, event.chat.id)
+        earlier = self._admitting.get(chat)
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._admitting[chat] = mine
         try:
-            item = self.intake.admit(event)
+            await self._admit(event, earlier)
+        finally:
+            mine.set_result(None)
+            if self._admitting.get(chat) is mine:
+                del self._admitting[chat]
+
+    async def _admit(self, event: MessageEvent, earlier: asyncio.Future[None] | None) -> None:
+        replies: list[asyncio.Task[Any]] = []
+        self._intake_replies[id(event)] = replies  # what intake says to the sender
+        try:
+            try:
+                item = await self.intake.admit(event)
+            finally:
+                del self._intake_replies[id(event)]
+            if earlier is not None:
+                await earlier  # the chat's earlier events reach their lanes first
         except Exception as exc:
             if (problem := storage_problem(exc)) is None:
                 raise
@@ -212,22 +237,22 @@ class Router(SessionControl):
                 self._settle()
             return
         if item is None:  # dropped; settled once what intake said to the sender is sent
-            if self._intake_replies:
-                self._intake_replies[-1].add_done_callback(self._settle)
+            if replies:
+                replies[-1].add_done_callback(self._settle)
             else:
                 self._settle()
             return
         try:
-            self._route(item)
+            await self._route(item)
         except StateDBError:
             logger.exception("could not take an event of %s", item.key)
             self._spawn(self._apologize(event))
 
-    def _route(self, item: Admitted) -> None:
+    async def _route(self, item: Admitted) -> None:
         event = item.event
         immediate = event.pressed or self.commands.immediate(event.text)
         shared = self.shared
-        if immediate and shared is not None and not shared.first_sighting(event):
+        if immediate and shared is not None and not await self.db.run(shared.first_sighting, event):
             self._settle()  # another instance acts on it
             return
         if event.pressed:  # a button: at once, beside the lanes (no turn waits for it)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
@@ -48,28 +49,40 @@ def surface_of(event: MessageEvent) -> Surface:
 
 
 class LiveConversations:
+    """Each key's live conversation. `of` runs on the database executor's threads (it
+    reads and opens sessions), the rest on the loop: the maps are kept under a lock."""
+
     def __init__(self, agent: Agent, db: SessionDB, people: People, limit: int) -> None:
         self.agent, self.db, self.people, self.limit = agent, db, people, limit
         # live conversations, with when their session was last seen open in state.db
         self._cached: OrderedDict[SessionKey, tuple[Conversation, float]] = OrderedDict()
         self._pinned: dict[SessionKey, Conversation] = {}  # see pin()
+        self._lock = threading.Lock()
 
     def pin(self, key: SessionKey, conv: Conversation) -> None:
         """Continue `conv` for this key until /new, whatever session the key had (the
         CLI opens a fresh session per run, or resumes one from anywhere)."""
-        self._pinned[key] = conv
+        with self._lock:
+            self._pinned[key] = conv
 
     def live(self, key: SessionKey) -> Conversation | None:
         """The key's conversation if one is in memory (nothing is opened)."""
-        return self._pinned.get(key) or (self._cached.get(key) or (None,))[0]
+        with self._lock:
+            return self._pinned.get(key) or (self._cached.get(key) or (None,))[0]
 
     def forget(self, key: SessionKey) -> None:
-        self._cached.pop(key, None)
-        self._pinned.pop(key, None)
+        with self._lock:
+            self._cached.pop(key, None)
+            self._pinned.pop(key, None)
 
     def forget_all(self) -> None:
         """People changed (a merge moves sessions to another id): read them again."""
-        self._cached.clear()
+        with self._lock:
+            self._cached.clear()
+
+    async def aof(self, item: Admitted, surface: Surface) -> Conversation:
+        """`of`, awaited from the event loop (on the database executor)."""
+        return await self.db.run(self.of, item, surface)
 
     def of(self, item: Admitted, surface: Surface) -> Conversation:
         """The live conversation of a key, kept in memory while its session is open.
@@ -78,26 +91,33 @@ class LiveConversations:
         at most every SESSION_RECHECK_S seconds; /new drops the entry itself.
         """
         key, owner = item.key, self._owner(item)
-        pinned = self._pinned.get(key)
-        if pinned is not None and pinned.user_id == owner:
-            return pinned
-        entry = self._cached.get(key)
         now = time.monotonic()
+        with self._lock:
+            pinned = self._pinned.get(key)
+            if pinned is not None and pinned.user_id == owner:
+                return pinned
+            entry = self._cached.get(key)
+            if entry is not None and entry[0].user_id == owner:
+                conv, checked = entry
+                if now - checked < SESSION_RECHECK_S:
+                    self._cached.move_to_end(key)
+                    return conv
         if entry is not None and entry[0].user_id == owner:
-            conv, checked = entry
-            if now - checked < SESSION_RECHECK_S:
-                self._cached.move_to_end(key)
-                return conv
+            conv = entry[0]
             current = self.db.conversations.get_session(conv.id, owner)
             if current is not None and current.ended_at is None:
-                self._cached[key] = (conv, now)
-                self._cached.move_to_end(key)
+                self._keep(key, conv, now)
                 return conv
         conv = self.agent.sessions.for_key(owner, surface, str(key), shared=key.shared)
-        self._cached[key] = (conv, now)
-        while len(self._cached) > self.limit:
-            self._cached.popitem(last=False)
+        self._keep(key, conv, now)
         return conv
+
+    def _keep(self, key: SessionKey, conv: Conversation, now: float) -> None:
+        with self._lock:
+            self._cached[key] = (conv, now)
+            self._cached.move_to_end(key)
+            while len(self._cached) > self.limit:
+                self._cached.popitem(last=False)
 
     def _owner(self, item: Admitted) -> str:
         """The user owning the key's sessions: the person, or the chat when shared."""
@@ -145,7 +165,7 @@ class Turns:
         else:
             text = "\n\n".join(item.event.text.strip() for item in batch)
         surface = surface_of(event)
-        conv = self.conversations.of(first, surface)
+        conv = await self.conversations.aof(first, surface)
         speaker = Speaker(first.person.user_id, first.person.display_name or "someone")
         last = batch[-1].event
         stream = self._stream(adapter, last)

@@ -188,13 +188,16 @@ class Agent:
         size, limit = estimate_messages([user_message]), self.config.context_budget_tokens // 2
         if size > limit:  # it could never be sent: stored, it would sink every later turn
             return TurnResult(too_long(size, limit), False, conv.id)
-        self.save_unsaved(conv.id)  # still unreachable: raises, and the person is told
+        if conv.id in self._unsaved:  # still unreachable: raises, and the person is told
+            await self.db.run(self.save_unsaved, conv.id)
         compressed_from = None
         if conv.projected_tokens([user_message]) > self.config.context_budget_tokens:
             compressed_from = conv.id
             await self._compress(conv, surface)
-        cause = self.db.conversations.add_message(
-            conv.id, to_new_message(user_message, platform_message_id)
+        cause = await self.db.run(
+            self.db.conversations.add_message,
+            conv.id,
+            to_new_message(user_message, platform_message_id),
         )
         if cause is None:
             return TurnResult("", True, conv.id, duplicate=True)
@@ -204,7 +207,9 @@ class Agent:
             surface.platform,
             surface.kind,
             datetime.now(UTC),
-            timezone=self.db.reminders.timezone(writer_id) if not conv.shared or speaker else None,
+            timezone=await self.db.run(self.db.reminders.timezone, writer_id)
+            if not conv.shared or speaker
+            else None,
         )
         if conv.pointer:
             context, conv.pointer = f"{context}\n{conv.pointer}", ""
@@ -229,7 +234,7 @@ class Agent:
         self._schedule_review(conv)
         if personal:
             self.providers.turn_done(text, answer, provider_session(conv), conv.history)
-        notices = self.db.memory_log.take_notices(conv.user_id)
+        notices = await self.db.run(self.db.memory_log.take_notices, conv.user_id)
         if notices:  # e.g. "I tidied your memory ... /memory undo reverts it"
             answer = "\n\n".join([answer, *notices])
         return TurnResult(answer, True, conv.id, compressed_from=compressed_from, reply_id=reply_id)
@@ -301,7 +306,7 @@ class Agent:
         for _ in range(self.config.max_tool_iterations):
             reply, images = await self._seeing(conv, context, tools, on_text, images)
             if not reply.tool_calls:
-                return self._finish(conv, reply)
+                return await self._finish(conv, reply)
             if stream is not None:
                 stream.status(
                     " ".join(dict.fromkeys(tools.status(c.name) for c in reply.tool_calls))
@@ -310,7 +315,7 @@ class Agent:
         reply = await self._call(
             conv, context, None, note=FINAL_ANSWER_NOTE, on_text=on_text, images=images
         )
-        return self._finish(conv, reply)
+        return await self._finish(conv, reply)
 
     async def _seeing(
         self,
@@ -382,14 +387,14 @@ class Agent:
             )
         # added together, so a turn cancelled mid-tools leaves no call without its results
         conv.append([call_message, *results])
-        self._persist(conv, [call_message, *results], reply)
+        await self.db.run(self._persist, conv, [call_message, *results], reply)
 
-    def _finish(self, conv: Conversation, reply: ModelReply) -> tuple[str, int | None]:
+    async def _finish(self, conv: Conversation, reply: ModelReply) -> tuple[str, int | None]:
         """The answer's text and its stored id."""
         text = (reply.content or "").strip()
         message = {"role": "assistant", "content": text}
         conv.append([message])
-        (stored,) = self._persist(conv, [message], reply)
+        (stored,) = await self.db.run(self._persist, conv, [message], reply)
         return text, stored
 
     def _persist(

@@ -18,14 +18,22 @@ All SQL lives in these modules; everything else calls their methods. A second ba
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import functools
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
+from hermes import metrics
 from hermes.state import engine as eng
 from hermes.state import sidecar
 from hermes.state.access import AccessDB
 from hermes.state.cluster import ClusterDB
 from hermes.state.conversations import ConversationDB
 from hermes.state.dashboard import DashboardDB
+from hermes.state.loopguard import guard
 from hermes.state.memory_log import MemoryLogDB
 from hermes.state.memory_stores import MemoryStoresDB
 from hermes.state.outbox import OutboxDB
@@ -35,6 +43,9 @@ from hermes.state.upkeep import UpkeepDB
 from hermes.state.vectors import VectorDB
 
 STATE_DB_FILENAME = "state.db"
+SQLITE_THREADS = 4  # the database executor's threads on SQLite (one writer at a time)
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class SessionDB:
@@ -57,6 +68,11 @@ class SessionDB:
             self.engine, self.upgraded_from = eng.open_server(url, patience, pool_size)
             sidecar.serve_from(path.parent, self.engine)  # the providers' stores too
         self.backend = self.engine.dialect.name  # "sqlite" | "postgresql"
+        guard(self.engine)  # connections taken on a watched event loop are reported
+        threads = SQLITE_THREADS if url is None else max(2, pool_size)
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=threads, thread_name_prefix="hermes-db"
+        )
         self.vectors = VectorDB(self)
         self.conversations = ConversationDB(self, self.vectors)
         self.people = PeopleDB(self)
@@ -73,7 +89,23 @@ class SessionDB:
     def open(cls, home: Path, url: str | None = None, pool_size: int = 5) -> SessionDB:
         return cls(home / STATE_DB_FILENAME, url=url, pool_size=pool_size)
 
+    async def run(self, call: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """`call(*args, **kwargs)` (a repository method, or work made only of them) in
+        the database executor, awaited: its lock waits and retries happen on one of the
+        executor's threads, never on the event loop. Timed by its name
+        (`hermes_db_call_seconds{call}`). Async code uses this; the CLI calls the
+        repositories directly."""
+        name = getattr(call, "__qualname__", type(call).__name__)
+        started = time.perf_counter()
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                self._executor, functools.partial(call, *args, **kwargs)
+            )
+        finally:
+            metrics.DB_CALL_SECONDS.labels(name).observe(time.perf_counter() - started)
+
     def close(self) -> None:
+        self._executor.shutdown(wait=True)
         self.cluster.close()
         self.engine.dispose()
 
