@@ -6,6 +6,8 @@ it, on both backends); and a writer holding the lock elsewhere does not stall th
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import threading
 from pathlib import Path
 
 from gateway.app import build_app
@@ -42,3 +44,84 @@ def test_a_message_its_turn_and_its_reply_take_no_connection_on_the_loop(
     seen, texts = asyncio.run(go())
     assert texts == ["Noted.", "Noted."]
     assert seen == [], "\n".join(seen)
+
+
+def hold_the_lock(
+    db: SessionDB, url: str | None, session_id: str, held: threading.Event, release: threading.Event
+) -> None:
+    """Another writer: SQLite's write lock (BEGIN IMMEDIATE on its own connection); on
+    PostgreSQL, where a message is appended without the writers' lock, the row lock of
+    the session it goes to (every stored message updates its session's row). Held until
+    `release`."""
+    if url is None:
+        conn = sqlite3.connect(db.path, isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        held.set()
+        release.wait(30)
+        conn.execute("COMMIT")
+        conn.close()
+        return
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        conn.execute("SELECT id FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
+        held.set()
+        release.wait(30)
+
+
+def test_a_writer_holding_the_lock_elsewhere_does_not_stop_the_loop(
+    home: Path, db: SessionDB, database_url: str | None, fake_llm: FakeOpenAI
+) -> None:
+    """While another writer holds the lock, a message's turn waits for it on the
+    database executor: the loop keeps running (a ticker counts on), then the reply comes
+    once the lock is let go."""
+    fake_llm.responder = lambda request: Reply(text="Noted.")
+    held, release = threading.Event(), threading.Event()
+
+    async def go() -> tuple[int, int, list[str]]:
+        app = build_app(home, app_config(fake_llm), db)
+        adapter = FakeAdapter()
+        app.router.attach(adapter)
+        await adapter.start(app.router.handle)
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        counting = asyncio.create_task(ticker())
+        holder: threading.Thread | None = None
+        try:
+            await adapter.deliver(dm("alice", "hello"))  # alice is known before the hold
+            await adapter.wait_for(1)
+            alice = db.people.user_for_identity("fakechat", "alice")
+            (session,) = db.conversations.list_sessions(alice)
+            holder = threading.Thread(
+                target=hold_the_lock,
+                args=(db, database_url, session.id, held, release),
+                daemon=True,
+            )
+            holder.start()
+            await asyncio.to_thread(held.wait, 10)
+            before = ticks
+            await adapter.deliver(dm("alice", "and now, while the lock is held?"))
+            await asyncio.sleep(0.5)  # its turn waits to store the question meanwhile
+            during = ticks - before  # ... and the loop ran on
+            replied_while_held = len(adapter.sent) + len(fake_llm.requests) - 1
+            release.set()
+            await adapter.wait_for(2)
+        finally:
+            release.set()
+            counting.cancel()
+            await app.router.stop()
+            await app.close()
+            if holder is not None:
+                holder.join(10)
+        return during, replied_while_held, adapter.texts()
+
+    during, replied_while_held, texts = asyncio.run(go())
+    assert replied_while_held == 1, texts  # the turn waited for the lock ...
+    assert during >= 10  # ... and the loop did not
+    assert texts == ["Noted.", "Noted."]
