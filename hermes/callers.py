@@ -36,6 +36,21 @@ def where(
     )
 
 
+def ours(skip: tuple[str, ...] = ()) -> list[traceback.FrameSummary]:
+    """The caller's frames in our code (not in files holding any of `skip`), innermost
+    first."""
+    return [
+        f
+        for f in reversed(traceback.extract_stack()[:-1])
+        if any(part in f.filename for part in OURS) and not any(part in f.filename for part in skip)
+    ]
+
+
+def shown(frames: Iterable[traceback.FrameSummary], count: int = 3) -> str:
+    """Frames as `folder/file.py:line in function < ...` (at most `count`)."""
+    return _shown(frames, count)
+
+
 def _shown(frames: Iterable[traceback.FrameSummary], count: int) -> str:
     parts = []
     for frame in frames:
@@ -46,4 +61,4 @@ def _shown(frames: Iterable[traceback.FrameSummary], count: int) -> str:
     return " < ".join(parts) or "outside Hermes' code"
 
 
-__all__ = ["OURS", "where"]
+__all__ = ["OURS", "ours", "shown", "where"]

@@ -227,7 +227,7 @@ def test_no_import_cycles() -> None:
 # scheduler runs) sits above the rooms it assembles; the operator's tools above it.
 ROOMS = [
     ("edge",),
-    ("config.py", "logs.py", "scheduler.py"),
+    ("config.py", "logs.py", "loopwatch.py", "scheduler.py"),
     ("admission",),
     ("commands",),
     ("pipeline",),

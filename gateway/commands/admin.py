@@ -126,6 +126,9 @@ class AdminCommands:
         return "\n".join(["Users:", *lines]) if lines else "No users yet."
 
     async def memory(self, ctx: CommandContext, who: str) -> str:
+        return await self.db.run(self._memory, ctx, who)
+
+    def _memory(self, ctx: CommandContext, who: str) -> str:
         user_id = self.people.repo.resolve(who)
         if user_id is None:
             return f"No user {who!r}: give a user id (u_…) or PLATFORM:ID."
@@ -134,10 +137,10 @@ class AdminCommands:
         return f"Memory of `{user_id}`:\n" + self.memory_commands.status_text(user_id)
 
     async def approve(self, ctx: CommandContext, code: str) -> str:
-        return self._decide(ctx, code, approve=True)
+        return await self.people.db.run(self._decide, ctx, code, approve=True)
 
     async def deny(self, ctx: CommandContext, code: str) -> str:
-        return self._decide(ctx, code, approve=False)
+        return await self.people.db.run(self._decide, ctx, code, approve=False)
 
     def _decide(self, ctx: CommandContext, code: str, *, approve: bool) -> str:
         if not code:
@@ -149,10 +152,10 @@ class AdminCommands:
         return done or "No pending request has that code (it may have expired after 1 hour)."
 
     async def allow(self, ctx: CommandContext, subject: str) -> str:
-        return self._rule(ctx, subject, "allow")
+        return await self.db.run(self._rule, ctx, subject, "allow")
 
     async def block(self, ctx: CommandContext, subject: str) -> str:
-        return self._rule(ctx, subject, "block")
+        return await self.db.run(self._rule, ctx, subject, "block")
 
     def _rule(self, ctx: CommandContext, subject: str, rule: str) -> str:
         parsed = parse_subject(subject)

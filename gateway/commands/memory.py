@@ -55,7 +55,7 @@ class MemoryCommands:
         self.memory, self.db = memory, db
 
     async def status(self, ctx: CommandContext, _: str) -> str:
-        return self.status_text(ctx.person.user_id)
+        return await self.db.run(self.status_text, ctx.person.user_id)
 
     def status_text(self, user_id: str) -> str:
         lines = []
@@ -108,7 +108,7 @@ class MemoryCommands:
     async def why(self, ctx: CommandContext, text: str) -> str:
         if not text:
             return "Say which entry: `/memory why TEXT` (part of the entry)."
-        changes = self.memory.why(ctx.person.user_id, text, limit=5)
+        changes = await self.db.run(self.memory.why, ctx.person.user_id, text, limit=5)
         if not changes:
             return f"No recorded change mentions “{text}”."
         lines = []

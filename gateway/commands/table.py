@@ -298,7 +298,7 @@ class Commands:
 
     async def _new(self, ctx: CommandContext, _: str) -> str:
         if self.sessions is not None:
-            self.sessions.reset(ctx)
+            await self.sessions.reset(ctx)
         return RESET_REPLY
 
     async def _stop(self, ctx: CommandContext, _: str) -> str:
@@ -313,10 +313,10 @@ class Commands:
 
     async def _whoami(self, ctx: CommandContext, _: str) -> str:
         person = ctx.person
-        user = self.db.people.get_user(person.user_id)
+        user = await self.db.run(self.db.people.get_user, person.user_id)
         accounts = ", ".join(
             f"{i.platform} ({i.display_name or i.platform_user_id})"
-            for i in self.db.people.identities_of(person.user_id)
+            for i in await self.db.run(self.db.people.identities_of, person.user_id)
         )
         name = (user.display_name if user else "") or person.display_name or "you"
         return (
@@ -345,7 +345,7 @@ class Commands:
     async def _link(self, ctx: CommandContext, code: str) -> str:
         person = ctx.person
         if not code:
-            minted = self.people.link_code(person.user_id, by=person.user_id)
+            minted = await self.db.run(self.people.link_code, person.user_id, by=person.user_id)
             minutes = int(LINK_CODE_TTL.total_seconds() // 60)
             return (
                 f"Your link code: `{minted}` (single use, valid {minutes} minutes).\n"
@@ -361,7 +361,7 @@ class Commands:
     async def _unlink(self, ctx: CommandContext, platform: str) -> str:
         if not platform:
             return "Say which account to unlink, e.g. `/unlink slack`."
-        _, message = self.people.unlink(ctx.person.user_id, platform.lower())
+        _, message = await self.db.run(self.people.unlink, ctx.person.user_id, platform.lower())
         return message
 
     # -- memory ----------------------------------------------------------------------

@@ -56,7 +56,7 @@ class Approvals:
         """DM the request to every owner and admin on a running platform; how many."""
         message_text = request_text(request)
         asked = 0
-        for identity in self.people.repo.admin_identities():
+        for identity in await self.people.db.run(self.people.repo.admin_identities):
             adapter = self.adapters.get(identity.platform)
             if adapter is None:
                 continue
@@ -70,7 +70,7 @@ class Approvals:
             message = OutboundMessage(chat, message_text, buttons=buttons(request.code))
             result, attempts = await self.delivery.attempt(functools.partial(adapter.send, message))
             if not result.ok:
-                self.delivery.record_failure(adapter, chat, None, result, attempts)
+                await self.delivery.record_failure(adapter, chat, None, result, attempts)
                 continue
             copies = self._copies.setdefault(request.code, [])
             copies.append((identity.platform, chat, result.message_ids[0]))
@@ -88,10 +88,10 @@ class Approvals:
         match = _DECISION.match(event.text.strip())
         if match is None:
             return
-        request = self.people.access.pairing(match.group(2))
+        request = await self.people.db.run(self.people.access.pairing, match.group(2))
         if request is None:
             return
-        outcome = _outcome(request, self._name(request.decided_by))
+        outcome = _outcome(request, await self.people.db.run(self._name, request.decided_by))
         if outcome is None:
             return  # still open (the press did not decide it): the buttons stay
         copies = self._copies.pop(request.code, [])

@@ -82,13 +82,13 @@ class Delivery:
             outbound = OutboundMessage(chat, part, reply, failed, rendered=rendered)
             result, attempts = await self.attempt(functools.partial(adapter.send, outbound))
             if not result.ok:
-                self.record_failure(adapter, chat, stored_id, result, attempts)
+                await self.record_failure(adapter, chat, stored_id, result, attempts)
                 return result
             ids += result.message_ids
             metrics.MESSAGES_SENT.labels(adapter.name).inc()
         return SendResult(True, tuple(ids))
 
-    def record_failure(
+    async def record_failure(
         self,
         adapter: PlatformAdapter,
         chat: ChatRef,
@@ -99,8 +99,14 @@ class Delivery:
         """A part that could not be delivered: counted, logged, recorded on the reply."""
         metrics.DELIVERIES_FAILED.labels(adapter.name).inc()
         logger.warning("could not deliver to %s %s: %s", adapter.name, chat.id, result.error)
-        self.db.conversations.record_delivery(
-            stored_id, adapter.name, chat.id, ok=False, attempts=attempts, error=result.error
+        await self.db.run(
+            self.db.conversations.record_delivery,
+            stored_id,
+            adapter.name,
+            chat.id,
+            ok=False,
+            attempts=attempts,
+            error=result.error,
         )
 
     async def attempt(self, call: Callable[[], Awaitable[SendResult]]) -> tuple[SendResult, int]:

@@ -180,7 +180,7 @@ class MediaIntake:
         except ValueError as exc:
             parts.notes.append(f"the photo: {exc}")
             return
-        parts.files.append(self._keep(shrunk, "photo", mime, item.name or "photo"))
+        parts.files.append(await self._kept(shrunk, "photo", mime, item.name or "photo"))
         parts.images.append(f"data:{mime};base64,{base64.b64encode(shrunk).decode()}")
         parts.texts.append(
             f"[photo{': ' + item.name if item.name and item.kind == 'document' else ''}]"
@@ -215,7 +215,7 @@ class MediaIntake:
         if not transcript:
             parts.notes.append("I couldn't make out any words in that recording.")
             return
-        parts.files.append(self._keep(data, item.kind, item.mime or "audio/ogg", name))
+        parts.files.append(await self._kept(data, item.kind, item.mime or "audio/ogg", name))
         label = "voice note" if item.kind == "voice" else f"audio {name}"
         parts.texts.append(
             f"[{label}, transcribed]\n"
@@ -248,7 +248,7 @@ class MediaIntake:
             return
         cap, total = self.config.max_document_chars, len(text)
         text = text[:cap]
-        parts.files.append(self._keep(data, "document", item.mime, item.name))
+        parts.files.append(await self._kept(data, "document", item.mime, item.name))
         more = f" (the first {cap:,} of {total:,} characters)" if total > cap else ""
         parts.texts.append(
             f"[file {item.name or 'attached'}{more}; its text follows]\n"
@@ -286,6 +286,12 @@ class MediaIntake:
             session_id="", user_id="", sha256=digest, kind=kind, mime=mime, name=name,
             bytes=len(data), path=relative,
         )  # fmt: skip
+
+    async def _kept(self, data: bytes, kind: str, mime: str, name: str) -> Media:
+        """`_keep`, off the event loop (a file written, or up to 20 MB into the database)."""
+        if self.db is not None:
+            return await self.db.run(self._keep, data, kind, mime, name)
+        return await asyncio.to_thread(self._keep, data, kind, mime, name)
 
     def record(self, prepared: Prepared, session_id: str, user_id: str, db: SessionDB) -> None:
         rows = [

@@ -155,15 +155,16 @@ class Router(SessionControl):
     async def watch_people(self, every: float = 2.0) -> None:
         """Run as a task: notice other processes' changes even while nobody writes."""
         while True:
-            self.people.sync()
+            await self.db.run(self.people.sync)
             await asyncio.sleep(every)
 
     async def _announce_approvals(self) -> None:
-        for request in self.people.access.unannounced_approvals():
+        access = self.people.access
+        for request in await self.db.run(access.unannounced_approvals):
             adapter = self.adapters.get(request.platform)
             if adapter is None or not request.chat_id:
                 continue
-            if not self.people.access.claim_announcement(request.code):
+            if not await self.db.run(access.claim_announcement, request.code):
                 continue  # another task told them already
             chat = ChatRef(request.chat_id, ChatType.DM)
             await self.delivery.deliver(adapter, chat, APPROVED_REPLY, None)
@@ -338,12 +339,12 @@ class Router(SessionControl):
 
     # -- SessionControl: what /new and /stop do ---------------------------------------------
 
-    def reset(self, ctx: CommandContext) -> None:
+    async def reset(self, ctx: CommandContext) -> None:
         item = ctx.admitted
         if item is None:
             return
-        conv = self.conversations.of(item, ctx.surface)
-        self.agent.sessions.end(conv, "user_reset")
+        conv = await self.conversations.aof(item, ctx.surface)
+        await self.db.run(self.agent.sessions.end, conv, "user_reset")
         self.conversations.forget(item.key)
 
     def stop_turn(self, ctx: CommandContext) -> bool:

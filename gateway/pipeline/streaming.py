@@ -206,7 +206,7 @@ class StreamedReply:
             metrics.STREAM_EDITS.labels(self.adapter.name).inc()
             return True
         if result.retryable:  # still refused after the retries: it shows the draft
-            self.delivery.record_failure(self.adapter, self.chat, stored_id, result, attempts)
+            await self.delivery.record_failure(self.adapter, self.chat, stored_id, result, attempts)
             return False
         # the message cannot be edited any more (deleted meanwhile): the part anew
         logger.info("could not finish a streamed message (%s): sending it anew", result.error)
@@ -215,7 +215,7 @@ class StreamedReply:
     async def _post(self, message: OutboundMessage, stored_id: int | None) -> bool:
         result, attempts = await self.delivery.attempt(lambda: self.adapter.send(message))
         if not result.ok:
-            self.delivery.record_failure(self.adapter, self.chat, stored_id, result, attempts)
+            await self.delivery.record_failure(self.adapter, self.chat, stored_id, result, attempts)
             return False
         metrics.MESSAGES_SENT.labels(self.adapter.name).inc()
         return True

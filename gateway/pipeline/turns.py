@@ -190,7 +190,7 @@ class Turns:
         if result.duplicate:
             return
         if prepared is not None and self.media is not None:  # kept, by reference
-            self.media.record(prepared, result.session_id, conv.user_id, self.db)
+            await self.db.run(self.media.record, prepared, result.session_id, conv.user_id, self.db)
         if stream is not None:
             await stream.finish(result.text, stored_id=result.reply_id, failed=not result.ok)
         else:

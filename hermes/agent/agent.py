@@ -231,12 +231,14 @@ class Agent:
         if conv.id in self._unsaved:  # the reply is the person's all the same
             answer = f"{answer}\n\n{UNSAVED_NOTE}"
             return TurnResult(answer, True, conv.id, compressed_from=compressed_from)
-        self._schedule_review(conv)
         if personal:
-            self.providers.turn_done(text, answer, provider_session(conv), conv.history)
+            await self.db.run(
+                self.providers.turn_done, text, answer, provider_session(conv), conv.history
+            )
         notices = await self.db.run(self.db.memory_log.take_notices, conv.user_id)
         if notices:  # e.g. "I tidied your memory ... /memory undo reverts it"
             answer = "\n\n".join([answer, *notices])
+        self._schedule_review(conv)  # after the last await: it starts once the reply is back
         return TurnResult(answer, True, conv.id, compressed_from=compressed_from, reply_id=reply_id)
 
     def toolbox(

@@ -110,7 +110,7 @@ async def consolidate(
         if not acquired:
             return Outcome("busy", "another consolidation of this store is running")
         outcome = await _consolidate_locked(memory, store, db, model, config, force=force)
-    _record(db, memory.user_id, target, outcome, config)
+    await db.run(_record, db, memory.user_id, target, outcome, config)
     return outcome
 
 
@@ -130,7 +130,7 @@ async def _consolidate_locked(
         if refusal is not None or model is None:
             return refusal or Outcome("no_model")
         base = {"entries_before": len(state.entries), "used_before": state.used}
-        protected = protected_ids(state, db, memory.user_id, store.target)
+        protected = await db.run(protected_ids, state, db, memory.user_id, store.target)
         try:
             proposal = await ask(model, state, protected, config)
             new_entries = validate(proposal, state, protected, config)
@@ -141,7 +141,7 @@ async def _consolidate_locked(
         new_text = fmt.serialize(new_entries)
         events, version = _record_of(memory.user_id, store.target, read, proposal, new_text)
         logged: list[int] = []
-        if swap_recorded(store, db, events, version, versions=logged):
+        if await db.run(swap_recorded, store, db, events, version, versions=logged):
             return Outcome(
                 "applied",
                 "",

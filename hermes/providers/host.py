@@ -577,10 +577,14 @@ class ProviderHost:
 
     def _enqueue(self, user_id: str, what: str, call: Callable[[], Awaitable[Any]]) -> None:
         """Run `call` (not a write: nothing keeps it) on the person's worker, after their
-        writes; dropped when there is no running loop."""
+        writes (from another thread: handed to the loop); dropped when there is no
+        running loop at all."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
+            other = self._loop
+            if other is not None and other.is_running():
+                other.call_soon_threadsafe(self._enqueue, user_id, what, call)
             return
         self._loop = loop
         self._worker(user_id).later(what, call)

@@ -104,7 +104,7 @@ class SessionSearchTool:
             return {"success": False, "error": str(exc)}
         try:
             if not query.strip():
-                return self._recent(scope, limit)
+                return await self.db.run(self._recent, scope, limit)
             return await self._search(query, limit, scope)
         except Exception as exc:  # the tool answers, never raises into the agent loop
             logger.exception("session_search failed")
@@ -156,16 +156,21 @@ class SessionSearchTool:
 
     async def _search(self, query: str, limit: int, scope: SearchScope) -> dict[str, Any]:
         vector = await self.embedder.query(query) if self.embedder is not None else None
+        results = await self.db.run(self._found, query, limit, scope, vector)
+        await self._summarize(query, results)
+        return {"success": True, "query": query, "count": len(results), "results": results}
+
+    def _found(
+        self, query: str, limit: int, scope: SearchScope, vector: QueryVector | None
+    ) -> list[dict[str, Any]]:
+        """The best `limit` sessions for `query`, each with its snippets and the context
+        to summarize (the reads, on the database executor)."""
         hits = self.db.conversations.search(scope, query, MESSAGE_HITS, vector=vector)
         grouped: dict[str, list[MessageHit]] = {}
         for hit in hits:
             grouped.setdefault(hit.session_id, []).append(hit)
         top = list(grouped.items())[:limit]
-        results = [
-            self._result(session_id, session_hits, scope) for session_id, session_hits in top
-        ]
-        await self._summarize(query, results)
-        return {"success": True, "query": query, "count": len(results), "results": results}
+        return [self._result(session_id, session_hits, scope) for session_id, session_hits in top]
 
     def _result(
         self, session_id: str, hits: list[MessageHit], scope: SearchScope

@@ -12,6 +12,7 @@ from gateway.app import App, build_app
 from gateway.config import HermesConfig
 from gateway.edge.ports import MenuEntry, PlatformAdapter
 from hermes.state.db import SessionDB
+from hermes.state.loopguard import GUARD
 from tests.apps import app_config
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.harness.wait import until
@@ -55,9 +56,14 @@ def run_gateway(
         app.router.attach(adapter)
         await adapter.start(app.router.handle)
         try:
-            if ready is not None:
-                await asyncio.to_thread(ready)
-            return await body()
+            # the message path never takes a database connection on the loop's thread
+            with GUARD.watching(asyncio.get_running_loop()) as seen:
+                if ready is not None:
+                    await asyncio.to_thread(ready)
+                found = await body()
+                await app.router.stop()
+            assert not seen, "database work on the event loop:\n" + "\n".join(dict.fromkeys(seen))
+            return found
         finally:
             await adapter.stop()
             await app.router.stop()

@@ -9,6 +9,7 @@ import asyncio
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
 from gateway.app import build_app
 from hermes.state.db import SessionDB
@@ -125,3 +126,48 @@ def test_a_writer_holding_the_lock_elsewhere_does_not_stop_the_loop(
     assert replied_while_held == 1, texts  # the turn waited for the lock ...
     assert during >= 10  # ... and the loop did not
     assert texts == ["Noted.", "Noted."]
+
+
+def test_commands_and_a_turn_with_a_memory_write_take_no_connection_on_the_loop(
+    home: Path, db: SessionDB, fake_llm: FakeOpenAI
+) -> None:
+    """The rest of a person's day: a turn whose model writes a memory (the tool, the
+    judge, the store and its record), the commands people send most (/help, /memory,
+    /new, /status) and a search of past sessions: none on the loop's thread."""
+
+    def responder(request: dict[str, Any]) -> Reply:
+        last = request["messages"][-1]
+        if last["role"] == "tool":
+            return Reply(text="Saved.")
+        if "remember" in str(last["content"]):
+            args = {"action": "add", "target": "user", "content": "Alice keeps bees"}
+            return Reply.tool_call("memory", args)
+        if "search" in str(last["content"]):
+            return Reply.tool_call("session_search", {"query": "bees"})
+        return Reply(text="Noted.")
+
+    fake_llm.responder = responder
+
+    async def go() -> list[str]:
+        app = build_app(home, app_config(fake_llm), db)
+        adapter = FakeAdapter()
+        app.router.attach(adapter)
+        await adapter.start(app.router.handle)
+        said = ["hello", "remember that I keep bees", "/help", "/memory", "/new", "/status"]
+        said += ["search what I said about bees"]
+        try:
+            await adapter.deliver(dm("alice", "hi"))  # known before the watch
+            await adapter.wait_for(1)
+            with GUARD.watching(asyncio.get_running_loop()) as seen:
+                for n, text in enumerate(said, start=2):
+                    await adapter.deliver(dm("alice", text))
+                    await adapter.wait_for(n)
+                await app.agent.drain(10)
+                found = list(seen)
+        finally:
+            await app.router.stop()
+            await app.close()
+        return found
+
+    seen = asyncio.run(go())
+    assert seen == [], "\n".join(dict.fromkeys(seen))

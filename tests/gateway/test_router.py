@@ -17,6 +17,7 @@ from gateway.pipeline.router import NO_TEXT_REPLY, Router, RouterPolicy
 from hermes.places import ChatType
 from hermes.providers.host import ProviderFactory
 from hermes.state.db import SessionDB
+from hermes.state.loopguard import GUARD
 from hermes.state.models import AccessRule
 from tests.apps import app_config
 from tests.fakes.openai_server import FakeOpenAI, Reply
@@ -77,7 +78,12 @@ def scenario(
         app.router.attach(adapter)
         await adapter.start(app.router.handle)
         try:
-            return await body(app.router, adapter)
+            # the message path never takes a database connection on the loop's thread
+            with GUARD.watching(asyncio.get_running_loop()) as seen:
+                found = await body(app.router, adapter)
+                await app.router.stop()
+            assert not seen, "database work on the event loop:\n" + "\n".join(dict.fromkeys(seen))
+            return found
         finally:
             await app.router.stop()
             await app.close()
