@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sqlite3
 import statistics
 import sys
 import tempfile
@@ -43,6 +42,7 @@ from hermes.llm.types import ModelReply
 from hermes.places import ChatType
 from hermes.state.db import SessionDB
 from tests.fakes.platform import FakeAdapter
+from tests.harness.locks import hold_the_lock
 
 STREAM_S = 4.0
 
@@ -87,25 +87,6 @@ def message(user: str, text: str, n: int) -> MessageEvent:
         UserRef(user, user),
         text,
     )
-
-
-def hold(
-    db: SessionDB, url: str | None, session_id: str, held: threading.Event, release: threading.Event
-) -> None:
-    if url is None:
-        conn = sqlite3.connect(db.path, isolation_level=None)
-        conn.execute("BEGIN IMMEDIATE")
-        held.set()
-        release.wait(60)
-        conn.execute("COMMIT")
-        conn.close()
-        return
-    import psycopg
-
-    with psycopg.connect(url) as conn:
-        conn.execute("SELECT id FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
-        held.set()
-        release.wait(60)
 
 
 async def reply_after(adapter: FakeAdapter, started: float) -> float:
@@ -155,7 +136,7 @@ async def measure(home: Path, url: str | None, hold_s: float) -> dict[str, Any]:
         while len(adapter.edits) < 3:  # chat B's reply is streaming
             await asyncio.sleep(0.01)
         holder = threading.Thread(
-            target=hold, args=(db, url, session.id, held, release), daemon=True
+            target=hold_the_lock, args=(db.path, url, session.id, held, release), daemon=True
         )
         holder.start()
         await asyncio.to_thread(held.wait, 10)

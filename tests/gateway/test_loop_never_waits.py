@@ -6,7 +6,6 @@ it, on both backends); and a writer holding the lock elsewhere does not stall th
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from tests.apps import app_config
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.platform import FakeAdapter
 from tests.gateway.test_router import dm
+from tests.harness.locks import hold_the_lock
 
 
 def test_a_message_its_turn_and_its_reply_take_no_connection_on_the_loop(
@@ -45,29 +45,6 @@ def test_a_message_its_turn_and_its_reply_take_no_connection_on_the_loop(
     seen, texts = asyncio.run(go())
     assert texts == ["Noted.", "Noted."]
     assert seen == [], "\n".join(seen)
-
-
-def hold_the_lock(
-    db: SessionDB, url: str | None, session_id: str, held: threading.Event, release: threading.Event
-) -> None:
-    """Another writer: SQLite's write lock (BEGIN IMMEDIATE on its own connection); on
-    PostgreSQL, where a message is appended without the writers' lock, the row lock of
-    the session it goes to (every stored message updates its session's row). Held until
-    `release`."""
-    if url is None:
-        conn = sqlite3.connect(db.path, isolation_level=None)
-        conn.execute("BEGIN IMMEDIATE")
-        held.set()
-        release.wait(30)
-        conn.execute("COMMIT")
-        conn.close()
-        return
-    import psycopg
-
-    with psycopg.connect(url) as conn:
-        conn.execute("SELECT id FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
-        held.set()
-        release.wait(30)
 
 
 def test_a_writer_holding_the_lock_elsewhere_does_not_stop_the_loop(
@@ -101,7 +78,7 @@ def test_a_writer_holding_the_lock_elsewhere_does_not_stop_the_loop(
             (session,) = db.conversations.list_sessions(alice)
             holder = threading.Thread(
                 target=hold_the_lock,
-                args=(db, database_url, session.id, held, release),
+                args=(db.path, database_url, session.id, held, release),
                 daemon=True,
             )
             holder.start()
