@@ -455,17 +455,7 @@ class Dashboard:
             rows = conversations.list_sessions(
                 None, limit=SESSIONS_PAGE + 1, among=readable, offset=first
             )
-            shown = [
-                {
-                    "session_id": row.id,
-                    "user_id": row.user_id,
-                    "title": row.title,
-                    "platform": row.platform,
-                    "when": row.last_active_at.date().isoformat(),
-                    "snippets": [],
-                }
-                for row in rows[:SESSIONS_PAGE]
-            ]
+            shown = [_listed(row, row.last_active_at, []) for row in rows[:SESSIONS_PAGE]]
             return users, shown, len(rows) > SESSIONS_PAGE
         ranked: list[tuple[float, str, list[Any]]] = []
         for user_id in sorted(conversations.people_matching(query, readable)):
@@ -480,16 +470,8 @@ class Dashboard:
             chat = conversations.get_session(group[0].session_id, user_id)
             if chat is None:  # gone since the search
                 continue
-            shown.append(
-                {
-                    "session_id": chat.id,
-                    "user_id": user_id,
-                    "title": chat.title,
-                    "platform": chat.platform,
-                    "when": chat.started_at.date().isoformat(),
-                    "snippets": [f"{h.role}: {snippet(h.content, h.terms, 90)}" for h in group[:3]],
-                }
-            )
+            lines = [f"{h.role}: {snippet(h.content, h.terms, 90)}" for h in group[:3]]
+            shown.append(_listed(chat, chat.started_at, lines))
         return users, shown, len(ranked) > first + SESSIONS_PAGE
 
     def _conversation(self, request: web.Request, me: Operator) -> tuple[Any, list[Any], str]:
@@ -567,6 +549,18 @@ class Dashboard:
             n=count,
             levels=list(LOG_LEVELS),
         )
+
+
+def _listed(chat: Any, when: Any, snippets: list[str]) -> dict[str, Any]:
+    """A session as the Sessions page lists it."""
+    return {
+        "session_id": chat.id,
+        "user_id": chat.user_id,
+        "title": chat.title,
+        "platform": chat.platform,
+        "when": when.date().isoformat(),
+        "snippets": snippets,
+    }
 
 
 def _runs(runs: list[Any], linked: dict[int, Any], legacy: list[Any]) -> list[dict[str, Any]]:
