@@ -7,7 +7,8 @@ every record through `Redactor`, which replaces the values of the configured sec
 variables (platform tokens, signing secrets, model API keys) and anything shaped like a
 known token with `***`, in the message and in the formatted traceback alike.
 
-Each turn runs under an id (`turn()`, set by the router around the turn's task); every
+Each turn runs under an id (`turn()`, set by the router around the turn's task; a
+scheduled job under `job:<id>`, a reminder's delivery under `reminder:<id>`); every
 record logged while it runs, by our code or a library's, carries it (`[turn t-…]` in text,
 `"turn"` in JSON), so one `grep` gives a turn's whole story. Message bodies are never
 logged at INFO: a turn's line names the platform, the chat and the person, not the text.
@@ -51,9 +52,11 @@ _TURN: contextvars.ContextVar[str] = contextvars.ContextVar("hermes_turn", defau
 
 
 @contextlib.contextmanager
-def turn() -> Iterator[str]:
-    """A new turn id for everything logged inside (tasks created inside inherit it)."""
-    token = _TURN.set(f"t-{secrets.token_hex(4)}")
+def turn(named: str = "") -> Iterator[str]:
+    """A new turn id for everything logged inside (tasks created inside inherit it):
+    `named` for work that has an id of its own (a scheduled job, a reminder's run),
+    else a fresh one."""
+    token = _TURN.set(named or f"t-{secrets.token_hex(4)}")
     try:
         yield _TURN.get()
     finally:

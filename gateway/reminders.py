@@ -10,9 +10,10 @@ retry after a crash, never send it twice) and then:
 
 - sent to the chat, platform and thread it was created in, as the person's (a prompt
   reminder first runs a short agent turn, in a session of its own, and sends its answer);
-- a run delivered more than `LATE_AFTER` after its time (the gateway was down) is
-  marked late; a recurring one then moves to its next time after now: one catch-up
-  delivery, never a burst of the missed ones;
+- a run delivered more than `LATE_AFTER` after its time (the gateway was down, the
+  instance that was to wake up for it died and another's sweep found it, a retry) is
+  marked late, in the text and on the run; a recurring one then moves to its next time
+  after now: one catch-up delivery, never a burst of the missed ones;
 - a failure the platform answered (5xx, 429 after the retries) is retried later
   (`RETRY_DELAYS`), recorded on the run; an unknown outcome (it may have been posted) is
   never resent; a refusal (the chat is gone, the bot was blocked or removed) pauses the
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from gateway import logs
 from gateway.edge.events import ChatRef
 from hermes.fence import fence
 from hermes.places import Surface
@@ -79,14 +81,19 @@ class ReminderRunner:
         if not platforms:
             return 0
         sent = 0
-        for reminder in self.db.reminders.due(self.clock(), platforms):
+        for reminder in await self.db.run(self.db.reminders.due, self.clock(), platforms):
             sent += await self.fire(reminder.id) in ("delivered", "late")
         return sent
 
     async def fire(self, reminder_id: str) -> str:
         """Deliver the reminder's current run if it is due and nobody else has; what
-        happened ('delivered', 'late', 'failed', 'paused', 'unknown' or 'skipped')."""
-        reminder = self.db.reminders.get(reminder_id)
+        happened ('delivered', 'late', 'failed', 'paused', 'unknown' or 'skipped').
+        Logged under the reminder's own id, whatever woke it."""
+        with logs.turn(f"reminder:{reminder_id}"):
+            return await self._fire(reminder_id)
+
+    async def _fire(self, reminder_id: str) -> str:
+        reminder = await self.db.run(self.db.reminders.get, reminder_id)
         if reminder is None or reminder.platform not in self.router.adapters:
             return "skipped"  # another process's platform: its sweep will run it
         now = self.clock()
@@ -94,49 +101,55 @@ class ReminderRunner:
             return "skipped"  # not yet (a stale wake-up); its own job will come
         if reminder.retry_at is not None and as_utc(reminder.retry_at) > now:
             return "skipped"
-        claim = self.db.reminders.claim(reminder_id, self.name, len(RETRY_DELAYS) + 1)
+        claim = await self.db.run(
+            self.db.reminders.claim, reminder_id, self.name, len(RETRY_DELAYS) + 1
+        )
         if claim is None:
             return "skipped"  # delivered, being delivered, or not ours to send again
         try:
             outcome = await self._run(claim, now)
         except Exception as exc:  # recorded, never lost silently
             logger.exception("reminder %s failed", reminder_id)
-            outcome = self._failed(claim, f"{type(exc).__name__}: {exc}", now)
-        following = self.db.reminders.get(reminder_id)
+            outcome = await self.db.run(self._failed, claim, f"{type(exc).__name__}: {exc}", now)
+        following = await self.db.run(self.db.reminders.get, reminder_id)
         if following is not None and following.status == "active":
             self.added(following)  # its next run (or the retry) wakes up on time too
         return outcome
 
     async def _run(self, claim: Claim, now: datetime) -> str:
         reminder, due = claim.reminder, as_utc(claim.due_at)
-        person = self.db.people.get_user(reminder.user_id)
+        person = await self.db.run(self.db.people.get_user, reminder.user_id)
         if person is None or person.status == "blocked":
-            self.db.reminders.pause(reminder.id, "the person who set it is blocked")
-            self.db.reminders.finish(claim, "skipped", next_due=due, error="blocked")
+            await self.db.run(self._pause, claim, "the person who set it is blocked", "blocked")
             return "paused"
         late = now - due > LATE_AFTER
         text = await self._text(reminder, due, late)
         adapter = self.router.adapters[reminder.platform]
         result = await self.router.delivery.send(adapter, _chat(reminder), text, None)
+        finish = self.db.reminders.finish
         if result.ok:
-            self.db.reminders.finish(
-                claim, "delivered", next_due=self._next(reminder, now), late=late
+            await self.db.run(
+                finish, claim, "delivered", next_due=self._next(reminder, now), late=late
             )
             logger.info("reminder %s delivered%s", reminder.id, " (late)" if late else "")
             return "late" if late else "delivered"
         error = result.error or "not delivered"
         if result.outcome_unknown:  # it may be there: never sent twice
-            self.db.reminders.finish(
-                claim, "unknown", next_due=self._next(reminder, now), error=error
+            await self.db.run(
+                finish, claim, "unknown", next_due=self._next(reminder, now), error=error
             )
             return "unknown"
         if result.retryable:
-            return self._failed(claim, error, now)
+            return await self.db.run(self._failed, claim, error, now)
         reason = f"the chat cannot be reached ({error})"
-        self.db.reminders.pause(reminder.id, reason)
-        self.db.reminders.finish(claim, "failed", next_due=due, error=error)
+        await self.db.run(self._pause, claim, reason, error, status="failed")
         logger.warning("reminder %s paused: %s", reminder.id, reason)
         return "paused"
+
+    def _pause(self, claim: Claim, reason: str, error: str, *, status: str = "skipped") -> None:
+        """The reminder paused for `reason`, its run finished (it stays due)."""
+        self.db.reminders.pause(claim.reminder.id, reason)
+        self.db.reminders.finish(claim, status, next_due=as_utc(claim.due_at), error=error)
 
     def _failed(self, claim: Claim, error: str, now: datetime) -> str:
         """Tried again later ('failed'), or paused once the retries are used up."""
@@ -144,25 +157,21 @@ class ReminderRunner:
             retry_at = now + RETRY_DELAYS[claim.attempt - 1]
             self.db.reminders.finish(claim, "failed", next_due=None, error=error, retry_at=retry_at)
             return "failed"
-        self.db.reminders.pause(claim.reminder.id, f"it could not be delivered ({error})")
-        self.db.reminders.finish(claim, "failed", next_due=as_utc(claim.due_at), error=error)
+        self._pause(claim, f"it could not be delivered ({error})", error, status="failed")
         logger.warning(
             "reminder %s paused after %d attempts: %s", claim.reminder.id, claim.attempt, error
         )
         return "paused"
 
     async def _text(self, reminder: Reminder, due: datetime, late: bool) -> str:
-        note = (
-            f"_(late: this was due {local(due, reminder.timezone)}, and I was offline)_\n\n"
-            if late
-            else ""
-        )
+        note = f"_(late: this was due {local(due, reminder.timezone)})_\n\n" if late else ""
         if not reminder.prompt:
             return f"{note}⏰ **Reminder**: {reminder.text}"
         surface = Surface.recorded(
             reminder.platform, reminder.chat_type, reminder.chat_id, reminder.thread_id
         )
-        conv = self.agent.sessions.open(reminder.user_id, surface, f"reminder:{reminder.id}")
+        key = f"reminder:{reminder.id}"
+        conv = await self.db.run(self.agent.sessions.open, reminder.user_id, surface, key)
         result = await self.agent.turn(
             conv,
             f"[A scheduled task the user set up ({reminder.id}); do it now and answer them "
@@ -170,7 +179,7 @@ class ReminderRunner:
             + fence("task", reminder.text, "the task, in the user's words when they set it up"),
             surface,
         )
-        self.agent.sessions.end(conv, "scheduled_task")
+        await self.db.run(self.agent.sessions.end, conv, "scheduled_task")
         if not result.ok:
             raise RuntimeError(result.text)
         return f"{note}⏰ {result.text}"

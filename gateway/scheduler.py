@@ -38,6 +38,7 @@ from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 from apscheduler.util import ref_to_obj, undefined
 
+from gateway import logs
 from gateway.config import HermesConfig
 from hermes.state.db import SessionDB
 from hermes.state.models import Reminder, as_utc
@@ -57,6 +58,12 @@ class _Executor(AsyncIOExecutor):  # type: ignore[misc]
     """APScheduler's asyncio executor, whose shutdown cancels the running jobs whatever
     `wait` says (a consolidation cut mid-write, a traceback in the log at every stop
     that met one): `drain` lets them finish first."""
+
+    def _do_submit_job(self, job: Any, run_times: list[datetime]) -> None:
+        """Each run logged under its job's id: the task is made here and keeps the
+        context it is made in (else a wake-up set during a turn logs under that turn)."""
+        with logs.turn(job.id if job.id.startswith(REMINDER_JOB) else f"job:{job.id}"):
+            super()._do_submit_job(job, run_times)
 
     async def drain(self, timeout: float) -> None:
         running = [f for f in self._pending_futures if not f.done()]

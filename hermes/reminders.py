@@ -16,7 +16,9 @@ from hermes.state.models import Reminder, as_utc
 
 MIN_INTERVAL = timedelta(minutes=5)  # a recurring reminder runs at most this often
 MAX_AHEAD = timedelta(days=2 * 366)
-LATE_AFTER = timedelta(minutes=2)  # a run delivered later than this is marked late
+# a run delivered later than this is marked late: an exact wake-up is on time within a
+# second; a run only the 30 s sweep found (its instance died) is not
+LATE_AFTER = timedelta(seconds=15)
 
 NO_TIMEZONE = (
     "The user's time zone is not known, so a local time cannot be placed. Ask them for "

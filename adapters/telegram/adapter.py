@@ -8,9 +8,11 @@ fallback when Telegram rejects the entities.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -58,6 +60,8 @@ T = TypeVar("T")
 SEND_CONNECTIONS = 8
 BOT_DOWNLOAD_LIMIT = 20 * 1000 * 1000  # getFile serves files up to 20 MB
 POOL_TIMEOUT_S = 30.0  # waiting for a free connection is not a failure
+FINISH_IN_FLIGHT_S = 5.0  # at a stop, requests already sent get this long to end
+SENDS_LOST_AFTER_S = 120.0  # every send failing this long: the platform is restarted
 _CHAT_TYPES = {
     "private": ChatType.DM,
     "group": ChatType.GROUP,
@@ -218,6 +222,40 @@ class _WatchedPolling(HTTPXRequest):
         return code, body
 
 
+class _UnbrokenRequest(HTTPXRequest):
+    """The send pool's requests, each carried to its end even when its caller is
+    cancelled (a finished turn's "typing", a stream stopped, a stop).
+
+    httpcore loses the pool connection of a request cancelled in its first moments: after
+    eight such cancels (the pool's size) every Bot API call waits for a connection that
+    never comes back. A request already on its way costs nothing to finish; the caller
+    still returns at once.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(connection_pool_size=SEND_CONNECTIONS, pool_timeout=POOL_TIMEOUT_S)
+        self._in_flight: set[asyncio.Future[tuple[int, bytes]]] = set()
+
+    async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
+        request = asyncio.ensure_future(super().do_request(*args, **kwargs))
+        self._in_flight.add(request)
+        request.add_done_callback(_settled)
+        request.add_done_callback(self._in_flight.discard)
+        return await asyncio.shield(request)
+
+    async def shutdown(self) -> None:
+        """Requests still on their way end first (bounded), then the pool closes."""
+        if self._in_flight:
+            await asyncio.wait(set(self._in_flight), timeout=FINISH_IN_FLIGHT_S)
+        await super().shutdown()
+
+
+def _settled(request: asyncio.Future[Any]) -> None:
+    """A request nobody awaits any more: its failure is its caller's no longer."""
+    if not request.cancelled():
+        request.exception()
+
+
 class TelegramAdapter:
     name = "telegram"
     # 4,096 UTF-16 units per message, counted on the HTML that is sent
@@ -238,10 +276,9 @@ class TelegramAdapter:
         webhook: Webhook | None = None,
         menu: Sequence[MenuEntry] = (),
     ) -> None:
-        # 32 connections: httpx scans its whole pool on every request, so PTB's default of
-        # 256 costs more CPU than it saves waiting (bench/gateway_throughput.py)
-        builder = ApplicationBuilder().token(token)
-        builder = builder.connection_pool_size(SEND_CONNECTIONS).pool_timeout(POOL_TIMEOUT_S)
+        # SEND_CONNECTIONS: httpx scans its whole pool on every request, so PTB's default
+        # of 256 costs more CPU than it saves waiting (bench/gateway_throughput.py)
+        builder = ApplicationBuilder().token(token).request(_UnbrokenRequest())
         builder = builder.get_updates_request(_WatchedPolling(self._polled))
         if base_url:
             root = base_url.rstrip("/")
@@ -252,6 +289,8 @@ class TelegramAdapter:
         self.menu = [BotCommand(entry.name, entry.summary[:256]) for entry in menu]
         self._sink: EventSink | None = None
         self._poll_trouble = ""  # why the last poll failed; empty once one succeeds
+        # why the last send failed in transit, and since when sends fail; cleared by a success
+        self._send_trouble, self._sends_failing_since = "", 0.0
         self._token_refused = False
         self.app.add_handler(MessageHandler(filters.ALL, self._on_update))
         self.app.add_handler(CallbackQueryHandler(self._on_press))
@@ -323,7 +362,25 @@ class TelegramAdapter:
     async def connection(self) -> str:
         if self._token_refused:  # PTB ends its polling loop for good on 401 and 404
             return "lost: Telegram refused the bot token (it was revoked or is wrong)"
-        return f"reconnecting: {self._poll_trouble}" if self._poll_trouble else "connected"
+        if self._poll_trouble:
+            return f"reconnecting: {self._poll_trouble}"
+        if self._send_trouble:  # polling has its own connection: it can be fine meanwhile
+            failing = time.monotonic() - self._sends_failing_since
+            if failing >= SENDS_LOST_AFTER_S:  # a restart makes a fresh connection pool
+                return f"lost: every send failed for {failing:.0f} s ({self._send_trouble})"
+            return f"reconnecting: sends are failing ({self._send_trouble})"
+        return "connected"
+
+    def _sent(self, result: SendResult) -> SendResult:
+        """Note how a send went: a failure in transit (not an answer from Telegram, nor
+        its 429) means the platform cannot be reached, whatever polling says."""
+        if result.ok:
+            self._send_trouble = ""
+        elif result.outcome_unknown or (result.retryable and result.retry_after is None):
+            if not self._send_trouble:
+                self._sends_failing_since = time.monotonic()
+            self._send_trouble = result.error or "failed"
+        return result
 
     def _polled(self, status: int | None, trouble: str) -> None:
         if status == 200:
@@ -417,8 +474,8 @@ class TelegramAdapter:
             )
         )
         if isinstance(sent, SendResult):
-            return sent
-        return SendResult(True, (f"{chat.id}:{sent.message_id}",))
+            return self._sent(sent)
+        return self._sent(SendResult(True, (f"{chat.id}:{sent.message_id}",)))
 
     async def edit(self, chat: ChatRef, message_id: str, message: OutboundMessage) -> SendResult:
         """editMessageText, as HTML (plain when Telegram cannot parse it); an edit to the
@@ -448,8 +505,9 @@ class TelegramAdapter:
                     continue  # the same text, plain
                 return result
             if isinstance(done, SendResult):  # an edit is safe to make again, whatever
+                self._sent(done)
                 return replace(done, retryable=not (done.error or "").startswith("forbidden"))
-            return SendResult(True, (message_id,))
+            return self._sent(SendResult(True, (message_id,)))
         return result
 
     async def delete(self, chat: ChatRef, message_id: str) -> SendResult:
@@ -472,7 +530,10 @@ async def _outcome(call: Awaitable[T]) -> T | SendResult:
         return SendResult(False, error="rate limited", retryable=True, retry_after=seconds)
     except Forbidden as exc:
         return SendResult(False, error=f"forbidden: {exc}")  # blocked by the user
-    except TimedOut as exc:  # it may have been posted: resending could duplicate
+    except TimedOut as exc:
+        if isinstance(exc.__cause__, httpx.PoolTimeout | httpx.ConnectTimeout):  # not sent
+            return SendResult(False, error=f"not sent: {exc}", retryable=True)
+        # it may have been posted: resending could duplicate
         return SendResult(False, error=f"timed out, outcome unknown: {exc}", outcome_unknown=True)
     except NetworkError as exc:
         if isinstance(exc, BadRequest):

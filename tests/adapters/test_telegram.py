@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import random
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 import pytest
+from telegram.error import TimedOut
 
-from adapters.telegram.adapter import TelegramAdapter, to_event
+from adapters.telegram.adapter import TelegramAdapter, _outcome, to_event
 from gateway.config import HermesConfig
 from gateway.edge.chunking import utf16_length
+from gateway.edge.events import ChatRef, ChatType, OutboundMessage, SendResult
 from gateway.edge.ports import MenuEntry
 from hermes.state.db import SessionDB
 from tests.adapters.harness import run_gateway, slow_echo
@@ -224,3 +229,91 @@ def test_a_dropped_connection_is_recorded_and_not_resent(
         assert "outcome unknown" in (failure.error or "")
     finally:
         db.close()
+
+
+def test_requests_cancelled_at_any_moment_leave_the_send_pool_whole(
+    telegram: FakeTelegram,
+) -> None:
+    """A cancel in a request's first moments used to lose its pool connection: eight of
+    them (the pool's size) and every later Bot API call waited for a connection forever."""
+    chat = ChatRef("42", ChatType.DM)
+
+    async def body() -> list[SendResult]:
+        adapter = TelegramAdapter("123:TEST", base_url=telegram.base_url)
+        await adapter.app.initialize()
+        try:
+            pace = random.Random(7)
+            for number in range(200):
+                call = adapter.typing(chat) if number % 2 else adapter.send(_out(chat, "x"))
+                task = asyncio.ensure_future(call)
+                await asyncio.sleep(pace.random() * 0.005)  # anywhere in the request
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+            replies = [adapter.send(_out(chat, f"reply {n}")) for n in range(100)]
+            return await asyncio.wait_for(asyncio.gather(*replies), 20)
+        finally:
+            await adapter.app.shutdown()
+
+    results = asyncio.run(body())
+    assert all(result.ok for result in results), [r.error for r in results if not r.ok]
+    shown = {m["text"] for m in telegram.sent()}
+    assert {f"reply {n}" for n in range(100)} <= shown
+
+
+def test_sends_failing_in_transit_are_not_reported_connected(telegram: FakeTelegram) -> None:
+    """Polling has a connection of its own: while every send fails, the platform is not
+    "connected"; the next send that goes through makes it so again."""
+    chat = ChatRef("42", ChatType.DM)
+    telegram.faults.extend([Fault("sendMessage", drop=True), Fault("sendMessage", status=502)])
+
+    async def body() -> list[str]:
+        adapter = TelegramAdapter("123:TEST", base_url=telegram.base_url)
+        await adapter.app.initialize()
+        try:
+            states = [await adapter.connection()]
+            dropped = await adapter.send(_out(chat, "one"))
+            assert dropped.outcome_unknown
+            states.append(await adapter.connection())
+            answered = await adapter.send(_out(chat, "two"))  # 502: answered, not posted
+            assert answered.retryable and not answered.ok
+            states.append(await adapter.connection())
+            assert (await adapter.send(_out(chat, "three"))).ok
+            states.append(await adapter.connection())
+            return states
+        finally:
+            await adapter.app.shutdown()
+
+    first, dropped, answered, sent = asyncio.run(body())
+    assert first == "connected" and sent == "connected"
+    assert dropped.startswith("reconnecting: sends are failing")
+    assert answered.startswith("reconnecting: sends are failing")
+
+
+async def _pool_timeout() -> None:
+    """What python-telegram-bot raises when no connection of the pool came free."""
+    try:
+        raise httpx.PoolTimeout("no connection came free")
+    except httpx.PoolTimeout as exc:
+        raise TimedOut("Pool timeout: Request was *not* sent to Telegram.") from exc
+
+
+def test_a_send_that_never_left_is_sent_again_and_an_unknown_one_is_not() -> None:
+    waited = asyncio.run(_outcome(_pool_timeout()))
+    assert isinstance(waited, SendResult)
+    assert waited.retryable and not waited.outcome_unknown
+    assert (waited.error or "").startswith("not sent")
+
+    async def read_timeout() -> None:
+        try:
+            raise httpx.ReadTimeout("no answer")
+        except httpx.ReadTimeout as exc:
+            raise TimedOut() from exc
+
+    unknown = asyncio.run(_outcome(read_timeout()))
+    assert isinstance(unknown, SendResult)
+    assert unknown.outcome_unknown and not unknown.retryable
+
+
+def _out(chat: ChatRef, text: str) -> OutboundMessage:
+    return OutboundMessage(chat, text)

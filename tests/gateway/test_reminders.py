@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,6 +17,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from gateway import logs
 from gateway.app import App, build_app
 from gateway.commands.context import CommandContext
 from gateway.edge.events import SendResult
@@ -187,6 +189,38 @@ def test_due_reminder_is_delivered_once_to_its_chat_and_two_runners_never_double
     scenario(home, fake_llm, body, database_url)
 
 
+def test_a_run_only_the_sweep_found_is_marked_late_and_logged_under_its_own_id(
+    home: Path, fake_llm: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The instance that was to wake up for it died: another's sweep, up to 30 s later,
+    delivers it marked late; its lines carry the reminder's id, not the turn (here a
+    turn's context) that happened to be current."""
+
+    async def body(app: App, adapter: FakeAdapter, db: SessionDB) -> None:
+        clock = Clock()
+        on_time = await tool(db, clock).run(
+            {"action": "add", "message": "stretch", "when": "in 10 minutes"}
+        )
+        found = await tool(db, clock).run(
+            {"action": "add", "message": "call the bank", "when": "in 20 minutes"}
+        )
+        run = runner(app, db, clock)
+        caplog.handler.addFilter(logs.TurnTag())  # as the gateway's handler has
+        clock.advance(minutes=10, seconds=1)  # an exact wake-up: on time
+        assert await run.fire(on_time["id"]) == "delivered"
+        clock.advance(minutes=10, seconds=25)  # 26 s after its time, found by a sweep
+        with caplog.at_level(logging.INFO, logger="gateway.reminders"), logs.turn() as current:
+            assert await run.sweep() == 1
+        first, second = adapter.texts()
+        assert first == "⏰ **Reminder**: stretch"
+        assert second.startswith("_(late: this was due Tue 01 Dec 18:20)_")  # UTC: no zone set
+        assert [r.late for r in db.reminders.runs(found["id"])] == [True]
+        (line,) = [r for r in caplog.records if "delivered" in r.getMessage()]
+        assert line.__dict__["turn"] == f"reminder:{found['id']}" != current
+
+    scenario(home, fake_llm, body)
+
+
 def test_missed_runs_while_down_give_one_late_catch_up_then_the_next_time(
     home: Path, fake_llm: FakeOpenAI, database_url: str | None
 ) -> None:
@@ -206,7 +240,7 @@ def test_missed_runs_while_down_give_one_late_catch_up_then_the_next_time(
         assert reminder is not None and reminder.status == "active"
         assert reminder.due_at is not None
         assert reminder.due_at.replace(tzinfo=UTC) == datetime(2026, 12, 2, 1, tzinfo=UTC)  # 02:00
-        clock.advance(minutes=31)  # 01:01: the next run, on time
+        clock.advance(minutes=30, seconds=5)  # 02:00:05: the next run, on time
         assert await run.sweep() == 1 and len(adapter.texts()) == 2
         assert [r.late for r in db.reminders.runs(added["id"])] == [True, False]
 
@@ -229,9 +263,12 @@ def test_a_failed_delivery_is_retried_later_and_recorded_never_sent_twice(
         assert await run.sweep() == 0  # waits for its retry time
         clock.advance(seconds=RETRY_DELAYS[0].total_seconds())
         assert await run.sweep() == 1
-        assert adapter.texts() == ["⏰ **Reminder**: pay rent"]
+        # a minute after its time: said so
+        assert adapter.texts() == [
+            "_(late: this was due Tue 01 Dec 18:01)_\n\n⏰ **Reminder**: pay rent"
+        ]
         (record,) = db.reminders.runs(added["id"])
-        assert record.status == "delivered" and record.attempts == 2
+        assert record.status == "delivered" and record.attempts == 2 and record.late
         # an unknown outcome (a timeout: it may have been posted) is never sent again
         again = await tool(db, clock).run(
             {"action": "add", "message": "water plants", "when": "in 1 minute"}
