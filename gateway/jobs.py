@@ -7,32 +7,39 @@ restart, and returns a one-line summary that `hermes scheduler status` shows.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 
-from gateway.app import build_app, build_memory, side_model
+from gateway.app import App, build_app, build_memory, side_model
 from gateway.config import HermesConfig, SideTask, load_config, main_endpoint, open_state
 from gateway.pipeline.media import collect_garbage
+from hermes.agent.conversation import Conversation
 from hermes.llm.client import LLMClient
 from hermes.state.db import SessionDB
 
 logger = logging.getLogger(__name__)
 
 
+def _opened(home: Path) -> tuple[HermesConfig, SessionDB]:
+    config = load_config(home)
+    return config, open_state(home, config)
+
+
 @asynccontextmanager
 async def _resources(home: Path) -> AsyncIterator[tuple[HermesConfig, SessionDB, LLMClient | None]]:
-    config = load_config(home)
-    db = open_state(home, config)
+    """The home's config, state.db and memory model, opened and closed off the loop."""
+    config, db = await asyncio.to_thread(_opened, home)
     model = side_model(config, SideTask.MEMORY)
     try:
         yield config, db, model
     finally:
         if model is not None:
             await model.close()
-        db.close()
+        await asyncio.to_thread(db.close)
 
 
 async def consolidation_check(home: str) -> str:
@@ -56,7 +63,7 @@ async def memory_pending(home: str) -> str:
     async with _resources(Path(home)) as (config, db, model):
         service = build_memory(Path(home), config, db, model)
         try:
-            if not service.held_writes():
+            if not await db.run(service.held_writes):
                 return "no held writes"
             report = await service.settle_pending()
         finally:
@@ -68,30 +75,41 @@ async def idle_sessions(home: str) -> str:
     """Finalize sessions idle past `sessions.idle_minutes`, with a memory-review pass by
     the same agent the gateway runs (so privacy settings hold here too)."""
     path = Path(home)
-    config = load_config(path)
-    db = open_state(path, config)
+    config, db = await asyncio.to_thread(_opened, path)
     app = build_app(path, config, db) if main_endpoint(config) is not None else None
     try:
-        idle = db.conversations.idle_sessions(timedelta(minutes=config.sessions.idle_minutes))
+        idle = await db.run(
+            db.conversations.idle_sessions, timedelta(minutes=config.sessions.idle_minutes)
+        )
         for chat in idle:
-            conv = app.agent.sessions.resume(chat.user_id, chat.id) if app else None
-            if app is None or conv is None:
-                db.conversations.end_session(chat.id, "idle")
-                continue
-            app.agent.sessions.end(conv, "idle")
-            if conv.history:
+            conv = await db.run(_ended, app, db, chat.user_id, chat.id)
+            if app is not None and conv is not None and conv.history:
                 await app.agent.review(conv)
         return f"finalized {len(idle)} idle session(s)"
     finally:
         if app is not None:
             await app.close()
-        db.close()
+        await asyncio.to_thread(db.close)
+
+
+def _ended(app: App | None, db: SessionDB, user_id: str, session_id: str) -> Conversation | None:
+    """An idle session ended; its conversation when its memory review is to follow."""
+    conv = app.agent.sessions.resume(user_id, session_id) if app else None
+    if app is None or conv is None:
+        db.conversations.end_session(session_id, "idle")
+        return None
+    app.agent.sessions.end(conv, "idle")
+    return conv
 
 
 async def maintenance(home: str) -> str:
-    """Daily: WAL checkpoint, FTS optimize, and retention pruning when configured."""
-    config = load_config(Path(home))
-    db = open_state(Path(home), config)
+    """Daily: WAL checkpoint, FTS optimize, and retention pruning when configured; all of
+    it (SQL under the write lock, the media folder's walk) on a thread of its own."""
+    return await asyncio.to_thread(_maintain, Path(home))
+
+
+def _maintain(home: Path) -> str:
+    config, db = _opened(home)
     try:
         summary = db.upkeep.maintenance()
         days = config.sessions.retention_days
@@ -99,7 +117,7 @@ async def maintenance(home: str) -> str:
             summary += (
                 f"; pruned {db.upkeep.prune(days, dry_run=False)} session(s) older than {days} days"
             )
-        removed = collect_garbage(Path(home), db)  # photos etc. of sessions that are gone
+        removed = collect_garbage(home, db)  # photos etc. of sessions that are gone
         if removed:
             summary += f"; removed {removed} media file(s) no session refers to"
         if db.backend == "postgresql":  # several gateways: ids seen, released leases

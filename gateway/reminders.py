@@ -97,15 +97,11 @@ class ReminderRunner:
         if reminder is None or reminder.platform not in self.router.adapters:
             return "skipped"  # another process's platform: its sweep will run it
         now = self.clock()
-        if reminder.due_at is None or as_utc(reminder.due_at) > now:
-            return "skipped"  # not yet (a stale wake-up); its own job will come
-        if reminder.retry_at is not None and as_utc(reminder.retry_at) > now:
-            return "skipped"
         claim = await self.db.run(
-            self.db.reminders.claim, reminder_id, self.name, len(RETRY_DELAYS) + 1
+            self.db.reminders.claim, reminder_id, self.name, len(RETRY_DELAYS) + 1, now
         )
-        if claim is None:
-            return "skipped"  # delivered, being delivered, or not ours to send again
+        if claim is None:  # not due (a stale wake-up: its own job will come), delivered,
+            return "skipped"  # being delivered, or not ours to send again
         try:
             outcome = await self._run(claim, now)
         except Exception as exc:  # recorded, never lost silently

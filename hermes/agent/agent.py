@@ -214,10 +214,11 @@ class Agent:
         if conv.pointer:
             context, conv.pointer = f"{context}\n{conv.pointer}", ""
         writer = speaker.user_id if speaker else (None if conv.shared else conv.user_id)
-        tools = self.toolbox(conv, surface, cause, writer=writer)
         # the provider is the person's: not in a chat's shared session, nor where personal
         # memory is off (privacy.group_memory: none)
         personal = not conv.shared and self.sessions.personal(surface)
+        offered = await self.providers.atool_schemas(conv.user_id) if personal else []
+        tools = self.toolbox(conv, surface, cause, writer=writer, provider_tools=offered)
         recalled = await self.providers.recall(text, provider_session(conv)) if personal else ""
         if recalled:
             context = f"{context}\n{fence_recall(recalled)}"
@@ -248,9 +249,12 @@ class Agent:
         cause: int | None,
         *,
         writer: str | None = None,
+        provider_tools: list[dict[str, Any]] | None = None,
     ) -> ToolBox:
         """The turn's tools; memory writes go to `writer`'s stores (default: the
-        session's user; nobody's in a shared session without a known speaker)."""
+        session's user; nobody's in a shared session without a known speaker);
+        `provider_tools`: the memory provider's, as it offered them to the person
+        (`ProviderHost.atool_schemas`)."""
         owner = writer if writer is not None else (None if conv.shared else conv.user_id)
 
         async def remember(args: dict[str, Any]) -> dict[str, Any]:
@@ -281,11 +285,7 @@ class Agent:
                 judge=self.memory.judge,
             )
             tools.append(Tool(schedule.name, schedule.schema, schedule.run, "setting that up…"))
-        if not conv.shared and self.sessions.personal(surface):  # the person's own provider
-            tools += [
-                self._provider_tool(conv.user_id, s)
-                for s in self.providers.tool_schemas(conv.user_id)
-            ]
+        tools += [self._provider_tool(conv.user_id, s) for s in provider_tools or ()]
         return ToolBox(tools)
 
     def _provider_tool(self, user_id: str, schema: dict[str, Any]) -> Tool:

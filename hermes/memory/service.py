@@ -475,14 +475,19 @@ class MemoryService:
         )
         for run in runs:
             metrics.CONSOLIDATIONS.labels(run.outcome.status).inc()
-        for run in runs if self.providers.active else ():
-            if run.outcome.status == "applied":
-                text = self.of(run.user_id).file_store(run.target).read().raw
-                write = MemoryWrite(
-                    "consolidate", run.target.value, text, None, run.user_id, "consolidator"
-                )
-                self.providers.memory_written(write)
+        applied = [run for run in runs if run.outcome.status == "applied"]
+        if applied and self.providers.active:
+            await self.db.run(self._tell_providers, applied)
         return runs
+
+    def _tell_providers(self, runs: list[sweep.StoreRun]) -> None:
+        """The providers hear each consolidated store's new text."""
+        for run in runs:
+            text = self.of(run.user_id).file_store(run.target).read().raw
+            write = MemoryWrite(
+                "consolidate", run.target.value, text, None, run.user_id, "consolidator"
+            )
+            self.providers.memory_written(write)
 
     def request_check(self, user_id: str) -> None:
         """Check this user's stores in the background (once at a time per user)."""

@@ -50,19 +50,12 @@ async def check(
     """Consolidate each store over the threshold (all stores with `force`); `progress`
     hears (users done, users in all)."""
     runs = []
-    users = user_ids if user_ids is not None else users_with_memory(home, config, db)
+    users = user_ids if user_ids is not None else await db.run(users_with_memory, home, config, db)
     for done, user_id in enumerate(users, 1):
         if progress:
             progress(done - 1, len(users))
         memory = UserMemory(home, user_id, config, db)
-        for target in memory.enabled_targets():
-            state = memory.store(target).read().with_pending()
-            if not force and not (
-                over_threshold(state, config.consolidation) and due(db, user_id, target)
-            ):
-                continue
-            if force and len(state.entries) < 2:
-                continue
+        for target in await db.run(_to_consolidate, memory, db, config, force):
             outcome = await consolidate(
                 memory, target, db, model, config.consolidation, force=force
             )
@@ -70,6 +63,22 @@ async def check(
     if progress:
         progress(len(users), len(users))
     return runs
+
+
+def _to_consolidate(
+    memory: UserMemory, db: SessionDB, config: MemoryConfig, force: bool
+) -> list[Target]:
+    """The person's stores to consolidate now: over the threshold and not waiting out a
+    backoff (with `force`, every store of two entries or more)."""
+    chosen = []
+    for target in memory.enabled_targets():
+        state = memory.store(target).read().with_pending()
+        if force:
+            if len(state.entries) >= 2:
+                chosen.append(target)
+        elif over_threshold(state, config.consolidation) and due(db, memory.user_id, target):
+            chosen.append(target)
+    return chosen
 
 
 def crosses_threshold(used_before: int, used_after: int, limit: int, threshold: float) -> bool:

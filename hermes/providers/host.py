@@ -140,6 +140,7 @@ class ProviderHost:
         self._probed: _Probe | None = None  # the provider is made when first needed
         self._probing = threading.Lock()
         self._instances: dict[str, MemoryProvider] = {}
+        self._making: dict[str, threading.Lock] = {}  # a person's instance being made
         self._closing = False  # shutdown began: warm makes no more instances
         self._retired: list[MemoryProvider] = []  # instances of people linked away
         self._workers: dict[str, _Worker] = {}
@@ -186,6 +187,13 @@ class ProviderHost:
                 self._probed = _probe(self.factory)
         return self._probed
 
+    async def aactive(self) -> bool:
+        """`active` from async code: the first ask (the provider made and asked once,
+        seconds for an SDK) happens on a thread, and so does waiting for another
+        thread's ask."""
+        probed = self._probed
+        return probed.active if probed is not None else await asyncio.to_thread(lambda: self.active)
+
     # -- sessions ----------------------------------------------------------------------
 
     def session_started(
@@ -229,7 +237,7 @@ class ProviderHost:
 
     async def pre_compress(self, session: ProviderSession, messages: list[dict[str, Any]]) -> str:
         """Text the provider adds to the compression summary prompt ('' on failure)."""
-        provider = self._instance(session.user_id) if self.active else None
+        provider = await self._ainstance(session.user_id) if await self.aactive() else None
         if provider is None:
             return ""
         try:
@@ -246,12 +254,12 @@ class ProviderHost:
     async def recall(self, query: str, session: ProviderSession) -> str:
         """The provider's recall for this turn, or '' (mode `tools`, a trivial prompt,
         too slow, failed)."""
-        if not self.active or self.recall_mode is RecallMode.TOOLS or is_trivial(query):
+        if self.recall_mode is RecallMode.TOOLS or is_trivial(query) or not await self.aactive():
             return ""
         if not self.breaker.allows():
             self._skip("unreachable")  # the service keeps failing: not asked meanwhile
             return ""
-        provider = self._instance(session.user_id)
+        provider = await self._ainstance(session.user_id)
         if provider is None:
             return ""
         self._loop = asyncio.get_running_loop()
@@ -389,8 +397,15 @@ class ProviderHost:
             offered.append(schema)
         return offered
 
+    async def atool_schemas(self, user_id: str) -> list[dict[str, Any]]:
+        """`tool_schemas` from async code: making the person's instance and asking it
+        (bounded, possibly seconds) happen on a thread, never on the event loop."""
+        if self.recall_mode is RecallMode.CONTEXT or not await self.aactive():
+            return []
+        return await asyncio.to_thread(self.tool_schemas, user_id)
+
     async def call_tool(self, user_id: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
-        provider = self._instance(user_id) if self.active else None
+        provider = await self._ainstance(user_id) if await self.aactive() else None
         if provider is None:
             return {"success": False, "error": "the memory provider is off"}
         try:
@@ -505,29 +520,44 @@ class ProviderHost:
     def _instance(self, user_id: str) -> MemoryProvider | None:
         """The person's instance; a new one is initialized with their user id at once
         (outside any session: a memory write from the CLI, a merge), so it never acts
-        for nobody."""
+        for nobody. Made under the person's own lock: a slow client for one person
+        keeps nobody else waiting."""
         with self._lock:
             provider = self._instances.get(user_id)
             if provider is not None or self.factory is None:
                 return provider
+            making = self._making.setdefault(user_id, threading.Lock())
+        with making:
+            with self._lock:
+                provider = self._instances.get(user_id)
+            if provider is not None:  # made while this call waited
+                return provider
             try:
-                provider = self._instances[user_id] = self.factory()
+                made = self.factory()
             except Exception:
                 logger.exception("memory provider %s: could not be created", self.name)
                 return None
-        made = provider
 
-        def start() -> None:
-            made.initialize(
-                "",
-                hermes_home=self.home,
-                platform="",
-                user_id=user_id,
-                agent_context=AgentContext.PRIMARY.value,
-            )
+            def start() -> None:
+                made.initialize(
+                    "",
+                    hermes_home=self.home,
+                    platform="",
+                    user_id=user_id,
+                    agent_context=AgentContext.PRIMARY.value,
+                )
 
-        self._bounded_sync("initialize", start, None)
-        return provider
+            self._bounded_sync("initialize", start, None)
+            with self._lock:
+                self._instances[user_id] = made
+                self._making.pop(user_id, None)
+        return made
+
+    async def _ainstance(self, user_id: str) -> MemoryProvider | None:
+        """`_instance` from async code: one not made yet is made on a thread."""
+        with self._lock:
+            provider = self._instances.get(user_id)
+        return provider or await asyncio.to_thread(self._instance, user_id)
 
     def _writer(self, session: ProviderSession) -> MemoryProvider | None:
         if not self.active or session.agent_context is not AgentContext.PRIMARY:

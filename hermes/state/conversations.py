@@ -109,7 +109,8 @@ class ConversationDB:
             session.add(row)
             return row
 
-        return eng.with_retry(self.engine, work, self.patience)
+        # new rows only (the prompt kept once, whoever stores it first): no lock
+        return eng.with_retry(self.engine, work, self.patience, keys=())
 
     def get_session(self, session_id: str, user_id: str) -> ChatSession | None:
         """The session if it belongs to `user_id`; another user's id gives None."""
@@ -450,11 +451,19 @@ class ConversationDB:
 
 
 def _store_prompt(session: Session, text: str) -> str:
+    """The prompt kept once by its hash (two sessions starting at once with the same
+    prompt, on PostgreSQL side by side: the second insert settles on the first)."""
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     if session.get(SystemPrompt, digest) is None:
-        session.add(SystemPrompt(hash=digest, text=text))
-        session.flush()
+        now = eng.sql_time(utcnow())
+        session.execute(_KEEP_PROMPT, {"hash": digest, "text": text, "now": now})
     return digest
+
+
+_KEEP_PROMPT = text(
+    "INSERT INTO system_prompts (hash, text, created_at) VALUES (:hash, :text, :now) "
+    "ON CONFLICT DO NOTHING"
+)
 
 
 _SESSION_ROW = "SELECT user_id, platform FROM sessions WHERE id = ?"

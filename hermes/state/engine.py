@@ -12,9 +12,10 @@ import contextlib
 import logging
 import os
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -267,14 +268,42 @@ def _postgres(engine: Engine) -> bool:
     return engine.dialect.name == "postgresql"
 
 
-# the write transaction that `in_one_transaction` holds in this thread (or task), with
-# its engine: repository calls on that engine join it instead of starting their own
-_JOINED: ContextVar[tuple[Engine, Connection] | None] = ContextVar("joined", default=None)
+Keys = Sequence[str] | None
+"""What a write locks on PostgreSQL (SQLite has one writer at a time whatever it says):
+None, the whole database (as SQLite's write lock: for work spanning people, a link, a
+prune); or the keys of what it reads and changes ("identity:telegram:42", "reminder:R1";
+() for a write of new rows only), each locked for the transaction, so writes of other
+keys go on beside it (hermes/state/postgres.py `take_locks`)."""
 
 
-def _joined(engine: Engine) -> Connection | None:
+@dataclass
+class _Held:
+    """The write transaction that `in_one_transaction` holds in this thread (or task):
+    repository calls on its engine join it instead of starting their own; the keys it
+    holds (None: the whole database) grow with what they ask for."""
+
+    engine: Engine
+    conn: Connection
+    keys: set[str] | None
+
+
+_JOINED: ContextVar[_Held | None] = ContextVar("joined", default=None)
+
+
+def _joined(engine: Engine, keys: Keys = None) -> Connection | None:
+    """The held transaction on `engine`, if any, with `keys` (None: the whole
+    database) taken in it too when it did not hold them yet."""
     held = _JOINED.get()
-    return held[1] if held is not None and held[0] is engine else None
+    if held is None or held.engine is not engine:
+        return None
+    if _postgres(engine) and held.keys is not None:
+        if keys is None:
+            postgres.take_locks(held.conn, None)
+            held.keys = None
+        elif missing := set(keys) - held.keys:
+            postgres.take_locks(held.conn, sorted(missing), shared_held=True)
+            held.keys |= missing
+    return held.conn
 
 
 def unavailable(exc: DBAPIError) -> StateDBError:
@@ -296,13 +325,15 @@ def explained(engine: Engine) -> Iterator[None]:
         raise unavailable(exc) from exc
 
 
-def in_one_transaction(engine: Engine, work: Callable[[], T], patience: float) -> T:
-    """Run `work` in one write transaction (the write lock taken first, as by
+def in_one_transaction(
+    engine: Engine, work: Callable[[], T], patience: float, *, keys: Keys = None
+) -> T:
+    """Run `work` in one write transaction (the write lock, or `keys`, taken first, as by
     `with_retry`) that every repository call it makes on this engine joins: what they
     write commits together or not at all. The whole of `work` is retried while the
     database is locked (or, on PostgreSQL, while it collides), so it must be safe to run
     again after a rollback. Inside another such transaction, `work` simply joins it."""
-    if _joined(engine) is not None:
+    if _joined(engine, keys) is not None:
         return work()
     if _postgres(engine):
         connectable, backoff = engine, postgres.write_patience(patience)
@@ -313,8 +344,8 @@ def in_one_transaction(engine: Engine, work: Callable[[], T], patience: float) -
         try:
             with connectable.connect() as conn, conn.begin():
                 if _postgres(engine):
-                    postgres.take_write_lock(conn)
-                token = _JOINED.set((engine, conn))
+                    postgres.take_locks(conn, keys)
+                token = _JOINED.set(_Held(engine, conn, None if keys is None else set(keys)))
                 try:
                     return work()
                 finally:
@@ -331,14 +362,17 @@ def _joined_session(conn: Connection) -> Iterator[Session]:
         session.flush()
 
 
-def with_retry(engine: Engine, work: Callable[[Session], T], patience: float) -> T:
+def with_retry(
+    engine: Engine, work: Callable[[Session], T], patience: float, *, keys: Keys = None
+) -> T:
     """Run `work` in a BEGIN IMMEDIATE transaction, retrying while the database is locked
-    (on PostgreSQL: SERIALIZABLE, retried while it collides with other writers)."""
-    if (held := _joined(engine)) is not None:
+    (on PostgreSQL: READ COMMITTED under the whole database's lock, or `keys`' locks,
+    retried while it collides with other writers)."""
+    if (held := _joined(engine, keys)) is not None:
         with _joined_session(held) as session:
             return work(session)
     if _postgres(engine):
-        return postgres.with_retry(engine, work, patience)
+        return postgres.with_retry(engine, work, patience, keys)
     writer = engine.execution_options(sqlite_begin="IMMEDIATE")
     backoff = Patience(patience)
     while True:
@@ -372,6 +406,7 @@ def with_raw_retry(
     patience: float,
     *,
     begin: str = "IMMEDIATE",
+    keys: Keys = None,
 ) -> T:
     """`with_retry` for the hot path: `work` gets the pooled sqlite3 connection itself,
     inside BEGIN IMMEDIATE ... COMMIT, with no ORM session around it. With
@@ -379,15 +414,16 @@ def with_raw_retry(
     before it writes: a third of the cost of a SQLAlchemy connection). With
     begin="APPEND", a write each of whose statements is safe beside others (inserts that
     settle on their keys, counters updated in place): on SQLite the same as IMMEDIATE, on
-    PostgreSQL READ COMMITTED, so concurrent appenders never retry each other."""
-    if (held := _joined(engine)) is not None:
+    PostgreSQL READ COMMITTED, so concurrent appenders never retry each other. `keys`:
+    what an IMMEDIATE write locks on PostgreSQL (see `Keys`)."""
+    if (held := _joined(engine, () if begin == "APPEND" else keys)) is not None:
         if _postgres(engine):
             return work(postgres.Raw(held))
         driver = held.connection.driver_connection
         assert isinstance(driver, sqlite3.Connection)
         return work(driver)
     if _postgres(engine):
-        return postgres.with_raw_retry(engine, work, patience, begin)
+        return postgres.with_raw_retry(engine, work, patience, begin, keys)
     backoff = Patience(patience)
     mode = "IMMEDIATE" if begin == "APPEND" else begin
     while True:

@@ -26,7 +26,15 @@ from hermes.callers import ours, shown
 
 logger = logging.getLogger(__name__)
 _NOT_A_CALLER = ("/hermes/state/", "/contextlib.py")
-_WAYS_IN = ("/gateway/pipeline/", "/gateway/commands/", "/gateway/admission/", "/adapters/")
+_WAYS_IN = (  # the product's: messages, commands, scheduled work
+    "/gateway/pipeline/",
+    "/gateway/commands/",
+    "/gateway/admission/",
+    "/adapters/",
+    "/gateway/jobs.py",
+    "/gateway/reminders.py",
+    "/gateway/scheduler.py",
+)
 
 
 class LoopGuard:
@@ -78,7 +86,8 @@ class LoopGuard:
 
 def _a_tests_own(frames: list[Any]) -> bool:
     """Work a test's own code asked for directly (setting up, or reading what it
-    checks), not through the product's ways in (the pipeline, commands, adapters): a
+    checks), not through the product's ways in (the pipeline, commands, adapters, the
+    scheduler's jobs): a
     test frame is met before any of theirs, going outwards."""
     for frame in frames:
         if "/tests/" in frame.filename:

@@ -132,7 +132,7 @@ class MemoryLogDB:
         def work(raw: eng.RawConnection) -> int:
             return int(raw.execute(_INSERT_INTENT, row).fetchone()[0])
 
-        return eng.with_raw_retry(self.engine, work, self.patience)
+        return eng.with_raw_retry(self.engine, work, self.patience, begin="APPEND")
 
     def complete_change(self, intent_id: int, versions: list[int] | None = None) -> bool:
         """The file holds the intent's text: log its events and version (one transaction;
@@ -149,7 +149,9 @@ class MemoryLogDB:
             raw.execute(_DELETE_INTENT, (intent_id,))
             return True, logged
 
-        done, logged = eng.with_raw_retry(self.engine, work, self.patience)
+        # the intent's lock: the writer and a reconcile never complete it both
+        keys = [f"intent:{intent_id}"]
+        done, logged = eng.with_raw_retry(self.engine, work, self.patience, keys=keys)
         if versions is not None and logged is not None:
             versions.append(logged)
         return done
@@ -177,7 +179,10 @@ class MemoryLogDB:
     def drop_change(self, intent_id: int) -> None:
         """The file never got the intent's text: forget it."""
         eng.with_raw_retry(
-            self.engine, lambda raw: raw.execute(_DELETE_INTENT, (intent_id,)), self.patience
+            self.engine,
+            lambda raw: raw.execute(_DELETE_INTENT, (intent_id,)),
+            self.patience,
+            keys=[f"intent:{intent_id}"],
         )
 
     def expected_text(self, user_id: str, target: str) -> str | None:

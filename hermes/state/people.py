@@ -168,7 +168,9 @@ class PeopleDB(Stamped):
             )
             return user.id
 
-        return eng.with_retry(self.engine, work, self.patience)
+        # the identity's own lock: its first messages at once make one user, not two
+        key = f"identity:{platform}:{platform_user_id}"
+        return eng.with_retry(self.engine, work, self.patience, keys=[key])
 
     def identities_of(self, user_id: str) -> list[Identity]:
         with eng.reading(self.engine) as session:

@@ -51,7 +51,8 @@ T = TypeVar("T")
 
 RETRYABLE = frozenset({"40001", "40P01"})  # serialization failure, deadlock detected
 MIGRATION_LOCK = 0x6865726D  # "herm": the advisory lock of a schema change
-WRITE_LOCK = 0x68657277  # "herw": the one writer at a time (as SQLite's write lock)
+WRITE_LOCK = 0x68657277  # "herw": the whole database's writer (as SQLite's write lock)
+KEY_LOCKS = 0x686B  # "hk": the first number of every key's lock (take_locks)
 _PLACEHOLDER = re.compile(r"\?")
 
 # a message a model should embed (when hybrid search is on) goes on the queue
@@ -249,15 +250,21 @@ def write_patience(patience: float) -> Patience:
     )
 
 
-def with_retry(engine: Engine, work: Callable[[Session], T], patience: float) -> T:
-    """Run `work` in a transaction holding the write lock (one writer at a time, as on
-    SQLite), retried while the server reports a collision. (READ COMMITTED, the
-    server's default: no isolation level is set or reset around it.)"""
+def with_retry(
+    engine: Engine,
+    work: Callable[[Session], T],
+    patience: float,
+    keys: Sequence[str] | None = None,
+) -> T:
+    """Run `work` in a transaction holding the whole database's write lock (one writer
+    at a time, as on SQLite) or `keys`' locks, retried while the server reports a
+    collision. (READ COMMITTED, the server's default: no isolation level is set or
+    reset around it.)"""
     backoff = write_patience(patience)
     while True:
         try:
             with Session(engine, expire_on_commit=False) as session:
-                session.connection().exec_driver_sql(_TAKE_WRITE_LOCK)
+                take_locks(session.connection(), keys)
                 result = work(session)
                 session.commit()
                 return result
@@ -265,8 +272,22 @@ def with_retry(engine: Engine, work: Callable[[Session], T], patience: float) ->
             backoff.wait(exc)
 
 
-def take_write_lock(conn: Connection) -> None:
-    conn.exec_driver_sql(_TAKE_WRITE_LOCK)
+def take_locks(conn: Connection, keys: Sequence[str] | None, *, shared_held: bool = False) -> None:
+    """A write's locks, for its transaction: with no keys (None) the whole database's
+    write lock, exclusive; else that lock shared (a whole-database writer waits for
+    keyed ones and they for it, while keyed writers go on side by side) and each key's
+    own lock, in sorted order (two writers never wait for each other in a circle). One
+    round trip. A key is a lock of the two-number space, (KEY_LOCKS, hash of the key),
+    which never meets the one-number locks: a hash collision only makes two keys wait
+    for each other."""
+    if keys is None:
+        conn.exec_driver_sql(_TAKE_WRITE_LOCK)
+        return
+    ordered = sorted(set(keys))
+    calls = [] if shared_held else [f"pg_advisory_xact_lock_shared({WRITE_LOCK})"]
+    calls += [f"pg_advisory_xact_lock({KEY_LOCKS}, hashtext(%s))"] * len(ordered)
+    if calls:
+        conn.exec_driver_sql("SELECT " + ", ".join(calls), tuple(ordered))
 
 
 class Raw:
@@ -299,7 +320,13 @@ _LEVELS = {"IMMEDIATE": "READ COMMITTED", "DEFERRED": "REPEATABLE READ", "APPEND
 _TAKE_WRITE_LOCK = f"SELECT pg_advisory_xact_lock({WRITE_LOCK})"
 
 
-def with_raw_retry(engine: Engine, work: Callable[[Raw], T], patience: float, begin: str) -> T:
+def with_raw_retry(
+    engine: Engine,
+    work: Callable[[Raw], T],
+    patience: float,
+    begin: str,
+    keys: Sequence[str] | None = None,
+) -> T:
     level = _LEVELS[begin]  # the server's default (READ COMMITTED) is never set and reset
     connectable = (
         engine if level == "READ COMMITTED" else engine.execution_options(isolation_level=level)
@@ -309,7 +336,7 @@ def with_raw_retry(engine: Engine, work: Callable[[Raw], T], patience: float, be
         try:
             with connectable.connect() as conn, conn.begin():
                 if begin == "IMMEDIATE":
-                    conn.exec_driver_sql(_TAKE_WRITE_LOCK)
+                    take_locks(conn, keys)
                 return work(Raw(conn))
         except (OperationalError, DBAPIError) as exc:
             backoff.wait(exc)
@@ -688,7 +715,7 @@ __all__ = [
     "reading",
     "server_version",
     "stamp",
-    "take_write_lock",
+    "take_locks",
     "touch",
     "version",
     "with_raw_retry",

@@ -19,7 +19,7 @@ from sqlalchemy import func, update
 from sqlmodel import Session, col, select
 
 from hermes.state import engine as eng
-from hermes.state.models import Reminder, ReminderRun, User, utcnow
+from hermes.state.models import Reminder, ReminderRun, User, as_utc, utcnow
 
 ID_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: typed from a phone
 LIVE = ("active", "paused")
@@ -45,8 +45,8 @@ class RemindersDB:
         # process shows within ZONE_TTL_S; this process's own changes at once)
         self._zones: dict[str, tuple[str | None, float]] = {}
 
-    def _write(self, work: Any) -> Any:
-        return eng.with_retry(self.engine, work, self.patience)
+    def _write(self, work: Any, keys: eng.Keys) -> Any:
+        return eng.with_retry(self.engine, work, self.patience, keys=keys)
 
     # -- time zones ----------------------------------------------------------------------
 
@@ -70,7 +70,7 @@ class RemindersDB:
             return bool(getattr(result, "rowcount", 0))
 
         self._zones.pop(user_id, None)
-        return bool(self._write(work))
+        return bool(self._write(work, ()))  # one row's update: the row's own lock
 
     # -- reminders -----------------------------------------------------------------------
 
@@ -92,7 +92,8 @@ class RemindersDB:
             session.expunge(reminder)
             return reminder
 
-        result: Reminder | None = self._write(work)
+        # the person's count is read, then added to: their adds go one at a time
+        result: Reminder | None = self._write(work, [f"reminders-of:{reminder.user_id}"])
         return result
 
     def get(self, reminder_id: str) -> Reminder | None:
@@ -141,7 +142,7 @@ class RemindersDB:
             session.expunge(row)
             return row
 
-        result: Reminder | None = self._write(work)
+        result: Reminder | None = self._write(work, [_key(reminder_id)])
         return result
 
     def pause(self, reminder_id: str, reason: str) -> None:
@@ -151,17 +152,22 @@ class RemindersDB:
                 row.status, row.reason = "paused", reason
                 session.add(row)
 
-        self._write(work)
+        self._write(work, [_key(reminder_id)])
 
     # -- runs ------------------------------------------------------------------------------
 
-    def claim(self, reminder_id: str, by: str, max_attempts: int) -> Claim | None:
-        """Take the reminder's current run to deliver it; None when it is not due any
-        more, was delivered (or may have been), or someone else is delivering it."""
+    def claim(self, reminder_id: str, by: str, max_attempts: int, now: datetime) -> Claim | None:
+        """Take the reminder's current run to deliver it; None when it is not due at
+        `now` (not yet, or waiting for its retry), was delivered (or may have been), or
+        someone else is delivering it. Whether it is due is read here, in the claim's
+        transaction: a run another process just finished has moved the reminder on to
+        its next time, which must not be taken for due."""
 
         def work(session: Session) -> Claim | None:
             row = session.get(Reminder, reminder_id)
             if row is None or row.status != "active" or row.due_at is None:
+                return None
+            if as_utc(row.due_at) > now or (row.retry_at and as_utc(row.retry_at) > now):
                 return None
             run = session.get(ReminderRun, (reminder_id, row.due_at))
             if run is None:
@@ -183,7 +189,7 @@ class RemindersDB:
             session.expunge(row)
             return Claim(row, row.due_at, attempt)
 
-        result: Claim | None = self._write(work)
+        result: Claim | None = self._write(work, [_key(reminder_id)])
         return result
 
     def finish(
@@ -223,7 +229,7 @@ class RemindersDB:
                     row.status = "done"
             session.add(row)
 
-        self._write(work)
+        self._write(work, [_key(claim.reminder.id)])
 
     def runs(self, reminder_id: str) -> list[ReminderRun]:
         with eng.reading(self.engine) as session:
@@ -233,6 +239,11 @@ class RemindersDB:
                 .order_by(col(ReminderRun.due_at))
             )
             return list(session.exec(query))
+
+
+def _key(reminder_id: str) -> str:
+    """A reminder's lock: its runs are claimed and finished one writer at a time."""
+    return f"reminder:{reminder_id.strip().upper()}"
 
 
 __all__ = ["Claim", "RemindersDB", "new_reminder_id"]

@@ -178,7 +178,7 @@ class ServerSidecar:
     @contextmanager
     def _server_write(self) -> Iterator[postgres.Raw]:
         with self.engine.connect() as conn, conn.begin():
-            postgres.take_write_lock(conn)
+            postgres.take_locks(conn, None)
             yield postgres.Raw(conn)
 
 

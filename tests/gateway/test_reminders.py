@@ -189,6 +189,29 @@ def test_due_reminder_is_delivered_once_to_its_chat_and_two_runners_never_double
     scenario(home, fake_llm, body, database_url)
 
 
+def test_a_run_another_process_just_finished_is_not_taken_for_the_next_one(
+    home: Path, fake_llm: FakeOpenAI, database_url: str | None
+) -> None:
+    """Two gateways read the same due reminder; one delivers it and moves it on to its
+    next time before the other claims: that claim finds nothing due (it used to claim
+    the next run, an hour early, and send it at once)."""
+
+    async def body(app: App, adapter: FakeAdapter, db: SessionDB) -> None:
+        clock = Clock()
+        added = await tool(db, clock).run(
+            {"action": "add", "message": "stand up", "cron": "0 * * * *", "timezone": "UTC"}
+        )
+        clock.advance(hours=1)  # 19:00, due
+        first = db.reminders.claim(added["id"], "gw1", 4, clock())
+        assert first is not None
+        db.reminders.finish(first, "delivered", next_due=clock() + timedelta(hours=1))
+        assert db.reminders.claim(added["id"], "gw2", 4, clock()) is None
+        clock.advance(hours=1)
+        assert db.reminders.claim(added["id"], "gw2", 4, clock()) is not None  # now it is
+
+    scenario(home, fake_llm, body, database_url)
+
+
 def test_a_run_only_the_sweep_found_is_marked_late_and_logged_under_its_own_id(
     home: Path, fake_llm: FakeOpenAI, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -215,7 +238,7 @@ def test_a_run_only_the_sweep_found_is_marked_late_and_logged_under_its_own_id(
         assert first == "⏰ **Reminder**: stretch"
         assert second.startswith("_(late: this was due Tue 01 Dec 18:20)_")  # UTC: no zone set
         assert [r.late for r in db.reminders.runs(found["id"])] == [True]
-        (line,) = [r for r in caplog.records if "delivered" in r.getMessage()]
+        (line,) = [r for r in caplog.records if "delivered (late)" in r.getMessage()]
         assert line.__dict__["turn"] == f"reminder:{found['id']}" != current
 
     scenario(home, fake_llm, body)

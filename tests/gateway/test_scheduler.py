@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 
 from gateway import jobs
 from gateway.config import load_config
+from gateway.reminders import sweep_job
 from gateway.scheduler import RUN_AT_ONCE, Scheduler, job_specs, read_status
 from hermes.identity import owner_user_id
 from hermes.llm.client import LLMClient
@@ -24,6 +26,7 @@ from hermes.memory import entries as fmt
 from hermes.memory.consolidation import INSTRUCTIONS
 from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
+from hermes.state.loopguard import GUARD
 from hermes.state.models import as_utc, utcnow
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.harness.cli import HERMES, hermes
@@ -81,13 +84,28 @@ def test_restart_keeps_the_schedule(home: Path, fake_llm: FakeOpenAI) -> None:
     assert first == second and all(first.values())
 
 
-def test_jobs_do_their_work(home: Path, fake_llm: FakeOpenAI) -> None:
+def off_the_loop(job: Callable[[str], Awaitable[str]], home: Path) -> str:
+    """A job's run, with none of its database work on the event loop's thread (the
+    gateway's chats share that loop): file walks and SQL happen on other threads."""
+
+    async def go() -> tuple[str, list[str]]:
+        with GUARD.watching(asyncio.get_running_loop()) as seen:
+            result = await job(str(home))
+            return result, list(seen)
+
+    result, seen = asyncio.run(go())
+    assert seen == [], "\n".join(dict.fromkeys(seen))
+    return result
+
+
+def test_jobs_do_their_work_off_the_loop(home: Path, fake_llm: FakeOpenAI) -> None:
     configure(home, fake_llm)
     path = fill_store(home)
     fake_llm.default = good_proposal()
-    assert asyncio.run(jobs.consolidation_check(str(home))) == "applied: 1"
+    assert off_the_loop(jobs.consolidation_check, home) == "applied: 1"
     assert len(fmt.parse(path.read_text())) == CONSOLIDATED
-    assert asyncio.run(jobs.consolidation_check(str(home))) == "all stores under the threshold"
+    assert off_the_loop(jobs.consolidation_check, home) == "all stores under the threshold"
+    assert off_the_loop(jobs.memory_pending, home) == "no held writes"
     db = SessionDB.open(home)
     user = owner_user_id(home)
     db.people.ensure_user(user)
@@ -99,12 +117,13 @@ def test_jobs_do_their_work(home: Path, fake_llm: FakeOpenAI) -> None:
     )
     fresh = db.conversations.start_session(user, "cli", "k2")
     fake_llm.default = Reply(text="nothing")
-    assert asyncio.run(jobs.idle_sessions(str(home))) == "finalized 1 idle session(s)"
+    assert off_the_loop(jobs.idle_sessions, home) == "finalized 1 idle session(s)"
     ended = db.conversations.get_session(old.id, user)
     assert ended is not None and ended.end_reason == "idle"
     still = db.conversations.get_session(fresh.id, user)
     assert still is not None and still.ended_at is None
-    assert asyncio.run(jobs.maintenance(str(home))).startswith("fts optimized")
+    assert off_the_loop(jobs.maintenance, home).startswith("fts optimized")
+    assert off_the_loop(sweep_job, home) == "no runner in this process"
     db.close()
 
 

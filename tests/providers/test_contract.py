@@ -65,12 +65,14 @@ class Recorder(BaseProvider):
         *,
         prefetch_delay: float = 0.0,
         sync_delay: float = 0.0,
+        schema_delay: float = 0.0,
         fail: bool = False,
         huge: bool = False,
     ) -> None:
         super().__init__(settings)
         self.calls: list[tuple[str, Any]] = []
         self.prefetch_delay, self.sync_delay = prefetch_delay, sync_delay
+        self.schema_delay = schema_delay  # blocking, as an SDK client's calls are
         self.fail, self.huge = fail, huge
         self.closed = False
 
@@ -115,6 +117,7 @@ class Recorder(BaseProvider):
         self._called("end", len(messages))
 
     def get_tool_schemas(self) -> list[dict[str, Any]]:
+        time.sleep(self.schema_delay)
         return [DEEP_TOOL, SHADOW_TOOL]
 
     async def handle_tool_call(self, name: str, args: dict[str, Any]) -> str:
@@ -133,13 +136,17 @@ class Recorder(BaseProvider):
 class Made:
     """A factory that keeps the instances it made (one per person)."""
 
-    def __init__(self, **options: Any) -> None:
-        self.options = options
+    def __init__(self, *, make_delay: float = 0.0, **options: Any) -> None:
+        self.options, self.make_delay = options, make_delay  # a client slow to make
         self.instances: list[Recorder] = []
+        self.making: list[tuple[float, float]] = []  # when each began and ended
 
     def __call__(self) -> Recorder:
+        began = time.monotonic()
+        time.sleep(self.make_delay)  # an SDK imported, its client built: blocking
         made = Recorder(**self.options)
         self.instances.append(made)
+        self.making.append((began, time.monotonic()))
         return made
 
     def of(self, user_id: str) -> Recorder:
@@ -386,6 +393,43 @@ def test_a_slow_prefetch_is_skipped_within_its_bound(home: Path, fake_llm: FakeO
     )
     assert elapsed < 5 and skipped == 1
     assert RECALL not in fake_llm.requests[0]["messages"][-1]["content"]
+
+
+def test_a_slow_provider_client_holds_up_neither_the_loop_nor_other_people(
+    home: Path, fake_llm: FakeOpenAI
+) -> None:
+    """Two new people write at once; the provider takes a second to make each one's
+    client and half a second to list its tools: the event loop runs on meanwhile (a
+    ticker every 10 ms never waits long), and the two clients are made side by side,
+    not one after the other under one lock."""
+    fake_llm.default = Reply(text="hello")
+    made = Made(make_delay=1.0, schema_delay=0.5)
+
+    async def body(router: Router, adapter: FakeAdapter) -> float:
+        worst, last = 0.0, time.monotonic()
+
+        async def ticker() -> None:
+            nonlocal worst, last
+            while True:
+                await asyncio.sleep(0.01)
+                worst, last = max(worst, time.monotonic() - last), time.monotonic()
+
+        await adapter.deliver(dm("carol", "hi"))  # the first model call imports the SDK's
+        await adapter.wait_for(1, timeout=30)  # types, once per process: not measured
+        last = time.monotonic()
+        counting = asyncio.create_task(ticker())
+        try:
+            await adapter.deliver(dm("alice", "what is my cat called?"))
+            await adapter.deliver(dm("bob", "what is my dog called?"))
+            await adapter.wait_for(3, timeout=30)
+        finally:
+            counting.cancel()
+        return worst
+
+    worst = live(home, fake_llm, made, body, memory={"review_interval": 0})
+    assert worst < 0.4  # the loop's longest wait: half a second per tool listing on it
+    first, second = made.making[-2:]  # the probe's own instance came first
+    assert first[0] < second[1] and second[0] < first[1]  # made at the same time
 
 
 def test_a_failing_provider_never_fails_a_turn_or_a_memory_write(

@@ -1,0 +1,171 @@
+"""Locks by key on PostgreSQL: a write locks what it touches (a person's identity, a
+reminder, a memory change), not the whole database, so several gateways' writes of
+different people go on side by side; whole-database work (a link, a prune) still waits
+for every keyed write and they for it. SQLite keeps its one writer."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes.identity import new_user_id
+from hermes.state import engine as eng
+from hermes.state.db import SessionDB
+from hermes.state.models import Reminder, utcnow
+from hermes.state.reminders import new_reminder_id
+from tests.harness.postgres import ScratchServer
+
+HOLD_S = 30.0  # a held lock is let go by the test, or after this
+
+
+@pytest.fixture
+def pg(home: Path, postgres: ScratchServer) -> Iterator[SessionDB]:
+    name, url = postgres.schema()
+    db = SessionDB.open(home, url)
+    yield db
+    db.close()
+    postgres.drop_schema(name)
+
+
+class Holder:
+    """Another gateway's write transaction, holding `keys` (None: the whole database)
+    until `release`."""
+
+    def __init__(self, db: SessionDB, keys: list[str] | None) -> None:
+        self.held, self.release = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._hold, args=(db, keys), daemon=True)
+        self._thread.start()
+        assert self.held.wait(10), "the lock was never taken"
+
+    def _hold(self, db: SessionDB, keys: list[str] | None) -> None:
+        def work(_session: Any) -> None:
+            self.held.set()
+            self.release.wait(HOLD_S)
+
+        eng.with_retry(db.engine, work, db.patience, keys=keys)
+
+    def let_go(self) -> None:
+        self.release.set()
+        self._thread.join(10)
+
+
+def started(call: Callable[[], Any]) -> tuple[threading.Event, list[Any]]:
+    """`call` on a thread of its own: (set when it returned, what it returned)."""
+    done, result = threading.Event(), []
+
+    def run() -> None:
+        result.append(call())
+        done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    return done, result
+
+
+def reminder(db: SessionDB, user_id: str) -> str:
+    db.people.ensure_user(user_id)
+    row = Reminder(
+        id=new_reminder_id(),
+        user_id=user_id,
+        owner_id=user_id,
+        platform="telegram",
+        chat_id="1",
+        chat_type="dm",
+        session_key="telegram:dm:1",
+        timezone="UTC",
+        text="stand up",
+        due_at=utcnow() - timedelta(seconds=1),
+    )
+    added = db.reminders.add(50, row)
+    assert added is not None
+    return added.id
+
+
+def test_writes_of_other_keys_go_on_while_one_is_held(pg: SessionDB) -> None:
+    mine, theirs = reminder(pg, new_user_id()), reminder(pg, new_user_id())
+    someone = pg.people.ensure_user(new_user_id()).id
+    holder = Holder(pg, [f"reminder:{mine}"])  # a gateway delivering `mine`
+    try:
+        others = [
+            lambda: pg.reminders.claim(theirs, "gw2", 4, utcnow()),  # another reminder
+            lambda: pg.people.user_for_identity("telegram", "1001", "Ann"),  # a new person
+            lambda: pg.conversations.start_session(someone, "telegram", "k"),
+        ]
+        for call in others:
+            done, _ = started(call)
+            assert done.wait(10), "a write of another key waited for the held one"
+        same, claimed = started(lambda: pg.reminders.claim(mine, "gw2", 4, utcnow()))
+        assert not same.wait(0.5), "a write of the held key did not wait"
+    finally:
+        holder.let_go()
+    assert same.wait(10) and claimed[0] is not None  # then it went through
+
+
+def test_whole_database_work_and_keyed_writes_wait_for_each_other(pg: SessionDB) -> None:
+    mine = reminder(pg, new_user_id())
+    holder = Holder(pg, None)  # a link, a prune: the whole database
+    try:
+        keyed, _ = started(lambda: pg.reminders.claim(mine, "gw2", 4, utcnow()))
+        assert not keyed.wait(0.5), "a keyed write went on beside whole-database work"
+    finally:
+        holder.let_go()
+    assert keyed.wait(10)
+    holder = Holder(pg, [f"reminder:{mine}"])
+    try:
+        whole, _ = started(lambda: pg.upkeep.prune(30, dry_run=False))
+        assert not whole.wait(0.5), "whole-database work went on beside a keyed write"
+    finally:
+        holder.let_go()
+    assert whole.wait(10)
+
+
+def test_a_key_asked_for_inside_a_held_transaction_is_taken_there(pg: SessionDB) -> None:
+    """A repository call joining a transaction that holds other keys takes its own key
+    in it (not just joins): another writer of that key waits for the whole of it."""
+    first, second = reminder(pg, new_user_id()), reminder(pg, new_user_id())
+    held, release = threading.Event(), threading.Event()
+
+    def both() -> None:
+        def work() -> None:
+            pg.reminders.claim(second, "gw1", 4, utcnow())  # joins, taking `second`
+            held.set()
+            release.wait(HOLD_S)
+
+        eng.in_one_transaction(pg.engine, work, pg.patience, keys=[f"reminder:{first}"])
+
+    holding, _ = started(both)
+    assert held.wait(10)
+    try:
+        other, claimed = started(lambda: pg.reminders.claim(second, "gw2", 4, utcnow()))
+        assert not other.wait(0.5)
+    finally:
+        release.set()
+    assert holding.wait(10) and other.wait(10)
+    assert claimed == [None]  # gw1 had claimed it: never twice
+
+
+def test_at_once_one_identity_makes_one_person_and_one_prompt_is_kept_once(
+    pg: SessionDB,
+) -> None:
+    """Writes that only lock their own key, or nothing: the first messages of one
+    identity, sent to several gateways at once, make one person; sessions starting at
+    once with the same prompt keep it once."""
+    people = [pg.people.ensure_user(new_user_id()).id for _ in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        ids = set(pool.map(lambda _: pg.people.user_for_identity("slack", "U9", "Bo"), range(8)))
+        prompt = "You are Hermes." * 50
+        sessions = list(
+            pool.map(
+                lambda who: pg.conversations.start_session(
+                    who, "slack", f"k-{who}", system_prompt=prompt
+                ),
+                people,
+            )
+        )
+    assert len(ids) == 1
+    assert len({s.system_prompt_hash for s in sessions}) == 1
