@@ -87,12 +87,14 @@ class App:
         # memory provider writes left waiting (a restart, an outage) are delivered now
         self._background.append(asyncio.create_task(self.agent.memory.providers.resume()))
         self._background.append(asyncio.create_task(self._ready_provider()))
+        for client in self.clients:  # the SDK's imports, off the loop, before a first turn
+            self._background.append(asyncio.create_task(asyncio.to_thread(client.warm)))
 
     async def _ready_provider(self) -> None:
         """The memory provider's clients made for the people who talk most recently,
         off the event loop, before their next turn needs them (ProviderHost.warm)."""
         providers = self.agent.memory.providers
-        if not providers.active:
+        if not await providers.aactive():
             return
 
         def warm() -> None:

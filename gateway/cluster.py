@@ -31,7 +31,7 @@ from gateway.edge.platform_config import ClusterConfig
 from gateway.pipeline.router import Router
 from hermes import metrics
 from hermes.backoff import Backoff
-from hermes.state.cluster import INBOX_CHANNEL, STOP_CHANNEL, Instance
+from hermes.state.cluster import ANYONE, INBOX_CHANNEL, STOP_CHANNEL, Instance
 from hermes.state.db import SessionDB
 
 logger = logging.getLogger(__name__)
@@ -165,7 +165,7 @@ class Cluster:
                     [INBOX_CHANNEL, STOP_CHANNEL], self.listening
                 ):
                     waits = Backoff(1.0, 30.0)
-                    self._woken(channel, payload)
+                    await self._woken(channel, payload)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # polling keeps working meanwhile
@@ -173,16 +173,19 @@ class Cluster:
             self.listening.clear()
             await asyncio.sleep(waits.next())
 
-    def _woken(self, channel: str, payload: str) -> None:
+    async def _woken(self, channel: str, payload: str) -> None:
+        """A wake-up for the holder of a session (`<holder> <key>`), or for anyone
+        (`* <key>`: a stopping instance let it go; whoever claims it first works it)."""
         holder, _, key = payload.partition(" ")
         router = self.router
-        if holder != self.id or router is None or router.shared is None:
+        anyone = holder == ANYONE and channel == INBOX_CHANNEL
+        if (holder != self.id and not anyone) or router is None or router.shared is None:
             return
         try:
             if channel == STOP_CHANNEL:
                 router.lanes.cancel_running(key)
             else:
-                router.shared.take(key)
+                await router.shared.take(key)
         except Exception:
             logger.exception("a wake-up for session %s failed", key)
 
@@ -197,7 +200,7 @@ class Cluster:
             try:
                 keys = await asyncio.to_thread(self.cluster.orphaned, self.id, platforms)
                 for key in keys:
-                    shared.take(key)
+                    await shared.take(key)
             except Exception as exc:
                 logger.warning("looking for waiting sessions failed: %s", exc)
 

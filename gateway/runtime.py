@@ -48,7 +48,6 @@ from hermes.state.engine import StateDBError, explain
 from hermes.state.loopguard import GUARD
 
 logger = logging.getLogger(__name__)
-TURN_GRACE_S = 20.0
 RETRY_FIRST_S = 1.0
 SUPERVISE_S = 2.0
 EXIT_NOT_CONNECTED = 3
@@ -328,7 +327,7 @@ class Gateway:
             assert self.app is not None
             self.app.router.detach(name)
             if self.app.router.shared is not None:
-                self.app.router.shared.hand_back(name)
+                await self.app.router.shared.hand_back(name)
             with contextlib.suppress(Exception):
                 await adapter.stop()
             self._tasks.append(asyncio.create_task(self._wait_for_lease(name, self._build(name))))
@@ -494,7 +493,9 @@ class Gateway:
 
     async def stop(self) -> None:
         """Stop intake (what is not received stays with the platforms), the scheduler,
-        then let running and queued turns finish within TURN_GRACE_S, then disconnect."""
+        then let running and queued turns finish within `gateway.stop_grace_seconds` (with
+        several gateways what waits is handed on first: only running turns end here), the
+        cluster part hands back what is left, then disconnect."""
         self.http.close_intake()
         self._stopping.set()
         for task in self._tasks:
@@ -510,7 +511,7 @@ class Gateway:
         if self.reminders is not None:
             self.reminders.unregister()
         if self.app is not None:
-            await self.app.router.stop(TURN_GRACE_S)
+            await self.app.router.stop(self.config.gateway.stop_grace_seconds)
         if self.cluster is not None:  # what was taken and not worked goes back, leases freed
             await self.cluster.stop()
         for name, adapter in list(self.adapters.items()):

@@ -113,15 +113,15 @@ class Intake:
         scope = self.policy.scopes.get(event.platform, self.policy.group_scope)
         return Admitted(event, person, session_key(event, scope))  # 6
 
-    def readmit(self, event: MessageEvent) -> Admitted | None:
+    async def readmit(self, event: MessageEvent) -> Admitted | None:
         """An event another gateway process admitted, to be worked here: its person is
         resolved again (a block made since holds) and its key decided; it was deduped
         and rate-counted where it arrived."""
-        person = self.people.resolve(event)
+        person = await self.people.aresolve(event)
         if not person.admitted:
             if person.verdict is not Verdict.PAIR or not self._open_to_strangers(event.text):
                 return None
-            person = self.people.resolve(event, create=True)
+            person = await self.people.aresolve(event, create=True)
         scope = self.policy.scopes.get(event.platform, self.policy.group_scope)
         return Admitted(event, person, session_key(event, scope))
 

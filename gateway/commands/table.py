@@ -302,7 +302,7 @@ class Commands:
         return RESET_REPLY
 
     async def _stop(self, ctx: CommandContext, _: str) -> str:
-        if self.sessions is not None and self.sessions.stop_turn(ctx):
+        if self.sessions is not None and await self.sessions.stop_turn(ctx):
             return "Stopped. Your message is kept; say what you'd like instead."
         return "Nothing to stop: I'm not working on an answer."
 

@@ -173,3 +173,6 @@ class GatewaySection(Section):
     # supervisor restarts it (0: never)
     connect_timeout_seconds: float = Field(default=300.0, ge=0, le=86_400)
     retry_max_seconds: float = Field(default=60.0, ge=1, le=3600)
+    # at a stop (SIGTERM), turns running are given this long to end (the supervisor's own
+    # stop timeout must be longer: systemd's TimeoutStopSec, compose's stop_grace_period)
+    stop_grace_seconds: float = Field(default=20.0, ge=0, le=600)

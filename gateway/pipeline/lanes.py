@@ -68,7 +68,7 @@ class Lanes:
         self.settled = 0  # items whose batch has run (answered, failed or stopped)
         # after each batch, with whether the lane has nothing left: several gateways
         # finish its rows in the database there (and may put more items in the lane)
-        self.after: Callable[[SessionKey, Batch, bool], None] | None = None
+        self.after: Callable[[SessionKey, Batch, bool], Awaitable[None]] | None = None
 
     def active(self, key: SessionKey) -> bool:
         """Whether `key`'s lane has a worker now."""
@@ -108,6 +108,25 @@ class Lanes:
                 dropped += 1
         return dropped
 
+    def clear(self, key: SessionKey) -> Batch:
+        """Empty `key`'s queue (its turn running now, if any, runs on); what it held."""
+        lane = self._lanes.get(key)
+        if lane is None:
+            return []
+        items = [entry[3] for entry in sorted(lane.queue)]
+        lane.queue.clear()
+        return items
+
+    def leave(self) -> list[tuple[SessionKey, Batch, bool]]:
+        """Empty every lane's queue (this process is stopping; the waiting items go to
+        another): per lane, what it held and whether a turn still runs in it (it runs
+        on to its end; its lane ends after it)."""
+        left = []
+        for key, lane in list(self._lanes.items()):
+            running = lane.current is not None and not lane.current.done()
+            left.append((key, self.clear(key), running))
+        return left
+
     def running(self, stored: str) -> bool:
         """Whether the lane of the key stored as `stored` has a worker now."""
         return self._named(stored) is not None
@@ -143,17 +162,17 @@ class Lanes:
                     finally:
                         lane.current = None
                         self.settled += len(batch)
-                    self._ended(key, batch, lane)
+                    await self._ended(key, batch, lane)
         finally:
             self._lanes.pop(key, None)
 
-    def _ended(self, key: SessionKey, batch: Batch, lane: _Lane) -> None:
+    async def _ended(self, key: SessionKey, batch: Batch, lane: _Lane) -> None:
         """A batch ran to its end (answered, failed, or stopped by /stop; not one cut off
         by the gateway stopping): `after` is told."""
         if self.after is None:
             return
         try:
-            self.after(key, batch, not lane.queue)
+            await self.after(key, batch, not lane.queue)
         except Exception:  # the database gone: the rows stay; a holder takes them later
             logger.exception("could not record the end of a turn for %s", key)
 

@@ -266,7 +266,7 @@ class Router(SessionControl):
         window = adapter.capabilities.reorder_window_s if adapter else 0.0
         if shared is None:
             self.lanes.put(item, window)
-        elif not shared.put(item, window):
+        elif not await shared.put(item, window):
             self._settle()  # a duplicate: recorded by another delivery
 
     async def _apologize(self, event: MessageEvent, storage: str | None = None) -> None:
@@ -347,17 +347,24 @@ class Router(SessionControl):
         await self.db.run(self.agent.sessions.end, conv, "user_reset")
         self.conversations.forget(item.key)
 
-    def stop_turn(self, ctx: CommandContext) -> bool:
+    async def stop_turn(self, ctx: CommandContext) -> bool:
         if ctx.admitted is None:
             return False
         if self.lanes.cancel_running(ctx.admitted.key):
             return True
-        return self.shared is not None and self.shared.stop_elsewhere(ctx.admitted.key)
+        return self.shared is not None and await self.shared.stop_elsewhere(ctx.admitted.key)
 
     async def stop(self, timeout: float = 20.0) -> None:
         """Let running and queued turns finish within `timeout` (lanes started meanwhile
-        included), then cancel what is left."""
+        included), then cancel what is left. With several gateways, what waits is
+        handed to the others first (`SharedSessions.leave`): only running turns end
+        here."""
         deadline = time.monotonic() + timeout
+        if self.shared is not None:
+            try:
+                await self.shared.leave()
+            except Exception as exc:  # the database gone: `retire` (or the leases' end) will
+                logger.warning("could not hand the waiting events on: %s", exc)
         while True:
             tasks: list[asyncio.Task[Any]] = [*self.lanes.workers(), *self._side_tasks]
             if not tasks:

@@ -82,6 +82,15 @@ class LLMClient:
             )
         return self._sdk_client
 
+    def warm(self) -> None:
+        """Import what a first call loads (the SDK, its chat resources and their
+        types: about a second of CPU, longer on a busy machine) and make the client,
+        here (a gateway calls it on a thread at start) rather than inside the first
+        turn, on the event loop, where every chat would wait for it."""
+        import openai.types.chat  # noqa: F401 - loaded for the side effect
+
+        _ = self._client.chat.completions
+
     async def complete(
         self,
         messages: Sequence[dict[str, Any]],

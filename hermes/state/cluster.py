@@ -47,6 +47,7 @@ from hermes.state import postgres
 SEEN_DAYS = 7  # a platform redelivers within minutes (Slack), hours at most
 INBOX_CHANNEL = "hermes_inbox"  # payload: "<holder id> <session key>": wake that holder
 STOP_CHANNEL = "hermes_stop"  # payload: "<holder id> <session key>": stop its running turn
+ANYONE = "*"  # an inbox wake-up for every instance: a session let go by one that stops
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,8 +147,29 @@ _FINISH = (
     "AND NOT (id = ANY(%(ids)s::bigint[])) AND (state = 'queued' OR taken_by <> %(me)s)), "
     "freed AS (UPDATE leases SET expires_at = '-infinity' WHERE name = %(name)s "
     "AND holder = %(me)s AND %(release)s::boolean AND (SELECT n FROM waiting) = 0 "
-    "RETURNING 1) "
+    "AND NOT EXISTS (SELECT 1 FROM inbox WHERE session_key = %(key)s "
+    "AND NOT (id = ANY(%(ids)s::bigint[]))) RETURNING 1) "
     "SELECT (SELECT n FROM waiting), EXISTS (SELECT 1 FROM freed)"
+)
+
+# a stopping instance's session: its finished rows removed, the rows it gives back
+# queued again for the next holder (as they were: not interrupted, no turn ran for
+# them), and, with `release`, its lease freed (unless it still holds other rows of the
+# session: being read into its lane) and every instance woken to take what waits
+_LET_GO = (
+    "WITH gone AS (DELETE FROM inbox WHERE id = ANY(%(done)s::bigint[]) AND taken_by = %(me)s "
+    "RETURNING id), "
+    "back AS (UPDATE inbox SET state = 'queued', taken_by = NULL "
+    "WHERE id = ANY(%(back)s::bigint[]) AND taken_by = %(me)s RETURNING id), "
+    "freed AS (DELETE FROM leases WHERE name = %(name)s AND holder = %(me)s "
+    "AND %(release)s::boolean AND NOT EXISTS (SELECT 1 FROM inbox WHERE session_key = %(key)s "
+    "AND taken_by = %(me)s AND NOT (id = ANY(%(done)s::bigint[])) "
+    "AND NOT (id = ANY(%(back)s::bigint[]))) RETURNING 1), "
+    "wake AS (SELECT pg_notify('" + INBOX_CHANNEL + "', '" + ANYONE + " ' || %(key)s) "
+    "WHERE EXISTS (SELECT 1 FROM freed) AND (EXISTS (SELECT 1 FROM back) OR EXISTS "
+    "(SELECT 1 FROM inbox WHERE session_key = %(key)s AND NOT (id = ANY(%(done)s::bigint[])) "
+    "AND (state = 'queued' OR taken_by <> %(me)s)))) "
+    "SELECT (SELECT count(*) FROM back), (SELECT count(*) FROM wake)"
 )
 
 _RENEW = (
@@ -225,15 +247,43 @@ class ClusterDB:
 
     def retire(self, me: str) -> None:
         """A clean stop: rows taken but not worked go back to the queue (the next holder
-        checks them as interrupted), every lease is freed at once, the row says stopped."""
+        checks them as interrupted), every lease is freed at once, every instance is
+        woken for the sessions given back, the row says stopped."""
         self._one(
             "WITH back AS (UPDATE inbox SET state = 'queued', taken_by = NULL, "
-            "interrupted = true WHERE taken_by = %(me)s RETURNING 1), "
-            "freed AS (DELETE FROM leases WHERE holder = %(me)s RETURNING 1) "
+            "interrupted = true WHERE taken_by = %(me)s RETURNING session_key), "
+            "freed AS (DELETE FROM leases WHERE holder = %(me)s RETURNING 1), "
+            "wake AS (SELECT pg_notify('" + INBOX_CHANNEL + "', '" + ANYONE + " ' || k) "
+            "FROM (SELECT DISTINCT session_key AS k FROM back) keys) "
             "UPDATE gateway_instances SET stopped_at = now() WHERE id = %(me)s RETURNING "
-            "(SELECT count(*) FROM back)",
+            "(SELECT count(*) FROM back), (SELECT count(*) FROM wake)",
             {"me": me},
         )
+
+    def let_go(
+        self,
+        me: str,
+        key: str,
+        *,
+        finished: Sequence[int] = (),
+        returned: Sequence[int] = (),
+        release: bool = True,
+    ) -> int:
+        """A stopping instance's session (see `_LET_GO`): `finished` rows removed,
+        `returned` rows queued again, with `release` the lease freed and every instance
+        woken for what waits; how many rows went back."""
+        row = self._one(
+            _LET_GO,
+            {
+                "me": me,
+                "key": key,
+                "name": session_lease(key),
+                "done": list(finished),
+                "back": list(returned),
+                "release": release,
+            },
+        )
+        return int(row[0]) if row else 0
 
     def hand_back(self, me: str, platform: str) -> int:
         """`me` lost `platform`'s connection: the rows of that platform it had taken go
@@ -377,7 +427,10 @@ class ClusterDB:
 
     def finish(self, me: str, key: str, ids: Sequence[int], *, release: bool) -> tuple[int, bool]:
         """Rows whose turn ended are removed; with `release`, the session's lease is
-        freed unless rows wait. (rows waiting, whether the lease was freed)."""
+        freed unless rows wait, or `me` holds others of the session (taken, still being
+        read into its lane: let go now, another instance would take them as
+        interrupted and answer them a second time). (rows waiting, whether the lease
+        was freed)."""
         row = self._one(
             _FINISH,
             {
@@ -449,6 +502,7 @@ class ClusterDB:
 
 
 __all__ = [
+    "ANYONE",
     "INBOX_CHANNEL",
     "STOP_CHANNEL",
     "ClusterDB",

@@ -101,7 +101,7 @@ class Fleet:
         return self.root / name
 
     def start(self, name: str) -> subprocess.Popen[str]:
-        log = open(self.root / f"{name}.log", "w")  # noqa: SIM115 - the process holds it
+        log = open(self.root / f"{name}.log", "a")  # noqa: SIM115 - the process holds it; a restart adds to it
         proc = subprocess.Popen(
             [*HERMES, "gateway", "run"],
             env=dict(os.environ, HERMES_HOME=str(self.home(name)), **ENV),
