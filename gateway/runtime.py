@@ -164,7 +164,7 @@ class Gateway:
         if self.app is not None:
             self._watcher = asyncio.create_task(self.app.router.watch_people())
             self.app.start_background()
-            self._start_reminders(self.app)
+            await self._start_reminders(self.app)
         if self.platforms:
             self._tasks.append(asyncio.create_task(self._supervise()))
         self.started_at = time.monotonic()
@@ -201,14 +201,14 @@ class Gateway:
                 self.retrying[name] = "retrying"
                 self._tasks.append(asyncio.create_task(self._retry(name, adapter)))
 
-    def _start_reminders(self, app: App) -> None:
+    async def _start_reminders(self, app: App) -> None:
         """The reminder runner of this process, woken by the scheduler's jobs; every
         active reminder gets its exact job (one missed while down fires now, once)."""
         self.reminders = ReminderRunner(self.db, app.router, app.agent, home=str(self.home))
         self.reminders.on_scheduled = self.scheduler.schedule_reminder
         app.agent.on_reminder = self.reminders.added
         self.reminders.register()
-        for reminder in self.db.reminders.of_user(None):
+        for reminder in await self.db.run(self.db.reminders.of_user, None):
             if reminder.status == "active" and reminder.platform in self.adapters:
                 self.scheduler.schedule_reminder(reminder)
 

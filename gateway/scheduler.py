@@ -41,7 +41,7 @@ from apscheduler.util import ref_to_obj, undefined
 from gateway import logs
 from gateway.config import HermesConfig
 from hermes.state.db import SessionDB
-from hermes.state.models import Reminder, as_utc
+from hermes.state.models import JobRun, Reminder, as_utc
 
 logger = logging.getLogger(__name__)
 
@@ -134,16 +134,19 @@ class Scheduler:
             timezone="UTC",
         )
         self._scheduler.add_listener(self._on_result, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR)
+        self._recording: set[asyncio.Future[None]] = set()
 
     async def start(self) -> None:
         """Start inside the running event loop; existing schedules are kept."""
         if self.shared:
-            self._start_shared()
+            self._start_shared(await self.db.run(self.db.upkeep.job_runs))
             return
         # create the job table under our write lock: several processes may start at once
         store = self._store
         assert isinstance(store, SQLAlchemyJobStore)
-        self.db.upkeep.run_ddl(lambda conn: store.jobs_t.create(conn, checkfirst=True))
+        await self.db.run(
+            self.db.upkeep.run_ddl, lambda conn: store.jobs_t.create(conn, checkfirst=True)
+        )
         self._scheduler.start(paused=True)
         for spec in self.specs:
             trigger = IntervalTrigger(seconds=spec.every.total_seconds(), timezone="UTC")
@@ -162,11 +165,10 @@ class Scheduler:
                 job.reschedule(trigger)
         self._scheduler.resume()
 
-    def _start_shared(self) -> None:
+    def _start_shared(self, runs: dict[str, JobRun]) -> None:
         """Each job's timer in memory, its first run an interval after its last recorded
         one (at once when overdue, or never run and run at the first start)."""
         self._scheduler.start(paused=True)
-        runs = self.db.upkeep.job_runs()
         now = datetime.now(UTC)
         for spec in self.specs:
             last = runs.get(spec.id)
@@ -209,6 +211,8 @@ class Scheduler:
             self._scheduler.pause()
             await self._executor.drain(STOP_WAIT_S)
             self._scheduler.shutdown(wait=False)
+        if self._recording:
+            await asyncio.wait(set(self._recording), timeout=STOP_WAIT_S)
 
     @property
     def running(self) -> bool:
@@ -241,7 +245,17 @@ class Scheduler:
         summary = (
             str(event.retval) if ok else f"{type(event.exception).__name__}: {event.exception}"
         )
-        self.db.upkeep.record_job_run(event.job_id, ok, summary)
+        # told on the loop: recorded on the database executor (a stop waits for it)
+        recording = asyncio.ensure_future(
+            self.db.run(self.db.upkeep.record_job_run, event.job_id, ok, summary)
+        )
+        self._recording.add(recording)
+        recording.add_done_callback(self._recorded)
+
+    def _recorded(self, recording: asyncio.Future[None]) -> None:
+        self._recording.discard(recording)
+        if not recording.cancelled() and (problem := recording.exception()) is not None:
+            logger.error("a job's run could not be recorded: %s", problem)
 
 
 def read_status(home: Path, config: HermesConfig, db: SessionDB) -> list[JobStatus]:

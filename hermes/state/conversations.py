@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, text, update
+from sqlalchemy import and_, func, or_, text, update
 from sqlmodel import Session, col, select
 
 from hermes.identity import validate_user_id
@@ -120,10 +120,12 @@ class ConversationDB:
 
     def turn_outcome(self, session_key: str, platform_message_id: str) -> str:
         """How far the turn of a platform message got, for a gateway taking over from
-        one that died: "new" (not stored: answer it), "asked" (stored, no reply after
-        it: the model call was in flight), "answered" (a reply was stored after it: it
-        was sent, or its sending's outcome is unknown; never sent twice). A merged
-        turn's stored id lists its messages' ids joined by ','."""
+        one that died: "new" (not stored: answer it), "asked" (stored, not answered: the
+        model call was in flight), "answered" (its own reply was stored: it was sent, or
+        its sending's outcome is unknown; never sent twice). Its own reply is the first
+        reply after it with no other message of the person in between: a reply to a
+        later message (answered by another instance meanwhile) does not answer it. A
+        merged turn's stored id lists its messages' ids joined by ','."""
         recent = (
             select(Message.id, Message.session_id, Message.platform_message_id)
             .join(ChatSession, col(ChatSession.id) == col(Message.session_id))
@@ -138,13 +140,24 @@ class ConversationDB:
         with eng.reading(self.engine) as session:
             for message_id, session_id, stored in session.exec(recent):
                 if platform_message_id in str(stored).split(","):
-                    reply = select(Message.id).where(
-                        Message.session_id == session_id,
-                        col(Message.id) > message_id,
-                        Message.role == "assistant",
-                        col(Message.tool_calls).is_(None),  # a reply, not a tool call
+                    following = (
+                        select(Message.role)
+                        .where(
+                            Message.session_id == session_id,
+                            col(Message.id) > message_id,
+                            or_(
+                                col(Message.role) == "user",
+                                and_(  # a reply, not a tool call
+                                    col(Message.role) == "assistant",
+                                    col(Message.tool_calls).is_(None),
+                                ),
+                            ),
+                        )
+                        .order_by(col(Message.id))
+                        .limit(1)
                     )
-                    return "answered" if session.exec(reply.limit(1)).first() else "asked"
+                    next_role = session.exec(following).first()
+                    return "answered" if next_role == "assistant" else "asked"
         return "new"
 
     def session_taken(self, session_id: str) -> bool:

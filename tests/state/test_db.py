@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 from datetime import timedelta
@@ -147,3 +148,31 @@ def test_the_size_of_state_db_is_known_on_either_backend(db: SessionDB, alice: s
     db.conversations.add_messages(chat.id, text)
     after = db.upkeep.size_bytes()
     assert before > 0 and after > before
+
+
+def test_a_message_counts_as_answered_only_by_its_own_reply(db: SessionDB) -> None:
+    """For a gateway taking over: a message whose turn was cut (its model call in
+    flight when its instance died) while the next one was answered elsewhere is not
+    answered by that later reply: its sender is asked to send it again."""
+    user = db.people.ensure_user("u_00000000000000c7").id
+    chat = db.conversations.start_session(user, "telegram", "telegram:dm:7")
+    tool_call = [
+        {"id": "c1", "type": "function", "function": {"name": "memory", "arguments": "{}"}}
+    ]
+    for message in (
+        NewMessage("user", "first", platform_message_id="7:1"),  # cut mid-turn
+        NewMessage("user", "second", platform_message_id="7:2"),
+        NewMessage("assistant", "to the second"),
+        NewMessage("user", "third", platform_message_id="7:3,7:4"),  # a merged turn
+        NewMessage("assistant", "", tool_calls=tool_call),
+        NewMessage("tool", "{}", tool_call_id="c1", tool_name="memory"),
+        NewMessage("assistant", "to the third and fourth"),
+        NewMessage("user", "fifth", platform_message_id="7:5"),
+    ):
+        db.conversations.add_message(chat.id, message)
+    outcome = functools.partial(db.conversations.turn_outcome, "telegram:dm:7")
+    assert outcome("7:1") == "asked"
+    assert outcome("7:2") == "answered"
+    assert outcome("7:4") == "answered"
+    assert outcome("7:5") == "asked"
+    assert outcome("7:6") == "new"
