@@ -47,6 +47,7 @@ from gateway.edge.events import MessageEvent, event_from_record, event_record
 from gateway.pipeline.lanes import Batch, Lanes
 from hermes import metrics
 from hermes.state.cluster import Queued
+from hermes.state.conversations import TurnOutcome
 from hermes.state.db import SessionDB
 
 logger = logging.getLogger(__name__)
@@ -222,7 +223,7 @@ class SharedSessions:
             logger.info("stopping: handed %d waiting event(s) to the other instances", handed)
         return handed
 
-    def outcome(self, item: Admitted) -> str:
+    def outcome(self, item: Admitted) -> TurnOutcome:
         """How far an interrupted item's turn got (see the module's docstring)."""
         return self.db.conversations.turn_outcome(str(item.key), item.event.message_id)
 

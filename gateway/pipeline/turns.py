@@ -28,6 +28,7 @@ from gateway.pipeline.streaming import StreamedReply
 from hermes.agent.agent import Agent, Speaker, Surface
 from hermes.agent.conversation import Conversation
 from hermes.places import ChatType
+from hermes.state.conversations import TurnOutcome
 from hermes.state.db import SessionDB
 
 logger = logging.getLogger(__name__)
@@ -145,7 +146,7 @@ class Turns:
         self.conversations, self.media = conversations, media
         self._command, self._streams = command, streams
         # several gateways: how far an interrupted item's turn got (SharedSessions)
-        self.outcome: Callable[[Admitted], str] | None = None
+        self.outcome: Callable[[Admitted], TurnOutcome] | None = None
 
     async def run(self, batch: Batch) -> None:
         first = batch[0]
@@ -191,17 +192,9 @@ class Turns:
             return
         if prepared is not None and self.media is not None:  # kept, by reference
             await self.db.run(self.media.record, prepared, result.session_id, conv.user_id, self.db)
-        if stream is not None:
-            await stream.finish(result.text, stored_id=result.reply_id, failed=not result.ok)
-        else:
-            await self.delivery.deliver(
-                adapter,
-                last.chat,
-                result.text,
-                last.message_id,
-                stored_id=result.reply_id,
-                failed=not result.ok,
-            )
+        await self._hand_over(
+            adapter, last, result.text, result.reply_id, stream=stream, failed=not result.ok
+        )
         logger.info(  # who and where, never what was said
             "turn %s: %s %s chat %s, user %s, session %s, %d message(s), %.2f s",
             "answered" if result.ok else "failed",
@@ -214,17 +207,47 @@ class Turns:
             time.monotonic() - started,
         )
 
+    async def _hand_over(
+        self,
+        adapter: PlatformAdapter,
+        event: MessageEvent,
+        text: str,
+        reply_id: int | None,
+        *,
+        stream: StreamedReply | None = None,
+        failed: bool = False,
+    ) -> None:
+        """A turn's reply to the platform, its stored row saying where it is on its way:
+        "sending" before (should this instance stop in between, nobody sends it twice),
+        then "sent", "unknown" or "failed"."""
+        mark = self.db.conversations.set_delivery
+        if reply_id is not None:
+            await self.db.run(mark, reply_id, "sending")
+        if stream is not None:
+            ok = await stream.finish(text, stored_id=reply_id, failed=failed)
+            state = "sent" if ok else "failed"
+        else:
+            sent = await self.delivery.send(
+                adapter, event.chat, text, event.message_id, stored_id=reply_id, failed=failed
+            )
+            state = "sent" if sent.ok else "unknown" if sent.outcome_unknown else "failed"
+        if reply_id is not None:
+            await self.db.run(mark, reply_id, state)
+
     async def _settled_before(self, adapter: PlatformAdapter, item: Admitted) -> bool:
-        """An item whose first holder died mid-turn (several gateways): whether it was
-        settled already: its reply stored (sent, or its outcome unknown: never twice), or
-        its model call in flight (the person is asked to send it again)."""
+        """An item whose first holder stopped or died mid-turn (several gateways):
+        whether it was settled already: its reply handed to the platform (sent, or its
+        outcome unknown: never twice), its reply stored and never handed over (it is
+        sent now), or its model call in flight (the person is asked to send it again)."""
         if self.outcome is None:
             return False
-        done = await asyncio.to_thread(self.outcome, item)
-        if done == "asked":
-            event = item.event
+        done = await self.db.run(self.outcome, item)
+        event = item.event
+        if done.state == "asked":
             await self.delivery.deliver(adapter, event.chat, ASK_AGAIN, event.message_id)
-        return done != "new"
+        elif done.state == "unsent":
+            await self._hand_over(adapter, event, done.reply, done.reply_id)
+        return done.state != "new"
 
     async def _attachments(
         self, adapter: PlatformAdapter, event: MessageEvent

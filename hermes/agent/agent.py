@@ -8,6 +8,7 @@ tool messages, repeat until a text answer or the tool-iteration cap.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable, Sequence
@@ -223,7 +224,11 @@ class Agent:
         if recalled:
             context = f"{context}\n{fence_recall(recalled)}"
         try:
-            answer, reply_id = await self._loop(conv, tools, context, stream, images)
+            # a reply to a platform message is "stored" until it is on its way (Turns)
+            delivery = "stored" if platform_message_id else None
+            answer, reply_id = await self._loop(
+                conv, tools, context, stream, images, delivery=delivery
+            )
         except LLMError as exc:
             logger.warning("model call failed in session %s: %s", conv.id, exc)
             return TurnResult(
@@ -303,12 +308,14 @@ class Agent:
         context: str,
         stream: TurnStream | None,
         images: tuple[str, ...] = (),
+        *,
+        delivery: str | None = None,
     ) -> tuple[str, int | None]:
         on_text = stream.text if stream is not None else None
         for _ in range(self.config.max_tool_iterations):
             reply, images = await self._seeing(conv, context, tools, on_text, images)
             if not reply.tool_calls:
-                return await self._finish(conv, reply)
+                return await self._finish(conv, reply, delivery)
             if stream is not None:
                 stream.status(
                     " ".join(dict.fromkeys(tools.status(c.name) for c in reply.tool_calls))
@@ -317,7 +324,7 @@ class Agent:
         reply = await self._call(
             conv, context, None, note=FINAL_ANSWER_NOTE, on_text=on_text, images=images
         )
-        return await self._finish(conv, reply)
+        return await self._finish(conv, reply, delivery)
 
     async def _seeing(
         self,
@@ -391,21 +398,29 @@ class Agent:
         conv.append([call_message, *results])
         await self.db.run(self._persist, conv, [call_message, *results], reply)
 
-    async def _finish(self, conv: Conversation, reply: ModelReply) -> tuple[str, int | None]:
+    async def _finish(
+        self, conv: Conversation, reply: ModelReply, delivery: str | None
+    ) -> tuple[str, int | None]:
         """The answer's text and its stored id."""
         text = (reply.content or "").strip()
         message = {"role": "assistant", "content": text}
         conv.append([message])
-        (stored,) = await self.db.run(self._persist, conv, [message], reply)
+        (stored,) = await self.db.run(self._persist, conv, [message], reply, delivery)
         return text, stored
 
     def _persist(
-        self, conv: Conversation, messages: list[dict[str, Any]], reply: ModelReply
+        self,
+        conv: Conversation,
+        messages: list[dict[str, Any]],
+        reply: ModelReply,
+        delivery: str | None = None,
     ) -> list[int | None]:
-        """The turn's new messages stored; with the database server lost mid-turn they
-        are kept in memory instead (the model's answer is not thrown away) and stored,
-        in order, before the session's next message."""
+        """The turn's new messages stored (the last with `delivery`); with the database
+        server lost mid-turn they are kept in memory instead (the model's answer is not
+        thrown away) and stored, in order, before the session's next message."""
         rows: list[NewMessage] = [to_new_message(m) for m in messages]
+        if delivery is not None:
+            rows[-1] = dataclasses.replace(rows[-1], delivery=delivery)
         usage = (reply.prompt_tokens or 0, reply.completion_tokens or 0)
         waiting = self._unsaved.get(conv.id)
         if waiting is None:

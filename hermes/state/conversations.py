@@ -45,6 +45,16 @@ def new_session_id() -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class TurnOutcome:
+    """How far a platform message's turn got (`ConversationDB.turn_outcome`): new,
+    asked, unsent (with its stored reply's id and text) or answered."""
+
+    state: str
+    reply_id: int | None = None
+    reply: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class NewMessage:
     """One message to store, in OpenAI chat shape."""
 
@@ -56,6 +66,7 @@ class NewMessage:
     platform_message_id: str | None = None
     token_count: int = 0
     created_at: datetime | None = None
+    delivery: str | None = None  # a reply to a platform message: "stored" (Message)
 
     def __post_init__(self) -> None:  # stored as UTF-8: a lone surrogate cannot be
         object.__setattr__(self, "content", valid_text(self.content))
@@ -118,14 +129,16 @@ class ConversationDB:
             row = session.get(ChatSession, session_id)
             return row if row is not None and row.user_id == user_id else None
 
-    def turn_outcome(self, session_key: str, platform_message_id: str) -> str:
+    def turn_outcome(self, session_key: str, platform_message_id: str) -> TurnOutcome:
         """How far the turn of a platform message got, for a gateway taking over from
         one that died: "new" (not stored: answer it), "asked" (stored, not answered: the
         model call was in flight), "answered" (its own reply was stored: it was sent, or
         its sending's outcome is unknown; never sent twice). Its own reply is the first
         reply after it with no other message of the person in between: a reply to a
-        later message (answered by another instance meanwhile) does not answer it. A
-        merged turn's stored id lists its messages' ids joined by ','."""
+        later message (answered by another instance meanwhile) does not answer it.
+        "unsent": its reply was stored and never handed to the platform (its instance
+        stopped in between): the reply is sent as it is. A merged turn's stored id
+        lists its messages' ids joined by ','."""
         recent = (
             select(Message.id, Message.session_id, Message.platform_message_id)
             .join(ChatSession, col(ChatSession.id) == col(Message.session_id))
@@ -141,7 +154,7 @@ class ConversationDB:
             for message_id, session_id, stored in session.exec(recent):
                 if platform_message_id in str(stored).split(","):
                     following = (
-                        select(Message.role)
+                        select(Message.role, Message.delivery, Message.id, Message.content)
                         .where(
                             Message.session_id == session_id,
                             col(Message.id) > message_id,
@@ -156,9 +169,13 @@ class ConversationDB:
                         .order_by(col(Message.id))
                         .limit(1)
                     )
-                    next_role = session.exec(following).first()
-                    return "answered" if next_role == "assistant" else "asked"
-        return "new"
+                    found = session.exec(following).first()
+                    if found is None or found[0] != "assistant":
+                        return TurnOutcome("asked")
+                    if found[1] == "stored":  # stored, never handed to the platform
+                        return TurnOutcome("unsent", found[2], found[3])
+                    return TurnOutcome("answered")
+        return TurnOutcome("new")
 
     def session_taken(self, session_id: str) -> bool:
         """Whether any user has a session with this id (imports keep ids when free)."""
@@ -268,6 +285,16 @@ class ConversationDB:
 
     def add_message(self, session_id: str, message: NewMessage) -> int | None:
         return self.add_messages(session_id, [message])[0]
+
+    def set_delivery(self, message_id: int, state: str) -> None:
+        """Where a stored reply is on its way: "sending" before it is handed to the
+        platform, then "sent", "unknown" or "failed" (Message.delivery)."""
+        eng.with_raw_retry(
+            self.engine,
+            lambda raw: raw.execute(_SET_DELIVERY, (state, message_id)),
+            self.patience,
+            begin="APPEND",
+        )
 
     def messages(self, session_id: str, user_id: str) -> list[Message]:
         if self.get_session(session_id, user_id) is None:
@@ -484,9 +511,10 @@ _SESSION_ROW = "SELECT user_id, platform FROM sessions WHERE id = ?"
 
 _INSERT_MESSAGE = (
     "INSERT INTO messages (session_id, user_id, platform, role, content, tool_calls, "
-    "tool_call_id, tool_name, platform_message_id, token_count, created_at) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id"
+    "tool_call_id, tool_name, platform_message_id, token_count, created_at, delivery) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id"
 )
+_SET_DELIVERY = "UPDATE messages SET delivery = ? WHERE id = ?"
 
 
 # in words both backends read alike (each value given as often as it is used)
@@ -523,6 +551,7 @@ def _insert_message(
             message.platform_message_id,
             message.token_count,
             eng.sql_time(message.created_at or utcnow()),
+            message.delivery,
         ),
     )
     row = cursor.fetchone()

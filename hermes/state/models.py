@@ -128,6 +128,10 @@ class Message(SQLModel, table=True):
     platform_message_id: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
     token_count: int = 0
+    # a reply to a platform message, on its way to the chat: stored (not sent yet: whoever
+    # holds the session next sends it), sending (its outcome unknown if nothing follows:
+    # never sent twice), sent, unknown, failed; None for everything else
+    delivery: str | None = None
 
 
 class MemoryEvent(SQLModel, table=True):

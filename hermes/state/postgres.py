@@ -395,6 +395,7 @@ UPGRADES: dict[int, tuple[str, ...]] = {
     17: ("dashboard_sessions", "dashboard_links", "audit_log", "consolidation_runs"),
     18: ("provider_outbox", "provider_outbox_drops"),
     19: (),
+    20: (),
 }
 UPGRADE_STATEMENTS: dict[int, tuple[str, ...]] = {
     15: (
@@ -404,6 +405,7 @@ UPGRADE_STATEMENTS: dict[int, tuple[str, ...]] = {
     ),
     16: _V16_CLUSTER,
     19: ("ALTER TABLE consolidation_runs ADD COLUMN IF NOT EXISTS version_id INTEGER",),
+    20: ("ALTER TABLE messages ADD COLUMN IF NOT EXISTS delivery TEXT",),
 }
 
 

@@ -557,8 +557,11 @@ _V18 = [
 # v19: a consolidation run names the change it made (the dashboard links them by id)
 _V19 = ["ALTER TABLE consolidation_runs ADD COLUMN version_id INTEGER"]
 
+# v20: where a reply to a platform message is on its way (stored, sending, sent...)
+_V20 = ["ALTER TABLE messages ADD COLUMN delivery TEXT"]
+
 MIGRATIONS: list[list[str]] = [
     _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15,
-    _V16, _V17, _V18, _V19,
+    _V16, _V17, _V18, _V19, _V20,
 ]  # fmt: skip
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -170,9 +170,32 @@ def test_a_message_counts_as_answered_only_by_its_own_reply(db: SessionDB) -> No
         NewMessage("user", "fifth", platform_message_id="7:5"),
     ):
         db.conversations.add_message(chat.id, message)
-    outcome = functools.partial(db.conversations.turn_outcome, "telegram:dm:7")
+
+    def outcome(message: str) -> str:
+        return db.conversations.turn_outcome("telegram:dm:7", message).state
+
     assert outcome("7:1") == "asked"
     assert outcome("7:2") == "answered"
     assert outcome("7:4") == "answered"
     assert outcome("7:5") == "asked"
     assert outcome("7:6") == "new"
+
+
+def test_a_reply_stored_and_never_handed_over_is_sent_by_the_next_holder(db: SessionDB) -> None:
+    """A reply is "stored" until it is on its way; one whose instance stopped before it
+    was handed to the platform is sent by whoever takes the session next (with its
+    text), one that was on its way is never sent twice."""
+    user = db.people.ensure_user("u_00000000000000c8").id
+    chat = db.conversations.start_session(user, "telegram", "telegram:dm:8")
+    add = functools.partial(db.conversations.add_message, chat.id)
+    add(NewMessage("user", "one", platform_message_id="8:1"))
+    unsent = add(NewMessage("assistant", "to one", delivery="stored"))
+    add(NewMessage("user", "two", platform_message_id="8:2"))
+    on_its_way = add(NewMessage("assistant", "to two", delivery="stored"))
+    assert unsent is not None and on_its_way is not None
+    db.conversations.set_delivery(on_its_way, "sending")
+    first = db.conversations.turn_outcome("telegram:dm:8", "8:1")
+    assert (first.state, first.reply_id, first.reply) == ("unsent", unsent, "to one")
+    assert db.conversations.turn_outcome("telegram:dm:8", "8:2").state == "answered"
+    db.conversations.set_delivery(unsent, "sent")
+    assert db.conversations.turn_outcome("telegram:dm:8", "8:1").state == "answered"
