@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/several_gateways.py [--instances 1,2,3] [--chats 40]
         [--messages 10] [--failover-leases 5,10] [--json] [--admin-url URL]
+    .venv/bin/python bench/several_gateways.py --rolling-restart [--chats 30]
 
 Real `hermes gateway run` processes (each a home of its own, one database made for the
 run on the server `--admin-url` names and dropped after), Telegram in webhook mode
@@ -16,6 +17,10 @@ coordination statements per message (`hermes_cluster_statements` over every inst
 /metrics; each statement is one round trip: the event's ids recorded, queued with the
 session's lease taken, the rows finished; plus what wake-ups and hand-overs add).
 
+Rolling restart (`--rolling-restart`): three instances, each stopped with SIGTERM and
+started again in turn under traffic (see `rolling_restart`); aim: 0 lost, 0 duplicated,
+0 out of order.
+
 Failover: two instances, lease L; a person's message is mid-turn (the model takes 3 s)
 on one instance with another message queued behind it; that instance is SIGKILLed; the
 time from the kill to the first reply by the other instance in that chat (the
@@ -29,6 +34,7 @@ import contextlib
 import json
 import re
 import secrets
+import signal
 import statistics
 import sys
 import tempfile
@@ -55,12 +61,14 @@ MARK = re.compile(r"\bc(\d+)m(\d+)\b")
 STATEMENTS = re.compile(r"^hermes_cluster_statements_total ([0-9.e+]+)$", re.M)
 
 
-def echo(delay_for: set[str]) -> Any:
+def echo(delay_for: set[str], every: float = 0.0) -> Any:
+    """The model: "re <mark>", in 3 s for the marks in `delay_for`, else in `every` s."""
+
     def respond(body: dict[str, Any]) -> Reply:
         users = [m for m in body.get("messages", []) if m.get("role") == "user"]
         found = MARK.search(str(users[-1].get("content", ""))) if users else None
         mark = found.group(0) if found else ""
-        return Reply(text=f"re {mark}", delay=3.0 if mark in delay_for else 0.0)
+        return Reply(text=f"re {mark}", delay=3.0 if mark in delay_for else every)
 
     return respond
 
@@ -98,8 +106,8 @@ def replies_to(tg: FakeTelegram, chat: int) -> list[str]:
 
 @contextlib.contextmanager
 def running(
-    admin_url: str, instances: int, lease_s: float, slow: set[str]
-) -> Iterator[tuple[Fleet, FakeTelegram, list[str]]]:
+    admin_url: str, instances: int, lease_s: float, slow: set[str], every: float = 0.0
+) -> Iterator[tuple[Fleet, FakeTelegram, list[str], Balancer]]:
     """`instances` gateways on a database of their own behind the balancer, Telegram
     pushing webhooks, the model answering at once (in 3 s for the marks in `slow`);
     0: one gateway on SQLite (state.db in its home, no coordination), the baseline."""
@@ -110,7 +118,7 @@ def running(
         lb = Balancer().start()
         fleet = Fleet(Path(tmp), url, lease_s)
         try:
-            llm.responder = echo(slow)
+            llm.responder = echo(slow, every)
             names = [f"gw{i + 1}" for i in range(max(instances, 1))]
             for name in names:
                 fleet_config(
@@ -122,7 +130,7 @@ def running(
                     lease_s=lease_s,
                     only_telegram=True,
                 )
-            yield fleet, tg, start_fleet(fleet, names, lb)
+            yield fleet, tg, start_fleet(fleet, names, lb), lb
         finally:
             fleet.stop_all()
             for fake in (lb, tg, slack, discord, llm):
@@ -163,7 +171,7 @@ class Replies:
 
 
 def throughput(admin_url: str, instances: int, chats: int, messages: int) -> dict[str, Any]:
-    with running(admin_url, instances, 30.0, set()) as (fleet, tg, urls):
+    with running(admin_url, instances, 30.0, set()) as (fleet, tg, urls, _lb):
         watch = Replies(tg)
         for chat in range(chats):  # each person known before the clock starts
             tg.user_message(f"hello c{chat}m999", user_id=5000 + chat)
@@ -209,7 +217,7 @@ def throughput(admin_url: str, instances: int, chats: int, messages: int) -> dic
 
 
 def failover(admin_url: str, lease_s: float) -> dict[str, Any]:
-    with running(admin_url, 2, lease_s, {"c1m0"}) as (fleet, tg, _urls):
+    with running(admin_url, 2, lease_s, {"c1m0"}) as (fleet, tg, _urls, _lb):
         tg.user_message("slow one c1m0", user_id=6001)
         holder = None
         while holder is None:
@@ -236,6 +244,59 @@ def failover(admin_url: str, lease_s: float) -> dict[str, Any]:
         }
 
 
+def rolling_restart(admin_url: str, chats: int, messages: int) -> dict[str, Any]:
+    """Three instances, `chats` people each sending `messages` messages 0.5 s apart
+    (the model answers in 1 s: turns run and wait at every stop) while each instance in
+    turn gets SIGTERM and is started again once it has exited: messages never answered,
+    answered twice, answered out of order, asked to be sent again; how long each stop
+    took (the hand-over: the running turns end, what waits goes on elsewhere)."""
+    with running(admin_url, 3, 30.0, set(), every=1.0) as (fleet, tg, urls, lb):
+        by_name = dict(zip(fleet.procs, urls, strict=True))
+
+        def person(chat: int) -> None:
+            for n in range(messages):
+                tg.user_message(f"message c{chat}m{n}", user_id=7000 + chat)
+                time.sleep(0.5)
+
+        people = [threading.Thread(target=person, args=(c,)) for c in range(chats)]
+        for thread in people:
+            thread.start()
+        stops = []
+        for name in list(fleet.procs):
+            time.sleep(1.0)
+            proc = fleet.procs[name]
+            began = time.perf_counter()
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(120)
+            stops.append(time.perf_counter() - began)
+            lb.backends.remove(by_name[name])
+            fleet.start(name)
+            by_name[name] = fleet.http(name)
+            lb.backends.append(by_name[name])
+        for thread in people:
+            thread.join()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not fleet.settled():
+            time.sleep(0.2)
+        time.sleep(1.0)
+        lost = duplicated = out_of_order = asked = 0
+        for chat in range(chats):
+            got = replies_to(tg, 7000 + chat)
+            asked += sum("send it again" in r for r in got)
+            marks = [int(m.group(2)) for r in got if (m := MARK.search(r))]
+            lost += len(set(range(messages)) - set(marks))
+            duplicated += len(marks) - len(set(marks))
+            out_of_order += marks != sorted(marks)
+        return {
+            "messages": chats * messages,
+            "lost": lost,
+            "duplicated": duplicated,
+            "chats_out_of_order": out_of_order,
+            "asked_again": asked,
+            "stop_s": [round(s, 2) for s in stops],
+        }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--instances", default="0,1,2,3", help="0: one gateway on SQLite")
@@ -244,7 +305,16 @@ def main() -> None:
     parser.add_argument("--failover-leases", default="5,10")
     parser.add_argument("--admin-url", default=ADMIN_URL)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--rolling-restart",
+        action="store_true",
+        help="only the rolling restart: 3 instances stopped and started in turn",
+    )
     args = parser.parse_args()
+    if args.rolling_restart:
+        found = rolling_restart(args.admin_url, min(args.chats, 30), args.messages)
+        print(json.dumps(found, indent=2))
+        return
     runs = [
         throughput(args.admin_url, int(n), args.chats, args.messages)
         for n in args.instances.split(",")
