@@ -87,8 +87,12 @@ class App:
         # memory provider writes left waiting (a restart, an outage) are delivered now
         self._background.append(asyncio.create_task(self.agent.memory.providers.resume()))
         self._background.append(asyncio.create_task(self._ready_provider()))
-        for client in self.clients:  # the SDK's imports, off the loop, before a first turn
-            self._background.append(asyncio.create_task(asyncio.to_thread(client.warm)))
+
+    async def warm_models(self) -> None:
+        """The model SDK's imports and clients made on a thread, before any chat can
+        arrive (done inside a first turn, they held the event loop ~1 s; done beside
+        one, the turn's own import waits for the thread's)."""
+        await asyncio.gather(*(asyncio.to_thread(client.warm) for client in self.clients))
 
     async def _ready_provider(self) -> None:
         """The memory provider's clients made for the people who talk most recently,

@@ -153,6 +153,8 @@ class Gateway:
                 self.http.host,
             )
         self._mount_dashboard()
+        if self.app is not None:
+            await self.app.warm_models()
         await self.http.start()  # before the adapters: webhooks must find it listening
         if self.dashboard is not None:
             self.dashboard.site.set_port(self.http.port)
