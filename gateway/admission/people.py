@@ -43,6 +43,7 @@ from hermes.state.models import Identity, PairingRequest
 from hermes.state.people import ROLE_RANK
 
 logger = logging.getLogger(__name__)
+GATE_HOPS = 8  # a link follows at most this many other links made while it waited
 
 # a busy chat costs no queries; a change made anywhere clears the caches at once anyway
 # (the stamp file), so these only bound how long a missed notice could last
@@ -251,11 +252,29 @@ class People:
         return outcome
 
     def _gated_link(self, code: str, *, requester: str, current_user: str) -> LinkOutcome:
+        """The link under the memory gates of the two people it joins (as they are
+        now: the code's maker is looked up first), held exclusively; when either was
+        linked to someone else while this waited, the gates of whom they became are
+        taken instead. Writes and links of everyone else go on meanwhile."""
         try:
-            with self.memory.gate(exclusive=True):
-                return self._link(code, requester=requester, current_user=current_user)
+            for _ in range(GATE_HOPS):
+                people = self._linked_people(code, current_user)
+                with self.memory.gate(people, exclusive=True):
+                    if self._linked_people(code, current_user) != people:
+                        continue  # one of them moved meanwhile: their new gate first
+                    return self._link(code, requester=requester, current_user=current_user)
         except StoreError as exc:
             return LinkOutcome(False, f"Could not merge the memories: {exc}")
+        return LinkOutcome(False, "Memory is busy with other links of these accounts; try again.")
+
+    def _linked_people(self, code: str, current_user: str) -> list[str]:
+        """Whom a link with `code` would join, as they are now: the code's maker (when
+        the code is one) and the person asking."""
+        maker = self.access.link_code_owner(code)
+        people = {self.repo.current_id(current_user)}
+        if maker is not None:
+            people.add(self.repo.current_id(maker))
+        return sorted(people)
 
     def _link(self, code: str, *, requester: str, current_user: str) -> LinkOutcome:
         redeemed = self.access.redeem_link_code(code, requester)

@@ -25,7 +25,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -56,6 +56,7 @@ from hermes.state.memory_log import Held, MemoryEventRecord, VersionRecord
 from hermes.state.models import MemoryPending, MemoryVersion
 
 logger = logging.getLogger(__name__)
+GATE_HOPS = 8  # a write follows at most this many merges made while it waited
 # writes held for the safety check's model, per person: past this, a write is refused
 # with a word to the model (one person left 1,200 while the model was down, and its
 # return was 1,202 model calls in 30 s)
@@ -151,12 +152,28 @@ class MemoryService:
     def of(self, user_id: str) -> UserMemory:
         return self._memory_of(user_id)
 
-    def gate(self, *, exclusive: bool = False) -> contextlib.AbstractContextManager[None]:
-        """The gate between memory writes and merges (hermes/memory/gate.py): in the
-        database when the stores are there on PostgreSQL, else the home's lock file."""
+    def gate(
+        self, user_ids: Sequence[str], *, exclusive: bool = False
+    ) -> contextlib.AbstractContextManager[None]:
+        """These people's gates between memory writes and merges (hermes/memory/gate.py):
+        in the database when the stores are there on PostgreSQL, else lock files."""
         if self.config.backend == "database" and self.db.backend == "postgresql":
-            return database_gate(self.db.memory_stores, exclusive=exclusive)
-        return memory_gate(self.home, exclusive=exclusive)
+            return database_gate(self.db.memory_stores, user_ids, exclusive=exclusive)
+        return memory_gate(self.home, user_ids, exclusive=exclusive)
+
+    @contextlib.contextmanager
+    def gated(self, user_id: str) -> Iterator[str]:
+        """Pass the gate of the person `user_id` is now (shared): one merged away while
+        this waited is followed to whom they became, whose gate is passed instead;
+        yields that id."""
+        for _ in range(GATE_HOPS):
+            with self.gate([user_id]):
+                current = self.db.people.current_id(user_id)
+                if current == user_id:
+                    yield user_id
+                    return
+            user_id = current
+        raise StoreBusyError("memory is busy with merges of linked accounts; try again")
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019 - one service per process; paths only
     def _memory_of(self, user_id: str) -> UserMemory:
@@ -308,9 +325,8 @@ class MemoryService:
         """The write, under the memory gate, for the person `user_id` is now (a turn that
         began before a link still writes to the merged person); returns that id too."""
         try:
-            with self.gate():
-                user_id = self.db.people.current_id(user_id)
-                validate_user_id(user_id)  # its row is made with the change's record
+            with self.gated(validate_user_id(user_id)) as person:
+                user_id = person  # whom they are now (a link while this waited)
                 outcome = run_recorded(
                     MemoryTool(self.of(user_id), cleared),
                     self.db,
@@ -383,8 +399,8 @@ class MemoryService:
         import of files written by `export`, or edited by hand. Recorded like every
         change (entry by entry, with the whole before/after for undo), by the admin.
         Raises StoreError when the text is over the store's limit (nothing written)."""
-        with self.gate():
-            user_id = self.db.people.current_id(user_id)
+        with self.gated(user_id) as person:
+            user_id = person  # whom they are now (a link while this waited)
             self.reconcile(user_id)
             store = self.of(user_id).file_store(target)
             entries, current = fmt.parse(text), store.read()
@@ -436,8 +452,8 @@ class MemoryService:
         return done, message
 
     def _undo(self, user_id: str, actor: str) -> tuple[str, MemoryVersion | None, bool, str]:
-        with self.gate():
-            user_id = self.db.people.current_id(user_id)
+        with self.gated(user_id) as person:
+            user_id = person  # whom they are now (a link while this waited)
             self.reconcile(user_id)
             version = self.db.memory_log.last_version(user_id)
             done, message = undo_last(self.of(user_id), self.db, actor)

@@ -105,6 +105,18 @@ class AccessDB(Stamped):
 
         return self._write(work)
 
+    def link_code_owner(self, code: str) -> str | None:
+        """Who made `code`, while it can still be used (nothing is counted: a wrong
+        code is counted by `redeem_link_code`)."""
+        code = normalize_code(code)
+        if len(code) != CODE_LENGTH:
+            return None
+        with eng.reading(self.engine) as session:
+            row = session.get(LinkCode, code)
+        if row is None or row.used_at is not None or row.expires_at <= utcnow():
+            return None
+        return row.user_id
+
     def redeem_link_code(self, code: str, requester: str) -> Redeemed:
         """Use a code once. Failures count per requester; 5 lock it out for a while."""
         code = normalize_code(code)

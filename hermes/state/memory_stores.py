@@ -5,7 +5,7 @@ provenance and its undo history commit as one transaction."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,7 +16,7 @@ from hermes.state.models import utcnow
 
 T = TypeVar("T")
 
-GATE_LOCK = 0x68656D67  # "hemg": the memory gate (hermes/memory/gate.py) on PostgreSQL
+GATE_LOCK = 0x6D67  # "mg": a person's memory gate (hermes/memory/gate.py) on PostgreSQL
 
 
 class GateBusyError(Exception):
@@ -64,17 +64,19 @@ class MemoryStoresDB:
         self.engine, self.patience = db.engine, db.patience
 
     @contextmanager
-    def gate(self, *, exclusive: bool, timeout: float) -> Iterator[None]:
-        """The memory gate in the database (PostgreSQL), for gateways on several
-        machines: a transaction on a connection of its own holds an advisory lock,
-        shared or exclusive, until the block ends (a transaction-level lock: it works
-        through connection poolers and ends with its holder). GateBusyError when it is
-        not free within `timeout` s."""
+    def gate(self, user_ids: Sequence[str], *, exclusive: bool, timeout: float) -> Iterator[None]:
+        """The memory gate of these people in the database (PostgreSQL), for gateways
+        on several machines: a transaction on a connection of its own holds each
+        person's advisory lock, shared or exclusive, in sorted order, until the block
+        ends (a transaction-level lock: it works through connection poolers and ends
+        with its holder). GateBusyError when they are not free within `timeout` s."""
         take = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+        people = sorted(set(user_ids))
+        calls = ", ".join(f"{take}({GATE_LOCK}, hashtext(%s))" for _ in people)
         with eng.explained(self.engine), self.engine.connect() as conn, conn.begin():
             conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{int(timeout * 1000)}ms'")
             try:
-                conn.exec_driver_sql(f"SELECT {take}({GATE_LOCK})")
+                conn.exec_driver_sql(f"SELECT {calls}", tuple(people))
             except Exception as exc:
                 if getattr(getattr(exc, "orig", None), "sqlstate", None) == "55P03":
                     raise GateBusyError from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -178,3 +179,44 @@ def test_after_a_link_the_old_id_and_its_live_code_reach_the_survivor(
     linked = people.link(gone_code, requester="discord:9", current_user=third)
     assert linked.ok and linked.user_id == keep and linked.merged_away == third
     assert db.people.current_id(third) == keep
+
+
+def test_a_link_holds_only_its_two_peoples_gates(home: Path, db: SessionDB) -> None:
+    """While Ann and Bo are being linked (their gates held alone), Cy's memory write
+    goes on; Ann's waits for the link and then lands."""
+    ann = person(home, db, "telegram", "1", ["Likes tea"])
+    bo = person(home, db, "telegram", "2", ["Likes jazz"])
+    cy = person(home, db, "telegram", "3", ["Likes chess"])
+    service = MemoryService(home, CONFIG, db)
+    held, release = threading.Event(), threading.Event()
+
+    def linking() -> None:
+        with service.gate([bo, ann], exclusive=True):
+            held.set()
+            release.wait(30)
+
+    def write(user_id: str, note: str) -> threading.Event:
+        done = threading.Event()
+
+        def run() -> None:
+            args = {"action": "add", "target": "memory", "content": note}
+            outcome = asyncio.run(service.apply(user_id, args, actor="user"))
+            assert outcome.result.get("success"), outcome.result
+            done.set()
+
+        threading.Thread(target=run, daemon=True).start()
+        return done
+
+    link = threading.Thread(target=linking, daemon=True)
+    link.start()
+    assert held.wait(10)
+    try:
+        assert write(cy, "Plays on Sundays").wait(10), "another person's write waited"
+        waiting = write(ann, "Likes green tea")
+        assert not waiting.wait(0.5), "a write of someone being linked went on"
+    finally:
+        release.set()
+    link.join(10)
+    assert waiting.wait(10)
+    entries = UserMemory(home, ann, CONFIG, db).store(Target.MEMORY).read().entries
+    assert entries == ("Likes tea", "Likes green tea")

@@ -262,26 +262,35 @@ def test_the_holder_is_woken_by_notify_and_a_stop_reaches_the_holder(
 def test_the_memory_gate_in_the_database_holds_across_processes_pools(
     db: SessionDB, second: ClusterDB, home: Path, database_url: str
 ) -> None:
-    """Writes share the gate, a merge holds it alone (hermes/memory/gate.py); with the
-    stores on PostgreSQL it is an advisory lock there, so it holds between gateways on
-    different machines: here two engines (two pools)."""
+    """A person's writes share their gate, a merge holds its two people's alone
+    (hermes/memory/gate.py); with the stores on PostgreSQL these are advisory locks
+    there, so they hold between gateways on different machines: here two engines (two
+    pools). Everyone else's writes and merges go on meanwhile."""
     other = SessionDB.open(home / "third", database_url)
+    ann, bo, cy = "u_00000000000000a1", "u_00000000000000b2", "u_00000000000000c3"
     try:
-        with database_gate(db.memory_stores), database_gate(other.memory_stores):
+        with database_gate(db.memory_stores, [ann]), database_gate(other.memory_stores, [ann]):
             pass  # two writers at once
+        with database_gate(db.memory_stores, [ann, bo], exclusive=True):  # ann and bo link
+            with (
+                pytest.raises(StoreBusyError, match="busy with a merge"),
+                database_gate(other.memory_stores, [bo], timeout=0.3),
+            ):
+                pass
+            with database_gate(other.memory_stores, [cy], timeout=0.3):
+                pass  # someone else's write goes on
+            with (
+                pytest.raises(StoreBusyError, match="another change of memory"),
+                database_gate(other.memory_stores, [cy, ann], exclusive=True, timeout=0.3),
+            ):
+                pass
         with (
-            database_gate(db.memory_stores, exclusive=True),
-            pytest.raises(StoreBusyError, match="busy with a merge"),
-            database_gate(other.memory_stores, timeout=0.3),
-        ):
-            pass
-        with (
-            database_gate(db.memory_stores),
+            database_gate(db.memory_stores, [ann]),
             pytest.raises(StoreBusyError, match="another change of memory"),
-            database_gate(other.memory_stores, exclusive=True, timeout=0.3),
+            database_gate(other.memory_stores, [ann], exclusive=True, timeout=0.3),
         ):
             pass
-        with database_gate(other.memory_stores, exclusive=True):
+        with database_gate(other.memory_stores, [ann, bo], exclusive=True):
             pass  # free again once the holders ended
     finally:
         other.close()
