@@ -92,7 +92,8 @@ class App:
         """The model SDK's imports and clients made on a thread, before any chat can
         arrive (done inside a first turn, they held the event loop ~1 s; done beside
         one, the turn's own import waits for the thread's)."""
-        await asyncio.gather(*(asyncio.to_thread(client.warm) for client in self.clients))
+        distinct = {id(client): client for client in self.clients}.values()  # made once each
+        await asyncio.gather(*(asyncio.to_thread(client.warm) for client in distinct))
 
     async def _ready_provider(self) -> None:
         """The memory provider's clients made for the people who talk most recently,

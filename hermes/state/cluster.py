@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -194,21 +195,25 @@ class ClusterDB:
     def __init__(self, db: eng.Handle) -> None:
         self.engine: Engine = db.engine
         self._auto: Engine | None = None  # made on first use (PostgreSQL only)
+        self._making = threading.Lock()  # the database executor's threads ask at once
 
     def _connection(self) -> Engine:
         """An engine of its own: autocommit (each statement its own transaction), two
         pooled connections, no check before each use (a round trip on every statement
-        of the hot path): a connection found dropped is retried once instead."""
-        if self._auto is None:
-            url = self.engine.url.render_as_string(hide_password=False)
-            own = postgres.open_engine(url, 2, pre_ping=False)
-            self._auto = own.execution_options(isolation_level="AUTOCOMMIT")
-        return self._auto
+        of the hot path): a connection found dropped is retried once instead. Made
+        once: two made at once, the one dropped would leave its connection open."""
+        with self._making:
+            if self._auto is None:
+                url = self.engine.url.render_as_string(hide_password=False)
+                own = postgres.open_engine(url, 2, pre_ping=False)
+                self._auto = own.execution_options(isolation_level="AUTOCOMMIT")
+            return self._auto
 
     def close(self) -> None:
-        if self._auto is not None:
-            self._auto.dispose()
-            self._auto = None
+        with self._making:
+            if self._auto is not None:
+                self._auto.dispose()
+                self._auto = None
 
     def _run(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         metrics.CLUSTER_STATEMENTS.inc()
