@@ -16,10 +16,10 @@ from sqlalchemy import text
 from gateway.config import load_config
 from gateway.runtime import Gateway
 from hermes.state.db import SessionDB
-from hermes.state.models import Reminder, utcnow
-from hermes.state.reminders import new_reminder_id
+from hermes.state.models import utcnow
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import FakeTelegram
+from tests.harness.reminders import telegram_reminder
 from tests.harness.wait import until
 
 T = TypeVar("T")
@@ -119,17 +119,7 @@ def seed(home: Path, **fields: Any) -> str:
     try:
         db.people.ensure_user(OWNER, display_name="Ann")
         db.people.ensure_identity("telegram", "42", OWNER)
-        reminder = Reminder(
-            id=new_reminder_id(),
-            user_id=OWNER,
-            owner_id=OWNER,
-            platform="telegram",
-            chat_id="42",
-            chat_type="dm",
-            session_key="telegram:dm:42",
-            timezone="Europe/Berlin",
-            **fields,
-        )
+        reminder = telegram_reminder(OWNER, "42", timezone="Europe/Berlin", **fields)
         added = db.reminders.add(50, reminder)
         assert added is not None
         return added.id

@@ -23,8 +23,7 @@ import pytest
 from hermes.memory import entries as fmt
 from hermes.memory.consolidation import INSTRUCTIONS
 from hermes.state.db import SessionDB
-from hermes.state.models import Reminder, utcnow
-from hermes.state.reminders import new_reminder_id
+from hermes.state.models import utcnow
 from tests.fakes.balancer import Balancer
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Reply
@@ -32,6 +31,7 @@ from tests.fakes.slack_server import FakeSlack
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness.cli import hermes
 from tests.harness.fleet import SLACK_SIGNING, Fleet, Platforms, fleet_config, start_fleet
+from tests.harness.reminders import telegram_reminder
 
 pytestmark = pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
 
@@ -270,17 +270,8 @@ def test_an_instance_killed_mid_turn_loses_nothing_and_answers_nothing_twice(
     try:
         owner = probe.people.ensure_user("u_00000000000000f1").id
         probe.people.ensure_identity("telegram", "1000", owner)
-        reminder = Reminder(
-            id=new_reminder_id(),
-            user_id=owner,
-            owner_id=owner,
-            platform="telegram",
-            chat_id="1000",
-            chat_type="dm",
-            session_key="telegram:dm:1000",
-            timezone="UTC",
-            text="water the plants",
-            due_at=utcnow() + timedelta(seconds=2),
+        reminder = telegram_reminder(
+            owner, "1000", "water the plants", due_at=utcnow() + timedelta(seconds=2)
         )
         assert probe.reminders.add(10, reminder) is not None
     finally:

@@ -17,9 +17,9 @@ import pytest
 from hermes.identity import new_user_id
 from hermes.state import engine as eng
 from hermes.state.db import SessionDB
-from hermes.state.models import Reminder, utcnow
-from hermes.state.reminders import new_reminder_id
+from hermes.state.models import utcnow
 from tests.harness.postgres import ScratchServer
+from tests.harness.reminders import telegram_reminder
 
 HOLD_S = 30.0  # a held lock is let go by the test, or after this
 
@@ -69,18 +69,7 @@ def started(call: Callable[[], Any]) -> tuple[threading.Event, list[Any]]:
 
 def reminder(db: SessionDB, user_id: str) -> str:
     db.people.ensure_user(user_id)
-    row = Reminder(
-        id=new_reminder_id(),
-        user_id=user_id,
-        owner_id=user_id,
-        platform="telegram",
-        chat_id="1",
-        chat_type="dm",
-        session_key="telegram:dm:1",
-        timezone="UTC",
-        text="stand up",
-        due_at=utcnow() - timedelta(seconds=1),
-    )
+    row = telegram_reminder(user_id, "1", "stand up", due_at=utcnow() - timedelta(seconds=1))
     added = db.reminders.add(50, row)
     assert added is not None
     return added.id

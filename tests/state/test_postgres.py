@@ -17,11 +17,12 @@ from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
 from hermes.state.evidence import EvidenceStore
 from hermes.state.factstore import FactStore
-from hermes.state.models import Media, Reminder
+from hermes.state.models import Media
 from hermes.state.schema import SCHEMA_VERSION
 from hermes.state.search import SearchScope
 from tests.harness.cli import HERMES, hermes
 from tests.harness.postgres import ScratchServer
+from tests.harness.reminders import telegram_reminder
 
 
 def write_config(home: Path, database: dict[str, object]) -> None:
@@ -191,15 +192,11 @@ def populated_home(home: Path) -> str:
         chunk = evidence.search_chunks(ana, ["zurich"], 1)[0]
         evidence.review_fact(ana, evidence.add_fact(ana, "Train at 9:10", [chunk.id]), "verified")
         due = datetime.now(UTC) + timedelta(days=1)
-        reminder = Reminder(
+        reminder = telegram_reminder(
+            ana,
+            "42",
+            "water the plants",
             id="r_0000000000000001",
-            user_id=ana,
-            owner_id=ana,
-            platform="telegram",
-            chat_id="42",
-            chat_type="dm",
-            session_key="telegram:dm:42",
-            text="water the plants",
             timezone="Europe/Paris",
             due_at=due,
         )
