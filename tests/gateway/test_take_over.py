@@ -61,7 +61,9 @@ def test_a_reply_stored_by_a_stopped_instance_is_sent_once_by_the_next(
                 db.conversations.set_delivery(reply, state)
             await asyncio.sleep(0.4)  # its lease ran out
             assert await shared.take(session.session_key) == 1
-            await asyncio.sleep(1.0)
+            async with asyncio.timeout(20):  # the taken row settled and finished
+                while db.cluster.waiting():
+                    await asyncio.sleep(0.05)
             await app.router.stop()
             stored = next(m for m in db.conversations.messages(session.id, alice) if m.id == reply)
             return adapter.texts(), stored.delivery
