@@ -504,7 +504,7 @@ class Agent:
         await self.memory.drain(timeout)
         if self._unsaved:  # a last try before the process ends and they are gone
             try:
-                self.save_unsaved()
+                await self.db.run(self.save_unsaved)
             except Exception as exc:
                 left = sum(len(rows) for waiting in self._unsaved.values() for rows, _ in waiting)
                 logger.error("%d message(s) could not be stored before stopping: %s", left, exc)
