@@ -497,8 +497,13 @@ def test_a_rolling_restart_under_traffic_loses_nothing_and_keeps_each_chat_in_or
     senders = [threading.Thread(target=chat_sends, args=(c,)) for c in chats]
     for sender in senders:
         sender.start()
+
+    def busy(name: str) -> bool:  # it holds sessions: its stop meets turns and queues
+        found = fleet.instance_of(name)
+        return found is not None and any(n.startswith("session:") for n in found.leases)
+
     for name in names:  # one after the other, under traffic
-        time.sleep(1.0)
+        wait_for(lambda n=name: busy(n), f"{name} never took a session", 30)
         proc = fleet.procs[name]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, fleet.log(name)[-3000:]
