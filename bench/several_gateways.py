@@ -3,6 +3,8 @@
     .venv/bin/python bench/several_gateways.py [--instances 1,2,3] [--chats 40]
         [--messages 10] [--failover-leases 5,10] [--json] [--admin-url URL]
     .venv/bin/python bench/several_gateways.py --rolling-restart [--chats 30]
+    .venv/bin/python bench/several_gateways.py --contention [--instances 1,2,3]
+        [--people 50,500] [--total 1000]
 
 Real `hermes gateway run` processes (each a home of its own, one database made for the
 run on the server `--admin-url` names and dropped after), Telegram in webhook mode
@@ -20,6 +22,14 @@ session's lease taken, the rows finished; plus what wake-ups and hand-overs add)
 Rolling restart (`--rolling-restart`): three instances, each stopped with SIGTERM and
 started again in turn under traffic (see `rolling_restart`); aim: 0 lost, 0 duplicated,
 0 out of order.
+
+Contention (`--contention`): instances x people x a model answering at once and one
+answering in 1 s, about `--total` messages a run, each person sending the next when the
+last was answered: turns/s, the server's write transactions (its transaction-id counter:
+one per transaction that wrote), the p99 of how long a write waited for its locks
+(`hermes_db_lock_wait_seconds` over every instance's /metrics), how many of those were
+the whole-database lock, and CPU per message of each gateway and of PostgreSQL (the
+server's processes, from /proc).
 
 Failover: two instances, lease L; a person's message is mid-turn (the model takes 3 s)
 on one instance with another message queued behind it; that instance is SIGKILLed; the
@@ -59,6 +69,8 @@ from tests.harness.fleet import Fleet, Platforms, fleet_config, start_fleet
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 MARK = re.compile(r"\bc(\d+)m(\d+)\b")
 STATEMENTS = re.compile(r"^hermes_cluster_statements_total ([0-9.e+]+)$", re.M)
+LOCK_BUCKET = re.compile(r"^hermes_db_lock_wait_seconds_bucket\{([^}]*)\} ([0-9.e+]+)$", re.M)
+LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
 def echo(delay_for: set[str], every: float = 0.0) -> Any:
@@ -94,9 +106,8 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / 100.0  # utime + stime, in clock ticks
 
 
-def statements(url: str) -> float:
-    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
-        found = STATEMENTS.search(response.read().decode())
+def statements(text: str) -> float:
+    found = STATEMENTS.search(text)
     return float(found.group(1)) if found else 0.0
 
 
@@ -170,13 +181,82 @@ class Replies:
                 self.cond.wait(1.0)
 
 
-def throughput(admin_url: str, instances: int, chats: int, messages: int) -> dict[str, Any]:
-    with running(admin_url, instances, 30.0, set()) as (fleet, tg, urls, _lb):
+def metrics_text(url: str) -> str:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        return str(response.read().decode())
+
+
+def lock_waits(text: str) -> dict[str, dict[float, float]]:
+    """`hermes_db_lock_wait_seconds`'s cumulative buckets, by lock ("write", "keys")."""
+    found: dict[str, dict[float, float]] = {}
+    for labels, value in LOCK_BUCKET.findall(text):
+        parts = dict(LABEL.findall(labels))
+        bucket = found.setdefault(parts["lock"], {})
+        bucket[float(parts["le"])] = bucket.get(float(parts["le"]), 0.0) + float(value)
+    return found
+
+
+def added(*counts: dict[str, dict[float, float]]) -> dict[str, dict[float, float]]:
+    total: dict[str, dict[float, float]] = {}
+    for each in counts:
+        for lock, buckets in each.items():
+            into = total.setdefault(lock, {})
+            for le, value in buckets.items():
+                into[le] = into.get(le, 0.0) + value
+    return total
+
+
+def since(after: dict[str, dict[float, float]], before: dict[str, dict[float, float]]) -> Any:
+    return {
+        lock: {le: v - before.get(lock, {}).get(le, 0.0) for le, v in buckets.items()}
+        for lock, buckets in after.items()
+    }
+
+
+def quantile(buckets: dict[float, float], q: float) -> float:
+    """The bucket bound under which `q` of the observations fall (an upper bound)."""
+    ordered = sorted(buckets.items())
+    total = ordered[-1][1] if ordered else 0.0
+    if not total:
+        return 0.0
+    return next(le for le, count in ordered if count >= q * total)
+
+
+def postgres_cpu_seconds() -> float:
+    """CPU of the whole PostgreSQL server: the postmaster, the children it reaped, and
+    the ones alive (connections, the writer, the WAL writer...)."""
+    procs = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            head, rest = stat.read_text().rsplit(")", 1)
+            if head.split("(", 1)[1] == "postgres":
+                procs[int(stat.parent.name)] = rest.split()
+    total = 0
+    for fields in procs.values():
+        total += int(fields[11]) + int(fields[12])  # utime + stime
+        if int(fields[1]) not in procs:  # the postmaster: its reaped children too
+            total += int(fields[13]) + int(fields[14])
+    return total / 100.0
+
+
+def written_transactions(admin_url: str) -> int:
+    """The server's transaction id counter: one per transaction that wrote anything."""
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
+    return int(row[0]) if row else 0
+
+
+def throughput(
+    admin_url: str, instances: int, chats: int, messages: int, every: float = 0.0
+) -> dict[str, Any]:
+    """`chats` people each sending `messages` messages, the next when the last was
+    answered, to a model answering in `every` s; 0 instances: one gateway on SQLite."""
+    with running(admin_url, instances, 30.0, set(), every) as (fleet, tg, urls, _lb):
         watch = Replies(tg)
         for chat in range(chats):  # each person known before the clock starts
             tg.user_message(f"hello c{chat}m999", user_id=5000 + chat)
-        while any(not replies_to(tg, 5000 + c) for c in range(chats)):
-            time.sleep(0.05)
+        for chat in range(chats):
+            watch.wait(5000 + chat, 0)
         latencies: list[float] = []
         lock = threading.Lock()
 
@@ -191,8 +271,9 @@ def throughput(admin_url: str, instances: int, chats: int, messages: int) -> dic
                     latencies.append(time.perf_counter() - start)
 
         pids = [proc.pid for proc in fleet.procs.values()]
-        cpu0 = sum(cpu_seconds(pid) for pid in pids)
-        sent0 = sum(statements(url) for url in urls)
+        cpu0 = [cpu_seconds(pid) for pid in pids]
+        texts0 = [metrics_text(url) for url in urls]
+        pg0, tx0 = postgres_cpu_seconds(), written_transactions(admin_url)
         began = time.perf_counter()
         people = [threading.Thread(target=person, args=(c,)) for c in range(chats)]
         for thread in people:
@@ -200,20 +281,45 @@ def throughput(admin_url: str, instances: int, chats: int, messages: int) -> dic
         for thread in people:
             thread.join()
         wall = time.perf_counter() - began
-        cpu = sum(cpu_seconds(pid) for pid in pids) - cpu0
-        sent = sum(statements(url) for url in urls) - sent0
+        cpu = [cpu_seconds(pid) - before for pid, before in zip(pids, cpu0, strict=True)]
+        pg, tx = postgres_cpu_seconds() - pg0, written_transactions(admin_url) - tx0
+        texts = [metrics_text(url) for url in urls]
+        sent = sum(statements(t) for t in texts) - sum(statements(t) for t in texts0)
+        waits = since(added(*map(lock_waits, texts)), added(*map(lock_waits, texts0)))
+        every_lock = added(*({"all": b} for b in waits.values()))["all"] if waits else {}
         total = chats * messages
         latencies.sort()
         watch.done.set()
         return {
             "instances": instances or "1, SQLite",
+            "people": chats,
+            "model_s": every,
             "messages": total,
             "messages_per_s": round(total / wall, 1),
             "p50_ms": round(statistics.median(latencies) * 1000, 1),
             "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1] * 1000, 1),
-            "gateway_cpu_ms_per_message": round(cpu / total * 1000, 2),
+            "gateway_cpu_ms_per_message": round(sum(cpu) / total * 1000, 2),
+            "cpu_ms_per_message_by_instance": [round(c / total * 1000, 2) for c in cpu],
+            "postgres_cpu_ms_per_message": round(pg / total * 1000, 2) if instances else 0,
+            "write_transactions_per_s": round(tx / wall, 1) if instances else 0,
+            "write_transactions_per_message": round(tx / total, 2) if instances else 0,
+            "p99_lock_wait_ms": round(quantile(every_lock, 0.99) * 1000, 2),
+            "whole_database_locks_per_message": round(
+                max(waits.get("write", {}).values(), default=0.0) / total, 2
+            ),
             "coordination_statements_per_message": round(sent / total, 2),
         }
+
+
+def contention(admin_url: str, instances: list[int], people: list[int], total: int) -> Any:
+    """Every (instances, people, model delay) once: about `total` messages a run (each
+    person sends total / people of them), a model answering at once and one in 1 s."""
+    return [
+        throughput(admin_url, n, chats, max(1, total // chats), every)
+        for every in (0.0, 1.0)
+        for chats in people
+        for n in instances
+    ]
 
 
 def failover(admin_url: str, lease_s: float) -> dict[str, Any]:
@@ -310,7 +416,43 @@ def main() -> None:
         action="store_true",
         help="only the rolling restart: 3 instances stopped and started in turn",
     )
+    parser.add_argument(
+        "--contention",
+        action="store_true",
+        help="only the contention runs: --instances x --people x a model in 0 s and 1 s",
+    )
+    parser.add_argument("--people", default="50,500", help="with --contention")
+    parser.add_argument(
+        "--total", type=int, default=1000, help="with --contention: messages in each run"
+    )
     args = parser.parse_args()
+    if args.contention:
+        found = contention(
+            args.admin_url,
+            [int(n) for n in args.instances.split(",") if n and n != "0"],
+            [int(n) for n in args.people.split(",") if n],
+            args.total,
+        )
+        if args.json:
+            print(json.dumps(found, indent=2))
+            return
+        print(
+            "| model | people | instances | turns/s | p50 / p99 reply ms | write tx/s (per msg)"
+            " | p99 lock wait ms | whole-db locks/msg | gateway CPU ms/msg (by instance)"
+            " | PostgreSQL CPU ms/msg |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for run in found:
+            by = ", ".join(f"{c:g}" for c in run["cpu_ms_per_message_by_instance"])
+            print(
+                f"| {run['model_s']:g} s | {run['people']} | {run['instances']} | "
+                f"{run['messages_per_s']} | {run['p50_ms']:g} / {run['p99_ms']:g} | "
+                f"{run['write_transactions_per_s']} ({run['write_transactions_per_message']}) | "
+                f"{run['p99_lock_wait_ms']:g} | {run['whole_database_locks_per_message']} | "
+                f"{run['gateway_cpu_ms_per_message']} ({by}) | "
+                f"{run['postgres_cpu_ms_per_message']} |"
+            )
+        return
     if args.rolling_restart:
         found = rolling_restart(args.admin_url, min(args.chats, 30), args.messages)
         print(json.dumps(found, indent=2))

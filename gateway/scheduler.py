@@ -1,12 +1,16 @@
 """APScheduler (3.x, AsyncIOScheduler) inside the gateway process.
 
-On SQLite (one gateway per home) its jobs live in state.db: jobs are added only when
-missing from the job store, so a restart keeps their schedule; an interval changed in
-config reschedules the job.
+The timers live in memory (APScheduler's memory job store): its SQL job store would
+read and write state.db on the event loop at every run, and APScheduler 3 must not share
+one between schedulers. What a restart keeps is in state.db, read and written on the
+database executor: each job's last run (`job_runs`) and when it was first scheduled
+(`job_schedules`), so each start schedules a job an interval after its last run, or,
+never run, after its first schedule (a gateway restarted more often than a job's
+interval still runs it); an interval changed in config applies from the last run.
+Reminders are scheduled again at every start from their table.
 
-On PostgreSQL several gateways may share the database, and APScheduler 3 must not share
-a job store between schedulers: each process keeps its own timers in memory and the
-database decides who runs. A maintenance job (consolidation, idle sessions, held memory
+With several gateways on one PostgreSQL database the database decides who runs: a
+maintenance job (consolidation, idle sessions, held memory
 writes, the daily upkeep) runs only on the instance that holds the leader lease
 (`leader`), and only when the last recorded run is at least ~an interval old, so a
 leader that died mid-interval is followed by one run, later, not two; each start
@@ -20,9 +24,8 @@ status`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -30,13 +33,11 @@ from typing import Any
 
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, JobExecutionEvent
 from apscheduler.executors.asyncio import AsyncIOExecutor
-from apscheduler.jobstores.base import BaseJobStore, ConflictingIdError
 from apscheduler.jobstores.memory import MemoryJobStore
-from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
-from apscheduler.util import ref_to_obj, undefined
+from apscheduler.util import ref_to_obj
 
 from gateway import logs
 from gateway.config import HermesConfig
@@ -121,14 +122,10 @@ class Scheduler:
         maintenance leader now (asked when a job is due)."""
         self.home, self.db = home, db
         self.specs = job_specs(config)
-        self.shared = db.backend == "postgresql"
         self._leader = leader or (lambda: True)
-        self._store: BaseJobStore = (
-            MemoryJobStore() if self.shared else SQLAlchemyJobStore(engine=db.engine)
-        )
         self._executor = _Executor()
         self._scheduler = AsyncIOScheduler(
-            jobstores={"default": self._store},
+            jobstores={"default": MemoryJobStore()},
             executors={"default": self._executor},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 3600},
             timezone="UTC",
@@ -137,50 +134,19 @@ class Scheduler:
         self._recording: set[asyncio.Future[None]] = set()
 
     async def start(self) -> None:
-        """Start inside the running event loop; existing schedules are kept."""
-        if self.shared:
-            self._start_shared(await self.db.run(self.db.upkeep.job_runs))
-            return
-        # create the job table under our write lock: several processes may start at once
-        store = self._store
-        assert isinstance(store, SQLAlchemyJobStore)
-        await self.db.run(
-            self.db.upkeep.run_ddl, lambda conn: store.jobs_t.create(conn, checkfirst=True)
-        )
-        self._scheduler.start(paused=True)
-        for spec in self.specs:
-            trigger = IntervalTrigger(seconds=spec.every.total_seconds(), timezone="UTC")
-            job = self._scheduler.get_job(spec.id)
-            if job is None:  # first start: check memory right away, the rest on schedule
-                first = datetime.now(UTC) if spec.id in RUN_AT_ONCE else undefined
-                with contextlib.suppress(ConflictingIdError):  # another gateway added it
-                    self._scheduler.add_job(
-                        spec.func,
-                        trigger,
-                        id=spec.id,
-                        kwargs={"home": str(self.home)},
-                        next_run_time=first,
-                    )
-            elif getattr(job.trigger, "interval", None) != spec.every:
-                job.reschedule(trigger)
-        self._scheduler.resume()
-
-    def _start_shared(self, runs: dict[str, JobRun]) -> None:
-        """Each job's timer in memory, its first run an interval after its last recorded
-        one (at once when overdue, or never run and run at the first start)."""
+        """Start inside the running event loop: each job's timer in memory, its first
+        run an interval after its last recorded one (at once when overdue), or, never
+        run, an interval after it was first scheduled (at once for the jobs run at the
+        first start). The database is read and written on its executor."""
+        times = await self.db.run(self.db.upkeep.schedule_jobs, [s.id for s in self.specs])
         self._scheduler.start(paused=True)
         now = datetime.now(UTC)
         for spec in self.specs:
-            last = runs.get(spec.id)
-            if last is not None:
-                first = max(now, as_utc(last.last_run_at) + spec.every)
-            else:
-                first = now if spec.id in RUN_AT_ONCE else now + spec.every
             self._scheduler.add_job(
                 self._turn(spec),
                 IntervalTrigger(seconds=spec.every.total_seconds(), timezone="UTC"),
                 id=spec.id,
-                next_run_time=first,
+                next_run_time=max(now, _first_run(spec, times.runs, times.since, now)),
             )
         self._scheduler.resume()
 
@@ -198,6 +164,9 @@ class Scheduler:
         return run
 
     def _due(self, spec: JobSpec) -> bool:
+        """This instance's turn (with several gateways, the leader's), and the last run
+        is about an interval old (a leader that died mid-interval is followed by one
+        run, later)."""
         if not self._leader():
             return False
         last = self.db.upkeep.job_runs().get(spec.id)
@@ -221,9 +190,14 @@ class Scheduler:
     def status(self) -> list[JobStatus]:
         return describe(self._scheduler.get_jobs(), self.db, self.specs)
 
+    def next_run(self, job_id: str) -> datetime | None:
+        """When the job `job_id` (a reminder's: "reminder:<id>") runs next here."""
+        job = self._scheduler.get_job(job_id)
+        return None if job is None else job.next_run_time
+
     def schedule_reminder(self, reminder: Reminder) -> None:
-        """Wake up exactly when `reminder` is due (a job in the same store: a restart
-        keeps it; a run missed while down fires once, late, at the next start)."""
+        """Wake up exactly when `reminder` is due (every start schedules the active
+        reminders again: a run missed while down fires once, late, at the next start)."""
         if not self._scheduler.running or reminder.due_at is None:
             return
         when = reminder.retry_at or reminder.due_at
@@ -259,50 +233,39 @@ class Scheduler:
 
 
 def read_status(home: Path, config: HermesConfig, db: SessionDB) -> list[JobStatus]:
-    """Job status from state.db, without running a scheduler (for the CLI). With
-    PostgreSQL the timers live in the gateways: the next run is an interval after the
-    last recorded one."""
-    if db.backend == "postgresql":
-        ttl = config.gateway.cluster.lease_seconds
-        started = [i.started_at for i in db.cluster.instances(ttl) if i.alive]
-        return describe([], db, job_specs(config), from_last_run=True, started=started)
-    store = SQLAlchemyJobStore(engine=db.engine)
-    store.start(AsyncIOScheduler(timezone="UTC"), "default")
-    jobs = store.get_all_jobs()
-    return describe(jobs, db, job_specs(config))
+    """Job status from state.db, without running a scheduler (for the CLI): the next
+    run an interval after the last recorded one, or, never run, after the job was first
+    scheduled (None: no gateway has scheduled it yet)."""
+    return describe([], db, job_specs(config))
 
 
-def _next_fire(started: datetime, spec: JobSpec, now: datetime) -> datetime:
-    """When a gateway started at `started` next fires `spec` (its first run an interval
-    after the start, at the start for the jobs run at once), not before `now`."""
-    if spec.id in RUN_AT_ONCE and started >= now - spec.every:
-        return started
-    periods = max(1, -(-(now - started) // spec.every))
-    return started + periods * spec.every
+def _first_run(
+    spec: JobSpec, runs: dict[str, JobRun], since: dict[str, datetime], now: datetime
+) -> datetime:
+    """When `spec` is next due, from its last run or its first schedule (`now` when
+    neither is known: a job run at the first start)."""
+    if (last := runs.get(spec.id)) is not None:
+        return as_utc(last.last_run_at) + spec.every
+    first = as_utc(since[spec.id]) if spec.id in since else now
+    return first if spec.id in RUN_AT_ONCE else first + spec.every
 
 
-def describe(
-    jobs: list[Any],
-    db: SessionDB,
-    specs: list[JobSpec],
-    *,
-    from_last_run: bool = False,
-    started: Sequence[datetime] = (),
-) -> list[JobStatus]:
-    """`started`: when the live gateways started (PostgreSQL: each runs its own timers,
-    a job never run is first due an interval after a gateway's start)."""
-    runs = db.upkeep.job_runs()
+def describe(jobs: list[Any], db: SessionDB, specs: list[JobSpec]) -> list[JobStatus]:
+    """`jobs`: a running scheduler's timers (their next run); without one, the next
+    run is worked out from the last run or the first schedule."""
+    runs, since = db.upkeep.job_runs(), db.upkeep.job_schedules()
     by_id = {job.id: job for job in jobs}
     statuses = []
     now = datetime.now(UTC)
     for spec in specs:
         job = by_id.get(spec.id)
         run = runs.get(spec.id)
-        next_run = job.next_run_time if job else None
-        if from_last_run and run is not None:
-            next_run = as_utc(run.last_run_at) + spec.every
-        elif from_last_run and started:
-            next_run = min(_next_fire(as_utc(at), spec, now) for at in started)
+        if job is not None:
+            next_run = job.next_run_time
+        elif run is None and spec.id not in since:
+            next_run = None
+        else:
+            next_run = max(now, _first_run(spec, runs, since, now))
         statuses.append(
             JobStatus(
                 spec.id,

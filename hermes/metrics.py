@@ -124,6 +124,15 @@ DB_CALLS_ON_LOOP = Counter(
     "Database connections taken on the event loop's thread (each one could stall every chat)",
     registry=REGISTRY,
 )
+DB_LOCK_WAIT_SECONDS = Histogram(
+    "hermes_db_lock_wait_seconds",
+    "How long a write transaction waited for its locks: `write` SQLite's write lock or "
+    "PostgreSQL's whole-database one, `keys` PostgreSQL's locks by key (a person, a "
+    "session, a reminder)",
+    ["lock"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+    registry=REGISTRY,
+)
 EVENT_LOOP_LAG = Histogram(
     "hermes_event_loop_lag_seconds",
     "How late the event loop ran a timer (a blocked loop delays every chat)",
@@ -141,6 +150,7 @@ __all__ = [
     "CONSOLIDATIONS",
     "DB_CALLS_ON_LOOP",
     "DB_CALL_SECONDS",
+    "DB_LOCK_WAIT_SECONDS",
     "DELIVERIES_FAILED",
     "EVENT_LOOP_LAG",
     "MEMORY_JUDGE_SECONDS",

@@ -30,8 +30,9 @@ from hermes.state.postgres import Raw
 
 BATCH = 2000
 # state.db's own indexes and SQLite's bookkeeping: rebuilt or meaningless elsewhere; and
-# APScheduler's job store, which only a SQLite home keeps (pickled timers: on PostgreSQL
-# each gateway makes its timers at start from `job_runs`, reminders from `reminders`)
+# APScheduler's job store, which a SQLite home of schema 20 or older may still hold
+# (pickled timers: each gateway makes its timers at start from `job_runs` and
+# `job_schedules`, reminders from `reminders`)
 _NOT_DATA = ("sqlite_", "messages_fts", "messages_cjk", "apscheduler_jobs")
 
 

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -25,6 +26,7 @@ from sqlalchemy.exc import DatabaseError, DBAPIError, OperationalError
 from sqlalchemy.pool import ConnectionPoolEntry
 from sqlmodel import Session, create_engine
 
+from hermes import metrics
 from hermes.state import cjk, postgres
 from hermes.state.retry import (
     DatabaseBusyError,
@@ -261,7 +263,10 @@ def _on_connect(dbapi_conn: sqlite3.Connection, _record: ConnectionPoolEntry) ->
 
 def _on_begin(conn: Any) -> None:
     mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
+    started = time.perf_counter()
     conn.exec_driver_sql(f"BEGIN {mode}")
+    if mode == "IMMEDIATE":  # the write lock, waited for up to the busy timeout
+        metrics.DB_LOCK_WAIT_SECONDS.labels("write").observe(time.perf_counter() - started)
 
 
 def _postgres(engine: Engine) -> bool:

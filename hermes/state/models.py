@@ -283,6 +283,16 @@ class JobRun(SQLModel, table=True):
     summary: str = ""
 
 
+class JobSchedule(SQLModel, table=True):
+    """When a job was first scheduled: a job never run is first due an interval after
+    it, whichever gateway starts and however often (its timers live in memory)."""
+
+    __tablename__ = "job_schedules"
+
+    job_id: str = Field(primary_key=True)
+    since: datetime = Field(default_factory=utcnow)
+
+
 class Delivery(SQLModel, table=True):
     """The outcome of sending a reply to a platform, kept when it failed."""
 

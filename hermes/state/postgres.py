@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,6 +44,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.sql.schema import ScalarElementColumnDefault
 from sqlmodel import Session, SQLModel
 
+from hermes import metrics
 from hermes.state import cjk
 from hermes.state.retry import Patience, StateDBError
 from hermes.state.search import scope_token, word_document, word_keys
@@ -280,14 +282,17 @@ def take_locks(conn: Connection, keys: Sequence[str] | None, *, shared_held: boo
     round trip. A key is a lock of the two-number space, (KEY_LOCKS, hash of the key),
     which never meets the one-number locks: a hash collision only makes two keys wait
     for each other."""
+    started = time.perf_counter()
     if keys is None:
         conn.exec_driver_sql(_TAKE_WRITE_LOCK)
+        metrics.DB_LOCK_WAIT_SECONDS.labels("write").observe(time.perf_counter() - started)
         return
     ordered = sorted(set(keys))
     calls = [] if shared_held else [f"pg_advisory_xact_lock_shared({WRITE_LOCK})"]
     calls += [f"pg_advisory_xact_lock({KEY_LOCKS}, hashtext(%s))"] * len(ordered)
     if calls:
         conn.exec_driver_sql("SELECT " + ", ".join(calls), tuple(ordered))
+        metrics.DB_LOCK_WAIT_SECONDS.labels("keys").observe(time.perf_counter() - started)
 
 
 class Raw:
@@ -396,6 +401,7 @@ UPGRADES: dict[int, tuple[str, ...]] = {
     18: ("provider_outbox", "provider_outbox_drops"),
     19: (),
     20: (),
+    21: ("job_schedules",),
 }
 UPGRADE_STATEMENTS: dict[int, tuple[str, ...]] = {
     15: (

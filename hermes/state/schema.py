@@ -560,8 +560,18 @@ _V19 = ["ALTER TABLE consolidation_runs ADD COLUMN version_id INTEGER"]
 # v20: where a reply to a platform message is on its way (stored, sending, sent...)
 _V20 = ["ALTER TABLE messages ADD COLUMN delivery TEXT"]
 
+# v21: each job's first schedule (its timers live in memory on both backends now:
+# APScheduler's job store in state.db wrote on the event loop at every run)
+_V21 = [
+    """CREATE TABLE job_schedules (
+        job_id TEXT PRIMARY KEY,
+        since TIMESTAMP NOT NULL
+    )""",
+    "DROP TABLE IF EXISTS apscheduler_jobs",
+]
+
 MIGRATIONS: list[list[str]] = [
     _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15,
-    _V16, _V17, _V18, _V19, _V20,
+    _V16, _V17, _V18, _V19, _V20, _V21,
 ]  # fmt: skip
 SCHEMA_VERSION = len(MIGRATIONS)

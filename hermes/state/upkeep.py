@@ -1,21 +1,32 @@
-"""Upkeep of state.db: scheduler job results, retention pruning, WAL checkpoint and
-FTS optimize, integrity checks, DDL of libraries sharing the file, bulk imports."""
+"""Upkeep of state.db: scheduler job runs and schedules, retention pruning, WAL
+checkpoint and FTS optimize, integrity checks, bulk imports."""
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable
-from datetime import timedelta
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert
+from sqlalchemy import delete, insert, text
 from sqlalchemy.exc import DatabaseError, SQLAlchemyError
 from sqlmodel import Session, col, select
 
 from hermes.state import engine as eng
 from hermes.state import postgres
-from hermes.state.models import ChatSession, JobRun, Message, utcnow
+from hermes.state.models import ChatSession, JobRun, JobSchedule, Message, utcnow
+
+_SCHEDULE_JOB = text(
+    "INSERT INTO job_schedules (job_id, since) VALUES (:job, :now) ON CONFLICT DO NOTHING"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class JobTimes:
+    runs: dict[str, JobRun]  # each job's last run
+    since: dict[str, datetime]  # when each job was first scheduled
 
 
 class UpkeepDB:
@@ -30,11 +41,32 @@ class UpkeepDB:
         def work(session: Session) -> None:
             session.merge(JobRun(job_id=job_id, last_run_at=utcnow(), ok=ok, summary=summary[:500]))
 
-        eng.with_retry(self.engine, work, self.patience)
+        eng.with_retry(self.engine, work, self.patience, keys=(f"job:{job_id}",))
 
     def job_runs(self) -> dict[str, JobRun]:
         with eng.reading(self.engine) as session:
             return {row.job_id: row for row in session.exec(select(JobRun))}
+
+    def job_schedules(self) -> dict[str, datetime]:
+        """When each job was first scheduled (hermes/state/models.py `JobSchedule`)."""
+        with eng.reading(self.engine) as session:
+            return {row.job_id: row.since for row in session.exec(select(JobSchedule))}
+
+    def schedule_jobs(self, job_ids: Iterable[str]) -> JobTimes:
+        """A starting scheduler's view: each job's last run, and when it was first
+        scheduled (now, for the jobs no gateway scheduled before: the first start's
+        time is kept, so a gateway restarted more often than a job's interval still
+        runs it an interval after that)."""
+        now = eng.sql_time(utcnow())
+
+        def work(session: Session) -> JobTimes:
+            for job_id in job_ids:
+                session.execute(_SCHEDULE_JOB, {"job": job_id, "now": now})
+            runs = {row.job_id: row for row in session.exec(select(JobRun))}
+            since = {row.job_id: row.since for row in session.exec(select(JobSchedule))}
+            return JobTimes(runs, since)
+
+        return eng.with_retry(self.engine, work, self.patience, keys=())
 
     def prune(self, older_than_days: int, dry_run: bool, user_id: str | None = None) -> int:
         """Delete ended sessions last active more than `older_than_days` ago."""
@@ -72,10 +104,6 @@ class UpkeepDB:
         with self.engine.connect() as conn:
             busy, log, done = conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()
         return f"fts optimized; wal checkpoint busy={busy} frames={log}/{done}"
-
-    def run_ddl(self, create: Callable[[Connection], None]) -> None:
-        """Run schema statements of a library sharing this file, under the write lock."""
-        eng.with_retry(self.engine, lambda session: create(session.connection()), self.patience)
 
     def quick_check(self) -> str:
         """'ok', or what SQLite found damaged (pages overwritten, broken indexes; a file

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.fakes.http_base import POLL_S
+
 HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
 
 
@@ -60,7 +62,9 @@ class Balancer:
 
         self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(POLL_S,), daemon=True
+        )
 
     @property
     def url(self) -> str:

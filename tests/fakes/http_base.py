@@ -46,6 +46,9 @@ class JsonHandler(BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
 
 
+POLL_S = 0.02
+
+
 class ThreadedHttp:
     """A ThreadingHTTPServer on 127.0.0.1 that a slow handler never holds up on stop."""
 
@@ -53,7 +56,10 @@ class ThreadedHttp:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.server.daemon_threads = True
         self.server.block_on_close = False
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # a stop waits for the serving loop to look at its flag: every 20 ms, not 0.5 s
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, args=(POLL_S,), daemon=True
+        )
 
     @property
     def root(self) -> str:

@@ -61,7 +61,7 @@ def test_commands_import_only_what_they_use(home: Path) -> None:
     assert loaded_by(home, "memory", "--help") == []
     assert loaded_by(home, "memory", "add", "Prefers tea") == ["sqlmodel"]
     assert loaded_by(home, "memory", "status") == ["sqlmodel"]
-    assert "apscheduler" in loaded_by(home, "scheduler", "status")  # it reads the job store
+    assert "apscheduler" in loaded_by(home, "scheduler", "status")  # it reads the job specs
 
 
 def test_shell_completion_is_offered_and_completes_commands(home: Path) -> None:

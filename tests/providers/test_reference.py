@@ -20,6 +20,7 @@ import pytest
 
 from hermes.providers.retaindb import RetainDBProvider
 from hermes.providers.service import Note, ServiceProvider
+from tests.fakes.http_base import POLL_S
 from tests.fakes.memory_services import (
     FakeHindsight,
     FakeHoncho,
@@ -37,7 +38,7 @@ REFERENCE = Path(__file__).parents[1] / "fakes" / "reference"
 def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     """A one-handler HTTP server on 127.0.0.1 for the test's length: its base URL."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(POLL_S,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
