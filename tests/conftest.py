@@ -76,19 +76,20 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def database_url(backend: str, request: pytest.FixtureRequest) -> Iterator[str | None]:
-    """None for SQLite (state.db in the home); a fresh schema's URL for PostgreSQL."""
+    """None for SQLite (state.db in the home); for PostgreSQL a database of the test's
+    own, as the product leaves one it has opened (migrated, empty)."""
     if backend == "sqlite":
         yield None
         return
     server: ScratchServer = request.getfixturevalue("postgres")
-    name, url = server.schema()
+    name, url = server.migrated()
     yield url
-    server.drop_schema(name)
+    server.drop_database(name)
 
 
 @pytest.fixture
 def db(home: Path, database_url: str | None) -> Iterator[SessionDB]:
-    """state.db on the backend under test (SQLite, or a fresh PostgreSQL schema)."""
+    """state.db on the backend under test (SQLite, or a PostgreSQL database of its own)."""
     database = SessionDB.open(home, database_url)
     yield database
     database.close()
