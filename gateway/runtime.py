@@ -24,6 +24,7 @@ from pathlib import Path
 
 from gateway import registry
 from gateway.app import App, build_app
+from gateway.catch_up import CatchUp
 from gateway.cluster import Cluster, platform_lease
 from gateway.config import (
     ConfigError,
@@ -37,7 +38,7 @@ from gateway.config import (
 from gateway.dashboard.auth import CredentialsError
 from gateway.dashboard.pages import Dashboard, Parts
 from gateway.edge.http_server import HttpServer, WebhookAdapter
-from gateway.edge.ports import MenuEntry, PlatformAdapter
+from gateway.edge.ports import CatchesUp, MenuEntry, PlatformAdapter
 from gateway.loopwatch import LoopWatch
 from gateway.reminders import ReminderRunner
 from gateway.scheduler import Scheduler
@@ -81,6 +82,7 @@ class Gateway:
         self.links: dict[str, str] = {}  # a started platform's connection, when not "connected"
         self._bound: set[str] = set()  # platforms whose webhook routes the server holds
         self.standby: dict[str, str] = {}  # a leased platform another instance holds: why
+        self.catch_up = CatchUp(db)  # what a platform that does not redeliver sent meanwhile
         self.checks = 0  # rounds of connection checks done (each every SUPERVISE_S)
         self.exit_code = 0
         self._tasks: list[asyncio.Task[None]] = []
@@ -169,6 +171,7 @@ class Gateway:
             await self._start_reminders(self.app)
         if self.platforms:
             self._tasks.append(asyncio.create_task(self._supervise()))
+            self._tasks.append(asyncio.create_task(self.catch_up.flushing()))
         self.started_at = time.monotonic()
         self._publish()
         logger.info("gateway started: %s", self._summary())
@@ -353,9 +356,14 @@ class Gateway:
         router = self.app.router
         logger.debug("starting platform %s", name)
         router.attach(adapter)
+        catches_up = isinstance(adapter, CatchesUp)
+        if catches_up:  # what arrives during the start waits behind what was missed
+            self.catch_up.hold(name)
         try:
-            await adapter.start(router.handle)
+            await adapter.start(self.catch_up.sink(name, router.handle))
         except Exception as exc:  # one platform failing must not take the others down
+            if catches_up:
+                await self.catch_up.release(name, router.handle, keep=False)
             router.detach(name)
             self._failed(name, exc)
             with contextlib.suppress(Exception):  # free what a half start opened
@@ -366,6 +374,8 @@ class Gateway:
         self.links.pop(name, None)
         self.adapters[name] = adapter
         logger.info("platform %s connected", name)
+        if isinstance(adapter, CatchesUp):
+            self._tasks.append(asyncio.create_task(self.catch_up.catch_up(adapter, router.handle)))
         self._publish()
         return True
 
@@ -406,6 +416,9 @@ class Gateway:
         if state == "connected":
             self.links.pop(name, None)
             logger.info("platform %s connected again", name)
+            if isinstance(adapter, CatchesUp) and self.app is not None:  # a new session
+                handle = self.app.router.handle
+                self._tasks.append(asyncio.create_task(self.catch_up.catch_up(adapter, handle)))
         elif not state.startswith("lost"):
             self.links[name] = state
             logger.warning("platform %s: %s", name, state)
@@ -521,6 +534,7 @@ class Gateway:
                 await adapter.stop()
             except Exception:
                 logger.exception("platform %s did not stop cleanly", name)
+        await self.catch_up.flush()  # the next start catches up from here
         await self.http.stop()
         if self.app is not None:
             await self.app.close()

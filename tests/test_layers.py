@@ -234,6 +234,7 @@ ROOMS = [
     ("dashboard",),
     (
         "app.py",
+        "catch_up.py",
         "runtime.py",
         "jobs.py",
         "reminders.py",

@@ -30,7 +30,7 @@ from gateway.edge.events import (
     SendResult,
     UserRef,
 )
-from gateway.edge.ports import Capabilities, DownloadError, EventSink, MenuEntry
+from gateway.edge.ports import Capabilities, ChatMark, DownloadError, EventSink, MenuEntry
 
 logger = logging.getLogger(__name__)
 # Hermes never joins voice channels: discord.py's warnings that voice support is missing
@@ -39,10 +39,15 @@ logging.getLogger("discord.client").addFilter(
     lambda record: "voice will NOT be supported" not in record.getMessage()
 )
 READY_TIMEOUT_S = 30.0
+HISTORY_PAGE = 100  # the most messages one history request returns
 
 
-def to_event(data: dict[str, Any], bot_id: str) -> MessageEvent | None:
-    """A MessageEvent from a MESSAGE_CREATE payload, or None when it is not for us."""
+def to_event(
+    data: dict[str, Any], bot_id: str, chat_type: ChatType | None = None
+) -> MessageEvent | None:
+    """A MessageEvent from a MESSAGE_CREATE payload (or a message of the REST API's
+    history, which does not say its guild: `chat_type` then), or None when it is not
+    for us."""
     author = data.get("author") or {}
     if not data.get("id") or not data.get("channel_id") or not author.get("id"):
         return None
@@ -53,7 +58,8 @@ def to_event(data: dict[str, Any], bot_id: str) -> MessageEvent | None:
     for tag in tags:
         content = content.replace(tag, " ")
     referenced = data.get("referenced_message") or {}
-    chat_type = ChatType.GROUP if data.get("guild_id") else ChatType.DM
+    if chat_type is None:
+        chat_type = ChatType.GROUP if data.get("guild_id") else ChatType.DM
     channel = str(data["channel_id"])
     return MessageEvent(
         platform="discord",
@@ -251,6 +257,38 @@ class DiscordAdapter:
         if len(data) > max_bytes:
             raise DownloadError.too_big(len(data), max_bytes)
         return data
+
+    async def missed(self, marks: list[ChatMark], most: int) -> list[MessageEvent]:
+        """Each chat's messages after its mark, oldest first: GET /channels/{id}/messages
+        with `after` (Discord answers the up to 100 messages right after it, newest
+        first), page after page up to `most`. A chat that cannot be read any more (the
+        channel gone, the bot removed) is skipped."""
+        user = self.client.user
+        if user is None:
+            return []
+        found: list[MessageEvent] = []
+        for mark in marks:
+            after = mark.order
+            got: list[dict[str, Any]] = []
+            while len(got) < most:
+                want = min(HISTORY_PAGE, most - len(got))
+                try:
+                    page = await self.client.http.logs_from(mark.chat.id, want, after=after)
+                except (discord.NotFound, discord.Forbidden) as exc:
+                    logger.info("discord: cannot read channel %s any more: %s", mark.chat.id, exc)
+                    break
+                ordered: list[dict[str, Any]] = sorted(
+                    (dict(m) for m in page), key=lambda data: int(data["id"])
+                )
+                got.extend(ordered)
+                if len(ordered) < want:
+                    break
+                after = int(ordered[-1]["id"])
+            for data in got:
+                event = to_event(data, str(user.id), mark.chat.type)
+                if event is not None:
+                    found.append(event)
+        return found
 
     async def direct_chat(self, platform_user_id: str) -> ChatRef | None:
         """The DM channel with that user (POST /users/@me/channels)."""

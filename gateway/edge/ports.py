@@ -122,3 +122,24 @@ class LocalChat(PlatformAdapter, Protocol):
     async def ask(self, text: str, on_partial: Callable[[str], None] | None = None) -> Answer:
         """Send one line through the router; its reply. Cancelling sends /stop. A reply
         streamed to the terminal passes through `on_partial` as it is written."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMark:
+    """The last message read in a chat: `message_id` and `order` as the adapter gave
+    them on its event."""
+
+    chat: ChatRef
+    message_id: str
+    order: int
+
+
+@runtime_checkable
+class CatchesUp(PlatformAdapter, Protocol):
+    """A platform that does not redeliver what was sent while no one was connected
+    (Discord: a new gateway session replays nothing): the gateway asks it, whenever it
+    connects, for what came after the last message read in each chat."""
+
+    async def missed(self, marks: list[ChatMark], most: int) -> list[MessageEvent]:
+        """The messages after each mark, oldest first, at most `most` per chat (the bot's
+        own included: intake drops them). Raises what the SDK raises."""

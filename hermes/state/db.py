@@ -34,6 +34,7 @@ from hermes.state.cluster import ClusterDB
 from hermes.state.conversations import ConversationDB
 from hermes.state.dashboard import DashboardDB
 from hermes.state.loopguard import guard
+from hermes.state.marks import MarksDB
 from hermes.state.memory_log import MemoryLogDB
 from hermes.state.memory_stores import MemoryStoresDB
 from hermes.state.outbox import OutboxDB
@@ -84,6 +85,7 @@ class SessionDB:
         self.cluster = ClusterDB(self)
         self.dashboard = DashboardDB(self)
         self.outbox = OutboxDB(self)
+        self.marks = MarksDB(self)
 
     @classmethod
     def open(cls, home: Path, url: str | None = None, pool_size: int = 5) -> SessionDB:

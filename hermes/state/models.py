@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import CheckConstraint, Index, UniqueConstraint, text
+from sqlalchemy import BigInteger, CheckConstraint, Index, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
 
@@ -291,6 +291,22 @@ class JobSchedule(SQLModel, table=True):
 
     job_id: str = Field(primary_key=True)
     since: datetime = Field(default_factory=utcnow)
+
+
+class PlatformMark(SQLModel, table=True):
+    """Where each chat was last read on a platform that does not redeliver what was
+    sent while no one was connected (Discord): the messages after it are fetched when
+    the platform connects again (gateway/catch_up.py)."""
+
+    __tablename__ = "platform_marks"
+
+    platform: str = Field(primary_key=True)
+    chat_id: str = Field(primary_key=True)
+    chat_type: str = "dm"
+    thread_id: str | None = None
+    message_id: str  # the platform's id of the last message read, as the adapter gave it
+    position: int = Field(sa_type=BigInteger)  # the platform's order (a snowflake)
+    seen_at: datetime = Field(default_factory=utcnow)
 
 
 class Delivery(SQLModel, table=True):

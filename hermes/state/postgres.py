@@ -401,7 +401,7 @@ UPGRADES: dict[int, tuple[str, ...]] = {
     18: ("provider_outbox", "provider_outbox_drops"),
     19: (),
     20: (),
-    21: ("job_schedules",),
+    21: ("job_schedules", "platform_marks"),
 }
 UPGRADE_STATEMENTS: dict[int, tuple[str, ...]] = {
     15: (

@@ -561,13 +561,24 @@ _V19 = ["ALTER TABLE consolidation_runs ADD COLUMN version_id INTEGER"]
 _V20 = ["ALTER TABLE messages ADD COLUMN delivery TEXT"]
 
 # v21: each job's first schedule (its timers live in memory on both backends now:
-# APScheduler's job store in state.db wrote on the event loop at every run)
+# APScheduler's job store in state.db wrote on the event loop at every run); where each
+# chat was last read on a platform that does not redeliver (Discord's catch-up)
 _V21 = [
     """CREATE TABLE job_schedules (
         job_id TEXT PRIMARY KEY,
         since TIMESTAMP NOT NULL
     )""",
     "DROP TABLE IF EXISTS apscheduler_jobs",
+    """CREATE TABLE platform_marks (
+        platform TEXT NOT NULL,
+        chat_id TEXT NOT NULL,
+        chat_type TEXT NOT NULL DEFAULT 'dm',
+        thread_id TEXT,
+        message_id TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        seen_at TIMESTAMP NOT NULL,
+        PRIMARY KEY (platform, chat_id)
+    )""",
 ]
 
 MIGRATIONS: list[list[str]] = [

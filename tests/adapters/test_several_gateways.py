@@ -238,7 +238,8 @@ def test_an_instance_killed_mid_turn_loses_nothing_and_answers_nothing_twice(
     """SIGKILL of the instance holding busy sessions and Discord's connection, its
     turns mid-way: after its leases expire the others continue; every message is
     answered once or its sender is asked to send it again; nothing twice; a reminder
-    due during the kill is delivered once; Discord's connection is taken over."""
+    due during the kill is delivered once; Discord's connection is taken over, and a
+    message sent on Discord while no instance held it is answered once."""
     names = ["gw1", "gw2", "gw3"]
     configure(fleet, names, fake_llm, fakes, balancer)
     slow = threading.Event()
@@ -268,6 +269,14 @@ def test_an_instance_killed_mid_turn_loses_nothing_and_answers_nothing_twice(
     wait_for(victim_busy, lambda: f"{victim} never took its sessions: {fleet.dump()}", 30)
     probe = SessionDB.open(fleet.root / "probe", database_url)
     try:
+        channel = f"6{discord_user(40)[1:]}"  # the fake's DM channel with that person
+        last_read = int(fakes.discord.history[channel][-1]["id"])
+
+        def read_there() -> bool:  # the victim wrote where it read chat 40 (every second)
+            marks = probe.marks.recent("discord", utcnow() - timedelta(hours=1), 50)
+            return any(m.chat_id == channel and m.position >= last_read for m in marks)
+
+        wait_for(read_there, "the victim never noted where it read chat 40", 20)
         owner = probe.people.ensure_user("u_00000000000000f1").id
         probe.people.ensure_identity("telegram", "1000", owner)
         reminder = telegram_reminder(
@@ -278,9 +287,14 @@ def test_an_instance_killed_mid_turn_loses_nothing_and_answers_nothing_twice(
         probe.close()
     fleet.kill(victim)  # mid-turn: the model takes 2 s to answer
     slow.set()
+    # sent while no instance holds Discord's connection: Discord replays nothing to the
+    # next session; the instance taking the lease over fetches it from the history
+    fakes.discord.message("third c40m2", user=discord_user(40), live=False)
 
     def settled() -> bool:
-        return all(len(replies(fakes, c)) >= 2 for c in chats)
+        return all(len(replies(fakes, c)) >= 2 for c in chats) and any(
+            "c40m2" in r for r in replies(fakes, 40)
+        )
 
     wait_for(
         settled,
@@ -297,6 +311,7 @@ def test_an_instance_killed_mid_turn_loses_nothing_and_answers_nothing_twice(
         for n in (0, 1):  # each message: answered once, or its sender asked to send again
             mark = f"re c{chat}m{n}"
             assert answered.count(mark) == 1 or asked_again, (chat, got)
+    assert [r for r in replies(fakes, 40) if "c40m2" in r] == ["re c40m2"]  # once
     assert sum("water the plants" in r for r in replies(fakes, 0)) == 1
     assert len(fakes.discord.identifies) == 2  # the connection was taken over
     alive = [i for i in fleet.instances() if i.alive]

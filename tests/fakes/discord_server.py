@@ -2,7 +2,12 @@
 
 REST: GET /users/@me, /oauth2/applications/@me, /gateway(/bot); POST
 /channels/{id}/messages (recorded), PATCH and DELETE /channels/{id}/messages/{id} (on the
-bot's messages; `messages` holds what each shows now), /channels/{id}/typing.
+bot's messages; `messages` holds what each shows now), /channels/{id}/typing; GET
+/channels/{id}/messages, a channel's history (people's messages and the bot's) with
+`limit` (1-100, 50 by default), `after` (the messages right after it) or `before`, newest
+first as Discord answers, message objects without `guild_id` as the REST API gives them.
+A message sent with `live=False` goes to the history only (sent while the bot was not
+connected: a new gateway session does not replay it).
 Gateway: HELLO, heartbeat ACK, IDENTIFY -> READY (+ GUILD_CREATE), RESUME -> RESUMED,
 MESSAGE_CREATE pushed by tests. Like the real gateway, guild message content is blanked
 unless the message_content intent was identified (or the bot is mentioned). Faults: 429 on a
@@ -64,6 +69,8 @@ class FakeDiscord(AioFake):
     downloads: list[str] = field(default_factory=list)
     broken_downloads: set[str] = field(default_factory=set)
     sync_delay: float = 0.0  # how long a command sync (PUT .../commands) takes to answer
+    history: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # channel: oldest first
+    gone_channels: set[str] = field(default_factory=set)  # answered 404 Unknown Channel
 
     def __post_init__(self) -> None:
         self.sync_started = threading.Event()
@@ -95,7 +102,10 @@ class FakeDiscord(AioFake):
         mention: bool = False,
         channel: str | None = None,
         attachments: list[dict[str, Any]] | None = None,
+        live: bool = True,
     ) -> dict[str, Any]:
+        """A person's message: in the channel's history, and pushed to the connected
+        gateway session (`live`), as Discord does."""
         message_id = str(next(self._ids))
         data: dict[str, Any] = {
             "id": message_id,
@@ -140,7 +150,10 @@ class FakeDiscord(AioFake):
                 "mute": False,
                 "flags": 0,
             }
-        self.dispatch("MESSAGE_CREATE", data)
+        rest = {k: v for k, v in data.items() if k not in ("guild_id", "member")}
+        self.history.setdefault(data["channel_id"], []).append(rest)
+        if live:
+            self.dispatch("MESSAGE_CREATE", data)
         return data
 
     def slash(self, name: str, user: str = "700000000000000001", text: str | None = None) -> None:
@@ -407,12 +420,15 @@ class FakeDiscord(AioFake):
                     "resource": {"type": 4, "message": message},
                 }
             )
+        if tail.endswith("/messages") and request.method == "GET":
+            return self._history(tail.split("/")[2], request.query)
         if tail.endswith("/messages") and request.method == "POST":
             payload = json.loads(body or b"{}")
             channel_id = tail.split("/")[2]
             message = self._bot_message(channel_id, payload.get("content", ""))
             self.posted.append({"channel_id": channel_id, "message_id": message["id"], **payload})
             self.messages[(channel_id, message["id"])] = message["content"]
+            self.history.setdefault(channel_id, []).append(message)
             return _json(message)
         parts = tail.split("/")
         if len(parts) == 5 and parts[3] == "messages" and request.method in ("PATCH", "DELETE"):
@@ -427,6 +443,23 @@ class FakeDiscord(AioFake):
             self.messages[key] = payload.get("content", "")
             return _json({**self._bot_message(key[0], self.messages[key]), "id": key[1]})
         return _json({})
+
+    def _history(self, channel_id: str, query: Any) -> web.Response:
+        """GET /channels/{id}/messages: up to `limit` messages right after `after`, or
+        right before `before`, or the latest; newest first."""
+        if channel_id in self.gone_channels:
+            return _json({"message": "Unknown Channel", "code": 10003}, status=404)
+        limit = int(query.get("limit", 50))
+        if not 1 <= limit <= 100:
+            return _json({"message": "Invalid Form Body", "code": 50035}, status=400)
+        kept = self.history.get(channel_id, [])
+        if "after" in query:
+            page = [m for m in kept if int(m["id"]) > int(query["after"])][:limit]
+        elif "before" in query:
+            page = [m for m in kept if int(m["id"]) < int(query["before"])][-limit:]
+        else:
+            page = kept[-limit:]
+        return _json(list(reversed(page)))
 
     def _bot_message(self, channel_id: str, content: str) -> dict[str, Any]:
         return {
