@@ -257,6 +257,35 @@ def drop_schema(url: str, name: str) -> None:
         conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
 
 
+def transactions_per_write(admin_url: str, url: str, ops: int = 50) -> dict[str, float]:
+    """The service's writes on PostgreSQL: transactions begun per write (reads too), and
+    the writing ones (the server's transaction-id counter moves once for each)."""
+    import psycopg
+    from sqlalchemy import event
+
+    writer = ServiceWriter(url)
+    begun = [0]
+
+    def counted(_conn: Any) -> None:
+        begun[0] += 1
+
+    def xid() -> int:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            row = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
+        return int(row[0]) if row else 0
+
+    try:
+        writer.run(0, 5)  # warm: the person and their store exist
+        event.listen(writer.db.engine, "begin", counted)
+        before = xid()
+        writer.run(5, ops)
+        writing = xid() - before - 1  # (the counter's own read took one)
+    finally:
+        writer.close()
+    writes = ops * len(ACTIONS)
+    return {"all": round(begun[0] / writes, 2), "writing": round(writing / writes, 2)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -285,6 +314,14 @@ def main() -> None:
             writer.close()
         if schema is not None:
             drop_schema(args.postgres, schema[0])
+    if args.postgres:
+        schema = scratch_schema(args.postgres)
+        try:
+            report["postgresql_transactions_per_write"] = transactions_per_write(
+                args.postgres, schema[1]
+            )
+        finally:
+            drop_schema(args.postgres, schema[0])
     if args.json:
         print(json.dumps(report))
         return
@@ -301,6 +338,11 @@ def main() -> None:
                 f"| {r['remove']['ops_per_second']:,} | {r['add']['p50_ms']:.3f} "
                 f"| {r['add']['p99_ms']:.3f} |"
             )
+    if (counted := report.get("postgresql_transactions_per_write")) is not None:
+        print(
+            f"PostgreSQL, the service: {counted['all']} transactions per write "
+            f"({counted['writing']} of them writing)"
+        )
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 The same store as the file (store.py), with the same entries, limits and text: the row
 holds exactly the bytes MEMORY.md or USER.md would hold. A change is one transaction:
-the row is read (on PostgreSQL locked, behind the one writer lock), the change decided,
+the row is read (on PostgreSQL locked, under the person's memory lock), the change decided,
 its provenance recorded and the new text swapped in against the version read; so the
 store and its record can never disagree, and there is nothing for a crash to leave
 half done (the journal's intents are made and completed inside that transaction).
@@ -126,7 +126,7 @@ class DatabaseStore(Store):
         row lock is not held, e.g. a future pooled setup) runs it again."""
         for _ in range(5):
             try:
-                return self._run(lambda: self.db.memory_stores.change(work))
+                return self._run(lambda: self.db.memory_stores.change([self.user_id], work))
             except _RacedError:
                 continue
         raise StoreBusyError(f"{self.where} kept changing while it was written; try again")

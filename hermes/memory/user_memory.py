@@ -79,7 +79,7 @@ class UserMemory:
         them and moves them away): their files' locks, or one database transaction
         that every change inside joins (then `work` may run again after a rollback)."""
         if self.db is not None:
-            return self.db.memory_stores.change(work)
+            return self.db.memory_stores.change([self.user_id], work)
         with ExitStack() as held:
             if self.folder.exists():
                 for target in Target:  # a fixed order: memory, then user

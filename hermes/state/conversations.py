@@ -244,7 +244,7 @@ class ConversationDB:
                 .values(ended_at=utcnow(), end_reason=reason)
             )
 
-        eng.with_retry(self.engine, work, self.patience)
+        eng.with_retry(self.engine, work, self.patience, keys=(f"session:{session_id}",))
 
     def system_prompt(self, prompt_hash: str) -> str | None:
         with eng.reading(self.engine) as session:
@@ -408,7 +408,7 @@ class ConversationDB:
         def work(session: Session) -> None:
             session.add_all(rows)
 
-        eng.with_retry(self.engine, work, self.patience)
+        eng.with_retry(self.engine, work, self.patience, keys=())  # new rows only
 
     def media(self, session_id: str, user_id: str) -> list[Media]:
         with eng.reading(self.engine) as session:
@@ -439,8 +439,8 @@ class ConversationDB:
             "ON CONFLICT (path) DO NOTHING"
         )
         params = {"p": path, "d": data, "t": eng.sql_time(utcnow())}
-        eng.with_retry(
-            self.engine, lambda s: s.connection().execute(text(sql), params), self.patience
+        eng.with_retry(  # a new row (the same bytes when it is there): no lock to wait for
+            self.engine, lambda s: s.connection().execute(text(sql), params), self.patience, keys=()
         )
 
     def media_bytes(self, path: str) -> bytes | None:
@@ -480,7 +480,7 @@ class ConversationDB:
                 )
             )
 
-        eng.with_retry(self.engine, work, self.patience)
+        eng.with_retry(self.engine, work, self.patience, keys=())  # a new row
 
     def failed_deliveries(self, platform: str | None = None) -> list[Delivery]:
         with eng.reading(self.engine) as session:

@@ -321,7 +321,8 @@ def unavailable(exc: DBAPIError) -> StateDBError:
 def explained(engine: Engine) -> Iterator[None]:
     """Outside a held transaction, a driver's error raised inside is StateDBError
     (inside one it stays as it is: the holder retries or rolls back)."""
-    if _joined(engine) is not None:
+    held = _JOINED.get()
+    if held is not None and held.engine is engine:  # (asks for no lock: only whether)
         yield
         return
     try:
@@ -421,7 +422,8 @@ def with_raw_retry(
     settle on their keys, counters updated in place): on SQLite the same as IMMEDIATE, on
     PostgreSQL READ COMMITTED, so concurrent appenders never retry each other. `keys`:
     what an IMMEDIATE write locks on PostgreSQL (see `Keys`)."""
-    if (held := _joined(engine, () if begin == "APPEND" else keys)) is not None:
+    # inside a held transaction an append or a read takes no lock; a write its keys
+    if (held := _joined(engine, () if begin != "IMMEDIATE" else keys)) is not None:
         if _postgres(engine):
             return work(postgres.Raw(held))
         driver = held.connection.driver_connection
@@ -460,7 +462,7 @@ def reading(engine: Engine, patience: float | None = DEFAULT_PATIENCE_S) -> Iter
     """A session that reads one consistent snapshot. On SQLite a lock met while
     connecting is waited for within `patience` (None: raised at once, for a caller that
     retries the whole of its work, as opening the database does)."""
-    if (held := _joined(engine)) is not None:
+    if (held := _joined(engine, ())) is not None:  # a read: no lock of its own
         with _joined_session(held) as session:
             yield session
         return

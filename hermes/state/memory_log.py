@@ -20,7 +20,6 @@ from hermes.state.models import (
     MemoryEvent,
     MemoryPending,
     MemoryVersion,
-    User,
     utcnow,
 )
 
@@ -75,6 +74,23 @@ class Held(StrEnum):
     FULL = "full"  # the person has as many held as may be
 
 
+_MAKE_USER = text("INSERT INTO users (id, created_at) VALUES (:id, :now) ON CONFLICT DO NOTHING")
+
+
+def ensure_users(session: Session, user_ids: Iterable[str]) -> None:
+    """These people's rows, made when missing: one statement each that never collides
+    with another writer making the same one (they may hold other keys)."""
+    now = eng.sql_time(utcnow())
+    for user_id in sorted(set(user_ids)):
+        session.execute(_MAKE_USER, {"id": user_id, "now": now})
+
+
+def memory_keys(user_ids: Iterable[str]) -> list[str]:
+    """The locks (on PostgreSQL) of these people's memory: their stores, their log's
+    rows, their consolidation state (hermes/state/engine.py `Keys`)."""
+    return [f"memory:{user_id}" for user_id in sorted(set(user_ids))]
+
+
 class MemoryLogDB:
     def __init__(self, db: eng.Handle) -> None:
         self.engine, self.patience = db.engine, db.patience
@@ -89,15 +105,13 @@ class MemoryLogDB:
 
         def work(session: Session) -> None:
             user_ids = {e.user_id for e in events} | ({version.user_id} if version else set())
-            for user_id in user_ids:
-                if session.get(User, user_id) is None:
-                    session.add(User(id=user_id))
-            session.flush()
+            ensure_users(session, user_ids)
             session.add_all(MemoryEvent(**_fields(event)) for event in events)
             if version is not None:
                 session.add(MemoryVersion(**_fields(version)))
 
-        eng.with_retry(self.engine, work, self.patience)
+        people = {e.user_id for e in events} | ({version.user_id} if version else set())
+        eng.with_retry(self.engine, work, self.patience, keys=memory_keys(people))
 
     # -- crash-safe changes: intent first, completed once the file holds the new text ----
 
@@ -172,7 +186,8 @@ class MemoryLogDB:
         def work(raw: eng.RawConnection) -> int | None:
             return _log(raw, fields, _fields(version), undoes)
 
-        logged = eng.with_raw_retry(self.engine, work, self.patience)
+        people = {e.user_id for e in events} | {version.user_id}
+        logged = eng.with_raw_retry(self.engine, work, self.patience, keys=memory_keys(people))
         if versions is not None and logged is not None:
             versions.append(logged)
 
@@ -225,7 +240,7 @@ class MemoryLogDB:
         def work(session: Session) -> None:
             session.add(run)
 
-        eng.with_retry(self.engine, work, self.patience)
+        eng.with_retry(self.engine, work, self.patience, keys=())  # a new row
 
     def consolidation_runs(
         self, user_id: str, limit: int = 30, before: int | None = None
@@ -256,16 +271,14 @@ class MemoryLogDB:
 
     def update_consolidation_state(self, user_id: str, target: str, **values: Any) -> None:
         def work(session: Session) -> None:
-            if session.get(User, user_id) is None:
-                session.add(User(id=user_id))
-                session.flush()
+            ensure_users(session, [user_id])
             row = session.get(ConsolidationState, (user_id, target))
             row = row or ConsolidationState(user_id=user_id, target=target)
             for name, value in values.items():
                 setattr(row, name, value)
             session.add(row)
 
-        eng.with_retry(self.engine, work, self.patience)
+        eng.with_retry(self.engine, work, self.patience, keys=memory_keys([user_id]))
 
     def take_notices(self, user_id: str) -> list[str]:
         """Pending one-line notices for a user (e.g. 'memory was consolidated'), cleared."""
@@ -288,7 +301,7 @@ class MemoryLogDB:
                 session.add(row)
             return notices
 
-        return eng.with_retry(self.engine, work, self.patience)
+        return eng.with_retry(self.engine, work, self.patience, keys=memory_keys([user_id]))
 
     # -- writes held for the memory guard's model ----------------------------------------
 
@@ -309,7 +322,7 @@ class MemoryLogDB:
             session.add(held)
             return Held.HELD
 
-        return eng.with_retry(self.engine, work, self.patience)
+        return eng.with_retry(self.engine, work, self.patience, keys=memory_keys([held.user_id]))
 
     def pending_writes(
         self, user_id: str | None = None, limit: int | None = None
@@ -349,7 +362,7 @@ class MemoryLogDB:
             row.last_tried_at = utcnow()
             session.add(row)
 
-        eng.with_retry(self.engine, work, self.patience)
+        eng.with_retry(self.engine, work, self.patience, keys=(f"held:{pending_id}",))
 
     def memory_events(self, user_id: str, text: str | None = None) -> list[MemoryEvent]:
         """Events of one user, newest first; with `text`, those whose entry contains it."""

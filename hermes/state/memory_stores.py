@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from hermes.state import engine as eng
+from hermes.state.memory_log import memory_keys
 from hermes.state.models import utcnow
 
 T = TypeVar("T")
@@ -99,11 +100,13 @@ class MemoryStoresDB:
             return StoredText(user_id, target)
         return StoredText(user_id, target, str(row[0]), str(row[1]), int(row[2]))
 
-    def change(self, work: Callable[[], T]) -> T:
+    def change(self, user_ids: Sequence[str], work: Callable[[], T]) -> T:
         """Run `work` as one write transaction that every repository call inside it
-        joins (the store, its events, its version): all of it commits, or none."""
+        joins (the store, its events, its version): all of it commits, or none. On
+        PostgreSQL it holds these people's memory locks (others' writes go on beside)."""
         with eng.explained(self.engine):
-            return eng.in_one_transaction(self.engine, work, self.patience)
+            keys = memory_keys(user_ids)
+            return eng.in_one_transaction(self.engine, work, self.patience, keys=keys)
 
     def swap(self, seen: StoredText, text: str, pending: str) -> bool:
         """Write `text` and `pending` if the store is still at `seen`'s version; False
@@ -118,7 +121,8 @@ class MemoryStoresDB:
             swap = (text, pending, now, seen.user_id, seen.target, seen.version)
             return int(raw.execute(_SWAP, swap).rowcount) == 1
 
-        return eng.with_raw_retry(self.engine, work, self.patience)
+        keys = memory_keys([seen.user_id])
+        return eng.with_raw_retry(self.engine, work, self.patience, keys=keys)
 
     def all(self) -> list[StoredText]:
         """Every store of everyone (export, copying to another database)."""
@@ -149,7 +153,8 @@ class MemoryStoresDB:
             raw.execute(_DELETE, (user_id,))
             return kept
 
-        return eng.with_raw_retry(self.engine, work, self.patience)
+        keys = memory_keys([user_id, merged_into])
+        return eng.with_raw_retry(self.engine, work, self.patience, keys=keys)
 
     def claim(self, user_id: str, target: str, until: datetime) -> bool:
         """Claim the store for a consolidation until `until`, unless a live claim holds
@@ -160,13 +165,16 @@ class MemoryStoresDB:
         def work(raw: eng.RawConnection) -> bool:
             return int(raw.execute(_CLAIM, row).rowcount) == 1
 
-        with eng.explained(self.engine):
-            return eng.with_raw_retry(self.engine, work, self.patience)
+        with eng.explained(self.engine):  # one conditional UPDATE: the row's own lock
+            return eng.with_raw_retry(self.engine, work, self.patience, keys=())
 
     def release(self, user_id: str, target: str) -> None:
         with eng.explained(self.engine):
             eng.with_raw_retry(
-                self.engine, lambda raw: raw.execute(_RELEASE, (user_id, target)), self.patience
+                self.engine,
+                lambda raw: raw.execute(_RELEASE, (user_id, target)),
+                self.patience,
+                keys=(),
             )
 
 

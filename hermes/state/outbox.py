@@ -10,8 +10,8 @@ take a repeat without harm.
 One person's rows are delivered one at a time: `claim` leases the person's oldest row
 to its caller (a gateway's instance id) for a while, and nobody claims that person's
 rows while a lease is live, the caller's own included (the claim runs in a write
-transaction: BEGIN IMMEDIATE on SQLite, SERIALIZABLE on PostgreSQL, so two gateways
-cannot both see the person free). A deliverer that dies leaves a lease that runs out.
+transaction: BEGIN IMMEDIATE on SQLite, under the person's lock on PostgreSQL, so two
+gateways cannot both see the person free). A deliverer that dies leaves a lease that runs out.
 A link moves the rows of the person who is gone, a leased one too, to the one who
 stays, before its own `merge_people`: a write in flight to the old namespace is done
 (or has failed, and goes again, to the new one) before the service moves that
@@ -73,12 +73,18 @@ class OutboxStatus:
     drop_reason: str
 
 
+def _person_key(provider: str, user_id: str) -> list[str]:
+    """The lock (on PostgreSQL) of one person's rows for one provider: adding and
+    claiming them take it; a link's move takes the whole database."""
+    return [f"outbox:{provider}:{user_id}"]
+
+
 class OutboxDB:
     def __init__(self, db: eng.Handle) -> None:
         self.engine, self.patience = db.engine, db.patience
 
-    def _write(self, work: Callable[[Session], T]) -> T:
-        return eng.with_retry(self.engine, work, self.patience)
+    def _write(self, work: Callable[[Session], T], keys: eng.Keys = None) -> T:
+        return eng.with_retry(self.engine, work, self.patience, keys=keys)
 
     def add(self, provider: str, user_id: str, kind: str, payload: dict[str, Any]) -> int:
         """Keep a write for `provider` about `user_id`; its id. The person's oldest rows
@@ -102,7 +108,7 @@ class OutboxDB:
                 _dropped(session, provider, user_id, len(ids), f"over {MAX_ROWS:,} waiting")
             return row.id
 
-        return self._write(work)
+        return self._write(work, _person_key(provider, user_id))
 
     def claim(
         self, provider: str, user_id: str, deliverer: str, lease: timedelta
@@ -129,7 +135,7 @@ class OutboxDB:
             session.add(row)
             return _item(row)
 
-        return self._write(work)
+        return self._write(work, _person_key(provider, user_id))
 
     def in_flight(self, provider: str, user_id: str) -> bool:
         """Whether a write of the person's is at the provider now (a live lease)."""
@@ -143,7 +149,9 @@ class OutboxDB:
 
     def done(self, item_id: int) -> None:
         """The provider took the write: it is gone."""
-        self._write(lambda s: s.execute(delete(OutboxEntry).where(col(OutboxEntry.id) == item_id)))
+        self._write(
+            lambda s: s.execute(delete(OutboxEntry).where(col(OutboxEntry.id) == item_id)), keys=()
+        )
 
     def failed(self, item_id: int, error: str) -> bool:
         """The provider did not take it: it stays first in line, its lease ends; after

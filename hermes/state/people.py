@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from sqlalchemy import delete, func, update
+from sqlalchemy import delete, func, text, update
 from sqlmodel import Session, col, select
 
 from hermes.identity import new_user_id, validate_user_id
@@ -97,6 +97,12 @@ class Stamped:
         return result
 
 
+_MAKE_USER = text(
+    "INSERT INTO users (id, role, display_name, created_at) VALUES (:id, :role, :name, :now) "
+    "ON CONFLICT DO NOTHING"
+)
+
+
 class PeopleDB(Stamped):
     """Users and their identities: who someone is on each platform, roles and blocks,
     chats that own shared sessions, links (merges) and unlinks."""
@@ -108,12 +114,16 @@ class PeopleDB(Stamped):
 
         def work(session: Session) -> User:
             user = session.get(User, user_id)
-            if user is None:
-                user = User(id=user_id, role=role, display_name=display_name)
-                session.add(user)
+            if user is not None:  # (nothing written: a read-only home can still be read)
+                return user
+            now = eng.sql_time(utcnow())
+            made = {"id": user_id, "role": role, "name": display_name, "now": now}
+            session.execute(_MAKE_USER, made)  # never collides with another maker
+            user = session.get(User, user_id)
+            assert user is not None
             return user
 
-        return eng.with_retry(self.engine, work, self.patience)
+        return eng.with_retry(self.engine, work, self.patience, keys=(f"user:{user_id}",))
 
     def current_id(self, user_id: str) -> str:
         """The id `user_id` has now: the survivor's if it was merged away, else itself.

@@ -17,6 +17,7 @@ import pytest
 from hermes.identity import new_user_id
 from hermes.state import engine as eng
 from hermes.state.db import SessionDB
+from hermes.state.memory_log import memory_keys
 from hermes.state.models import utcnow
 from tests.harness.postgres import ScratchServer
 from tests.harness.reminders import telegram_reminder
@@ -95,6 +96,41 @@ def test_writes_of_other_keys_go_on_while_one_is_held(pg: SessionDB) -> None:
     assert same.wait(10) and claimed[0] is not None  # then it went through
 
 
+def test_a_persons_memory_and_provider_writes_wait_only_for_that_persons(pg: SessionDB) -> None:
+    """A long memory change of Bob (a consolidation's write, a guard's judgement) holds
+    Bob's memory; Ann's memory change, her provider writes and their claim, her
+    consolidation state, a file's bytes and a session's end go on beside it."""
+    ann, bob = (pg.people.ensure_user(new_user_id()).id for _ in range(2))
+    chat = pg.conversations.start_session(ann, "telegram", "k")
+    stores = pg.memory_stores
+
+    def remember(user_id: str, text: str) -> bool:
+        def work() -> bool:
+            return stores.swap(stores.read(user_id, "memory", for_update=True), text, "")
+
+        return stores.change([user_id], work)
+
+    holder = Holder(pg, memory_keys([bob]))
+    try:
+        others = [
+            lambda: remember(ann, "Likes tea"),
+            lambda: pg.outbox.add("mem0", ann, "sync_turn", {"user": "hi"}),
+            lambda: pg.outbox.claim("mem0", ann, "gw2", timedelta(seconds=30)),
+            lambda: pg.memory_log.update_consolidation_state(ann, "memory", attempts=1),
+            lambda: pg.conversations.put_media_bytes("media/ab.png", b"x" * 1000),
+            lambda: pg.conversations.end_session(chat.id, "new"),
+        ]
+        for number, call in enumerate(others):
+            done, _ = started(call)
+            assert done.wait(10), f"write {number} of another person waited for Bob's memory"
+        same, wrote = started(lambda: remember(bob, "Owns a boat"))
+        assert not same.wait(0.5), "a change of Bob's memory did not wait for the held one"
+    finally:
+        holder.let_go()
+    assert same.wait(10) and wrote == [True]
+    assert stores.read(ann, "memory").text == "Likes tea"
+
+
 def test_whole_database_work_and_keyed_writes_wait_for_each_other(pg: SessionDB) -> None:
     mine = reminder(pg, new_user_id())
     holder = Holder(pg, None)  # a link, a prune: the whole database
@@ -117,11 +153,14 @@ def test_a_key_asked_for_inside_a_held_transaction_is_taken_there(pg: SessionDB)
     """A repository call joining a transaction that holds other keys takes its own key
     in it (not just joins): another writer of that key waits for the whole of it."""
     first, second = reminder(pg, new_user_id()), reminder(pg, new_user_id())
+    someone = pg.people.ensure_user(new_user_id()).id
     held, release = threading.Event(), threading.Event()
 
     def both() -> None:
         def work() -> None:
             pg.reminders.claim(second, "gw1", 4, utcnow())  # joins, taking `second`
+            pg.reminders.of_user(None)  # a read joins and takes nothing
+            pg.memory_stores.read(someone, "memory")
             held.set()
             release.wait(HOLD_S)
 
@@ -132,6 +171,8 @@ def test_a_key_asked_for_inside_a_held_transaction_is_taken_there(pg: SessionDB)
     try:
         other, claimed = started(lambda: pg.reminders.claim(second, "gw2", 4, utcnow()))
         assert not other.wait(0.5)
+        keyed, _ = started(lambda: pg.conversations.end_session("s-elsewhere", "new"))
+        assert keyed.wait(10), "the reads inside took the whole database's lock"
     finally:
         release.set()
     assert holding.wait(10) and other.wait(10)

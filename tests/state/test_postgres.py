@@ -315,7 +315,9 @@ def test_an_older_postgresql_database_upgrades_in_place(
         chat = db.conversations.start_session(user, "cli", "cli:dm")
         db.conversations.add_messages(chat.id, [NewMessage("user", "the boat is called Ondine")])
         with db.engine.begin() as conn:  # as the older version left it
-            conn.exec_driver_sql("DROP TABLE provider_outbox, provider_outbox_drops, job_schedules")
+            conn.exec_driver_sql(
+                "DROP TABLE provider_outbox, provider_outbox_drops, job_schedules, platform_marks"
+            )
             if older < 17:
                 conn.exec_driver_sql(
                     "DROP TABLE dashboard_sessions, dashboard_links, audit_log, consolidation_runs"
