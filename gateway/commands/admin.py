@@ -3,7 +3,6 @@ process, everyone known, another person's memory usage, pairing and access rules
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlencode
@@ -36,33 +35,44 @@ class AdminCommands:
         self.runtime: RuntimeInfo | None = None  # what the running process knows of itself
 
     async def status(self, ctx: CommandContext, _: str) -> str:
-        users, today = self.people.repo.counts()
-        size = await asyncio.to_thread(self.db.upkeep.size_bytes)  # on PostgreSQL too
         runtime = self.runtime
         uptime = runtime.uptime_s() if runtime else None
         states = runtime.adapter_states() if runtime else {}
-        lines = [
-            f"Uptime: {duration(uptime) if uptime is not None else 'no gateway running'}",
-            "Platforms: "
-            + (", ".join(f"{name} {state}" for name, state in states.items()) or "none"),
-            f"Users: {users} · sessions today: {today} · state.db: {size / 1e6:.1f} MB",
-        ]
-        jobs = read_status(self.home, self.config, self.db)
-        for job in jobs:
+        stored = await self.db.run(self._stored_status, ctx)  # what state.db says
+        health = await runtime.llm_health() if runtime else "not checked"
+        embedder = self.embedder
+        return "\n".join(
+            [
+                f"Uptime: {duration(uptime) if uptime is not None else 'no gateway running'}",
+                "Platforms: "
+                + (", ".join(f"{name} {state}" for name, state in states.items()) or "none"),
+                stored[0],
+                *stored[1],
+                f"LLM endpoint: {health}",
+                f"Search: hybrid {embedder.status_line()}" if embedder else "Search: lexical",
+                *stored[2],
+            ]
+        )
+
+    def _stored_status(self, ctx: CommandContext) -> tuple[str, list[str], list[str]]:
+        """/admin status's lines from the database (on its executor): the counts, the
+        jobs; the memory provider and the instances."""
+        users, today = self.people.repo.counts()
+        size = self.db.upkeep.size_bytes()  # on PostgreSQL too
+        counts = f"Users: {users} · sessions today: {today} · state.db: {size / 1e6:.1f} MB"
+        jobs = []
+        for job in read_status(self.home, self.config, self.db):
             when = f"{job.next_run:%Y-%m-%d %H:%M} UTC" if job.next_run else "not scheduled"
             last = {None: "", True: " (last ok)", False: " (last FAILED)"}[job.last_ok]
-            lines.append(f"Job {job.id}: next {when}{last}")
-        health = await runtime.llm_health() if runtime else "not checked"
-        lines.append(f"LLM endpoint: {health}")
-        embedder = self.embedder
-        lines.append(f"Search: hybrid {embedder.status_line()}" if embedder else "Search: lexical")
+            jobs.append(f"Job {job.id}: next {when}{last}")
+        rest = []
         host = self.memory_commands.memory.providers
         if self.config.memory.provider:  # its reachability, writes waiting, the last error
             status = host.status(ctx.person.user_id, everyone=True)
-            lines.append(f"Memory provider: {provider_line(status)}")
+            rest.append(f"Memory provider: {provider_line(status)}")
         if self.db.backend == "postgresql":
-            lines += self._instances()
-        return "\n".join(lines)
+            rest += self._instances()
+        return counts, jobs, rest
 
     def _instances(self) -> list[str]:
         """Every gateway instance on the database (several may share it)."""
@@ -98,8 +108,10 @@ class AdminCommands:
                 "No dashboard is served for this home now: start the gateway (or "
                 "`hermes dashboard`) and ask again."
             )
-        token = self.db.dashboard.create_link(
-            ctx.person.user_id, timedelta(minutes=section.link_minutes)
+        token = await self.db.run(
+            self.db.dashboard.create_link,
+            ctx.person.user_id,
+            timedelta(minutes=section.link_minutes),
         )
         link = f"{address}login?{urlencode({'token': token})}"
         where = (
@@ -113,6 +125,9 @@ class AdminCommands:
         )
 
     async def users(self, _ctx: CommandContext, _: str) -> str:
+        return await self.db.run(self._users)
+
+    def _users(self) -> str:
         lines = []
         for summary in self.people.repo.users():
             user = summary.user

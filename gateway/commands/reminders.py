@@ -21,7 +21,7 @@ class ReminderCommands:
     async def timezone(self, ctx: CommandContext, name: str) -> str:
         user_id = ctx.person.user_id
         if not name:
-            current = self.db.reminders.timezone(user_id)
+            current = await self.db.run(self.db.reminders.timezone, user_id)
             if current is None:
                 return (
                     "Your time zone is not set, so I only place relative times ('in 20 "
@@ -33,7 +33,7 @@ class ReminderCommands:
             tz = zone(name)
         except TimeError as exc:
             return str(exc)
-        self.db.reminders.set_timezone(user_id, name.strip())
+        await self.db.run(self.db.reminders.set_timezone, user_id, name.strip())
         now = datetime.now(UTC).astimezone(tz)
         return (
             f"Time zone set to {name.strip()} (it is {now:%a %H:%M} there). Reminders you "
@@ -41,7 +41,7 @@ class ReminderCommands:
         )
 
     async def list(self, ctx: CommandContext, _: str) -> str:
-        items = self.db.reminders.of_user(ctx.person.user_id)
+        items = await self.db.run(self.db.reminders.of_user, ctx.person.user_id)
         if not items:
             return NO_REMINDERS
         lines = [f"- {describe(r)}" for r in items]
@@ -50,7 +50,7 @@ class ReminderCommands:
     async def cancel(self, ctx: CommandContext, reminder_id: str) -> str:
         if not reminder_id:
             return "Give the id: `/reminders cancel ID` (`/reminders` lists them)."
-        gone = self.db.reminders.cancel(reminder_id, ctx.person.user_id)
+        gone = await self.db.run(self.db.reminders.cancel, reminder_id, ctx.person.user_id)
         if gone is None:
             return f"You have no live reminder `{reminder_id.strip().upper()}`."
         return f"Cancelled `{gone.id}` (“{gone.text[:60]}”)."

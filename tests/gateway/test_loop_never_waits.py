@@ -148,3 +148,61 @@ def test_commands_and_a_turn_with_a_memory_write_take_no_connection_on_the_loop(
 
     seen = asyncio.run(go())
     assert seen == [], "\n".join(dict.fromkeys(seen))
+
+
+# an argument for each command that takes one (the rest run with none); each row of the
+# table, and each subcommand, is run once by an admin in a direct message
+ARGUMENTS = {
+    "/memory forget": "bees",
+    "/memory why": "bees",
+    "/timezone": "Europe/Berlin",
+    "/reminders cancel": "R1",
+    "/sessions": "bees",
+    "/link": "ABC123",
+    "/unlink": "telegram",
+    "/admin memory": "fakechat:alice",
+    "/admin approve": "ABC123",
+    "/admin deny": "ABC123",
+    "/admin allow": "fakechat:dora",
+    "/admin block": "fakechat:erin",
+}
+
+
+def test_every_command_takes_no_connection_on_the_loop(
+    home: Path, db: SessionDB, fake_llm: FakeOpenAI
+) -> None:
+    """Every command of the table (each subcommand too, and the ones with no argument
+    once more without it), sent by an admin in a direct message: none of them does
+    database work on the loop's thread."""
+    fake_llm.default = Reply(text="Noted.")
+
+    async def go() -> tuple[list[str], list[str]]:
+        app = build_app(home, app_config(fake_llm), db)
+        adapter = FakeAdapter()
+        app.router.attach(adapter)
+        await adapter.start(app.router.handle)
+        said: list[str] = []
+        for row in app.router.commands.table:
+            names = [f"{row.name} {s.name}" for s in row.subcommands] or [row.name]
+            for name in names:
+                said.append(name)
+                if name in ARGUMENTS:
+                    said.append(f"{name} {ARGUMENTS[name]}")
+        try:
+            await adapter.deliver(dm("alice", "remember that I keep bees"))
+            await adapter.wait_for(1)
+            alice = await db.run(db.people.user_for_identity, "fakechat", "alice")
+            await db.run(db.people.set_role, alice, "admin")
+            with GUARD.watching(asyncio.get_running_loop()) as seen:
+                for n, text in enumerate(said, start=2):
+                    await adapter.deliver(dm("alice", text))
+                    await adapter.wait_for(n)
+                found = list(seen)
+        finally:
+            await app.router.stop()
+            await app.close()
+        return found, said
+
+    seen, said = asyncio.run(go())
+    assert len(said) > 25  # the whole table was walked
+    assert seen == [], "\n".join(dict.fromkeys(seen))
