@@ -360,7 +360,8 @@ class Gateway:
         if catches_up:  # what arrives during the start waits behind what was missed
             self.catch_up.hold(name)
         try:
-            await adapter.start(self.catch_up.sink(name, router.handle))
+            sink = self.catch_up.sink(name, router.handle) if catches_up else router.handle
+            await adapter.start(sink)
         except Exception as exc:  # one platform failing must not take the others down
             if catches_up:
                 await self.catch_up.release(name, router.handle, keep=False)
