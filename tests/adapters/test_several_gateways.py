@@ -22,6 +22,7 @@ import pytest
 
 from hermes.memory import entries as fmt
 from hermes.memory.consolidation import INSTRUCTIONS
+from hermes.state import postgres
 from hermes.state.db import SessionDB
 from hermes.state.models import utcnow
 from tests.fakes.balancer import Balancer
@@ -230,6 +231,84 @@ def test_three_instances_answer_every_message_once_and_in_order(
     assert set(codes.values()) == {0}, {n: fleet.log(n)[-2000:] for n in names}
     for name in names:
         assert "Traceback" not in fleet.log(name), fleet.log(name)
+
+
+HOLD_S = 15.0  # a lock held by "another writer" is let go once the chats are answered
+
+
+def test_a_write_lock_held_elsewhere_stalls_no_instance_and_no_other_chat(
+    fleet: Fleet, fake_llm: FakeOpenAI, fakes: Platforms, balancer: Balancer, database_url: str
+) -> None:
+    """Two instances; another connection holds the whole database's write lock (what an
+    import, a prune or a link takes): while it holds it the people already known are
+    answered, on both instances, and each instance's /healthz answers at once (the
+    bench's figure: bench/loop_stall.py). Then one person's memory lock is held: the
+    others are answered all the same."""
+    import psycopg
+
+    names = ["gw1", "gw2"]
+    configure(
+        fleet, names, fake_llm, fakes, balancer,
+        lease_s=15.0, only_telegram=True, slack_events=False,
+    )  # fmt: skip
+    fake_llm.responder = echo
+    urls = start_fleet(fleet, names, balancer)
+    chats = range(8)
+    for chat in chats:  # each person known (their first message makes them) before
+        say(fakes, chat, f"hello c{chat}m0")
+    wait_for(lambda: all(replies(fakes, c) for c in chats), "the first replies never came", 60)
+
+    def held(lock: str) -> tuple[bool, float]:
+        """`lock` held on a connection of its own while each chat sends one more
+        message: (whether every reply came while it was held; the slowest /healthz
+        then). Held for HOLD_S at most: a stalled gateway shows as replies after it."""
+        taken, release = threading.Event(), threading.Event()
+        done = threading.Event()
+
+        def hold() -> None:
+            with psycopg.connect(database_url) as conn:
+                conn.execute(f"SELECT {lock}")
+                taken.set()
+                release.wait(HOLD_S)
+                done.set()
+                conn.rollback()
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert taken.wait(10)
+        began = time.monotonic()
+        before = {c: len(replies(fakes, c)) for c in chats}
+        for chat in chats:
+            say(fakes, chat, f"during the hold c{chat}m{before[chat]}")
+        slowest = 0.0
+        while not all(len(replies(fakes, c)) > before[c] for c in chats):
+            assert time.monotonic() - began < HOLD_S + 30, "the chats were not answered"
+            if not done.is_set():
+                for url in urls:
+                    asked = time.monotonic()
+                    with urllib.request.urlopen(f"{url}/healthz", timeout=10) as response:
+                        assert response.status == 200
+                    slowest = max(slowest, time.monotonic() - asked)
+            time.sleep(0.05)
+        while_held = not done.is_set()
+        release.set()
+        holder.join(10)
+        return while_held, slowest
+
+    whole = f"pg_advisory_xact_lock({postgres.WRITE_LOCK})"
+    while_held, slowest = held(whole)
+    assert while_held, f"the chats waited for the write lock: {fleet.dump()}"
+    assert slowest < 1.0, f"/healthz took {slowest:.2f} s during the hold"
+    probe = SessionDB.open(fleet.root / "probe", database_url)
+    try:
+        first = probe.people.user_for_identity("telegram", "1000")
+    finally:
+        probe.close()
+    key = f"pg_advisory_xact_lock({postgres.KEY_LOCKS}, hashtext('memory:{first}'))"
+    while_held, slowest = held(key)
+    assert while_held and slowest < 1.0, (while_held, slowest)
+    served = balancer.by_backend
+    assert len(served) == 2 and min(served.values()) > 0  # both instances took part
 
 
 def test_an_instance_killed_mid_turn_loses_nothing_and_answers_nothing_twice(
