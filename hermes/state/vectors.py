@@ -69,6 +69,11 @@ class VectorStatus:
     queued: int  # messages waiting for one
 
 
+# the lock (on PostgreSQL) of every write of the vector index: the model in use, its
+# vectors and its queue (a model change rebuilds them all under it); other writes go on
+VECTORS = ("vectors",)
+
+
 class VectorDB:
     def __init__(self, db: eng.Handle, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.engine, self.patience = db.engine, db.patience
@@ -88,7 +93,7 @@ class VectorDB:
                 _rebuild(conn, model, None)
             return previous
 
-        return eng.with_retry(self.engine, work, self.patience)
+        return eng.with_retry(self.engine, work, self.patience, keys=VECTORS)
 
     def status(self) -> VectorStatus:
         with eng.reading(self.engine) as session:
@@ -149,7 +154,7 @@ class VectorDB:
                     conn.execute(text(_DEQUEUE), {"mid": item.message_id})
             return stored, rebuilt
 
-        return eng.with_retry(self.engine, work, self.patience)
+        return eng.with_retry(self.engine, work, self.patience, keys=VECTORS)
 
     def skip(self, message_ids: Sequence[int]) -> None:
         """Take messages the endpoint refuses to embed off the queue (lexical search
@@ -159,7 +164,7 @@ class VectorDB:
             for mid in message_ids:
                 session.connection().execute(text(_DEQUEUE), {"mid": mid})
 
-        eng.with_retry(self.engine, work, self.patience)
+        eng.with_retry(self.engine, work, self.patience, keys=VECTORS)
 
     def nearest(
         self, conn: Connection, user_id: str, query: QueryVector, n: int = NEAREST
