@@ -40,7 +40,7 @@ from sqlalchemy import (
     event,
     text,
 )
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 from sqlalchemy.sql.schema import ScalarElementColumnDefault
 from sqlmodel import Session, SQLModel
 
@@ -212,17 +212,39 @@ class SchemaTooNewError(Exception):
         self.found = found
 
 
+PING_AFTER_IDLE_S = 1.0  # a pooled connection idle longer is checked before it is used
+
+
 def open_engine(url: str, pool_size: int = 5, *, pre_ping: bool = True) -> Engine:
-    """`pre_ping`: each checkout first checks the connection (a round trip); the
-    coordination rows' engine (hermes/state/cluster.py) retries a dropped one instead."""
-    engine = create_engine(
-        _driver_url(url),
-        pool_size=pool_size,
-        max_overflow=pool_size,
-        pool_pre_ping=pre_ping,
-    )
+    """`pre_ping`: a checkout first checks a connection that sat idle in the pool for
+    over PING_AFTER_IDLE_S (a round trip: a server restarted meanwhile is met here, not
+    by the caller); one given back a moment ago is used as it is, as busy connections
+    are (a ping before every transaction cost a round trip each). The coordination
+    rows' engine (hermes/state/cluster.py) retries a dropped one instead."""
+    engine = create_engine(_driver_url(url), pool_size=pool_size, max_overflow=pool_size)
     event.listen(engine, "connect", _on_connect)
+    if pre_ping:
+        event.listen(engine, "checkin", _on_checkin)
+        event.listen(engine, "checkout", _on_checkout)
     return engine
+
+
+def _on_checkin(_dbapi_conn: Any, record: Any) -> None:
+    record.info["idle_since"] = time.monotonic()
+
+
+def _on_checkout(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+    """SQLAlchemy's pessimistic disconnect handling, for idle connections only: a dead
+    one raises DisconnectionError, and the pool replaces it (every other pooled one is
+    checked again before its next use)."""
+    since = record.info.get("idle_since")
+    if since is None or time.monotonic() - since < PING_AFTER_IDLE_S:
+        return
+    try:
+        dbapi_conn.execute("SELECT 1")
+        dbapi_conn.rollback()
+    except Exception as exc:
+        raise DisconnectionError(str(exc)) from exc
 
 
 def _driver_url(url: str) -> str:

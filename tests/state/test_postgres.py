@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import quote
@@ -13,6 +14,7 @@ import pytest
 import yaml
 
 from gateway.config import ConfigError, database_url, parse_config
+from hermes.state import postgres as server_state
 from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
 from hermes.state.evidence import EvidenceStore
@@ -455,3 +457,24 @@ def test_a_dry_run_migration_asks_the_server(tmp_path: Path, postgres: ScratchSe
     done = hermes("db", "migrate", "--to", f"{base}/no_such_database", "--dry-run", home=home)
     assert done.returncode != 0 and "does not exist" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_pooled_connection_the_server_dropped_while_idle_is_replaced_unseen(
+    db: SessionDB,
+) -> None:
+    """A connection idle in the pool is checked before it is used again (not one given
+    back a moment ago: a check before every transaction was a round trip each): the
+    server ended it meanwhile (a restart, a failover), and the next read and write go
+    on a new one without an error."""
+    user = db.people.ensure_user("u_00000000000000d1").id
+    before = db.conversations.start_session(user, "cli", "k")
+    with db.engine.connect() as conn:  # the server ends every other connection
+        conn.exec_driver_sql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        conn.commit()
+    time.sleep(server_state.PING_AFTER_IDLE_S + 0.2)
+    assert db.conversations.get_session(before.id, user) is not None
+    assert db.conversations.start_session(user, "cli", "k2").id != before.id
