@@ -140,6 +140,7 @@ class Gateway:
             memory = self.app.agent.memory
             for user_id in await asyncio.to_thread(memory.users):
                 await asyncio.to_thread(memory.reconcile, user_id)
+        await asyncio.to_thread(registry.preload, list(self.platforms))  # the SDKs' imports
         built = self._build_platforms(problems)
         leased = {name for name in built if self._leased(name)}
         for name, adapter in built.items():
