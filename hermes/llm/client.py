@@ -82,6 +82,24 @@ class LLMClient:
             )
         return self._sdk_client
 
+    async def _chat_completion(self, body: dict[str, Any], *, stream: bool) -> Any:
+        """POST /chat/completions with `body` as it is, through the SDK's client (its
+        retries, timeouts, errors and parsing: a ChatCompletion, or a stream of chunks).
+        `chat.completions.create` would first walk the whole request through its
+        typed-dict transform, which leaves plain JSON like ours as it was and cost about
+        3 ms a call for 20 messages and 4 tools, on the event loop, growing with the
+        conversation."""
+        from openai import AsyncStream
+        from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+        return await self._client.post(
+            "/chat/completions",
+            body=body,
+            cast_to=ChatCompletion,
+            stream=stream,
+            stream_cls=AsyncStream[ChatCompletionChunk],
+        )
+
     def warm(self) -> None:
         """Import what a first call loads (the SDK, its chat resources and their
         types: about a second of CPU, longer on a busy machine) and make the client,
@@ -122,7 +140,7 @@ class LLMClient:
 
         started = time.perf_counter()
         try:
-            return await self._client.chat.completions.create(**kwargs)
+            return await self._chat_completion(kwargs, stream=False)
         except openai.APIError as exc:
             metrics.MODEL_ERRORS.labels(_kind(exc)).inc()
             raise _error(exc, self.endpoint.timeout) from None
@@ -192,7 +210,7 @@ class LLMClient:
         started = time.perf_counter()
         reply = _StreamedReply()
         try:
-            stream = await self._client.chat.completions.create(**kwargs)
+            stream = await self._chat_completion(kwargs, stream=True)
             shown, shown_at = 0, 0.0
             async for piece in stream:
                 # the text so far, at most every TEXT_EVERY_S (each call hands over the
