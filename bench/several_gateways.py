@@ -28,8 +28,8 @@ answering in 1 s, about `--total` messages a run, each person sending the next w
 last was answered: turns/s, the server's write transactions (its transaction-id counter:
 one per transaction that wrote), the p99 of how long a write waited for its locks
 (`hermes_db_lock_wait_seconds` over every instance's /metrics), how many of those were
-the whole-database lock, and CPU per message of each gateway and of PostgreSQL (the
-server's processes, from /proc).
+a whole-database lock (SQLite's writer; on PostgreSQL none is), and CPU per message of
+each gateway and of PostgreSQL (the server's processes, from /proc).
 
 Failover: two instances, lease L; a person's message is mid-turn (the model takes 3 s)
 on one instance with another message queued behind it; that instance is SIGKILLed; the

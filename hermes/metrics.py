@@ -126,9 +126,8 @@ DB_CALLS_ON_LOOP = Counter(
 )
 DB_LOCK_WAIT_SECONDS = Histogram(
     "hermes_db_lock_wait_seconds",
-    "How long a write transaction waited for its locks: `write` SQLite's write lock or "
-    "PostgreSQL's whole-database one, `keys` PostgreSQL's locks by key (a person, a "
-    "session, a reminder)",
+    "How long a write transaction waited for its locks: `write` SQLite's write lock, "
+    "`keys` PostgreSQL's locks by key (a person, a session, a reminder)",
     ["lock"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
     registry=REGISTRY,

@@ -11,6 +11,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any
 
 from sqlalchemy import delete, func, or_, update
 from sqlmodel import Session, col, select
@@ -25,12 +26,13 @@ from hermes.state.models import (
     as_utc,
     utcnow,
 )
-from hermes.state.people import Stamped
+from hermes.state.people import LINK_CODES_KEY, Stamped
 
 CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
 CODE_LENGTH = 8
 LINK_CODE_TTL = timedelta(minutes=10)
 PAIRING_TTL = timedelta(hours=1)
+ACCESS_KEY = "access"  # pairing requests and access rules are written under it (rarely)
 MAX_FAILURES = 5
 LOCKOUT = timedelta(minutes=30)
 
@@ -103,7 +105,7 @@ class AccessDB(Stamped):
             session.add(row)
             return row
 
-        return self._write(work)
+        return self._write(work, [LINK_CODES_KEY])
 
     def link_code_owner(self, code: str) -> str | None:
         """Who made `code`, while it can still be used (nothing is counted: a wrong
@@ -134,7 +136,7 @@ class AccessDB(Stamped):
             locked = _fail(session, requester, now, LINK_CODES)
             return Redeemed(Redeem.LOCKED if locked else Redeem.INVALID, locked_until=locked)
 
-        return self._write(work)
+        return self._write(work, [LINK_CODES_KEY, _guesser(requester)])
 
     # -- lockouts of other guessers (the dashboard's logins) -------------------------
 
@@ -154,11 +156,11 @@ class AccessDB(Stamped):
             for requester, rule in rules.items():
                 _fail(session, requester, now, rule)
 
-        self._write(work)
+        self._write(work, [_guesser(requester) for requester in rules])
 
     def succeeded(self, requester: str) -> None:
         """`requester` got in: their failures are forgotten."""
-        self._write(lambda session: _forget(session, requester))
+        self._write(lambda session: _forget(session, requester), [_guesser(requester)])
 
     def forget_stale(self, prefix: str, rule: Lockout) -> int:
         """Delete the rows of requesters whose name starts with `prefix` that `rule` has
@@ -166,12 +168,20 @@ class AccessDB(Stamped):
         guessers from ever new addresses leave a bounded table behind; how many went."""
         quiet = rule.forgiven_after or rule.lasts
         now = utcnow()
-        stale = delete(AccessFailure).where(
+        forgotten = (
             col(AccessFailure.requester).startswith(prefix, autoescape=True),
             col(AccessFailure.updated_at) < now - quiet,
             or_(col(AccessFailure.locked_until).is_(None), col(AccessFailure.locked_until) < now),
         )
-        result = self._write(lambda session: session.execute(stale))
+
+        def work(session: Session) -> Any:
+            names = list(session.exec(select(AccessFailure.requester).where(*forgotten)))
+            eng.lock_keys(session, [_guesser(name) for name in names])
+            # asked again under their locks: one who failed meanwhile stays
+            gone = col(AccessFailure.requester).in_(names)
+            return session.execute(delete(AccessFailure).where(gone, *forgotten))
+
+        result = self._write(work, ())
         return int(getattr(result, "rowcount", 0) or 0)
 
     # -- pairing ---------------------------------------------------------------------
@@ -227,7 +237,7 @@ class AccessDB(Stamped):
             session.add(row)
             return Pairing(row, fresh=True)
 
-        return self._write(work)
+        return self._write(work, [ACCESS_KEY])
 
     def pending_pairings(self) -> list[PairingRequest]:
         now = utcnow()
@@ -268,7 +278,7 @@ class AccessDB(Stamped):
                 )
             return row
 
-        return self._changed(work)
+        return self._changed(work, [ACCESS_KEY])
 
     def unannounced_approvals(self) -> list[PairingRequest]:
         """Approved requests whose requester has not been told yet (a day at most)."""
@@ -292,12 +302,12 @@ class AccessDB(Stamped):
             )
             return bool(getattr(result, "rowcount", 0))
 
-        return self._write(work)
+        return self._write(work, ())  # one row's conditional update: its own row lock
 
     # -- access rules ----------------------------------------------------------------
 
     def set_rule(self, rule: AccessRule) -> None:
-        self._changed(lambda session: session.merge(rule))
+        self._changed(lambda session: session.merge(rule), [ACCESS_KEY])
 
     def rules(self) -> dict[tuple[str, str, str], str]:
         """(platform, kind, subject) -> allow | block."""
@@ -305,6 +315,11 @@ class AccessDB(Stamped):
             return {
                 (r.platform, r.kind, r.subject): r.rule for r in session.exec(select(AccessRule))
             }
+
+
+def _guesser(requester: str) -> str:
+    """The lock (on PostgreSQL) of one requester's count of wrong guesses."""
+    return f"guesses:{requester}"
 
 
 def _locked(session: Session, requester: str, now: datetime) -> datetime | None:

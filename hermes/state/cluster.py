@@ -23,9 +23,8 @@ its one-process lock):
   holder, which checks the conversation before answering it (never twice).
 
 Every method is one statement in autocommit (one round trip): a message's hot path pays
-for `enqueue` and `finish`, nothing else. None takes the database-wide write
-lock of the repositories' writes (hermes/state/postgres.py): rows and their unique keys
-settle every race here.
+for `enqueue` and `finish`, nothing else. None takes a lock of the repositories' writes
+(hermes/state/postgres.py): rows and their unique keys settle every race here.
 """
 
 from __future__ import annotations

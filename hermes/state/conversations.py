@@ -38,6 +38,7 @@ from hermes.state.vectors import QueryVector, VectorDB
 from hermes.text import valid_text
 
 TITLE_CHARS = 60
+MEDIA_SETTLE = timedelta(hours=1)  # unreferenced bytes younger than this are kept
 
 
 def new_session_id() -> str:
@@ -450,11 +451,20 @@ class ConversationDB:
         return bytes(row[0]) if row is not None else None
 
     def drop_unreferenced_media_bytes(self) -> int:
-        """Delete the bytes no media row refers to any more (their sessions were pruned)."""
-        sql = text("DELETE FROM media_blobs WHERE path NOT IN (SELECT path FROM media)")
+        """Delete the bytes no media row refers to any more (their sessions were pruned).
+        Bytes stored in the last hour are kept: a file arriving now is stored before the
+        row that refers to it."""
+        sql = text(
+            "DELETE FROM media_blobs WHERE created_at < :before "
+            "AND path NOT IN (SELECT path FROM media)"
+        )
+        before = {"before": eng.sql_time(utcnow() - MEDIA_SETTLE)}
         return int(
             eng.with_retry(
-                self.engine, lambda s: s.connection().execute(sql).rowcount, self.patience
+                self.engine,
+                lambda s: s.connection().execute(sql, before).rowcount,
+                self.patience,
+                keys=(),
             )
         )
 

@@ -273,42 +273,47 @@ def _postgres(engine: Engine) -> bool:
     return engine.dialect.name == "postgresql"
 
 
-Keys = Sequence[str] | None
+Keys = Sequence[str]
 """What a write locks on PostgreSQL (SQLite has one writer at a time whatever it says):
-None, the whole database (as SQLite's write lock: for work spanning people, a link, a
-prune); or the keys of what it reads and changes ("identity:telegram:42", "reminder:R1";
-() for a write of new rows only), each locked for the transaction, so writes of other
-keys go on beside it (hermes/state/postgres.py `take_locks`)."""
+the keys of what it reads and changes ("user:u_1", "memory:u_1", "reminder:R1"), each
+locked for the transaction, so writes of other keys go on beside it; () for a write of
+new rows only, or of single rows whose own row lock is enough (an UPDATE re-checks its
+WHERE after waiting for another writer of the row). No write locks the whole database
+(hermes/state/postgres.py `take_locks`)."""
 
 
 @dataclass
 class _Held:
     """The write transaction that `in_one_transaction` holds in this thread (or task):
     repository calls on its engine join it instead of starting their own; the keys it
-    holds (None: the whole database) grow with what they ask for."""
+    holds grow with what they ask for."""
 
     engine: Engine
     conn: Connection
-    keys: set[str] | None
+    keys: set[str]
 
 
 _JOINED: ContextVar[_Held | None] = ContextVar("joined", default=None)
 
 
-def _joined(engine: Engine, keys: Keys = None) -> Connection | None:
-    """The held transaction on `engine`, if any, with `keys` (None: the whole
-    database) taken in it too when it did not hold them yet."""
+def _joined(engine: Engine, keys: Keys = ()) -> Connection | None:
+    """The held transaction on `engine`, if any, with `keys` taken in it too when it did
+    not hold them yet."""
     held = _JOINED.get()
     if held is None or held.engine is not engine:
         return None
-    if _postgres(engine) and held.keys is not None:
-        if keys is None:
-            postgres.take_locks(held.conn, None)
-            held.keys = None
-        elif missing := set(keys) - held.keys:
-            postgres.take_locks(held.conn, sorted(missing), shared_held=True)
-            held.keys |= missing
+    if _postgres(engine) and (missing := set(keys) - held.keys):
+        postgres.take_locks(held.conn, sorted(missing))
+        held.keys |= missing
     return held.conn
+
+
+def lock_keys(session: Session, keys: Keys) -> None:
+    """Inside a write's `work`: lock `keys` too, for what it found it must lock (the
+    person a row belongs to, read first: read, lock, then read again what the lock now
+    guards). On SQLite the transaction already holds the one write lock."""
+    if keys and session.get_bind().dialect.name == "postgresql":
+        postgres.take_locks(session.connection(), keys)
 
 
 def unavailable(exc: DBAPIError) -> StateDBError:
@@ -331,10 +336,8 @@ def explained(engine: Engine) -> Iterator[None]:
         raise unavailable(exc) from exc
 
 
-def in_one_transaction(
-    engine: Engine, work: Callable[[], T], patience: float, *, keys: Keys = None
-) -> T:
-    """Run `work` in one write transaction (the write lock, or `keys`, taken first, as by
+def in_one_transaction(engine: Engine, work: Callable[[], T], patience: float, *, keys: Keys) -> T:
+    """Run `work` in one write transaction (`keys` taken first, as by
     `with_retry`) that every repository call it makes on this engine joins: what they
     write commits together or not at all. The whole of `work` is retried while the
     database is locked (or, on PostgreSQL, while it collides), so it must be safe to run
@@ -351,7 +354,7 @@ def in_one_transaction(
             with connectable.connect() as conn, conn.begin():
                 if _postgres(engine):
                     postgres.take_locks(conn, keys)
-                token = _JOINED.set(_Held(engine, conn, None if keys is None else set(keys)))
+                token = _JOINED.set(_Held(engine, conn, set(keys)))
                 try:
                     return work()
                 finally:
@@ -368,12 +371,10 @@ def _joined_session(conn: Connection) -> Iterator[Session]:
         session.flush()
 
 
-def with_retry(
-    engine: Engine, work: Callable[[Session], T], patience: float, *, keys: Keys = None
-) -> T:
+def with_retry(engine: Engine, work: Callable[[Session], T], patience: float, *, keys: Keys) -> T:
     """Run `work` in a BEGIN IMMEDIATE transaction, retrying while the database is locked
-    (on PostgreSQL: READ COMMITTED under the whole database's lock, or `keys`' locks,
-    retried while it collides with other writers)."""
+    (on PostgreSQL: READ COMMITTED under `keys`' locks, retried while it collides with
+    other writers)."""
     if (held := _joined(engine, keys)) is not None:
         with _joined_session(held) as session:
             return work(session)
@@ -412,7 +413,7 @@ def with_raw_retry(
     patience: float,
     *,
     begin: str = "IMMEDIATE",
-    keys: Keys = None,
+    keys: Keys = (),
 ) -> T:
     """`with_retry` for the hot path: `work` gets the pooled sqlite3 connection itself,
     inside BEGIN IMMEDIATE ... COMMIT, with no ORM session around it. With
@@ -556,7 +557,7 @@ def migrate(engine: Engine, patience: float) -> int:
         current = int(session.connection().exec_driver_sql("PRAGMA user_version").scalar_one())
     if current == SCHEMA_VERSION:
         return current
-    return with_retry(engine, upgrade, patience)
+    return with_retry(engine, upgrade, patience, keys=())
 
 
 def migrate_to(engine: Engine, version: int) -> None:
@@ -569,7 +570,7 @@ def migrate_to(engine: Engine, version: int) -> None:
                 conn.exec_driver_sql(statement)
         conn.exec_driver_sql(f"PRAGMA user_version={version}")
 
-    with_retry(engine, run, DEFAULT_PATIENCE_S)
+    with_retry(engine, run, DEFAULT_PATIENCE_S, keys=())
 
 
 __all__ = [
@@ -584,6 +585,7 @@ __all__ = [
     "explain",
     "is_damage",
     "is_locked",
+    "lock_keys",
     "migrate",
     "migrate_to",
     "open_database",

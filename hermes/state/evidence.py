@@ -301,14 +301,15 @@ class EvidenceStore:
             yield Tabled(conn, self.TABLES)
 
     @contextmanager
-    def _write(self) -> Iterator[Tabled]:
-        with self._transaction() as conn:
+    def _write(self, *people: str) -> Iterator[Tabled]:
+        """A write of these people's rows (on PostgreSQL, under their locks)."""
+        with self._transaction([f"evidence:{person}" for person in sorted(set(people))]) as conn:
             yield Tabled(conn, self.TABLES)
 
     def _connection(self) -> AbstractContextManager[RawConnection]:
         raise NotImplementedError
 
-    def _transaction(self) -> AbstractContextManager[RawConnection]:
+    def _transaction(self, keys: Sequence[str]) -> AbstractContextManager[RawConnection]:
         raise NotImplementedError
 
     # -- the words index (per backend) -------------------------------------------------
@@ -357,7 +358,7 @@ class EvidenceStore:
         unchanged chunks are kept, new ones inserted, old ones deleted only when nothing
         cites them (else marked stale, their facts flagged). `append`: add `pieces` after
         the chunks already there (a conversation growing turn by turn)."""
-        with self._write() as conn:
+        with self._write(user_id) as conn:
             row = conn.execute(
                 "SELECT id, content_hash FROM {sources} WHERE user_id = ? AND kind = ? "
                 "AND locator = ?",
@@ -429,7 +430,7 @@ class EvidenceStore:
         """Sources that are gone: stale, their cited chunks stale and their facts
         flagged, their uncited chunks deleted. Returns how many."""
         count = 0
-        with self._write() as conn:
+        with self._write(user_id) as conn:
             for locator in locators:
                 row = conn.execute(
                     "SELECT id FROM {sources} WHERE user_id = ? AND kind = ? AND locator = ?",
@@ -505,7 +506,7 @@ class EvidenceStore:
         """A fact citing `chunk_ids` (at least one live chunk of this person)."""
         if not text.strip():
             raise EvidenceError("a fact needs text")
-        with self._write() as conn:
+        with self._write(user_id) as conn:
             live = _live_chunks(conn, user_id, chunk_ids)
             if not live:
                 raise EvidenceError(
@@ -528,7 +529,7 @@ class EvidenceStore:
     def review_fact(self, user_id: str, fact_id: int, status: str) -> bool:
         if status not in FACT_STATUSES:
             raise EvidenceError("status must be draft, verified or retracted")
-        with self._write() as conn:
+        with self._write(user_id) as conn:
             return bool(
                 conn.execute(
                     "UPDATE {facts} SET status = ?, reviewed_at = ?, flagged = 0 WHERE id = ? "
@@ -587,7 +588,7 @@ class EvidenceStore:
         ]
 
     def add_event(self, user_id: str, what: str, chunk: str, happened_at: str | None = None) -> int:
-        with self._write() as conn:
+        with self._write(user_id) as conn:
             if not _live_chunks(conn, user_id, [chunk]):
                 raise EvidenceError("an event must cite a live chunk of your own evidence")
             return int(
@@ -600,7 +601,7 @@ class EvidenceStore:
 
     def add_artifact(self, user_id: str, kind: str, text: str, chunk_ids: Sequence[str]) -> int:
         """A derived document (a drafted summary): always a draft, citing its chunks."""
-        with self._write() as conn:
+        with self._write(user_id) as conn:
             live = _live_chunks(conn, user_id, chunk_ids)
             if not live:
                 raise EvidenceError("an artifact must cite at least one live chunk")
@@ -625,7 +626,7 @@ class EvidenceStore:
         `keep`'s chunks, and `gone`'s old ones stay (stale) only where something cites
         them. A pack name both used gets `gone`'s id added to it."""
         moved = 0
-        with self._write() as conn:
+        with self._write(keep, gone) as conn:
             self._defer_keys(conn)  # ids change with their citations
             renamed: dict[str, str] = {}
             sources = conn.execute(
@@ -695,7 +696,7 @@ class EvidenceStore:
     def save_pack(
         self, user_id: str, name: str, query: str, fact_ids: list[int], chunk_ids: list[str]
     ) -> None:
-        with self._write() as conn:
+        with self._write(user_id) as conn:
             conn.execute(
                 "INSERT INTO {context_packs}(user_id, name, query, fact_ids, chunk_ids, "
                 "created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(user_id, name) DO UPDATE SET "
@@ -809,8 +810,8 @@ class FileEvidenceStore(EvidenceStore, SidecarDB):
     def _connection(self) -> AbstractContextManager[RawConnection]:
         return self._file_conn()
 
-    def _transaction(self) -> AbstractContextManager[RawConnection]:
-        return self._file_write()
+    def _transaction(self, keys: Sequence[str]) -> AbstractContextManager[RawConnection]:
+        return self._file_write()  # (one writer at a time: the file's lock)
 
     def _index_chunk(self, conn: Tabled, cid: str, user_id: str, text: str) -> None:
         conn.execute(
@@ -857,8 +858,8 @@ class ServerEvidenceStore(EvidenceStore, ServerSidecar):
     def _connection(self) -> AbstractContextManager[RawConnection]:
         return self._server_conn()
 
-    def _transaction(self) -> AbstractContextManager[RawConnection]:
-        return self._server_write()
+    def _transaction(self, keys: Sequence[str]) -> AbstractContextManager[RawConnection]:
+        return self._server_write(keys)
 
     def _index_chunk(self, conn: Tabled, cid: str, user_id: str, text: str) -> None:
         conn.execute(

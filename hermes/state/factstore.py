@@ -133,7 +133,9 @@ class FactStore:
     def _conn(self) -> Any:  # a context manager giving a RawConnection (per backend)
         raise NotImplementedError
 
-    def _write(self) -> Any:
+    def _write(self, *people: str) -> Any:
+        """A context manager giving a RawConnection in a write transaction of these
+        people's facts (on PostgreSQL, under their locks; per backend)."""
         raise NotImplementedError
 
     def _sql(self, template: str) -> str:
@@ -165,7 +167,7 @@ class FactStore:
         trust: float = 0.5,
     ) -> int:
         """The fact's id (an existing identical fact of this person is kept as it is)."""
-        with self._write() as conn:
+        with self._write(user_id) as conn:
             row = conn.execute(
                 self._sql("SELECT id FROM {facts} WHERE user_id = ? AND content = ?"),
                 (user_id, content),
@@ -188,7 +190,7 @@ class FactStore:
     def update(
         self, user_id: str, fact_id: int, content: str, entities: Iterable[str], body: str
     ) -> bool:
-        with self._write() as conn:
+        with self._write(user_id) as conn:
             old = self._row(conn, user_id, fact_id)
             if old is None:
                 return False
@@ -203,7 +205,7 @@ class FactStore:
 
     def remove(self, user_id: str, fact_ids: Iterable[int]) -> int:
         removed = 0
-        with self._write() as conn:
+        with self._write(user_id) as conn:
             for fact_id in fact_ids:
                 old = self._row(conn, user_id, fact_id)
                 if old is None:
@@ -219,7 +221,7 @@ class FactStore:
         the rest move with their search index and entities. One transaction; returns
         how many facts moved."""
         moved = 0
-        with self._write() as conn:
+        with self._write(keep, gone) as conn:
             facts = conn.execute(
                 self._sql(
                     "SELECT id, content, body, trust, helpful, unhelpful FROM {facts} "
@@ -286,7 +288,7 @@ class FactStore:
         column = {True: "helpful = helpful + 1,", False: "unhelpful = unhelpful + 1,", None: ""}[
             helpful
         ]
-        with self._write() as conn:
+        with self._write(user_id) as conn:
             row = conn.execute(
                 self._sql("SELECT trust FROM {facts} WHERE id = ? AND user_id = ?"),
                 (fact_id, user_id),
@@ -412,8 +414,8 @@ class FileFactStore(FactStore, SidecarDB):
     def _conn(self) -> Any:
         return self._file_conn()
 
-    def _write(self) -> Any:
-        return self._file_write()
+    def _write(self, *people: str) -> Any:
+        return self._file_write()  # (one writer at a time: the file's lock)
 
     def _index_words(self, conn: RawConnection, user_id: str, fact_id: int, body: str) -> None:
         conn.execute(
@@ -452,8 +454,8 @@ class ServerFactStore(FactStore, ServerSidecar):
     def _conn(self) -> Any:
         return self._server_conn()
 
-    def _write(self) -> Any:
-        return self._server_write()
+    def _write(self, *people: str) -> Any:
+        return self._server_write([f"facts:{person}" for person in sorted(set(people))])
 
     def _index_words(self, conn: RawConnection, user_id: str, fact_id: int, body: str) -> None:
         conn.execute(

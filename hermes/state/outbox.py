@@ -73,17 +73,21 @@ class OutboxStatus:
     drop_reason: str
 
 
+def outbox_key(provider: str, user_id: str) -> str:
+    """The lock (on PostgreSQL) of one person's rows for one provider: adding, claiming,
+    failing and pruning them take it, and a link's move (hermes/state/people.py)."""
+    return f"outbox:{provider}:{user_id}"
+
+
 def _person_key(provider: str, user_id: str) -> list[str]:
-    """The lock (on PostgreSQL) of one person's rows for one provider: adding and
-    claiming them take it; a link's move takes the whole database."""
-    return [f"outbox:{provider}:{user_id}"]
+    return [outbox_key(provider, user_id)]
 
 
 class OutboxDB:
     def __init__(self, db: eng.Handle) -> None:
         self.engine, self.patience = db.engine, db.patience
 
-    def _write(self, work: Callable[[Session], T], keys: eng.Keys = None) -> T:
+    def _write(self, work: Callable[[Session], T], keys: eng.Keys) -> T:
         return eng.with_retry(self.engine, work, self.patience, keys=keys)
 
     def add(self, provider: str, user_id: str, kind: str, payload: dict[str, Any]) -> int:
@@ -162,6 +166,10 @@ class OutboxDB:
             row = session.get(OutboxEntry, item_id)
             if row is None:
                 return False
+            eng.lock_keys(session, _person_key(row.provider, row.user_id))
+            row = session.get(OutboxEntry, item_id, populate_existing=True)  # under the lock
+            if row is None:
+                return False
             if row.attempts + 1 >= MAX_ATTEMPTS:
                 session.delete(row)
                 why = f"refused {MAX_ATTEMPTS} times: {error}"[:MAX_ERROR]
@@ -179,7 +187,7 @@ class OutboxDB:
             )
             return True
 
-        return self._write(work)
+        return self._write(work, ())  # the row read first, then its person locked
 
     def waiting(self, provider: str) -> list[str]:
         """The people with writes waiting for `provider` (whose delivery to resume)."""
@@ -198,17 +206,25 @@ class OutboxDB:
         """Give up on writes older than MAX_AGE (counted per person); how many."""
         cutoff = (now or utcnow()) - MAX_AGE
 
-        def work(session: Session) -> int:
-            old = select(OutboxEntry.provider, OutboxEntry.user_id, func.count()).where(
-                col(OutboxEntry.created_at) < cutoff
-            )
-            counts = list(session.exec(old.group_by(OutboxEntry.provider, OutboxEntry.user_id)))
-            for provider, user_id, n in counts:
-                _dropped(session, provider, user_id, int(n), f"older than {MAX_AGE.days} days")
-            session.execute(delete(OutboxEntry).where(col(OutboxEntry.created_at) < cutoff))
-            return sum(int(n) for _, _, n in counts)
+        people = select(OutboxEntry.provider, OutboxEntry.user_id).where(
+            col(OutboxEntry.created_at) < cutoff
+        )
+        with eng.reading(self.engine) as session:
+            found = sorted(set(session.exec(people.distinct())))
 
-        return self._write(work)
+        def prune_one(provider: str, user_id: str) -> int:
+            def work(session: Session) -> int:
+                old = (*_person(provider, user_id), col(OutboxEntry.created_at) < cutoff)
+                result = session.execute(delete(OutboxEntry).where(*old))
+                n = int(getattr(result, "rowcount", 0) or 0)
+                _dropped(session, provider, user_id, n, f"older than {MAX_AGE.days} days")
+                return n
+
+            return self._write(work, _person_key(provider, user_id))
+
+        # one person at a time, each under their own lock (a day's prune of many people
+        # never holds everyone's at once)
+        return sum(prune_one(provider, user_id) for provider, user_id in found)
 
     def status(self, provider: str, user_id: str | None = None) -> OutboxStatus:
         """What waits for `provider` (for one person, or everyone) and what was dropped."""
@@ -272,4 +288,12 @@ def _dropped(session: Session, provider: str, user_id: str, n: int, reason: str)
     session.add(row)
 
 
-__all__ = ["MAX_AGE", "MAX_ATTEMPTS", "MAX_ROWS", "OutboxDB", "OutboxItem", "OutboxStatus"]
+__all__ = [
+    "MAX_AGE",
+    "MAX_ATTEMPTS",
+    "MAX_ROWS",
+    "OutboxDB",
+    "OutboxItem",
+    "OutboxStatus",
+    "outbox_key",
+]

@@ -18,6 +18,7 @@ from sqlmodel import Session, col, select
 from hermes.identity import new_user_id, validate_user_id
 from hermes.state import engine as eng
 from hermes.state import postgres
+from hermes.state.memory_log import memory_keys
 from hermes.state.models import (
     ChatSession,
     ConsolidationRun,
@@ -37,6 +38,8 @@ from hermes.state.models import (
     as_utc,
     utcnow,
 )
+from hermes.state.outbox import outbox_key
+from hermes.state.reminders import reminders_key
 
 _ALIAS_OF = "SELECT user_id FROM user_aliases WHERE old_id = ?"
 ROLES = ("owner", "admin", "user")
@@ -75,11 +78,11 @@ class Stamped:
         except FileNotFoundError:
             return 0
 
-    def _write(self, work: Callable[[Session], T]) -> T:
-        return eng.with_retry(self.engine, work, self.patience)
+    def _write(self, work: Callable[[Session], T], keys: eng.Keys) -> T:
+        return eng.with_retry(self.engine, work, self.patience, keys=keys)
 
-    def _changed(self, work: Callable[[Session], T]) -> T:
-        """A write that changes who someone is or what they may do."""
+    def _changed(self, work: Callable[[Session], T], keys: eng.Keys) -> T:
+        """A write that changes who someone is or what they may do (locking `keys`)."""
         if self._server:
 
             def stamped(session: Session) -> T:
@@ -87,8 +90,8 @@ class Stamped:
                 postgres.touch(session, "people")
                 return found
 
-            return self._write(stamped)
-        result = self._write(work)
+            return self._write(stamped, keys)
+        result = self._write(work, keys)
         fd = os.open(self.stamp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             os.write(fd, str(time.time_ns()).encode())
@@ -101,6 +104,20 @@ _MAKE_USER = text(
     "INSERT INTO users (id, role, display_name, created_at) VALUES (:id, :role, :name, :now) "
     "ON CONFLICT DO NOTHING"
 )
+
+
+LINK_CODES_KEY = "link-codes"  # link codes are made, used and moved under it (rarely)
+
+
+def user_key(user_id: str) -> str:
+    """The lock (on PostgreSQL) of a person's own row: making them, their role, their
+    block, their identities moving."""
+    return f"user:{user_id}"
+
+
+def identity_key(platform: str, platform_user_id: str) -> str:
+    """The lock of one account on a platform: whoever makes its identity row takes it."""
+    return f"identity:{platform}:{platform_user_id}"
 
 
 class PeopleDB(Stamped):
@@ -123,7 +140,7 @@ class PeopleDB(Stamped):
             assert user is not None
             return user
 
-        return eng.with_retry(self.engine, work, self.patience, keys=(f"user:{user_id}",))
+        return eng.with_retry(self.engine, work, self.patience, keys=[user_key(user_id)])
 
     def current_id(self, user_id: str) -> str:
         """The id `user_id` has now: the survivor's if it was merged away, else itself.
@@ -179,7 +196,7 @@ class PeopleDB(Stamped):
             return user.id
 
         # the identity's own lock: its first messages at once make one user, not two
-        key = f"identity:{platform}:{platform_user_id}"
+        key = identity_key(platform, platform_user_id)
         return eng.with_retry(self.engine, work, self.patience, keys=[key])
 
     def identities_of(self, user_id: str) -> list[Identity]:
@@ -229,7 +246,7 @@ class PeopleDB(Stamped):
                     Identity(platform=platform, platform_user_id=platform_user_id, user_id=user_id)
                 )
 
-        self._write(work)
+        self._write(work, [identity_key(platform, platform_user_id)])
 
     def chat_user(self, platform: str, chat_id: str) -> str:
         """The user owning a group chat's shared sessions, created on first use."""
@@ -252,7 +269,7 @@ class PeopleDB(Stamped):
             session.add(Identity(platform=platform, platform_user_id=ident, user_id=user.id))
             return user.id
 
-        return self._write(work)
+        return self._write(work, [identity_key(platform, ident)])
 
     def resolve(self, who: str) -> str | None:
         """A user id from 'u_…' or 'platform:platform user id'; None if no such user."""
@@ -284,7 +301,7 @@ class PeopleDB(Stamped):
             result = session.execute(update(User).where(col(User.id) == user_id).values(**values))
             return bool(getattr(result, "rowcount", 0))
 
-        return self._changed(work)
+        return self._changed(work, [user_key(user_id)])
 
     def counts(self) -> tuple[int, int]:
         """(users, sessions started since midnight UTC)."""
@@ -365,7 +382,25 @@ class PeopleDB(Stamped):
             session.flush()
             session.delete(old)
 
-        self._changed(work)
+        self._changed(work, self._everything_of([keep, gone]))
+
+    def _everything_of(self, people: list[str]) -> list[str]:
+        """The locks of all these people's rows that writers read and change (a link
+        moves them): who they are, their memory, their reminders, their link codes,
+        their writes waiting for each provider (whichever providers hold any now)."""
+        with eng.reading(self.engine) as session:
+            providers = set(
+                session.exec(
+                    select(OutboxEntry.provider)
+                    .where(col(OutboxEntry.user_id).in_(people))
+                    .distinct()
+                )
+            )
+        keys = [LINK_CODES_KEY, *memory_keys(people)]
+        for person in people:
+            keys += [user_key(person), reminders_key(person)]
+            keys += [outbox_key(provider, person) for provider in sorted(providers)]
+        return keys
 
     def detach_identity(self, user_id: str, platform: str) -> str | None:
         """Give `user_id`'s identity on `platform` a new user of its own; None if none.
@@ -388,7 +423,7 @@ class PeopleDB(Stamped):
                 session.add(row)
             return fresh.id
 
-        return self._changed(work)
+        return self._changed(work, [user_key(user_id)])
 
 
 def _fold_drops(session: Session, keep: str, gone: str) -> None:

@@ -5,13 +5,15 @@ reads and hot paths here when the engine is PostgreSQL.
 - **Engine**: `psycopg` 3 through SQLAlchemy, a bounded pool (`database.pool_size`),
   connections checked before use, every session in UTC (times are stored as UTC wall
   time, as on SQLite).
-- **Writes** are serialized as SQLite's single writer serializes them: each write
-  transaction first takes one database-wide advisory lock (held to its end), so a
-  read-modify-write (a cap counted then an insert, a claim) never races another, on
-  this machine or any other; a turn's messages ("APPEND") take no lock, each of their
-  statements settling beside others. A collision the server still reports (a deadlock
-  or serialization failure) is retried from the start with jittered backoff within the
-  same patience as "database is locked" on SQLite.
+- **Writes** lock what they read and change, by key ("user:u_1", "memory:u_1",
+  "reminder:R1"; `take_locks`): each key's advisory lock, held to the end of the
+  transaction, so a read-modify-write of one thing (a cap counted then an insert, a
+  claim) never races another writer of it, on this machine or any other, while writes
+  of other keys go on beside it. No lock spans the database outside a schema change.
+  A turn's messages ("APPEND") take no lock, each of their statements settling beside
+  others. A collision the server still reports (a deadlock or serialization failure)
+  is retried from the start with jittered backoff within the same patience as
+  "database is locked" on SQLite.
 - **Schema**: the tables are built from the models (hermes/state/models.py: keys,
   foreign keys, checks and indexes), then what the models cannot say (the vector
   tables, the search columns and their indexes, the change stamp); the version is kept
@@ -53,7 +55,6 @@ T = TypeVar("T")
 
 RETRYABLE = frozenset({"40001", "40P01"})  # serialization failure, deadlock detected
 MIGRATION_LOCK = 0x6865726D  # "herm": the advisory lock of a schema change
-WRITE_LOCK = 0x68657277  # "herw": the whole database's writer (as SQLite's write lock)
 KEY_LOCKS = 0x686B  # "hk": the first number of every key's lock (take_locks)
 _PLACEHOLDER = re.compile(r"\?")
 
@@ -278,11 +279,10 @@ def with_retry(
     engine: Engine,
     work: Callable[[Session], T],
     patience: float,
-    keys: Sequence[str] | None = None,
+    keys: Sequence[str],
 ) -> T:
-    """Run `work` in a transaction holding the whole database's write lock (one writer
-    at a time, as on SQLite) or `keys`' locks, retried while the server reports a
-    collision. (READ COMMITTED, the server's default: no isolation level is set or
+    """Run `work` in a transaction holding `keys`' locks, retried while the server
+    reports a collision. (READ COMMITTED, the server's default: no isolation level is set or
     reset around it.)"""
     backoff = write_patience(patience)
     while True:
@@ -296,25 +296,19 @@ def with_retry(
             backoff.wait(exc)
 
 
-def take_locks(conn: Connection, keys: Sequence[str] | None, *, shared_held: bool = False) -> None:
-    """A write's locks, for its transaction: with no keys (None) the whole database's
-    write lock, exclusive; else that lock shared (a whole-database writer waits for
-    keyed ones and they for it, while keyed writers go on side by side) and each key's
-    own lock, in sorted order (two writers never wait for each other in a circle). One
-    round trip. A key is a lock of the two-number space, (KEY_LOCKS, hash of the key),
-    which never meets the one-number locks: a hash collision only makes two keys wait
-    for each other."""
-    started = time.perf_counter()
-    if keys is None:
-        conn.exec_driver_sql(_TAKE_WRITE_LOCK)
-        metrics.DB_LOCK_WAIT_SECONDS.labels("write").observe(time.perf_counter() - started)
+def take_locks(conn: Connection, keys: Sequence[str]) -> None:
+    """A write's locks, for its transaction: each key's own lock, in sorted order (two
+    writers never wait for each other in a circle), in one round trip. A key is a lock
+    of the two-number space, (KEY_LOCKS, hash of the key), which never meets the
+    one-number locks (a schema change's): a hash collision only makes two keys wait for
+    each other."""
+    if not keys:
         return
+    started = time.perf_counter()
     ordered = sorted(set(keys))
-    calls = [] if shared_held else [f"pg_advisory_xact_lock_shared({WRITE_LOCK})"]
-    calls += [f"pg_advisory_xact_lock({KEY_LOCKS}, hashtext(%s))"] * len(ordered)
-    if calls:
-        conn.exec_driver_sql("SELECT " + ", ".join(calls), tuple(ordered))
-        metrics.DB_LOCK_WAIT_SECONDS.labels("keys").observe(time.perf_counter() - started)
+    calls = ", ".join([f"pg_advisory_xact_lock({KEY_LOCKS}, hashtext(%s))"] * len(ordered))
+    conn.exec_driver_sql("SELECT " + calls, tuple(ordered))
+    metrics.DB_LOCK_WAIT_SECONDS.labels("keys").observe(time.perf_counter() - started)
 
 
 class Raw:
@@ -344,7 +338,6 @@ def _pg(sql: str) -> str:
 
 
 _LEVELS = {"IMMEDIATE": "READ COMMITTED", "DEFERRED": "REPEATABLE READ", "APPEND": "READ COMMITTED"}
-_TAKE_WRITE_LOCK = f"SELECT pg_advisory_xact_lock({WRITE_LOCK})"
 
 
 def with_raw_retry(
@@ -352,7 +345,7 @@ def with_raw_retry(
     work: Callable[[Raw], T],
     patience: float,
     begin: str,
-    keys: Sequence[str] | None = None,
+    keys: Sequence[str] = (),
 ) -> T:
     level = _LEVELS[begin]  # the server's default (READ COMMITTED) is never set and reset
     connectable = (
@@ -409,7 +402,7 @@ def migrate(engine: Engine, current: int, patience: float) -> int:
             conn.exec_driver_sql(f"UPDATE hermes_schema SET version = {current}")
         return found
 
-    return with_retry(engine, upgrade, patience)
+    return with_retry(engine, upgrade, patience, ())  # (under the migration's own lock)
 
 
 # what each version after the first on PostgreSQL (13) adds: tables built from their

@@ -38,6 +38,12 @@ class Claim:
     attempt: int  # 1 for the first delivery of this run
 
 
+def reminders_key(user_id: str) -> str:
+    """The lock (on PostgreSQL) of a person's list of reminders (a new one is counted
+    against their cap under it)."""
+    return f"reminders-of:{user_id}"
+
+
 class RemindersDB:
     def __init__(self, db: eng.Handle) -> None:
         self.engine, self.patience = db.engine, db.patience
@@ -93,7 +99,7 @@ class RemindersDB:
             return reminder
 
         # the person's count is read, then added to: their adds go one at a time
-        result: Reminder | None = self._write(work, [f"reminders-of:{reminder.user_id}"])
+        result: Reminder | None = self._write(work, [reminders_key(reminder.user_id)])
         return result
 
     def get(self, reminder_id: str) -> Reminder | None:
@@ -246,4 +252,4 @@ def _key(reminder_id: str) -> str:
     return f"reminder:{reminder_id.strip().upper()}"
 
 
-__all__ = ["Claim", "RemindersDB", "new_reminder_id"]
+__all__ = ["Claim", "RemindersDB", "new_reminder_id", "reminders_key"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -157,7 +157,7 @@ class ServerSidecar:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        with self._server_write() as conn:
+        with self._server_write(()) as conn:
             conn.execute(f"SELECT pg_advisory_xact_lock({postgres.MIGRATION_LOCK})")
             for statement in self.SERVER_SCHEMA:
                 conn.execute(statement)
@@ -176,9 +176,10 @@ class ServerSidecar:
             yield postgres.Raw(conn)
 
     @contextmanager
-    def _server_write(self) -> Iterator[postgres.Raw]:
+    def _server_write(self, keys: Sequence[str]) -> Iterator[postgres.Raw]:
+        """A write transaction holding `keys`' locks (the people whose rows it changes)."""
         with self.engine.connect() as conn, conn.begin():
-            postgres.take_locks(conn, None)
+            postgres.take_locks(conn, keys)
             yield postgres.Raw(conn)
 
 

@@ -76,13 +76,16 @@ class UpkeepDB:
             condition.append(col(ChatSession.user_id) == user_id)
 
         def work(session: Session) -> int:
-            ids = list(session.exec(select(ChatSession.id).where(*condition)))
+            found = select(ChatSession.id).where(*condition)
+            # on PostgreSQL their rows locked (and asked again, when a turn was storing
+            # a message in one: it is kept if that made it active); no other lock
+            ids = list(session.exec(found if dry_run else found.with_for_update()))
             if not dry_run and ids:
                 session.execute(delete(Message).where(col(Message.session_id).in_(ids)))
                 session.execute(delete(ChatSession).where(col(ChatSession.id).in_(ids)))
             return len(ids)
 
-        return eng.with_retry(self.engine, work, self.patience)
+        return eng.with_retry(self.engine, work, self.patience, keys=())
 
     def index_search(self) -> int:
         """Index now what waits for PostgreSQL's search index (an upgrade, a bulk load;
@@ -100,7 +103,7 @@ class UpkeepDB:
             for table in ("messages_fts", "messages_cjk"):
                 conn.exec_driver_sql(f"INSERT INTO {table}({table}) VALUES ('optimize')")
 
-        eng.with_retry(self.engine, work, self.patience)
+        eng.with_retry(self.engine, work, self.patience, keys=())  # (SQLite only)
         with self.engine.connect() as conn:
             busy, log, done = conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()
         return f"fts optimized; wal checkpoint busy={busy} frames={log}/{done}"
@@ -188,4 +191,4 @@ class UpkeepDB:
         def work(session: Session) -> None:
             session.execute(insert(Message), batch)
 
-        eng.with_retry(self.engine, work, self.patience)
+        eng.with_retry(self.engine, work, self.patience, keys=())  # new rows

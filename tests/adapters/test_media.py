@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from PIL import Image
+from sqlalchemy import text
 
 from gateway.pipeline.media import collect_garbage
 from hermes.state.db import SessionDB
@@ -124,7 +125,15 @@ def test_on_postgresql_a_photo_is_kept_in_the_database_not_on_this_disk(
             assert Image.open(io.BytesIO(kept)).size[0] <= 1568
             assert collect_garbage(home, db) == 0  # still referred to
             db.upkeep.prune(0, dry_run=False)
-            assert collect_garbage(home, db) == 1
+            # a file arriving now is stored before the row naming it: bytes an hour old
+            # or younger are kept whatever refers to them
+            db.conversations.put_media_bytes("media/arriving.png", b"x" * 10)
+            assert collect_garbage(home, db) == 0
+            with db.engine.begin() as conn:
+                conn.execute(
+                    text("UPDATE media_blobs SET created_at = created_at - '2h'::interval")
+                )
+            assert collect_garbage(home, db) == 2
             assert db.conversations.media_bytes(row.path) is None
         finally:
             db.close()

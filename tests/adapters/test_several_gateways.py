@@ -239,11 +239,10 @@ HOLD_S = 15.0  # a lock held by "another writer" is let go once the chats are an
 def test_a_write_lock_held_elsewhere_stalls_no_instance_and_no_other_chat(
     fleet: Fleet, fake_llm: FakeOpenAI, fakes: Platforms, balancer: Balancer, database_url: str
 ) -> None:
-    """Two instances; another connection holds the whole database's write lock (what an
-    import, a prune or a link takes): while it holds it the people already known are
-    answered, on both instances, and each instance's /healthz answers at once (the
-    bench's figure: bench/loop_stall.py). Then one person's memory lock is held: the
-    others are answered all the same."""
+    """Two instances; another connection holds one person's memory lock (what a long
+    consolidation or a link takes) and then the row of every known person (what a bulk
+    change would): while it holds them everyone is answered, on both instances, and
+    each instance's /healthz answers at once (the bench's figure: bench/loop_stall.py)."""
     import psycopg
 
     names = ["gw1", "gw2"]
@@ -259,7 +258,7 @@ def test_a_write_lock_held_elsewhere_stalls_no_instance_and_no_other_chat(
     wait_for(lambda: all(replies(fakes, c) for c in chats), "the first replies never came", 60)
 
     def held(lock: str) -> tuple[bool, float]:
-        """`lock` held on a connection of its own while each chat sends one more
+        """`lock` (a statement) held on a connection of its own while each chat sends one more
         message: (whether every reply came while it was held; the slowest /healthz
         then). Held for HOLD_S at most: a stalled gateway shows as replies after it."""
         taken, release = threading.Event(), threading.Event()
@@ -267,7 +266,7 @@ def test_a_write_lock_held_elsewhere_stalls_no_instance_and_no_other_chat(
 
         def hold() -> None:
             with psycopg.connect(database_url) as conn:
-                conn.execute(f"SELECT {lock}")
+                conn.execute(lock)
                 taken.set()
                 release.wait(HOLD_S)
                 done.set()
@@ -295,17 +294,16 @@ def test_a_write_lock_held_elsewhere_stalls_no_instance_and_no_other_chat(
         holder.join(10)
         return while_held, slowest
 
-    whole = f"pg_advisory_xact_lock({postgres.WRITE_LOCK})"
-    while_held, slowest = held(whole)
-    assert while_held, f"the chats waited for the write lock: {fleet.dump()}"
-    assert slowest < 1.0, f"/healthz took {slowest:.2f} s during the hold"
     probe = SessionDB.open(fleet.root / "probe", database_url)
     try:
         first = probe.people.user_for_identity("telegram", "1000")
     finally:
         probe.close()
-    key = f"pg_advisory_xact_lock({postgres.KEY_LOCKS}, hashtext('memory:{first}'))"
+    key = f"SELECT pg_advisory_xact_lock({postgres.KEY_LOCKS}, hashtext('memory:{first}'))"
     while_held, slowest = held(key)
+    assert while_held, f"the chats waited for one person's memory: {fleet.dump()}"
+    assert slowest < 1.0, f"/healthz took {slowest:.2f} s during the hold"
+    while_held, slowest = held("SELECT id FROM users FOR UPDATE")
     assert while_held and slowest < 1.0, (while_held, slowest)
     served = balancer.by_backend
     assert len(served) == 2 and min(served.values()) > 0  # both instances took part

@@ -1,7 +1,7 @@
 """Locks by key on PostgreSQL: a write locks what it touches (a person's identity, a
 reminder, a memory change), not the whole database, so several gateways' writes of
-different people go on side by side; whole-database work (a link, a prune) still waits
-for every keyed write and they for it. SQLite keeps its one writer."""
+different people go on side by side, and no write locks the whole database. SQLite keeps
+its one writer."""
 
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ import pytest
 
 from hermes.identity import new_user_id
 from hermes.state import engine as eng
+from hermes.state.access import LINK_CODES
 from hermes.state.db import SessionDB
+from hermes.state.factstore import ServerFactStore
 from hermes.state.memory_log import memory_keys
-from hermes.state.models import utcnow
+from hermes.state.models import AccessRule, utcnow
 from tests.harness.postgres import ScratchServer
 from tests.harness.reminders import telegram_reminder
 
@@ -35,16 +37,15 @@ def pg(home: Path, postgres: ScratchServer) -> Iterator[SessionDB]:
 
 
 class Holder:
-    """Another gateway's write transaction, holding `keys` (None: the whole database)
-    until `release`."""
+    """Another gateway's write transaction, holding `keys` until `release`."""
 
-    def __init__(self, db: SessionDB, keys: list[str] | None) -> None:
+    def __init__(self, db: SessionDB, keys: list[str]) -> None:
         self.held, self.release = threading.Event(), threading.Event()
         self._thread = threading.Thread(target=self._hold, args=(db, keys), daemon=True)
         self._thread.start()
         assert self.held.wait(10), "the lock was never taken"
 
-    def _hold(self, db: SessionDB, keys: list[str] | None) -> None:
+    def _hold(self, db: SessionDB, keys: list[str]) -> None:
         def work(_session: Any) -> None:
             self.held.set()
             self.release.wait(HOLD_S)
@@ -131,22 +132,73 @@ def test_a_persons_memory_and_provider_writes_wait_only_for_that_persons(pg: Ses
     assert stores.read(ann, "memory").text == "Likes tea"
 
 
-def test_whole_database_work_and_keyed_writes_wait_for_each_other(pg: SessionDB) -> None:
-    mine = reminder(pg, new_user_id())
-    holder = Holder(pg, None)  # a link, a prune: the whole database
+def allow(subject: str) -> AccessRule:
+    return AccessRule(platform="slack", kind="user", subject=subject, rule="allow", created_by="")
+
+
+def fact(store: ServerFactStore, user_id: str, text: str) -> int:
+    return store.add(user_id, text, category="note", source="test", entities=[], body=text)
+
+
+def test_no_write_locks_the_whole_database(pg: SessionDB) -> None:
+    """What took the whole database's lock (links and unlinks, roles and blocks, link
+    codes, pairing and access rules, lockouts, provider writes failing and pruned, the
+    memory providers' own stores, prunes, dashboard logins) locks what it touches: each
+    goes on beside another gateway's write of someone else, and one that touches a
+    held key waits for it."""
+    ann, bob, zed = (pg.people.ensure_user(new_user_id()).id for _ in range(3))
+    pg.people.ensure_identity("slack", "U-bob", bob)
+    pg.people.ensure_identity("telegram", "T-bob", bob)
+    facts = ServerFactStore.on(pg.engine)
+    item = pg.outbox.add("mem0", bob, "sync_turn", {"user": "hi"})
+    pg.access.create_link_code(ann)
+    pairing = pg.access.request_pairing("slack", "U-new", "New").request
+    assert pairing is not None
+    writes: dict[str, Callable[[], Any]] = {
+        "role": lambda: pg.people.set_role(bob, "admin"),
+        "block": lambda: pg.people.set_status(bob, "blocked"),
+        "identity": lambda: pg.people.ensure_identity("discord", "D-bob", bob),
+        "group chat": lambda: pg.people.chat_user("slack", "C1"),
+        "link code": lambda: pg.access.create_link_code(bob),
+        "redeem": lambda: pg.access.redeem_link_code("WRONG123", "telegram:9"),
+        "lockout": lambda: pg.access.failed({"ip:10.0.0.9": LINK_CODES}),
+        "forget": lambda: pg.access.succeeded("ip:10.0.0.9"),
+        "stale": lambda: pg.access.forget_stale("ip:", LINK_CODES),
+        "pairing": lambda: pg.access.request_pairing("slack", "U-other", "Other"),
+        "rule": lambda: pg.access.set_rule(allow("U7")),
+        "announce": lambda: pg.access.claim_announcement(pairing.code),
+        "provider failed": lambda: pg.outbox.failed(item, "timeout"),
+        "provider prune": lambda: pg.outbox.prune(utcnow() + timedelta(days=60)),
+        "facts": lambda: fact(facts, bob, "Owns a boat"),
+        "prune": lambda: pg.upkeep.prune(30, dry_run=False),
+        "dashboard": lambda: pg.dashboard.audit(zed, "looked"),
+        "unlink": lambda: pg.people.detach_identity(bob, "slack"),
+    }  # fmt: skip
+    holder = Holder(pg, [*memory_keys([zed]), f"user:{zed}", "session:elsewhere"])
     try:
-        keyed, _ = started(lambda: pg.reminders.claim(mine, "gw2", 4, utcnow()))
-        assert not keyed.wait(0.5), "a keyed write went on beside whole-database work"
+        for name, call in writes.items():
+            done, _ = started(call)
+            assert done.wait(10), f"{name} waited for another person's write"
     finally:
         holder.let_go()
-    assert keyed.wait(10)
-    holder = Holder(pg, [f"reminder:{mine}"])
-    try:
-        whole, _ = started(lambda: pg.upkeep.prune(30, dry_run=False))
-        assert not whole.wait(0.5), "whole-database work went on beside a keyed write"
-    finally:
-        holder.let_go()
-    assert whole.wait(10)
+    # each waits for what it touches, held by another gateway
+    waits: list[tuple[list[str], Callable[[], Any]]] = [
+        ([f"user:{bob}"], lambda: pg.people.set_role(bob, "user")),
+        ([memory_keys([bob])[0]], lambda: pg.people.merge_users(ann, bob)),
+        (["access"], lambda: pg.access.decide_pairing(pairing.code, True, by=ann)),
+        ([f"facts:{ann}"], lambda: fact(facts, ann, "Likes tea")),
+    ]  # fmt: skip
+    for keys, call in waits:
+        holder = Holder(pg, keys)
+        try:
+            done, _ = started(call)
+            assert not done.wait(0.5), f"a write did not wait for {keys}"
+        finally:
+            holder.let_go()
+        assert done.wait(10)
+    assert pg.people.get_user(bob) is None  # merged into Ann
+    assert pg.people.user_by_identity("telegram", "T-bob") == ann
+    assert pg.access.rules()[("slack", "user", "U-new")] == "allow"
 
 
 def test_a_key_asked_for_inside_a_held_transaction_is_taken_there(pg: SessionDB) -> None:
