@@ -1,19 +1,26 @@
 """Hermes on the command line, as tests drive it: `hermes(...)` runs one command in
-a subprocess; `Terminal` runs one in a pseudo-terminal, driven like a person at a
-keyboard (prompts, Ctrl-C)."""
+a process of its own (forked from one that has imported the command line already:
+tests/harness/zygote.py); `Terminal` runs one in a pseudo-terminal, driven like a person
+at a keyboard (prompts, Ctrl-C)."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import json
 import os
 import pty
 import re
 import select
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import IO
 
 HERMES = [sys.executable, "-c", "from gateway.cli.main import main; main()"]
 
@@ -21,19 +28,80 @@ HERMES = [sys.executable, "-c", "from gateway.cli.main import main; main()"]
 def hermes(
     *args: str, home: Path | None = None, answer: str | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
-    """`hermes ARGS` as a subprocess; `answer` is typed on its stdin (else it has none)."""
+    """`hermes ARGS` as a process of its own; `answer` is typed on its stdin (else it has
+    none). As `subprocess.run` would: its output, its exit status, TimeoutExpired."""
     env = dict(os.environ, COLUMNS="200", NO_COLOR="1")
     if home is not None:
         env["HERMES_HOME"] = str(home)
-    return subprocess.run(
-        [*HERMES, *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        check=False,
-        input=answer if answer is not None else "",
-    )
+    with contextlib.ExitStack() as files:
+        stdin, stdout, stderr = (files.enter_context(tempfile.TemporaryFile()) for _ in "012")
+        stdin.write((answer or "").encode())
+        stdin.seek(0)
+        request = {"args": list(args), "env": env, "cwd": os.getcwd()}
+        status = _ZYGOTE.run(request, [stdin, stdout, stderr], timeout)
+        out, err = (_read(f) for f in (stdout, stderr))
+    command = [*HERMES, *args]
+    if status is None:
+        raise subprocess.TimeoutExpired(command, timeout, out, err)
+    return subprocess.CompletedProcess(command, status, out, err)
+
+
+def _read(file: IO[bytes]) -> str:
+    """What the command wrote, as `text=True` reads it (universal newlines)."""
+    file.seek(0)
+    return file.read().decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+
+
+class _Zygote:
+    """This test process's forking server (started at its first command, stopped at
+    its exit; started again should it have died)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._path = ""
+
+    def _ready(self) -> str:
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                folder = tempfile.mkdtemp(prefix="hermes-zygote-")
+                self._path = os.path.join(folder, "socket")
+                env = dict(os.environ, COLUMNS="200", NO_COLOR="1")
+                env.pop("HERMES_HOME", None)
+                code = f"from tests.harness.zygote import main; main({self._path!r})"
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-c", code],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                    env=env, cwd=Path(__file__).resolve().parents[2],
+                )  # fmt: skip
+                assert self._proc.stdout is not None
+                line = self._proc.stdout.readline()
+                assert line == b"ready\n", f"the command line's forking server said {line!r}"
+                atexit.register(self._proc.kill)
+            return self._path
+
+    def run(
+        self, request: dict[str, object], files: list[object], timeout: float
+    ) -> tuple[int, int | None]:
+        """The command's pid and exit status (None: killed at `timeout`)."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(self._ready())
+            fds = [f.fileno() for f in files]
+            socket.send_fds(conn, [json.dumps(request).encode()], fds)
+            answers = conn.makefile("rb")
+            pid = int(answers.readline())
+            conn.settimeout(timeout)
+            try:
+                return int(answers.readline())
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                conn.settimeout(10)
+                answers.readline()
+                return None
+
+
+_ZYGOTE = _Zygote()
 
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
