@@ -39,10 +39,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# one worker per CPU, idle workers taking tests queued on busy ones (the long ones
-# would otherwise leave a tail); `.venv/bin/pytest FILE` runs one file in one process
+# two workers per CPU (most tests wait on processes, sockets and the database: one per
+# CPU left the CPUs half idle), at most 8 (each holds PostgreSQL connections); idle
+# workers take tests queued on busy ones, the long ones queued first (tests/conftest.py);
+# `.venv/bin/pytest FILE` runs one file in one process; `make pytest WORKERS=N` sets it
+WORKERS ?= $(shell n=$$(( $$(nproc) * 2 )); [ $$n -gt 8 ] && n=8; echo $$n)
 pytest: $(STAMP)
-	$(BIN)/pytest -n auto --dist worksteal
+	$(BIN)/pytest -n $(WORKERS) --dist worksteal
 
 # the documentation site (mkdocs.yml, docs/): a broken link or a page left out fails it
 # (not --quiet: it hides the warnings that --strict fails on)

@@ -30,6 +30,14 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 os.environ["MEM0_TELEMETRY"] = "False"
 os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="hermes-test-mem0-"))
 
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The multi-process tests (marked slow) first: idle workers take queued tests from
+    busy ones, so the suite then ends on short tests rather than waiting for a long one
+    that started last."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 _CREDENTIAL_HINTS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 _PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 

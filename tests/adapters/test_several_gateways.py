@@ -34,7 +34,7 @@ from tests.harness.cli import hermes
 from tests.harness.fleet import SLACK_SIGNING, Fleet, Platforms, fleet_config, start_fleet
 from tests.harness.reminders import telegram_reminder
 
-pytestmark = pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+pytestmark = [pytest.mark.parametrize("backend", ["postgresql"], indirect=True), pytest.mark.slow]
 
 MARK = re.compile(r"\bc(\d+)m(\d+)\b")
 LEASE_S = 3.0

@@ -51,6 +51,7 @@ async def started(home: Path, env: dict[str, str]) -> AsyncIterator[Gateway]:
         db.close()
 
 
+@pytest.mark.slow
 def test_telegram_polling_trouble_shows_then_clears_and_a_refused_token_restarts_it(
     home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
 ) -> None:
@@ -90,6 +91,7 @@ def test_telegram_polling_trouble_shows_then_clears_and_a_refused_token_restarts
     asyncio.run(go())
 
 
+@pytest.mark.slow
 def test_discord_resumes_by_itself_and_is_restarted_when_it_gives_up(
     home: Path, fake_llm: FakeOpenAI, discord_fake: FakeDiscord
 ) -> None:

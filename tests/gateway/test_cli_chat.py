@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from hermes.identity import owner_user_id
 from hermes.state.db import SessionDB
 from tests.fakes.openai_server import FakeOpenAI, Reply
@@ -142,6 +144,7 @@ def test_interactive_chat_with_cancel_and_commands(home: Path, fake_llm: FakeOpe
     db.close()
 
 
+@pytest.mark.slow
 def test_a_reply_over_a_million_characters_is_shown_whole(home: Path, fake_llm: FakeOpenAI) -> None:
     configure(home, fake_llm)
     long = "\n".join(f"line {n}: " + "x" * 90 for n in range(12_000))  # ~1.2 M characters

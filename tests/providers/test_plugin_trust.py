@@ -75,6 +75,7 @@ def test_loading_one_provider_imports_that_plugin_alone(home: Path) -> None:
     assert wanted.exists() and not other.exists()
 
 
+@pytest.mark.slow
 def test_a_plugin_that_exits_or_hangs_never_takes_the_command_with_it(home: Path) -> None:
     plugin(home, "quitter", "import sys\nsys.exit(3)\n")
     plugin(home, "sleeper", "import time\ntime.sleep(3600)\n")

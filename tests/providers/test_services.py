@@ -292,6 +292,7 @@ def test_through_the_app_recall_lands_in_the_fence_and_tools_follow_the_mode(
     assert service.kept(user_id)  # the person's namespace is our stable user id's
 
 
+@pytest.mark.slow
 def test_setup_status_doctor_and_off_from_the_cli(
     service: Served, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -221,6 +221,7 @@ READS = (
 )
 
 
+@pytest.mark.slow
 def test_db_migrate_moves_a_home_and_every_read_command_says_the_same(
     tmp_path: Path, postgres: ScratchServer
 ) -> None:
