@@ -52,10 +52,18 @@ def serve(path: str) -> None:
     listener.bind(path)
     listener.listen(64)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # waiters are reaped by the kernel
+    listener.settimeout(1.0)
+    parent = os.getppid()
     sys.stdout.write("ready\n")
     sys.stdout.flush()
     while True:
-        conn, _ = listener.accept()
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            if os.getppid() != parent:  # the test process is gone (killed): so are we
+                sys.exit(0)
+            continue
+        conn.setblocking(True)
         message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
         request = json.loads(message.decode())
         if os.fork() == 0:  # the waiter
