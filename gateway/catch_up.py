@@ -3,8 +3,8 @@
 Discord sends a message to the connection open at that moment, and a new gateway
 session replays nothing: what was sent while the gateway restarted, or while another
 instance took the connection's lease over from one that died, never arrives by
-itself. So the gateway notes the last message read in each chat (`platform_marks`, a
-few seconds' worth in one write, and at the stop), and whenever the platform connects
+itself. So the gateway notes the last message read in each chat (`platform_marks`, each
+second's notes in one write, and at the stop), and whenever the platform connects
 it asks the adapter for what came after each chat's mark (chats read within WINDOW, the
 latest MOST_CHATS, at most MOST_PER_CHAT messages each) and hands those to the router
 as if they had just arrived: once (intake drops what it has seen; with several
