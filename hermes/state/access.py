@@ -11,7 +11,6 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
 
 from sqlalchemy import delete, func, or_, update
 from sqlmodel import Session, col, select
@@ -33,6 +32,7 @@ CODE_LENGTH = 8
 LINK_CODE_TTL = timedelta(minutes=10)
 PAIRING_TTL = timedelta(hours=1)
 ACCESS_KEY = "access"  # pairing requests and access rules are written under it (rarely)
+STALE_BATCH = 500  # requesters forgotten in one transaction (`forget_stale`)
 MAX_FAILURES = 5
 LOCKOUT = timedelta(minutes=30)
 
@@ -174,15 +174,23 @@ class AccessDB(Stamped):
             or_(col(AccessFailure.locked_until).is_(None), col(AccessFailure.locked_until) < now),
         )
 
-        def work(session: Session) -> Any:
-            names = list(session.exec(select(AccessFailure.requester).where(*forgotten)))
+        def batch(session: Session) -> tuple[int, int]:
+            found = select(AccessFailure.requester).where(*forgotten).limit(STALE_BATCH)
+            names = list(session.exec(found))
             eng.lock_keys(session, [_guesser(name) for name in names])
             # asked again under their locks: one who failed meanwhile stays
             gone = col(AccessFailure.requester).in_(names)
-            return session.execute(delete(AccessFailure).where(gone, *forgotten))
+            result = session.execute(delete(AccessFailure).where(gone, *forgotten))
+            return int(getattr(result, "rowcount", 0) or 0), len(names)
 
-        result = self._write(work, ())
-        return int(getattr(result, "rowcount", 0) or 0)
+        # a batch at a time: guessers from ever new addresses may leave many rows, and
+        # each one's lock is held to the end of its transaction
+        total = 0
+        while True:
+            deleted, seen = self._write(batch, ())
+            total += deleted
+            if seen < STALE_BATCH:
+                return total
 
     # -- pairing ---------------------------------------------------------------------
 

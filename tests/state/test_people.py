@@ -14,6 +14,7 @@ from hermes.state.access import (
     CODE_ALPHABET,
     CODE_LENGTH,
     MAX_FAILURES,
+    STALE_BATCH,
     AccessDB,
     Lockout,
     PairingRefused,
@@ -104,6 +105,18 @@ def test_lockouts_count_per_requester_forget_a_quiet_spell_and_end(db: SessionDB
     assert access.forget_stale("zz", rules["a"]) == 0
     assert access.forget_stale("", rules["a"]) == 3
     assert access.locked_until(["c"]) is not None
+
+
+def test_guessers_from_many_addresses_are_all_forgotten(db: SessionDB) -> None:
+    """More stale requesters than one transaction forgets (each one's lock is held to
+    its end): every one goes, another prefix's stay."""
+    access = AccessDB(db)
+    brief = Lockout(3, timedelta(microseconds=1))
+    access.failed({f"ip:10.0.{n // 250}.{n % 250}": brief for n in range(2 * STALE_BATCH + 1)})
+    access.failed({"dash:someone": brief})
+    assert access.forget_stale("ip:", brief) == 2 * STALE_BATCH + 1
+    assert access.forget_stale("ip:", brief) == 0
+    assert access.forget_stale("dash:", brief) == 1
 
 
 def test_merging_moves_sessions_and_search_follows(db: SessionDB) -> None:
