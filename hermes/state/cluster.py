@@ -191,20 +191,26 @@ _ORPHANED = (
 class ClusterDB:
     """The coordination rows of several gateways (PostgreSQL only)."""
 
-    def __init__(self, db: eng.Handle) -> None:
+    def __init__(self, db: eng.Handle, threads: int = 2) -> None:
+        """`threads`: how many may ask at once (the database executor's threads and the
+        heartbeat's), the connections its pool keeps."""
         self.engine: Engine = db.engine
+        self.threads = threads
         self._auto: Engine | None = None  # made on first use (PostgreSQL only)
         self._making = threading.Lock()  # the database executor's threads ask at once
 
     def _connection(self) -> Engine:
-        """An engine of its own: autocommit (each statement its own transaction), two
-        pooled connections, no check before each use (a round trip on every statement
-        of the hot path): a connection found dropped is retried once instead. Made
-        once: two made at once, the one dropped would leave its connection open."""
+        """An engine of its own (the coordination never waits behind long writes for a
+        connection): autocommit (each statement its own transaction), a connection kept
+        for each thread that may ask at once (a pool smaller than that opened and closed
+        a connection, a server process each, for a fifth of the messages), no check
+        before each use (a round trip on every statement of the hot path): a connection
+        found dropped is retried once instead. Made once: two made at once, the one
+        dropped would leave its connection open."""
         with self._making:
             if self._auto is None:
                 url = self.engine.url.render_as_string(hide_password=False)
-                own = postgres.open_engine(url, 2, pre_ping=False)
+                own = postgres.open_engine(url, self.threads, pre_ping=False)
                 self._auto = own.execution_options(isolation_level="AUTOCOMMIT")
             return self._auto
 

@@ -263,6 +263,12 @@ class ConversationDB:
         `usage` adds (prompt, completion) tokens of the model call that produced them.
         """
 
+        last = max((m.created_at for m in messages if m.created_at), default=None)
+        active = eng.sql_time(last or utcnow())
+        first_user = next((m.content for m in messages if m.role == "user" and m.content), "")
+        title = _title(first_user) if first_user else ""
+        prompt, completion = usage or (0, 0)
+
         def work(raw: eng.RawConnection) -> list[int | None]:
             # the hot path of every turn: plain SQL on the pooled sqlite3 connection
             # (building SQLAlchemy statements cost more than SQLite's work here)
@@ -271,16 +277,25 @@ class ConversationDB:
                 raise eng.StateDBError(f"no session {session_id!r}")
             ids = [_insert_message(raw, session_id, chat, message) for message in messages]
             stored = sum(1 for i in ids if i is not None)
-            last = max((m.created_at for m in messages if m.created_at), default=None)
-            first_user = next((m.content for m in messages if m.role == "user" and m.content), "")
-            prompt, completion = usage or (0, 0)
             if stored or usage:
-                active = eng.sql_time(last or utcnow()) if stored else _NEVER
-                title = _title(first_user) if stored and first_user else ""
-                row = (stored, active, active, title, title, prompt, completion, session_id)
+                when = active if stored else _NEVER
+                named = title if stored else ""
+                row = (stored, when, when, named, named, prompt, completion, session_id)
                 raw.execute(_TOUCH, row)
             return ids
 
+        def one(raw: eng.RawConnection) -> list[int | None]:
+            # PostgreSQL, one message (each turn's question and its answer): the same
+            # three steps as one statement, its own transaction (one round trip, not six)
+            touch = (active, active, title, title, prompt, completion, session_id, bool(usage))
+            values = (session_id, *_message_values(messages[0]), *touch)
+            found, new_id = raw.execute(_ADD_ONE, values).fetchone()
+            if not found:
+                raise eng.StateDBError(f"no session {session_id!r}")
+            return [None if new_id is None else int(new_id)]
+
+        if len(messages) == 1 and self.engine.dialect.name == "postgresql":
+            return eng.with_raw_retry(self.engine, one, self.patience, begin="SINGLE")
         # each statement settles beside others: a new key, or counters updated in place
         return eng.with_raw_retry(self.engine, work, self.patience, begin="APPEND")
 
@@ -294,7 +309,7 @@ class ConversationDB:
             self.engine,
             lambda raw: raw.execute(_SET_DELIVERY, (state, message_id)),
             self.patience,
-            begin="APPEND",
+            begin="SINGLE",
         )
 
     def messages(self, session_id: str, user_id: str) -> list[Message]:
@@ -526,6 +541,24 @@ _INSERT_MESSAGE = (
 )
 _SET_DELIVERY = "UPDATE messages SET delivery = ? WHERE id = ?"
 
+# PostgreSQL: `_SESSION_ROW`, `_INSERT_MESSAGE` and `_TOUCH` of one message in one
+# statement (whether the session exists, the new id or NULL when it was stored already)
+_ADD_ONE = (
+    "WITH chat AS (SELECT id, user_id, platform FROM sessions WHERE id = ?), "
+    "new AS (INSERT INTO messages (session_id, user_id, platform, role, content, "
+    "tool_calls, tool_call_id, tool_name, platform_message_id, token_count, created_at, "
+    "delivery) SELECT id, user_id, platform, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM chat "
+    "ON CONFLICT DO NOTHING RETURNING id), "
+    "touched AS (UPDATE sessions SET message_count = message_count + (SELECT count(*) FROM new), "
+    "last_active_at = CASE WHEN EXISTS (SELECT 1 FROM new) AND ? > last_active_at "
+    "THEN ? ELSE last_active_at END, "
+    "title = CASE WHEN title = '' AND EXISTS (SELECT 1 FROM new) AND ? <> '' "
+    "THEN ? ELSE title END, "
+    "prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ? "
+    "WHERE id = ? AND (? OR EXISTS (SELECT 1 FROM new))) "
+    "SELECT EXISTS (SELECT 1 FROM chat), (SELECT id FROM new)"
+)
+
 
 # in words both backends read alike (each value given as often as it is used)
 _TOUCH = (
@@ -546,26 +579,26 @@ def _insert_message(
     raw: eng.RawConnection, session_id: str, chat: tuple[str, str], message: NewMessage
 ) -> int | None:
     """The new row's id, or None when the platform message id was stored already."""
-    tool_calls = json.dumps(message.tool_calls, ensure_ascii=False) if message.tool_calls else None
-    cursor = raw.execute(
-        _INSERT_MESSAGE,
-        (
-            session_id,
-            chat[0],
-            chat[1],
-            message.role,
-            message.content,
-            tool_calls,
-            message.tool_call_id,
-            message.tool_name,
-            message.platform_message_id,
-            message.token_count,
-            eng.sql_time(message.created_at or utcnow()),
-            message.delivery,
-        ),
-    )
+    cursor = raw.execute(_INSERT_MESSAGE, (session_id, *chat, *_message_values(message)))
     row = cursor.fetchone()
     return int(row[0]) if row is not None else None
+
+
+def _message_values(message: NewMessage) -> tuple[Any, ...]:
+    """A new message's columns after its session's (id, person, platform), in the order
+    `_INSERT_MESSAGE` and `_ADD_ONE` name them."""
+    tool_calls = json.dumps(message.tool_calls, ensure_ascii=False) if message.tool_calls else None
+    return (
+        message.role,
+        message.content,
+        tool_calls,
+        message.tool_call_id,
+        message.tool_name,
+        message.platform_message_id,
+        message.token_count,
+        eng.sql_time(message.created_at or utcnow()),
+        message.delivery,
+    )
 
 
 def _title(text: str) -> str:

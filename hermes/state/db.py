@@ -82,7 +82,7 @@ class SessionDB:
         self.memory_stores = MemoryStoresDB(self)
         self.upkeep = UpkeepDB(self)
         self.reminders = RemindersDB(self)
-        self.cluster = ClusterDB(self)
+        self.cluster = ClusterDB(self, threads + 1)  # (and the heartbeat's thread)
         self.dashboard = DashboardDB(self)
         self.outbox = OutboxDB(self)
         self.marks = MarksDB(self)

@@ -421,8 +421,10 @@ def with_raw_retry(
     before it writes: a third of the cost of a SQLAlchemy connection). With
     begin="APPEND", a write each of whose statements is safe beside others (inserts that
     settle on their keys, counters updated in place): on SQLite the same as IMMEDIATE, on
-    PostgreSQL READ COMMITTED, so concurrent appenders never retry each other. `keys`:
-    what an IMMEDIATE write locks on PostgreSQL (see `Keys`)."""
+    PostgreSQL READ COMMITTED, so concurrent appenders never retry each other. With
+    begin="SINGLE", an append whose `work` is one statement: on PostgreSQL that statement
+    is its transaction (autocommit: one round trip where BEGIN, it and COMMIT are three).
+    `keys`: what an IMMEDIATE write locks on PostgreSQL (see `Keys`)."""
     # inside a held transaction an append or a read takes no lock; a write its keys
     if (held := _joined(engine, () if begin != "IMMEDIATE" else keys)) is not None:
         if _postgres(engine):
@@ -433,7 +435,7 @@ def with_raw_retry(
     if _postgres(engine):
         return postgres.with_raw_retry(engine, work, patience, begin, keys)
     backoff = Patience(patience)
-    mode = "IMMEDIATE" if begin == "APPEND" else begin
+    mode = "IMMEDIATE" if begin in ("APPEND", "SINGLE") else begin
     while True:
         try:  # a new connection (the pool's overflow) meets the lock in its pragmas
             pooled = engine.raw_connection()
@@ -456,6 +458,22 @@ def with_raw_retry(
             backoff.wait(exc)
         finally:
             pooled.close()  # back to the pool
+
+
+@contextmanager
+def one_statement(engine: Engine) -> Iterator[Connection]:
+    """A connection for a read of one statement (which needs no snapshot of its own): on
+    PostgreSQL in autocommit, one round trip where BEGIN, the query and ROLLBACK are
+    three; inside a held transaction, that transaction's connection."""
+    if (held := _joined(engine, ())) is not None:
+        yield held
+        return
+    if _postgres(engine):
+        with postgres.autocommit(engine) as conn:
+            yield conn
+        return
+    with engine.connect() as conn:
+        yield conn
 
 
 @contextmanager
@@ -588,6 +606,7 @@ __all__ = [
     "lock_keys",
     "migrate",
     "migrate_to",
+    "one_statement",
     "open_database",
     "open_engine",
     "open_server",

@@ -283,7 +283,7 @@ class MemoryLogDB:
     def take_notices(self, user_id: str) -> list[str]:
         """Pending one-line notices for a user (e.g. 'memory was consolidated'), cleared."""
 
-        with self.engine.connect() as conn:  # every turn asks: nothing pending, no write
+        with eng.one_statement(self.engine) as conn:  # every turn asks: nothing pending
             pending = conn.execute(_ANY_NOTICE, {"u": user_id}).first()
         if pending is None:
             return []

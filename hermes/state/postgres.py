@@ -337,7 +337,12 @@ def _pg(sql: str) -> str:
     return found
 
 
-_LEVELS = {"IMMEDIATE": "READ COMMITTED", "DEFERRED": "REPEATABLE READ", "APPEND": "READ COMMITTED"}
+_LEVELS = {
+    "IMMEDIATE": "READ COMMITTED",
+    "DEFERRED": "REPEATABLE READ",
+    "APPEND": "READ COMMITTED",
+    "SINGLE": "AUTOCOMMIT",
+}
 
 
 def with_raw_retry(
@@ -349,17 +354,32 @@ def with_raw_retry(
 ) -> T:
     level = _LEVELS[begin]  # the server's default (READ COMMITTED) is never set and reset
     connectable = (
-        engine if level == "READ COMMITTED" else engine.execution_options(isolation_level=level)
+        engine
+        if level in ("READ COMMITTED", "AUTOCOMMIT")
+        else engine.execution_options(isolation_level=level)
     )
     backoff = write_patience(patience)
     while True:
         try:
+            if level == "AUTOCOMMIT":  # one statement, its own transaction: no BEGIN, COMMIT
+                with autocommit(connectable) as conn:
+                    return work(Raw(conn))
             with connectable.connect() as conn, conn.begin():
                 if begin == "IMMEDIATE":
                     take_locks(conn, keys)
                 return work(Raw(conn))
         except (OperationalError, DBAPIError) as exc:
             backoff.wait(exc)
+
+
+@contextmanager
+def autocommit(engine: Engine) -> Iterator[Connection]:
+    """A pooled connection whose every statement is a transaction of its own: one round
+    trip for work of one statement, where BEGIN, the statement and COMMIT (or the
+    ROLLBACK that ends a read) are three. Given back to the pool as it was."""
+    with engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT")
+        yield conn
 
 
 @contextmanager
@@ -716,7 +736,7 @@ def server_version(engine: Engine) -> str:
 
 
 def stamp(engine: Engine, name: str) -> int:
-    with engine.connect() as conn:
+    with autocommit(engine) as conn:
         sql = "SELECT value FROM change_stamps WHERE name = %s"
         return int(conn.exec_driver_sql(sql, (name,)).scalar_one_or_none() or 0)
 
@@ -731,6 +751,7 @@ __all__ = [
     "EXTRA",
     "Raw",
     "SchemaTooNewError",
+    "autocommit",
     "index_backlog",
     "is_retryable",
     "migrate",

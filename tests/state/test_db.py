@@ -7,10 +7,13 @@ import json
 import secrets
 from datetime import timedelta
 
+import pytest
+
 from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
 from hermes.state.memory_log import MemoryEventRecord
 from hermes.state.models import utcnow
+from hermes.state.retry import StateDBError
 
 
 def test_session_lifecycle(db: SessionDB, alice: str) -> None:
@@ -58,6 +61,37 @@ def test_redelivered_platform_message_is_stored_once(db: SessionDB, alice: str) 
     assert isinstance(first, int) and again is None and isinstance(other, int)
     stored = db.conversations.get_session(chat.id, alice)
     assert stored is not None and stored.message_count == 2
+
+
+def test_one_message_at_a_time_keeps_the_session_row_in_step(db: SessionDB, alice: str) -> None:
+    """A turn stores its question and its answer one message at a time (on PostgreSQL
+    one statement each): the count, title, last activity and token counts move as for a
+    batch, a redelivery moves none of them but the tokens it is given, and a session
+    that is not there is an error, not a message stored nowhere."""
+    chat = db.conversations.start_session(alice, "telegram", "telegram:dm:7:7")
+    began = utcnow()
+    later = began + timedelta(minutes=5)
+    asked = NewMessage("user", "  where is   my\nparcel?", platform_message_id="7:1")
+    first = db.conversations.add_messages(chat.id, [asked], usage=None)
+    answer = NewMessage("assistant", "On its way.", created_at=later)
+    second = db.conversations.add_messages(chat.id, [answer], usage=(120, 7))
+    again = db.conversations.add_messages(chat.id, [asked], usage=(3, 1))
+    assert isinstance(first[0], int) and isinstance(second[0], int) and again == [None]
+    stored = db.conversations.get_session(chat.id, alice)
+    assert stored is not None
+    assert (stored.message_count, stored.title) == (2, "where is my parcel?")
+    assert (stored.prompt_tokens, stored.completion_tokens) == (123, 8)
+    moved = stored.last_active_at.replace(tzinfo=None) - later.replace(tzinfo=None)
+    assert abs(moved.total_seconds()) < 0.01
+    untouched = db.conversations.add_messages(chat.id, [asked])
+    assert untouched == [None]
+    assert db.conversations.get_session(chat.id, alice) == stored
+    with pytest.raises(StateDBError, match="no session"):
+        db.conversations.add_messages("s_missing", [NewMessage("user", "hello?")])
+    assert [m.content for m in db.conversations.messages(chat.id, alice)] == [
+        "  where is   my\nparcel?",
+        "On its way.",
+    ]
 
 
 def test_same_platform_message_id_on_another_platform_is_distinct(
