@@ -79,6 +79,13 @@ def outbox_key(provider: str, user_id: str) -> str:
     return f"outbox:{provider}:{user_id}"
 
 
+def new_rows_key(user_id: str) -> str:
+    """The lock (on PostgreSQL) a new row of a person's, for any provider, is added
+    under: a link locks it too, so a row being added while the link reads the
+    providers it must lock (one it had never met) is moved, not left behind."""
+    return f"outbox-new:{user_id}"
+
+
 def _person_key(provider: str, user_id: str) -> list[str]:
     return [outbox_key(provider, user_id)]
 
@@ -112,7 +119,7 @@ class OutboxDB:
                 _dropped(session, provider, user_id, len(ids), f"over {MAX_ROWS:,} waiting")
             return row.id
 
-        return self._write(work, _person_key(provider, user_id))
+        return self._write(work, [*_person_key(provider, user_id), new_rows_key(user_id)])
 
     def claim(
         self, provider: str, user_id: str, deliverer: str, lease: timedelta
@@ -295,5 +302,6 @@ __all__ = [
     "OutboxDB",
     "OutboxItem",
     "OutboxStatus",
+    "new_rows_key",
     "outbox_key",
 ]

@@ -38,7 +38,7 @@ from hermes.state.models import (
     as_utc,
     utcnow,
 )
-from hermes.state.outbox import outbox_key
+from hermes.state.outbox import new_rows_key, outbox_key
 from hermes.state.reminders import reminders_key
 
 _ALIAS_OF = "SELECT user_id FROM user_aliases WHERE old_id = ?"
@@ -345,7 +345,11 @@ class PeopleDB(Stamped):
             raise ValueError("cannot merge a user into itself")
 
         def work(session: Session) -> None:
-            kept, old = session.get(User, keep), session.get(User, gone)
+            # `gone`'s row locked first: a write of a row about them still open (its
+            # reference holds their row shared) is waited for, so what follows moves
+            # it too, where deleting them would have taken it along unseen
+            old = session.get(User, gone, with_for_update=True)
+            kept = session.get(User, keep)
             if kept is None or old is None:
                 raise LookupError("both users must exist to merge them")
             if ROLE_RANK.get(old.role, 0) > ROLE_RANK.get(kept.role, 0):
@@ -387,7 +391,8 @@ class PeopleDB(Stamped):
     def _everything_of(self, people: list[str]) -> list[str]:
         """The locks of all these people's rows that writers read and change (a link
         moves them): who they are, their memory, their reminders, their link codes,
-        their writes waiting for each provider (whichever providers hold any now)."""
+        their writes waiting for each provider (whichever providers hold any now) and
+        the adding of new ones for any provider."""
         with eng.reading(self.engine) as session:
             providers = set(
                 session.exec(
@@ -398,7 +403,7 @@ class PeopleDB(Stamped):
             )
         keys = [LINK_CODES_KEY, *memory_keys(people)]
         for person in people:
-            keys += [user_key(person), reminders_key(person)]
+            keys += [user_key(person), reminders_key(person), new_rows_key(person)]
             keys += [outbox_key(provider, person) for provider in sorted(providers)]
         return keys
 

@@ -251,3 +251,49 @@ def test_at_once_one_identity_makes_one_person_and_one_prompt_is_kept_once(
         )
     assert len(ids) == 1
     assert len({s.system_prompt_hash for s in sessions}) == 1
+
+
+@pytest.mark.parametrize("what", ["provider", "identity"])
+def test_a_link_waits_for_a_write_about_the_person_it_removes(pg: SessionDB, what: str) -> None:
+    """A write about Bob still open in another gateway when Bob's account is linked
+    into Ann's (the first write of a provider none of them had used, so no key of it
+    was known to lock; Bob's account on another platform being added): the link waits
+    for it, then moves it too, instead of leaving it behind under someone removed or
+    deleting it with him."""
+    ann, bob = (pg.people.ensure_user(new_user_id()).id for _ in range(2))
+    held, release = threading.Event(), threading.Event()
+
+    def open_write() -> None:
+        if what == "provider":
+            pg.outbox.add("brand-new", bob, "sync_turn", {"user": "hi"})
+        else:  # Bob's first message on another platform, his account there
+            pg.people.ensure_identity("discord", "D-bob", bob)
+        held.set()
+        release.wait(HOLD_S)
+
+    writer = threading.Thread(
+        target=lambda: eng.in_one_transaction(pg.engine, open_write, pg.patience, keys=()),
+        daemon=True,
+    )
+    writer.start()
+    assert held.wait(10)
+    failed: list[BaseException] = []
+
+    def link() -> None:
+        try:
+            pg.people.merge_users(ann, bob)
+        except Exception as exc:
+            failed.append(exc)
+
+    done, _ = started(link)
+    try:
+        assert not done.wait(0.5), f"the link did not wait for the open write: {failed}"
+    finally:
+        release.set()
+        writer.join(10)
+    assert done.wait(10) and not failed, failed
+    assert pg.people.get_user(bob) is None
+    if what == "provider":
+        assert len(pg.outbox.pending("brand-new", ann)) == 1
+    else:
+        assert pg.people.user_by_identity("discord", "D-bob") == ann
