@@ -59,7 +59,7 @@ class Hybrid:
         return found
 
     def close(self) -> None:
-        self.loop.run_until_complete(self.embedder.client.close())
+        self.loop.run_until_complete(self.embedder.close())
         self.loop.close()
 
 

@@ -39,6 +39,7 @@ from gateway.config import (
     side_endpoint,
     transcription_endpoint,
 )
+from hermes.embedding_models import EndpointModel
 from hermes.llm.client import LLMClient
 from hermes.memory.scan_judge import Judge
 from hermes.memory.service import MemoryService
@@ -128,6 +129,8 @@ class App:
                 task.cancel()
         for client in self.clients:
             await client.close()
+        if self.embedder is not None:  # (a local model's thread; an endpoint's client again)
+            await self.embedder.close()
 
 
 def build_app(
@@ -171,8 +174,8 @@ def build_app(
     people = People(config, db, memory)  # 3
     task = config.auxiliary.session_search
     embedder = build_embedder(config, db, env)
-    if embedder is not None:
-        clients.append(embedder.client)
+    if embedder is not None and isinstance(embedder.backend, EndpointModel):
+        clients.append(embedder.backend.client)  # warmed with the others
     agent = Agent(  # 4
         db,
         model,
@@ -223,13 +226,20 @@ def _side_client(
 def build_embedder(
     config: HermesConfig, db: SessionDB, env: Mapping[str, str] | None = None
 ) -> Embedder | None:
-    """The embeddings model of hybrid search, or None when `search.embeddings` is off."""
+    """The embeddings model of hybrid search, or None when `search.embeddings` is off
+    (a local model that is not installed or not known: ConfigError saying so)."""
+    from hermes.embedder import Embedder
+    from hermes.embedding_models import LocalModel, local_problem
+
+    emb = config.search.embeddings
+    if emb.provider == "local":
+        if (problem := local_problem(emb)) is not None:
+            raise ConfigError(problem)
+        return Embedder(LocalModel(emb), db, emb)
     endpoint = embeddings_endpoint(config, env)
     if endpoint is None:
         return None
-    from hermes.embedder import Embedder
-
-    return Embedder(LLMClient(endpoint), db, config.search.embeddings)
+    return Embedder(EndpointModel(LLMClient(endpoint), emb), db, emb)
 
 
 def build_memory(

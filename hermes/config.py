@@ -152,14 +152,24 @@ class AuxiliaryConfig(Section):
 
 
 class EmbeddingsConfig(Section):
-    """Hybrid retrieval (off while `model` is unset): message vectors from any
-    OpenAI-compatible /v1/embeddings endpoint, fused with the lexical ranking. Every unset
-    endpoint key falls back to the `llm` section."""
+    """Hybrid retrieval: message vectors fused with the lexical ranking, from any
+    OpenAI-compatible /v1/embeddings endpoint (`provider: endpoint`, off while `model` is
+    unset; every unset endpoint key falls back to the `llm` section) or from a model
+    running in the gateway's process (`provider: local`: `model` names it, USE by
+    default; hermes/embedding_models.py `LOCAL`). A question and a stored message are
+    marked as each model was trained to read them (its known prefixes or input types,
+    `KNOWN` there); the `query_*`/`document_*` keys say it for a model not known."""
 
-    model: str | None = None  # e.g. text-embedding-3-small, nomic-embed-text
+    provider: Literal["endpoint", "local"] = "endpoint"
+    model: str | None = None  # e.g. text-embedding-3-small, nomic-embed-text; local: e5-small
     base_url: str | None = None
     api_key_env: str | None = None
     dimensions: int | None = Field(default=None, ge=8, le=8192)  # for models that take it
+    query_prefix: str | None = Field(default=None, max_length=200)  # e.g. "query: "
+    document_prefix: str | None = Field(default=None, max_length=200)  # e.g. "passage: "
+    query_input_type: str | None = Field(default=None, max_length=60)  # e.g. query
+    document_input_type: str | None = Field(default=None, max_length=60)  # e.g. document
+    threads: int = Field(default=1, ge=1, le=64)  # the local model's CPU threads
     batch_size: int = Field(default=64, ge=1, le=2048)  # texts per request (background)
     timeout: float = Field(default=30.0, gt=0, le=600)  # one background request
     query_timeout: float = Field(default=3.0, gt=0, le=60)  # the question, on the reply path

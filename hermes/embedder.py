@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 from hermes import scripts
 from hermes.config import EmbeddingsConfig
-from hermes.llm.client import LLMClient, LLMError
+from hermes.embedding_models import EmbeddingsModel
+from hermes.llm.client import LLMError
 from hermes.state.db import SessionDB
 from hermes.state.vectors import ModelChangedError, Pending, QueryVector
 
@@ -44,8 +45,8 @@ class Health:
 
 
 class Embedder:
-    def __init__(self, client: LLMClient, db: SessionDB, config: EmbeddingsConfig) -> None:
-        self.client = client
+    def __init__(self, backend: EmbeddingsModel, db: SessionDB, config: EmbeddingsConfig) -> None:
+        self.backend = backend
         self.db = db
         self.config = config
         self.health = Health(since=time.monotonic())
@@ -60,7 +61,11 @@ class Embedder:
 
     @property
     def model(self) -> str:
-        return self.client.endpoint.model
+        """What its vectors are kept under: the model's name (and its documents' marks)."""
+        return self.backend.name
+
+    async def close(self) -> None:
+        await self.backend.close()
 
     async def query(self, text: str) -> QueryVector | None:
         """The question's embedding, or None (search stays lexical) when the endpoint
@@ -68,11 +73,8 @@ class Embedder:
         if not text.strip() or time.monotonic() < self._broken_until:
             return None
         try:
-            vectors = await self.client.embed(
-                [text[:MAX_CHARS]],
-                dimensions=self.config.dimensions,
-                timeout=self.config.query_timeout,
-                retries=0,
+            vectors = await self.backend.embed(
+                [text[:MAX_CHARS]], query=True, timeout=self.config.query_timeout, retries=0
             )
         except Exception as exc:  # LLMError, or a bug: the search goes on without it
             self._broken_until = time.monotonic() + BREAKER_S
@@ -144,7 +146,7 @@ class Embedder:
                 vectors: list[list[float]] = []
                 for start in range(0, len(texts), self.config.batch_size):
                     batch = texts[start : start + self.config.batch_size]
-                    found = await self.client.embed(batch, dimensions=self.config.dimensions)
+                    found = await self.backend.embed(batch, query=False)
                     vectors.extend(list(v) for v in found)
             except LLMError as exc:
                 if exc.status not in REFUSED:
@@ -164,13 +166,13 @@ class Embedder:
         if not batch:
             return 0
         try:
-            vectors = await self.client.embed(texts, dimensions=self.config.dimensions)
+            vectors = await self.backend.embed(texts, query=False)
         except LLMError as exc:
             if exc.status not in REFUSED:
                 raise
             if len(batch) == 1:  # this text is refused: lexical search still finds it
                 logger.warning(
-                    "embeddings endpoint refused message %d (%s); it stays lexical only",
+                    "embeddings model refused message %d (%s); it stays lexical only",
                     batch[0].message_id,
                     exc,
                 )
@@ -195,7 +197,9 @@ class Embedder:
     def _failed(self, error: str) -> None:
         if self.health.ok:
             logger.warning(
-                "embeddings endpoint failed (%s): search is lexical until it answers again",
+                "embeddings model %s %s failed (%s): search is lexical until it answers again",
+                self.model,
+                self.backend.where,
                 error,
             )
             self.health = Health(False, time.monotonic(), error, self.health.embedded)
@@ -204,14 +208,14 @@ class Embedder:
 
     def _recovered(self) -> None:
         if not self.health.ok:
-            logger.info("embeddings endpoint answers again: hybrid search is back")
+            logger.info("embeddings model %s answers again: hybrid search is back", self.model)
             self.health = Health(True, time.monotonic(), "", self.health.embedded)
             self._broken_until = 0.0
 
     def status_line(self) -> str:
         """One line for `hermes doctor` and the gateway status."""
         status = self.db.vectors.status()
-        where = f"{self.model} at {self.client.endpoint.base_url}"
+        where = f"{self.model} {self.backend.where}"
         counts = f"{status.embedded:,} messages embedded, {status.queued:,} queued"
         weak = [name for name, score in (self.coverage or {}).items() if score < WEAK]
         if weak:

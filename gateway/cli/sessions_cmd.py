@@ -104,7 +104,7 @@ def search(
             return await tool.run({"query": query, "limit": limit, "platform": platform})
         finally:
             if embedder is not None:
-                await embedder.client.close()
+                await embedder.close()
 
     result = asyncio.run(run())
     if as_json:
@@ -364,7 +364,11 @@ def reindex(
         )
     embedder = build_embedder(ctx.config, db)
     if embedder is None:
-        fail(f"search.embeddings.model is not set in {ctx.home}: hybrid search is off", EXIT_USAGE)
+        fail(
+            f"search.embeddings.model is not set in {ctx.home}: hybrid search is off "
+            "(or set search.embeddings.provider: local, for a model in this process)",
+            EXIT_USAGE,
+        )
     done = 0
 
     async def run() -> int:
@@ -383,7 +387,7 @@ def reindex(
 
                 return await embedder.drain(progress=step)
         finally:
-            await embedder.client.close()
+            await embedder.close()
 
     try:
         stored = asyncio.run(run())

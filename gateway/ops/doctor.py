@@ -40,6 +40,7 @@ from gateway.dashboard.auth import CREDENTIALS_FILENAME, Credentials, Credential
 from gateway.edge.platform_config import PlatformConfig, platforms
 from gateway.scheduler import read_status
 from gateway.status_file import read_status_file
+from hermes.embedding_models import EndpointModel, LocalModel, local_problem
 from hermes.llm.client import LLMClient, LLMError
 from hermes.providers.base import MemoryProvider
 from hermes.providers.service import ServiceProvider
@@ -371,6 +372,8 @@ async def check_search(
 ) -> Check:
     """Hybrid search: the embeddings endpoint answers, and how far state.db is embedded."""
     name, emb = "search", config.search.embeddings
+    if emb.provider == "local":
+        return await _check_local(home, config, timeout)
     if not emb.model:
         return skip(name, "lexical only (search.embeddings.model is not set)")
     endpoint = embeddings_endpoint(config, env)
@@ -383,15 +386,34 @@ async def check_search(
         f"check search.embeddings.base_url ({endpoint.base_url}) serves /embeddings for "
         f"{endpoint.model}; until then search is lexical"
     )
-    client = LLMClient(replace(endpoint, timeout=timeout, max_retries=0))
+    model = EndpointModel(LLMClient(replace(endpoint, timeout=timeout, max_retries=0)), emb)
     try:
-        vectors = await client.embed(["hermes doctor"], dimensions=emb.dimensions)
+        vectors = await model.embed(["hermes doctor"], query=False)
     except LLMError as exc:
         return fail(name, f"embeddings endpoint: {exc}", fix)
     finally:
-        await client.close()
+        await model.close()
     where = f"hybrid: {endpoint.model} at {endpoint.base_url} answers ({len(vectors[0])} dim)"
-    return ok(name, where + await asyncio.to_thread(_embedded, home, config, endpoint.model))
+    return ok(name, where + await asyncio.to_thread(_embedded, home, config, model.name))
+
+
+async def _check_local(home: Path, config: HermesConfig, timeout: float) -> Check:
+    """A local embeddings model: installed, loads and embeds (its first load takes a
+    second or more: given at least LOCAL_LOAD_S)."""
+    name, emb = "search", config.search.embeddings
+    if (problem := local_problem(emb)) is not None:
+        return fail(name, problem, "install it, or set search.embeddings.provider: endpoint")
+    model = LocalModel(emb)
+    try:
+        vectors = await model.embed(
+            ["hermes doctor"], query=False, timeout=max(timeout, LOCAL_LOAD_S)
+        )
+    except LLMError as exc:
+        return fail(name, str(exc), "see the gateway's log; until then search is lexical")
+    finally:
+        await model.close()
+    where = f"hybrid: {model.name} {model.where} ({len(vectors[0])} dim)"
+    return ok(name, where + await asyncio.to_thread(_embedded, home, config, model.name))
 
 
 def check_server(home: Path, config: HermesConfig, env: Mapping[str, str] | None) -> list[Check]:
@@ -416,6 +438,9 @@ def check_server(home: Path, config: HermesConfig, env: Mapping[str, str] | None
     if found != "ok" or not writable:
         checks.append(fail("database answers", found if found != "ok" else "read-only", fix))
     return checks
+
+
+LOCAL_LOAD_S = 60.0  # a local embeddings model's first load and embedding, at most
 
 
 def _embedded(home: Path, config: HermesConfig, model: str) -> str:

@@ -261,8 +261,10 @@ class LLMClient:
         dimensions: int | None = None,
         timeout: float | None = None,
         retries: int | None = None,
+        input_type: str | None = None,
     ) -> list[list[float]]:
-        """Embeddings of `texts` (POST /embeddings), in their order."""
+        """Embeddings of `texts` (POST /embeddings), in their order. `input_type`: what
+        the texts are, for the APIs that take it ("query", "document")."""
         import openai
 
         kwargs: dict[str, Any] = {
@@ -272,6 +274,8 @@ class LLMClient:
         }
         if dimensions:
             kwargs["dimensions"] = dimensions
+        if input_type:
+            kwargs["extra_body"] = {"input_type": input_type}
         client = self._client
         if timeout is not None or retries is not None:
             client = client.with_options(

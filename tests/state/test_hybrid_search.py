@@ -71,14 +71,14 @@ async def drained(embedder: Embedder) -> int:
     try:
         return await embedder.drain()
     finally:
-        await embedder.client.close()
+        await embedder.close()
 
 
 async def question(embedder: Embedder, words: str) -> QueryVector | None:
     try:
         return await embedder.query(words)
     finally:
-        await embedder.client.close()
+        await embedder.close()
 
 
 def say(db: SessionDB, user: str, *texts: str, platform: str = "cli") -> list[int]:
@@ -133,7 +133,7 @@ async def drained_with_progress(embedder: Embedder, seen: list[int]) -> int:
     try:
         return await embedder.drain(progress=seen.append)
     finally:
-        await embedder.client.close()
+        await embedder.close()
 
 
 def test_new_messages_are_queued_and_embedded_newest_first(
@@ -340,14 +340,14 @@ def test_endpoint_down_search_stays_lexical_and_says_so_once(
         try:
             return [await tool.run({"query": "sedan"}) for _ in range(3)]
         finally:
-            await embedder.client.close()
+            await embedder.close()
 
     before = len(fake.embed_requests)
     with caplog.at_level(logging.WARNING):
         results = run(searches())
     assert all(r["success"] and r["count"] == 1 for r in results)  # lexical found it
     assert len(fake.embed_requests) == before + 1  # the breaker: later ones not tried
-    warnings = [r for r in caplog.records if "embeddings endpoint failed" in r.getMessage()]
+    warnings = [r for r in caplog.records if "search is lexical until" in r.getMessage()]
     assert len(warnings) == 1 and "lexical" in warnings[0].getMessage()
     assert embedder.status_line().startswith("failing")
 
@@ -371,7 +371,7 @@ def test_background_task_backs_off_then_catches_up(
             stop.set()
             await asyncio.wait_for(task, 5)
         finally:
-            await embedder.client.close()
+            await embedder.close()
 
     run(background())
     assert vectors(db) == []  # nothing half-stored
@@ -528,7 +528,7 @@ def test_a_model_switched_by_another_process_is_taken_back_without_spinning(
             await embedder.drain()  # the next pass makes its own model the one in use
             return before, after
         finally:
-            await embedder.client.close()
+            await embedder.close()
 
     before, after = run(go())
     assert after == before + 1 and "changed to embed-b" in caplog.text
@@ -613,7 +613,7 @@ def test_the_models_reading_of_each_script_is_measured_once_at_activation(
             questions = ("where did I park the car", "我把车停在哪里了", "docker 的端口")
             return [await embedder.query(q) for q in questions]
         finally:
-            await embedder.client.close()
+            await embedder.close()
 
     english, chinese, mixed = run(session())
     assert embedder.coverage is not None
@@ -648,7 +648,7 @@ def test_a_script_the_endpoint_refuses_counts_as_unread_and_a_failure_is_retried
             say(db, alice, "hello there")
             return await embedder.drain()
         finally:
-            await embedder.client.close()
+            await embedder.close()
 
     assert run(twice()) == 1
     assert embedder.coverage is not None
@@ -667,3 +667,120 @@ def test_the_one_message_holding_a_rare_word_keeps_its_weight_in_the_fusion(
     assert alone.message_id == target and alone.score > 0.0
     vector = hits([0.40] + [0.30] * 12, 200)  # a top two noise widths ahead
     assert fused_ids([alone], vector)[0] == target
+
+
+MARKED = [  # model, its question sent, its message sent, input types (question, message)
+    ("intfloat/multilingual-e5-small", "query: car?", "passage: sedan", (None, None)),
+    ("nomic-embed-text", "search_query: car?", "search_document: sedan", (None, None)),
+    ("voyage-3", "car?", "sedan", ("query", "document")),
+    ("text-embedding-3-small", "car?", "sedan", (None, None)),
+]
+
+
+@pytest.mark.parametrize("case", MARKED, ids=[m[0] for m in MARKED])
+def test_questions_and_messages_are_marked_as_the_model_was_trained_to_read_them(
+    db: SessionDB, alice: str, fake: FakeOpenAI, case: tuple[Any, ...]
+) -> None:
+    """What the endpoint receives: each model's own prefixes or input types for a
+    question and for a stored message (a model not known: the text as it is), and the
+    vectors are kept under the name and the documents' marks (a change re-embeds)."""
+    model, query_sent, document_sent, input_types = case
+    say(db, alice, "sedan")
+    embedder = embedder_for(db, fake, model=model)
+    run(drained(embedder))
+    assert run(question(embedder, "car?")) is not None
+    document, asked = fake.embed_requests[-2], fake.embed_requests[-1]
+    assert document["input"][-1] == document_sent and asked["input"] == [query_sent]
+    assert asked.get("input_type") == input_types[0]
+    assert document.get("input_type") == input_types[1]
+    stored = {v[2] for v in vectors(db)}
+    assert stored == {embedder.model} and embedder.model.startswith(model)
+    assert (embedder.model != model) == (document_sent != "sedan" or bool(input_types[1]))
+
+
+def test_the_config_marks_a_model_it_names_and_can_unmark_a_known_one(
+    db: SessionDB, alice: str, fake: FakeOpenAI
+) -> None:
+    say(db, alice, "sedan")
+    custom = embedder_for(
+        db, fake, model="my-retriever", query_prefix='"Q: "', document_input_type="doc"
+    )
+    run(drained(custom))
+    run(question(custom, "car?"))
+    assert fake.embed_requests[-1]["input"] == ["Q: car?"]
+    assert fake.embed_requests[-2]["input_type"] == "doc"
+    plain = embedder_for(db, fake, model="e5-small-v2", query_prefix='""', document_prefix='""')
+    run(question(plain, "car?"))
+    assert fake.embed_requests[-1]["input"] == ["car?"] and plain.model == "e5-small-v2"
+
+
+def local_config(**embeddings: object) -> Any:
+    lines = "".join(f"    {k}: {v}\n" for k, v in embeddings.items())
+    return parse_config(
+        "llm:\n  base_url: http://127.0.0.1:9/v1\n  model: chat\n"
+        f"search:\n  embeddings:\n    provider: local\n{lines}",
+        "test",
+    )
+
+
+@pytest.mark.parametrize("model", ["use-multilingual", "e5-small"])
+def test_a_local_model_finds_a_spanish_question_in_a_german_conversation(
+    db: SessionDB, alice: str, carol: str, model: str
+) -> None:
+    """No endpoint and no key: the model runs in this process (each local model, real
+    weights), and a question asked in Spanish finds the German message that answers it,
+    only among the asker's own."""
+    say(db, alice, "Ich habe mein Fahrrad gestern am Hauptbahnhof abgestellt.", "Gut.")
+    say(db, alice, "Morgen koche ich eine Gemüsesuppe für meine Schwester.", "Lecker!")
+    say(db, carol, "Mein Fahrrad steht am Bahnhof.", "Ok.")
+    embedder = build_embedder(local_config(model=model), db)
+    assert embedder is not None and embedder.backend.where == "in this process"
+
+    async def ask() -> dict[str, Any]:
+        try:
+            assert await embedder.drain() == 6
+            tool = SessionSearchTool(db, SearchScope(alice), None, embedder=embedder)
+            return await tool.run({"query": "¿dónde dejé mi bicicleta?", "limit": 1})
+        finally:
+            await embedder.close()
+
+    found = run(ask())
+    assert found["count"] == 1 and "Hauptbahnhof" in found["results"][0]["snippets"][0]
+    assert db.vectors.status().model == embedder.model
+
+
+def test_a_local_model_not_installed_or_unknown_is_a_clear_error(db: SessionDB) -> None:
+    from gateway.config import ConfigError
+
+    with pytest.raises(ConfigError, match="not a local model"):
+        build_embedder(local_config(model="gpt-embed"), db)
+
+
+def test_reindex_and_doctor_with_a_local_model(home: Path) -> None:
+    """The CLI's way in: `hermes sessions reindex --embeddings` embeds the history with
+    the model in its own process (no endpoint: the llm's port is closed), a search finds
+    a message by meaning in another language, and doctor reports the model."""
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    (home / "config.yaml").write_text(
+        "llm:\n  base_url: http://127.0.0.1:9/v1\n  model: chat\n"
+        "search:\n  embeddings:\n    provider: local\n"
+    )
+    source = home / "in.jsonl"
+    records = [
+        {"session_id": "a", "role": "user", "content": "Ich habe mein Fahrrad am Bahnhof gelassen"},
+        {"session_id": "a", "role": "assistant", "content": "Alles klar"},
+        {"session_id": "b", "role": "user", "content": "Heute koche ich Suppe"},
+    ]
+    source.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    assert hermes("sessions", "import", str(source)).returncode == 0
+    done = hermes("sessions", "reindex", "--embeddings")
+    assert done.returncode == 0, done.stderr
+    assert "3 messages embedded with local:use-multilingual-v3" in done.stdout
+    asked = hermes("sessions", "search", "¿dónde está mi bicicleta?", "--json", "--no-summary")
+    found = json.loads(asked.stdout)
+    assert found["count"] >= 1 and "Fahrrad" in found["results"][0]["snippets"][0]
+    doctor = json.loads(hermes("doctor", "--json").stdout)
+    search = next(c for c in doctor["checks"] if c["name"] == "search")
+    assert search["status"] == "ok", search
+    assert "in this process (512 dim)" in search["detail"]
+    assert "3 messages embedded, 0 queued" in search["detail"]
