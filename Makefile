@@ -1,8 +1,9 @@
 # Two commands do all the set-up on a fresh machine:
 #   make test   - create .venv, install, lint, type-check, run the tests
-#   make chat   - create .venv, install what the chat needs (not the dev tools), start
-#                 the CLI chat (configure a model first: .venv/bin/hermes init, or see
-#                 config.example.yaml)
+#   make chat   - create .venv, install what the chat needs (not the dev tools; with
+#                 the local multilingual embeddings model, so search finds meaning out
+#                 of the box), start the CLI chat (configure a model first:
+#                 .venv/bin/hermes init, or see config.example.yaml)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -14,7 +15,7 @@ CONSTRAINTS := requirements/constraints.txt
 $(RUN_STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e .
+	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e '.[local-embeddings]'
 	touch $(RUN_STAMP)
 
 $(STAMP): $(RUN_STAMP)

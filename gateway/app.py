@@ -39,7 +39,7 @@ from gateway.config import (
     side_endpoint,
     transcription_endpoint,
 )
-from hermes.embedding_models import EndpointModel
+from hermes.embedding_models import EndpointModel, LocalModel
 from hermes.llm.client import LLMClient
 from hermes.memory.scan_judge import Judge
 from hermes.memory.service import MemoryService
@@ -85,6 +85,8 @@ class App:
             return
         if self.embedder is not None:
             self._background.append(asyncio.create_task(self.embedder.run(self._stop)))
+            if isinstance(self.embedder.backend, LocalModel):  # loaded before a question
+                self._background.append(asyncio.create_task(self.embedder.backend.warm()))
         # memory provider writes left waiting (a restart, an outage) are delivered now
         self._background.append(asyncio.create_task(self.agent.memory.providers.resume()))
         self._background.append(asyncio.create_task(self._ready_provider()))
@@ -229,7 +231,7 @@ def build_embedder(
     """The embeddings model of hybrid search, or None when `search.embeddings` is off
     (a local model that is not installed or not known: ConfigError saying so)."""
     from hermes.embedder import Embedder
-    from hermes.embedding_models import LocalModel, local_problem
+    from hermes.embedding_models import local_problem
 
     emb = config.search.embeddings
     if emb.provider == "local":

