@@ -481,8 +481,12 @@ def test_calls_run_in_order_per_person_and_a_hung_one_is_bounded(home: Path, db:
         for n in ("two", "three"):
             host.turn_done(n, n, alice, [])
         host.turn_done("bob's", "b", bob, [])
-        await asyncio.sleep(0.2)
-        bob_done = made.of(bob.user_id).named("sync")  # not held up by alice's hung call
+        for _ in range(500):  # bob's sync, while alice's first still hangs
+            if made.of(bob.user_id).named("sync"):
+                break
+            await asyncio.sleep(0.01)
+        bob_done = made.of(bob.user_id).named("sync")
+        assert a.named("sync") == []  # not held up by alice's hung call: it had not ended
         started = time.monotonic()
         await host.shutdown(timeout=3)
         a_delay_reset.cancel()
