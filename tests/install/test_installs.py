@@ -252,6 +252,16 @@ def test_a_platform_install_answers_a_direct_message(
         assert proc.returncode == 0 and "Traceback" not in err, err
     finally:
         fake.stop()
+    # an install without the local search model: `hermes init` leaves hybrid search off
+    # and says the one command that adds it
+    fresh = tmp_path / "fresh"
+    made = install.run(
+        "init", "--base-url", fake_llm.base_url, "--model", "m", "--api-key-env", "", home=fresh
+    )
+    said = no_traceback(made)
+    assert made.returncode == 0 and "'local-embeddings' extra" in said and "pip install" in said
+    written = yaml.safe_load((fresh / "config.yaml").read_text())
+    assert written["search"]["embeddings"] == {"provider": "endpoint", "model": None}
 
 
 # -- [postgres]: the chat on a database made as deploy/README step 9 says ----------------

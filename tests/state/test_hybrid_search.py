@@ -723,13 +723,7 @@ def local_config(**embeddings: object) -> Any:
     )
 
 
-@pytest.mark.parametrize("model", ["use-multilingual", "e5-small"])
-def test_a_local_model_finds_a_spanish_question_in_a_german_conversation(
-    db: SessionDB, alice: str, carol: str, model: str
-) -> None:
-    """No endpoint and no key: the model runs in this process (each local model, real
-    weights), and a question asked in Spanish finds the German message that answers it,
-    only among the asker's own."""
+def spanish_finds_german(db: SessionDB, alice: str, carol: str, model: str) -> None:
     say(db, alice, "Ich habe mein Fahrrad gestern am Hauptbahnhof abgestellt.", "Gut.")
     say(db, alice, "Morgen koche ich eine Gemüsesuppe für meine Schwester.", "Lecker!")
     say(db, carol, "Mein Fahrrad steht am Bahnhof.", "Ok.")
@@ -747,6 +741,27 @@ def test_a_local_model_finds_a_spanish_question_in_a_german_conversation(
     found = run(ask())
     assert found["count"] == 1 and "Hauptbahnhof" in found["results"][0]["snippets"][0]
     assert db.vectors.status().model == embedder.model
+
+
+def test_a_local_model_finds_a_spanish_question_in_a_german_conversation(
+    db: SessionDB, alice: str, carol: str
+) -> None:
+    """No endpoint and no key: the default local model runs in this process (real
+    weights), and a question asked in Spanish finds the German message that answers it,
+    only among the asker's own (on each backend)."""
+    spanish_finds_german(db, alice, carol, "use-multilingual")
+
+
+def test_the_local_e5_model_finds_it_too(home: Path) -> None:
+    """The other local model, e5-small (it marks its own questions and passages): the
+    same, on SQLite (the backend is the other test's subject; its script probes take
+    seconds)."""
+    db = SessionDB.open(home)
+    try:
+        alice, carol = (db.people.ensure_user(new_user_id()).id for _ in range(2))
+        spanish_finds_german(db, alice, carol, "e5-small")
+    finally:
+        db.close()
 
 
 def test_a_local_model_not_installed_or_unknown_is_a_clear_error(db: SessionDB) -> None:
