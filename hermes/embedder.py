@@ -99,7 +99,7 @@ class Embedder:
             self._activated = True
         total = 0
         while stop is None or not stop.is_set():
-            batch = await asyncio.to_thread(self.db.vectors.pending, self.config.batch_size)
+            batch = await asyncio.to_thread(self.db.vectors.pending, self.backend.batch)
             if not batch:
                 break
             try:
@@ -144,8 +144,8 @@ class Embedder:
             texts = [a for a, _ in pairs] + [b for _, b in pairs]
             try:
                 vectors: list[list[float]] = []
-                for start in range(0, len(texts), self.config.batch_size):
-                    batch = texts[start : start + self.config.batch_size]
+                for start in range(0, len(texts), self.backend.batch):
+                    batch = texts[start : start + self.backend.batch]
                     found = await self.backend.embed(batch, query=False)
                     vectors.extend(list(v) for v in found)
             except LLMError as exc:

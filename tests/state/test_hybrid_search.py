@@ -764,6 +764,23 @@ def test_the_local_e5_model_finds_it_too(home: Path) -> None:
         db.close()
 
 
+def test_a_slow_local_model_embeds_in_small_batches(home: Path) -> None:
+    """A question waits behind the background batch on the model's one thread: e5-small
+    (about 30 ms a text) takes 8 at a time, however large `batch_size` is, so a question
+    asked meanwhile is answered within its timeout."""
+    db = SessionDB.open(home)
+    try:
+        alice = db.people.ensure_user(new_user_id()).id
+        say(db, alice, *(f"Nachricht Nummer {n} über das Wetter" for n in range(20)))
+        embedder = build_embedder(local_config(model="e5-small", batch_size=64), db)
+        assert embedder is not None
+        seen: list[int] = []
+        assert run(drained_with_progress(embedder, seen)) == 20
+        assert seen == [8, 8, 4]
+    finally:
+        db.close()
+
+
 def test_a_local_model_not_installed_or_unknown_is_a_clear_error(db: SessionDB) -> None:
     from gateway.config import ConfigError
 
