@@ -433,20 +433,28 @@ def test_upgrade_from_v9_keeps_messages_and_queues_nothing(home: Path) -> None:
         db.close()
 
 
-def test_reindex_command_embeds_history_and_doctor_reports_it(home: Path, fake: FakeOpenAI) -> None:
+def imported_home(home: Path, config: str, texts: list[str]) -> None:
+    """A home with `config` and a history brought in by `hermes sessions import`: the
+    first two texts a question and its answer in one session, the third another's."""
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
-    (home / "config.yaml").write_text(
-        f"llm:\n  base_url: {fake.base_url}\n  model: chat\n  max_retries: 0\n"
-        "search:\n  embeddings:\n    model: embed-a\n    batch_size: 2\n"
-    )
-    source = home / "in.jsonl"
+    (home / "config.yaml").write_text(config)
+    shape = [("a", "user"), ("a", "assistant"), ("b", "user")]
     records = [
-        {"session_id": "a", "role": "user", "content": "My sedan is blue"},
-        {"session_id": "a", "role": "assistant", "content": "Nice colour"},
-        {"session_id": "b", "role": "user", "content": "Gardening today"},
+        {"session_id": session, "role": role, "content": text}
+        for (session, role), text in zip(shape, texts, strict=True)
     ]
-    source.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    source = home / "in.jsonl"
+    source.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in records) + "\n")
     assert hermes("sessions", "import", str(source)).returncode == 0
+
+
+def test_reindex_command_embeds_history_and_doctor_reports_it(home: Path, fake: FakeOpenAI) -> None:
+    imported_home(
+        home,
+        f"llm:\n  base_url: {fake.base_url}\n  model: chat\n  max_retries: 0\n"
+        "search:\n  embeddings:\n    model: embed-a\n    batch_size: 2\n",
+        ["My sedan is blue", "Nice colour", "Gardening today"],
+    )
     done = hermes("sessions", "reindex", "--embeddings")
     assert done.returncode == 0, done.stderr
     assert "3 messages embedded with embed-a" in done.stdout and "dropped" not in done.stdout
@@ -792,19 +800,12 @@ def test_reindex_and_doctor_with_a_local_model(home: Path) -> None:
     """The CLI's way in: `hermes sessions reindex --embeddings` embeds the history with
     the model in its own process (no endpoint: the llm's port is closed), a search finds
     a message by meaning in another language, and doctor reports the model."""
-    home.mkdir(parents=True, exist_ok=True, mode=0o700)
-    (home / "config.yaml").write_text(
+    imported_home(
+        home,
         "llm:\n  base_url: http://127.0.0.1:9/v1\n  model: chat\n"
-        "search:\n  embeddings:\n    provider: local\n"
+        "search:\n  embeddings:\n    provider: local\n",
+        ["Ich habe mein Fahrrad am Bahnhof gelassen", "Alles klar", "Heute koche ich Suppe"],
     )
-    source = home / "in.jsonl"
-    records = [
-        {"session_id": "a", "role": "user", "content": "Ich habe mein Fahrrad am Bahnhof gelassen"},
-        {"session_id": "a", "role": "assistant", "content": "Alles klar"},
-        {"session_id": "b", "role": "user", "content": "Heute koche ich Suppe"},
-    ]
-    source.write_text("\n".join(json.dumps(r) for r in records) + "\n")
-    assert hermes("sessions", "import", str(source)).returncode == 0
     done = hermes("sessions", "reindex", "--embeddings")
     assert done.returncode == 0, done.stderr
     assert "3 messages embedded with local:use-multilingual-v3" in done.stdout
