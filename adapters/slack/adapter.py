@@ -8,6 +8,7 @@ and turns off slack_sdk's connection-error retry, which can post a message twice
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
@@ -17,6 +18,7 @@ import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.authorization import AuthorizeResult
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -210,8 +212,17 @@ class SlackAdapter:
             raise ValueError("Slack needs an app token (Socket Mode) or a signing secret (HTTP)")
         base = api_base or "https://slack.com/api/"
         self.client = AsyncWebClient(token=bot_token, base_url=base, retry_handlers=[])
+        # who the bot is, asked of Slack once (`_identify`)
+        self._identity: AuthorizeResult | None = None
+        self._identifying = asyncio.Lock()
+
+        async def authorize() -> AuthorizeResult:  # bolt passes what the names ask for
+            return await self._identify()
+
         self.app = AsyncApp(
-            client=self.client,
+            # bolt's own client holds no token: each event's comes from `_identify`
+            client=AsyncWebClient(base_url=base, retry_handlers=[]),
+            authorize=authorize,
             signing_secret=signing_secret,
             request_verification_enabled=signing_secret is not None,
             ignoring_self_events_enabled=True,
@@ -237,11 +248,25 @@ class SlackAdapter:
         self.app.action(re.compile(f"^{ACTION_PREFIX}"))(self._on_action)
 
     async def start(self, sink: EventSink) -> None:
-        auth = await self.client.auth_test()
-        self.bot_user_id = str(auth["user_id"])
+        identity = await self._identify()
+        self.bot_user_id = str(identity.bot_user_id or identity.user_id)
         self._sink = sink
         if self.handler is not None:
             await self.handler.connect_async()  # type: ignore[no-untyped-call]
+
+    async def _identify(self) -> AuthorizeResult:
+        """Bolt authorizes every event before its listener runs. Its default asks Slack
+        (auth.test) for each event that arrives before the first answer, and those
+        answers come back in any order, the events with them: a burst at connection (a
+        restart, with Slack redelivering what waited) reached the gateway shuffled. Here
+        it is asked once (at start), and the events wait their turn for it in the order
+        they came (the lock hands over first come, first served, also once known)."""
+        async with self._identifying:
+            if self._identity is None:
+                self._identity = AuthorizeResult.from_auth_test_response(
+                    auth_test_response=await self.client.auth_test(), bot_token=self.client.token
+                )
+            return self._identity
 
     async def stop_intake(self) -> None:
         """Socket Mode: disconnect; Slack redelivers what we have not acknowledged. (HTTP

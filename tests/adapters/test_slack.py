@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from adapters.slack.adapter import SlackAdapter, to_event
+from gateway.edge.events import MessageEvent
 from gateway.edge.ports import MenuEntry
 from tests.adapters.harness import run_gateway, until_settled
 from tests.fakes.openai_server import FakeOpenAI, Reply
@@ -63,6 +65,33 @@ def test_channel_mention_arrives_twice_and_is_answered_once_in_thread(
     assert len(posted) == 1 and posted[0]["thread_ts"] == "1700000001.000100"
     assert len(fake_llm.requests) == 1
     assert fake_llm.requests[0]["messages"][-1]["content"].startswith("can you help?")
+
+
+def test_a_burst_at_connection_reaches_the_gateway_in_the_order_sent(slack: FakeSlack) -> None:
+    """Right after connecting (a restart, with Slack redelivering what waited), events
+    arrive together. Bolt authorizes each before its listener runs; the bot's identity is
+    asked of Slack once, at start, never per event: answers to several auth.test calls
+    come back in any order, and the events with them."""
+    slack.latency["auth.test"] = deque([0.0, *(0.6 - 0.05 * n for n in range(12))])
+    seen: list[str] = []
+
+    async def sink(event: MessageEvent) -> None:
+        seen.append(event.text)
+
+    async def body() -> None:
+        adapter = SlackAdapter("xoxb-test", "xapp-test", api_base=slack.api_base)
+        await adapter.start(sink)
+        try:
+            await asyncio.to_thread(slack.wait_connected)
+            for n in range(12):
+                await asyncio.to_thread(slack.message, f"m{n}", user=f"U{n % 3}")
+            await until_count(lambda: seen, 12, "events", 20)
+        finally:
+            await adapter.stop()
+
+    asyncio.run(body())
+    assert seen == [f"m{n}" for n in range(12)]
+    assert [m for m, _ in slack.calls].count("auth.test") == 1
 
 
 def test_to_event_is_pure() -> None:

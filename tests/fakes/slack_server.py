@@ -40,6 +40,9 @@ class FakeSlack(AioFake):
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     acks: list[str] = field(default_factory=list)
     faults: deque[SlackFault] = field(default_factory=deque)
+    # per method, how long each next call waits before its answer (first first), as a
+    # slow or congested link answers: later calls may be answered before earlier ones
+    latency: dict[str, deque[float]] = field(default_factory=dict)
     connections: int = 0
     messages: dict[tuple[str, str], str] = field(default_factory=dict)  # (channel, ts): text
     timeline: list[tuple[str, float]] = field(default_factory=list)  # (method, monotonic)
@@ -242,6 +245,8 @@ class FakeSlack(AioFake):
         params = {**dict(request.query), **params}  # some methods send their arguments in the URL
         self.calls.append((method, params))
         self.timeline.append((method, time.monotonic()))
+        if delays := self.latency.get(method):
+            await asyncio.sleep(delays.popleft())
         fault = next((f for f in self.faults if f.method == method), None)
         if fault:
             self.faults.remove(fault)
