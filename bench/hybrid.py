@@ -1,5 +1,7 @@
 """Hybrid search for the recall benchmarks: the same Embedder the gateway runs, against
-an OpenAI-compatible /v1/embeddings endpoint (bench/embed_server.py serves one offline).
+an OpenAI-compatible /v1/embeddings endpoint (bench/embed_server.py serves one offline),
+or a model in this process (`url` "local", `model` a name of hermes/embedding_models.py
+`LOCAL`: use-multilingual, e5-small).
 
 `Hybrid(db, url, model)` embeds everything stored (timed: messages per second) and then
 gives each question's vector through the reply path's own call (`Embedder.query`).
@@ -22,6 +24,9 @@ from hermes.state.db import SessionDB
 from hermes.state.vectors import QueryVector
 
 
+LOCAL = "local"
+
+
 @dataclass
 class Hybrid:
     db: SessionDB
@@ -32,10 +37,12 @@ class Hybrid:
     loop: asyncio.AbstractEventLoop = field(init=False, default_factory=asyncio.new_event_loop)
 
     def __post_init__(self) -> None:
+        where = "    provider: local\n" if self.url == LOCAL else ""
+        base = "http://127.0.0.1:9/v1" if self.url == LOCAL else self.url  # (the LLM: unused)
         config = parse_config(
-            f"llm:\n  base_url: {self.url}\n  model: none\n"
-            f"search:\n  embeddings:\n    model: {self.model}\n    batch_size: {self.batch_size}\n"
-            "    query_timeout: 30\n",
+            f"llm:\n  base_url: {base}\n  model: none\n"
+            f"search:\n  embeddings:\n{where}    model: {self.model}\n"
+            f"    batch_size: {self.batch_size}\n    query_timeout: 30\n",
             "bench",
         )
         embedder = build_embedder(config, self.db)

@@ -3,9 +3,13 @@ every ranking step switched off in turn (the recall and ablation tables of docs/
 
     .venv/bin/python bench/recall_ablation.py --embeddings http://127.0.0.1:8765/v1 \\
         --locomo ../shared/bench-data/locomo-dev.json [--model all-MiniLM-L6-v2] [--json]
+    .venv/bin/python bench/recall_ablation.py --embeddings local --model use-multilingual \\
+        --locomo ../shared/bench-data/locomo-dev.json
 
 Sets, each stored in its own state.db and embedded once by the gateway's own Embedder:
-- paraphrase (bench/data/paraphrase_eval.json, fixed before any tuning) on three
+- paraphrase (bench/data/paraphrase_eval.json: English, Spanish, German; and
+  bench/data/paraphrase_more.json: French, Italian, Portuguese, Russian; each fixed
+  before any tuning, read as one set of 8 people) on three
   haystacks: `person` (each person's own history), `pooled` (every person's sessions as
   one person's), `pooled+locomo` (and every LoCoMo conversation as filler);
 - LoCoMo in two halves: `tune` (its first 2 conversations, the only ones ranking choices
@@ -66,8 +70,20 @@ class Question:
 Build = Callable[[SessionDB], list[Question]]
 
 
+PARAPHRASES = ("paraphrase_eval.json", "paraphrase_more.json")
+
+
+def paraphrases() -> dict[str, Any]:
+    """Both paraphrase files as one set (their ids do not overlap)."""
+    parts = [json.loads((DATA / name).read_text(encoding="utf-8")) for name in PARAPHRASES]
+    return {
+        "sessions": [s for part in parts for s in part["sessions"]],
+        "questions": [q for part in parts for q in part["questions"]],
+    }
+
+
 def paraphrase_set(haystack: str, locomo: list[dict[str, Any]]) -> Build:
-    data = json.loads((DATA / "paraphrase_eval.json").read_text(encoding="utf-8"))
+    data = paraphrases()
 
     def build(db: SessionDB) -> list[Question]:
         users, eval_id = ingest(db, data, pooled=haystack != "person")
@@ -184,7 +200,9 @@ def _recall(ranks: list[int | None]) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--embeddings", help="an OpenAI-compatible /v1 URL (vector, hybrid)")
+    parser.add_argument(
+        "--embeddings", help="an OpenAI-compatible /v1 URL, or `local` (vector, hybrid)"
+    )
     parser.add_argument("--model", default="all-MiniLM-L6-v2")
     parser.add_argument("--locomo", type=Path, required=True, help="LoCoMo JSON")
     parser.add_argument("--only", help="one set: paraphrase/person, locomo/tune, cjk, ...")

@@ -97,24 +97,21 @@ def test_make_chat_from_a_clean_clone_answers(
     assert config["search"]["embeddings"]["provider"] == "local"
 
 
-def test_a_fresh_chat_finds_a_month_old_german_talk_from_a_spanish_question(
-    base: Install, tmp_path: Path, fake_llm: FakeOpenAI
+MONTH_OLD_TALKS = {  # a person's conversations in German a month ago
+    "bike": ["Ich habe mein Fahrrad am Hauptbahnhof abgestellt.", "Gut, merk dir Gleis 4."],
+    "soup": ["Heute koche ich eine Kürbissuppe für meine Schwester.", "Guten Appetit!"],
+    "work": ["Das Meeting mit dem Kunden wurde auf Freitag verschoben.", "Notiert."],
+}
+SPANISH_QUESTION = "¿Dónde dejé mi bicicleta el mes pasado?"  # no word in common
+
+
+def import_month_old_talks(
+    install: Install, home: Path, folder: Path, *user: str, stored: int = 0
 ) -> None:
-    """Recall out of the box, as a person meets it: the install the README makes, `hermes
-    init` as it says, a conversation in German a month ago (imported with its times and
-    embedded, as the chat did then), and today a question in Spanish with no word in
-    common: the assistant's search brings that conversation back, not the others."""
-    home = tmp_path / "home"
-    made = base.run(
-        "init", "--base-url", fake_llm.base_url, "--model", "m", "--api-key-env", "", home=home
-    )
-    assert made.returncode == 0, made.stderr
+    """The talks imported with their times (`hermes sessions import`, as a person moving
+    their history in does) and embedded (`sessions reindex --embeddings`, with the
+    `stored` messages already there), as the assistant would have done then."""
     month_ago = datetime.now(UTC) - timedelta(days=31)
-    talks = {
-        "bike": ["Ich habe mein Fahrrad am Hauptbahnhof abgestellt.", "Gut, merk dir Gleis 4."],
-        "soup": ["Heute koche ich eine Kürbissuppe für meine Schwester.", "Guten Appetit!"],
-        "work": ["Das Meeting mit dem Kunden wurde auf Freitag verschoben.", "Notiert."],
-    }
     records = [
         {
             "session_id": name,
@@ -122,27 +119,28 @@ def test_a_fresh_chat_finds_a_month_old_german_talk_from_a_spanish_question(
             "content": text,
             "created_at": (month_ago + timedelta(hours=n, minutes=i)).isoformat(),
         }
-        for n, (name, texts) in enumerate(talks.items())
+        for n, (name, texts) in enumerate(MONTH_OLD_TALKS.items())
         for i, text in enumerate(texts)
     ]
-    source = tmp_path / "month-ago.jsonl"
+    source = folder / "month-ago.jsonl"
     source.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in records) + "\n")
-    assert base.run("sessions", "import", str(source), home=home).returncode == 0
-    indexed = base.run("sessions", "reindex", "--embeddings", home=home)
-    assert indexed.returncode == 0 and "6 messages embedded" in indexed.stdout, indexed.stderr
-    question = "¿Dónde dejé mi bicicleta el mes pasado?"
+    imported = install.run("sessions", "import", str(source), *user, home=home)
+    assert imported.returncode == 0, imported.stdout + imported.stderr
+    indexed = install.run("sessions", "reindex", "--embeddings", home=home)
+    embedded = f"{6 + stored} messages embedded"
+    assert indexed.returncode == 0 and embedded in indexed.stdout, indexed.stderr
+
+
+def ask_and_search(fake_llm: FakeOpenAI) -> None:
+    """The model searches with the question, sums up the hit, then answers."""
     fake_llm.push(
-        Reply.tool_call("session_search", {"query": question, "limit": 1}),
+        Reply.tool_call("session_search", {"query": SPANISH_QUESTION, "limit": 1}),
         Reply(text="The bike was left at the main station, platform 4."),  # the hit's summary
         Reply(text="En el Hauptbahnhof, junto al andén 4."),
     )
-    chat = subprocess.run(
-        ["make", "chat"], cwd=base.checkout, capture_output=True, text=True, timeout=180,
-        input=question + "\n", check=False, env=clean_environment(HERMES_HOME=str(home)),
-    )  # fmt: skip
-    assert chat.returncode == 0, chat.stderr
-    no_traceback(chat)
-    assert "En el Hauptbahnhof" in chat.stdout
+
+
+def assert_found_the_bike(fake_llm: FakeOpenAI) -> None:
     found = [  # what the search gave the model, in the request that followed it
         json.loads(m["content"])
         for request in fake_llm.requests
@@ -151,6 +149,84 @@ def test_a_fresh_chat_finds_a_month_old_german_talk_from_a_spanish_question(
     ]
     assert found and found[-1]["count"] == 1, found
     assert "Fahrrad" in json.dumps(found[-1]["results"][0], ensure_ascii=False)
+
+
+def test_a_fresh_chat_finds_a_month_old_german_talk_from_a_spanish_question(
+    base: Install, tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """Recall out of the box, as a person meets it: the install the README makes, `hermes
+    init` as it says, a conversation in German a month ago, and today a question in
+    Spanish with no word in common: the assistant's search brings that conversation
+    back, not the others."""
+    home = tmp_path / "home"
+    made = base.run(
+        "init", "--base-url", fake_llm.base_url, "--model", "m", "--api-key-env", "", home=home
+    )
+    assert made.returncode == 0, made.stderr
+    import_month_old_talks(base, home, tmp_path)
+    ask_and_search(fake_llm)
+    chat = subprocess.run(
+        ["make", "chat"], cwd=base.checkout, capture_output=True, text=True, timeout=180,
+        input=SPANISH_QUESTION + "\n", check=False, env=clean_environment(HERMES_HOME=str(home)),
+    )  # fmt: skip
+    assert chat.returncode == 0, chat.stderr
+    no_traceback(chat)
+    assert "En el Hauptbahnhof" in chat.stdout
+    assert_found_the_bike(fake_llm)
+
+
+def test_a_gateway_install_finds_a_month_old_german_talk_from_a_spanish_question(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """The same through a platform, as deploy/README installs it (a platform's extra and
+    the local search model) and `hermes init` configures it: a person who wrote to the
+    bot on Telegram has their German history of a month ago imported, and asks in
+    Spanish on Telegram, through `hermes gateway run`."""
+    install = make_install(tmp_path_factory.mktemp("gateway"), "telegram,local-embeddings")
+    home = tmp_path / "home"
+    made = install.run(
+        "init", "--base-url", fake_llm.base_url, "--model", "m", "--api-key-env", "", home=home
+    )
+    assert made.returncode == 0, made.stderr
+    config = yaml.safe_load((home / "config.yaml").read_text())
+    assert config["search"]["embeddings"]["provider"] == "local"  # on, with no endpoint
+    fake = FakeTelegram().start()
+    try:
+        driver = TelegramDriver(fake)
+        config |= {
+            "access": {"allow_all": True},
+            "platforms": {"telegram": {"enabled": True, **driver.config()}},
+            "gateway": {"http": {"port": 0}, "streaming": False},
+        }
+        (home / "config.yaml").write_text(yaml.safe_dump(config))
+
+        def run_until(count: int, say: str) -> None:
+            proc = install.start("gateway", "run", home=home, **driver.env)
+            try:
+                driver.ready()
+                driver.say(driver.user, say)
+                wait_until(
+                    lambda: proc.poll() is not None or len(driver.replies()) >= count,
+                    "the answer",
+                    timeout=60,
+                )
+                assert proc.poll() is None, proc.communicate()[1][-3000:]
+            finally:
+                proc.terminate()
+                _, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0 and "Traceback" not in err, err
+
+        fake_llm.default = Reply(text="Hallo!")
+        run_until(1, "Hallo")  # the person, known from their first message
+        listed = json.loads(install.run("users", "list", "--json", home=home).stdout)
+        person = next(u for u in listed if f"telegram:{driver.user}" in u["accounts"])
+        import_month_old_talks(install, home, tmp_path, "--user", person["user_id"], stored=2)
+        ask_and_search(fake_llm)
+        run_until(2, SPANISH_QUESTION)
+        assert driver.replies()[-1] == "En el Hauptbahnhof, junto al andén 4."
+    finally:
+        fake.stop()
+    assert_found_the_bike(fake_llm)
 
 
 @pytest.mark.parametrize(
