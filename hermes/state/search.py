@@ -32,6 +32,7 @@ from sqlalchemy import Connection, text
 
 from hermes.state.cjk import KOREAN_PARTICLES, is_cjk, korean_words, query_terms, whole_words
 from hermes.state.cjk import runs as cjk_runs
+from hermes.state.function_words import function_words, split_elision
 
 RRF_K = 60
 RUNNERS_UP = 10  # the hits a ranking's top is compared with to judge its commitment
@@ -141,7 +142,7 @@ def parse_query(raw: str) -> ParsedQuery:
     phrases = [" ".join(p.split()) for p in _PHRASE.findall(text_) if _WORDCHARS.search(p)]
     rest = _SEPARATORS.sub(" ", _PHRASE.sub(" ", text_))
     tokens = [t for t in (_EDGE.sub("", tok) for tok in rest.split()) if t and t not in OPERATORS]
-    meaningful = [t for t in tokens if t.casefold() not in STOPWORDS]
+    meaningful = _meaningful(tokens)
     words: list[str] = []
     cjk: list[str] = []
     for phrase in phrases:
@@ -149,6 +150,20 @@ def parse_query(raw: str) -> ParsedQuery:
     for token in meaningful or tokens:  # a query of only stopwords keeps them
         _route(token, words, cjk, whole=False)
     return ParsedQuery(tuple(dict.fromkeys(words)), tuple(dict.fromkeys(cjk)))
+
+
+def _meaningful(tokens: list[str]) -> list[str]:
+    """The tokens that are not function words: English ones, and those of the language
+    the question is written in (hermes/state/function_words.py), with an elided article
+    or pronoun taken off a word ("l'operazione": "operazione")."""
+    theirs = function_words(tokens, STOPWORDS)
+    kept = []
+    for token in tokens:
+        elided = split_elision(token) if theirs else None
+        word = elided[1] if elided and elided[0].casefold() in theirs else token
+        if word.casefold() not in STOPWORDS and word.casefold() not in theirs:
+            kept.append(word)
+    return kept
 
 
 def _route(item: str, words: list[str], cjk: list[str], whole: bool) -> None:

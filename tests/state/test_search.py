@@ -34,6 +34,23 @@ from hermes.state.search import ParsedQuery, SearchScope, parse_query
         ("猫の名前は何", (), ("猫の", "の名", "名前", "前は", "は何", "猫", "名", "前")),
         ("docker 그 포트 몇 번이었지", ("docker",), ("포트", "번이", "이었", "었지")),
         ("", (), ()),
+        # the function words of the question's own language go too, elided ones included
+        (
+            "¿qué problema sufre la mascota en las patas?",
+            ("problema", "sufre", "mascota", "patas"),
+            (),
+        ),
+        ("quando è fissata l'operazione?", ("fissata", "operazione"), ()),
+        ("qu'est-ce que je t'ai dit sur le poste ?", ("dit", "poste"), ()),
+        ("Wann hat Anna Geburtstag?", ("Anna", "Geburtstag"), ()),
+        ("o que houve com o menino?", ("houve", "menino"), ()),
+        ("что нужно освоить для новой должности?", ("нужно", "освоить", "новой", "должности"), ()),
+        ("hoe laat vertrekt de trein naar Gent?", ("laat", "vertrekt", "trein", "Gent"), ()),
+        # English keeps its words that are function words elsewhere ("son", "die", "a" ...)
+        ("what did my son say about the trip?", ("son", "trip"), ()),
+        ("Did Caroline die in the accident?", ("Caroline", "die", "accident"), ()),
+        ("my sister's car", ("sister's", "car"), ()),
+        ("c'est quoi", ("c'est", "quoi"), ()),  # only function words: all kept
     ],
 )
 def test_parse_query(raw: str, words: tuple[str, ...], cjk: tuple[str, ...]) -> None:
@@ -91,6 +108,25 @@ def test_more_and_rarer_terms_rank_first(db: SessionDB, alice: str) -> None:
     assert contents(db, scope, "offsite budget")[0].startswith("Budget for the offsite")
     # "lisbon" is rare for this user, "monday" common: the rare term decides
     assert contents(db, scope, "monday lisbon")[0].startswith("Budget for the offsite")
+
+
+def test_a_question_in_spanish_is_not_matched_by_its_articles(db: SessionDB, alice: str) -> None:
+    """In a small history "el", "las" and "en" are rare enough to weigh: a message that
+    shares two of them with the question outranked the one about what it asks."""
+    seed(
+        db,
+        alice,
+        "telegram",
+        [
+            "el coche no arranca por las mañanas, en el taller dicen que es la batería",
+            "Con el frío las baterías viejas fallan más.",
+            "a Luna le sangra una pata, la veterinaria dice que es un problema de uñas",
+            "le pondremos una venda",
+        ],
+    )
+    found = contents(db, SearchScope(alice), "¿qué problema sufre la mascota en las patas?")
+    assert found[0].startswith("a Luna le sangra una pata")
+    assert not any("coche" in hit or "frío" in hit for hit in found)
 
 
 def test_idf_comes_from_the_users_own_messages(db: SessionDB, alice: str, bob: str) -> None:
