@@ -23,7 +23,6 @@ from hermes.state import engine as eng
 from hermes.state.db import SessionDB
 from hermes.state.vectors import QueryVector
 
-
 LOCAL = "local"
 
 

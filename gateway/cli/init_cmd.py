@@ -53,7 +53,7 @@ search:
     # in this process (no endpoint, no key), so a question finds what was said in other
     # words or another language; docs/use/search.md
     provider: local
-    model: use-multilingual
+    model: e5-small          # or use-multilingual: less CPU, fewer languages ([local-use])
 """
 
 SEARCH_OFF = """\

