@@ -61,6 +61,7 @@ if TYPE_CHECKING:  # steps 3 to 6 are imported by build_app itself: a CLI comman
     from hermes.embedder import Embedder
     from hermes.llm.types import ChatModel
     from hermes.state.db import SessionDB
+    from hermes.tools.session_search import SummaryPolicy
 
 
 @dataclass
@@ -154,8 +155,8 @@ def build_app(
     from gateway.pipeline.media import MediaIntake
     from gateway.pipeline.router import Router
     from hermes.agent.agent import Agent
+    from hermes.llm.reranker import LLMReranker
     from hermes.llm.summarizer import LLMSummarizer
-    from hermes.tools.session_search import SummaryPolicy
 
     clients: list[LLMClient] = []
     search_model: LLMClient | None = None  # None with a given model: it does everything
@@ -174,7 +175,6 @@ def build_app(
     memory = build_memory(home, config, db, memory_model or model, provider=provider, env=env)
     memory.providers.probe()  # made now, and said in the log if it cannot answer
     people = People(config, db, memory)  # 3
-    task = config.auxiliary.session_search
     embedder = build_embedder(config, db, env)
     if embedder is not None and isinstance(embedder.backend, EndpointModel):
         clients.append(embedder.backend.client)  # warmed with the others
@@ -186,7 +186,12 @@ def build_app(
         config.agent,
         aux_model=memory_model,
         search_summarizer=LLMSummarizer(search_model) if search_model is not None else None,
-        search_policy=SummaryPolicy(concurrency=task.max_concurrency, timeout_s=task.timeout),
+        search_reranker=(
+            LLMReranker(search_model)
+            if config.search.rerank.enabled and search_model is not None
+            else None
+        ),
+        search_policy=search_policy(config),
         group_memory=config.privacy.group_memory == "full",
         embedder=embedder,
     )
@@ -199,6 +204,19 @@ def build_app(
     media = MediaIntake(home, config.media, config.transcription, agent, transcriber, db=db)
     router = Router(agent, db, people, commands, policy or router_policy(config), media=media)  # 6
     return App(home, config, db, people, agent, commands, router, clients, embedder)
+
+
+def search_policy(config: HermesConfig) -> SummaryPolicy:
+    """The search side task's bounds (auxiliary.session_search, search.rerank)."""
+    from hermes.tools.session_search import SummaryPolicy
+
+    task, rerank = config.auxiliary.session_search, config.search.rerank
+    return SummaryPolicy(
+        concurrency=task.max_concurrency,
+        timeout_s=task.timeout,
+        rerank_candidates=rerank.candidates,
+        rerank_timeout_s=rerank.timeout,
+    )
 
 
 def side_model(

@@ -176,5 +176,15 @@ class EmbeddingsConfig(Section):
     cache_mb: int = Field(default=256, ge=1, le=65_536)  # per-user vectors kept in memory
 
 
+class RerankConfig(Section):
+    """The best candidates of a search put in order by the search side task's model
+    (`auxiliary.session_search`): hermes/llm/reranker.py. One model call per search."""
+
+    enabled: bool = False
+    candidates: int = Field(default=20, ge=2, le=50)  # messages shown to the model
+    timeout: float = Field(default=10.0, gt=0, le=120)  # past it, the fused order stands
+
+
 class SearchConfig(Section):
     embeddings: EmbeddingsConfig = EmbeddingsConfig()
+    rerank: RerankConfig = RerankConfig()

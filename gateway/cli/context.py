@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # the heavy modules are imported by the commands that use the
     from gateway.admission.people import People
     from gateway.config import HermesConfig
     from hermes.llm.client import LLMClient
+    from hermes.llm.reranker import LLMReranker
     from hermes.memory.service import MemoryService
     from hermes.state.db import SessionDB
     from hermes.tools.session_search import Summarizer, SummaryPolicy
@@ -137,10 +138,20 @@ class CliContext:
         return side_model(self.config, SideTask.MEMORY)
 
     def summary_policy(self) -> SummaryPolicy:
-        from hermes.tools.session_search import SummaryPolicy
+        from gateway.app import search_policy
 
-        task = self.config.auxiliary.session_search
-        return SummaryPolicy(concurrency=task.max_concurrency, timeout_s=task.timeout)
+        return search_policy(self.config)
+
+    def reranker(self) -> LLMReranker | None:
+        """The model that reorders search candidates (search.rerank), if it is on."""
+        from gateway.app import side_model
+        from gateway.config import SideTask
+        from hermes.llm.reranker import LLMReranker
+
+        if not self.config.search.rerank.enabled:
+            return None
+        model = side_model(self.config, SideTask.SESSION_SEARCH)
+        return LLMReranker(model) if model is not None else None
 
     def resolve_account(self, who: str) -> str:
         """The user of PLATFORM:ID, which must have been seen (or added by `users role`)."""

@@ -97,7 +97,10 @@ def search(
     summarizer = None if no_summary else ctx.summarizer()
     scope = SearchScope(ctx.user_id(user))
     embedder = build_embedder(ctx.config, db)  # hybrid when search.embeddings is on
-    tool = SessionSearchTool(db, scope, summarizer, ctx.summary_policy(), embedder)
+    reranker = None if no_summary else ctx.reranker()  # (--no-summary: no model at all)
+    tool = SessionSearchTool(
+        db, scope, summarizer, ctx.summary_policy(), embedder=embedder, reranker=reranker
+    )
 
     async def run() -> dict[str, Any]:
         try:
@@ -105,6 +108,8 @@ def search(
         finally:
             if embedder is not None:
                 await embedder.close()
+            if reranker is not None:
+                await reranker.client.close()
 
     result = asyncio.run(run())
     if as_json:

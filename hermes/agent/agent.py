@@ -40,7 +40,7 @@ from hermes.state.models import Reminder
 from hermes.state.search import SearchScope
 from hermes.text import valid_text
 from hermes.tools.schedule import ScheduleTool
-from hermes.tools.session_search import SessionSearchTool, Summarizer, SummaryPolicy
+from hermes.tools.session_search import Reranker, SessionSearchTool, Summarizer, SummaryPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +112,7 @@ class Agent:
     config: AgentConfig = field(default_factory=AgentConfig)
     aux_model: ChatModel | None = None  # compression summaries and memory review
     search_summarizer: Summarizer | None = None
+    search_reranker: Reranker | None = None  # search.rerank
     search_policy: SummaryPolicy = field(default_factory=SummaryPolicy)
     embedder: Embedder | None = None  # hybrid search (search.embeddings)
     group_memory: bool = True  # privacy.group_memory: personal stores in group chats
@@ -273,7 +274,12 @@ class Agent:
         chat_id = surface.chat_id if surface.chat_type != "dm" else None
         scope = SearchScope(conv.user_id, chat_id=chat_id, exclude_session_id=conv.id)
         search = SessionSearchTool(
-            self.db, scope, self.search_summarizer, self.search_policy, self.embedder
+            self.db,
+            scope,
+            self.search_summarizer,
+            self.search_policy,
+            embedder=self.embedder,
+            reranker=self.search_reranker,
         )
         tools = [
             Tool("memory", MEMORY_TOOL_SCHEMA, remember, "updating my notes…"),

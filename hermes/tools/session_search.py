@@ -63,6 +63,12 @@ class Summarizer(Protocol):
     async def summarize(self, query: str, excerpt: str) -> str: ...
 
 
+class Reranker(Protocol):
+    """The candidates' indexes, best first (hermes/llm/reranker.py)."""
+
+    async def rank(self, query: str, candidates: list[str]) -> list[int]: ...
+
+
 class QueryEmbedder(Protocol):
     """Hybrid search (hermes/embedder.py): the question's vector, or None to stay lexical."""
 
@@ -71,8 +77,12 @@ class QueryEmbedder(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class SummaryPolicy:
+    """The search side task's bounds: its summaries and, with a reranker, the reranking."""
+
     concurrency: int = 3
     timeout_s: float = 20.0
+    rerank_candidates: int = 20
+    rerank_timeout_s: float = 10.0
 
 
 class SessionSearchTool:
@@ -85,13 +95,16 @@ class SessionSearchTool:
         scope: SearchScope,
         summarizer: Summarizer | None = None,
         policy: SummaryPolicy = SummaryPolicy(),
+        *,
         embedder: QueryEmbedder | None = None,
+        reranker: Reranker | None = None,
     ) -> None:
         self.db = db
         self.scope = scope
         self.summarizer = summarizer
         self.policy = policy
         self.embedder = embedder
+        self.reranker = reranker
 
     async def run(self, args: Mapping[str, Any]) -> dict[str, Any]:
         with metrics.SEARCH_SECONDS.time():
@@ -156,16 +169,37 @@ class SessionSearchTool:
 
     async def _search(self, query: str, limit: int, scope: SearchScope) -> dict[str, Any]:
         vector = await self.embedder.query(query) if self.embedder is not None else None
-        results = await self.db.run(self._found, query, limit, scope, vector)
+        hits = await self.db.run(
+            self.db.conversations.search, scope, query, MESSAGE_HITS, vector=vector
+        )
+        hits = await self._reranked(query, hits)
+        results = await self.db.run(self._found, hits, limit, scope)
         await self._summarize(query, results)
         return {"success": True, "query": query, "count": len(results), "results": results}
 
+    async def _reranked(self, query: str, hits: list[MessageHit]) -> list[MessageHit]:
+        """With a reranker, the best `rerank_candidates` hits in the model's order (the
+        rest after them); as they were when it fails or takes too long."""
+        head = hits[: self.policy.rerank_candidates]
+        if self.reranker is None or len(head) < 2:
+            return hits
+        try:
+            order = await asyncio.wait_for(
+                self.reranker.rank(query, [h.content for h in head]),
+                self.policy.rerank_timeout_s,
+            )
+        except Exception as exc:  # the fused order stands
+            logger.warning("search rerank failed (%s); the fused order stands", exc)
+            return hits
+        chosen = [head[i] for i in dict.fromkeys(order) if 0 <= i < len(head)]
+        chosen += [h for h in head if h not in chosen]
+        return chosen + hits[len(head) :]
+
     def _found(
-        self, query: str, limit: int, scope: SearchScope, vector: QueryVector | None
+        self, hits: list[MessageHit], limit: int, scope: SearchScope
     ) -> list[dict[str, Any]]:
-        """The best `limit` sessions for `query`, each with its snippets and the context
-        to summarize (the reads, on the database executor)."""
-        hits = self.db.conversations.search(scope, query, MESSAGE_HITS, vector=vector)
+        """The best `limit` sessions of `hits`, each with its snippets and the context to
+        summarize (the reads, on the database executor)."""
         grouped: dict[str, list[MessageHit]] = {}
         for hit in hits:
             grouped.setdefault(hit.session_id, []).append(hit)

@@ -175,6 +175,31 @@ def test_search_summaries_use_the_configured_auxiliary_model(
     assert "summary" not in skipped["results"][0] and len(fake_llm.requests) == 1
 
 
+def test_search_reranks_with_the_search_model_when_asked(
+    home: Path, tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """`search.rerank.enabled`: the search model puts the candidates in order before the
+    sessions are chosen (here the one it names first wins), then summarizes them."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text(
+        f"llm:\n  base_url: {fake_llm.base_url}\n  model: main-model\n  api_key_env: FAKE_LLM_KEY\n"
+        "auxiliary:\n  model: cheap-model\n"
+        "search:\n  rerank:\n    enabled: true\n    candidates: 5\n"
+    )
+    records = [
+        {"session_id": "a", "role": "user", "content": "the dog needs a walk at noon"},
+        {"session_id": "b", "role": "user", "content": "the car needs new tyres"},
+    ]
+    hermes("sessions", "import", str(write_jsonl(tmp_path / "in.jsonl", records)))
+    plain = json.loads(hermes("sessions", "search", "needs", "--json", "--no-summary").stdout)
+    last = plain["results"][-1]["session_id"]  # the fused order's second
+    fake_llm.push(Reply(text="2"), Reply(text="first"), Reply(text="second"))
+    result = json.loads(hermes("sessions", "search", "needs", "--json", "--limit", "1").stdout)
+    assert [r["session_id"] for r in result["results"]] == [last]
+    ranked = fake_llm.requests[0]
+    assert ranked["model"] == "cheap-model" and "2. " in ranked["messages"][-1]["content"]
+
+
 def test_bad_paths_formats_and_users_get_a_clear_message(home: Path, tmp_path: Path) -> None:
     home.mkdir(parents=True, exist_ok=True)  # a home with nothing in it yet
     empty = hermes("sessions", "list")

@@ -10,6 +10,7 @@ import pytest
 
 from hermes.llm.client import LLMClient
 from hermes.llm.endpoint import Endpoint
+from hermes.llm.reranker import LLMReranker
 from hermes.llm.summarizer import LLMSummarizer
 from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
@@ -184,3 +185,68 @@ def test_summaries_from_the_auxiliary_model_over_http(
     fake_llm.default = Reply(status=500)
     failed = asyncio.run(go())
     assert all(r["summary_note"] == "raw excerpt (summary LLMError)" for r in failed["results"])
+
+
+def distinct_sessions(db: SessionDB, user: str) -> dict[str, str]:
+    """Three sessions whose best messages all share the question's word: topic -> id."""
+    ids = {}
+    for topic, text in (
+        ("garden", "the tomato plants need a trellis, said the garden centre"),
+        ("bike", "the bike shop said the chain needs replacing"),
+        ("car", "the garage said the car needs new brakes"),
+    ):
+        chat = db.conversations.start_session(user, "telegram", topic)
+        db.conversations.add_messages(chat.id, [NewMessage("user", text)])
+        ids[topic] = chat.id
+    return ids
+
+
+def search_with_reranker(
+    db: SessionDB, alice: str, fake_llm: FakeOpenAI, policy: SummaryPolicy
+) -> dict[str, Any]:
+    async def go() -> dict[str, Any]:
+        llm = LLMClient(Endpoint(base_url=fake_llm.base_url, model="aux", max_retries=0))
+        try:
+            tool = SessionSearchTool(
+                db, SearchScope(alice), None, policy, reranker=LLMReranker(llm)
+            )
+            return await tool.run({"query": "what did they say needs doing", "limit": 3})
+        finally:
+            await llm.close()
+
+    return asyncio.run(go())
+
+
+def test_a_reranker_puts_the_best_candidates_in_the_models_order(
+    db: SessionDB, alice: str, fake_llm: FakeOpenAI
+) -> None:
+    """search.rerank: the fused list's best messages go to the search model, numbered,
+    with the question; the sessions come back in the order it named (one it left out
+    after them, an unknown number ignored)."""
+    ids = distinct_sessions(db, alice)
+    plain = run(SessionSearchTool(db, SearchScope(alice)), query="what did they say needs doing")
+    fused = [r["session_id"] for r in plain["results"]]
+    fake_llm.default = Reply(text="3, 9, 1")  # candidate 9 does not exist
+    policy = SummaryPolicy(rerank_candidates=3)
+    result = search_with_reranker(db, alice, fake_llm, policy)
+    order = [r["session_id"] for r in result["results"]]
+    assert order == [fused[2], fused[0], fused[1]] and set(order) == set(ids.values())
+    asked = fake_llm.requests[-1]["messages"][-1]["content"]
+    assert "Search query: what did they say needs doing" in asked
+    assert all(f"{n}. " in asked for n in (1, 2, 3)) and "4. " not in asked
+
+
+@pytest.mark.parametrize(
+    "answer", [Reply(text="none of these"), Reply(status=500), Reply(text="2", delay=2.0)]
+)
+def test_a_failing_reranker_leaves_the_fused_order(
+    db: SessionDB, alice: str, fake_llm: FakeOpenAI, answer: Reply
+) -> None:
+    """No usable order (no numbers, a failure, past `rerank_timeout_s`): the search
+    answers in the fused order, as without a reranker."""
+    distinct_sessions(db, alice)
+    query = "what did they say needs doing"
+    fused = run(SessionSearchTool(db, SearchScope(alice)), query=query, limit=3)
+    fake_llm.default = answer
+    result = search_with_reranker(db, alice, fake_llm, SummaryPolicy(rerank_timeout_s=0.5))
+    assert result["success"] and result["results"] == fused["results"]
