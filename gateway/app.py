@@ -194,6 +194,7 @@ def build_app(
         search_policy=search_policy(config),
         group_memory=config.privacy.group_memory == "full",
         embedder=embedder,
+        tools_table=config.tools,
     )
     agent.vision = config.llm.vision
     commands = Commands(home, config, db, agent, people, runtime=runtime)  # 5

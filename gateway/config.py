@@ -42,6 +42,7 @@ from hermes.config import (
 )
 from hermes.llm.endpoint import Endpoint
 from hermes.providers.base import ConfigField
+from hermes.tools import capabilities
 
 CONFIG_FILENAME = "config.yaml"
 
@@ -154,6 +155,18 @@ class HermesConfig(Section):
     media: MediaConfig = MediaConfig()
     logging: LoggingConfig = LoggingConfig()
     dashboard: DashboardConfig = DashboardConfig()
+    # who may use each tool group: roles and people (hermes/tools/capabilities.py)
+    tools: dict[str, list[str]] = Field(default_factory=dict)
+
+    @field_validator("tools")
+    @classmethod
+    def _tool_groups(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        return {
+            capabilities.check_group(group): list(
+                dict.fromkeys(capabilities.check_entry(e) for e in entries)
+            )
+            for group, entries in value.items()
+        }
 
     @model_validator(mode="after")
     def _memory_beside_the_database(self) -> HermesConfig:
@@ -236,10 +249,14 @@ def parse_config(text: str, source: str) -> HermesConfig:
         raise ConfigError(_describe(exc, source)) from None
 
 
+REMOVE = object()  # a value for update_config: take the key out (its default applies)
+
+
 def update_config(home: Path, changes: Mapping[tuple[str, ...], Any]) -> Path:
-    """Set keys of `home/config.yaml` (each change: a key path and its value), keeping
-    the file's comments and order; the result is validated before it replaces the file
-    (atomically, 0600). Raises ConfigError, leaving the file as it was."""
+    """Set keys of `home/config.yaml` (each change: a key path and its value, REMOVE to
+    take the key out), keeping the file's comments and order; the result is validated
+    before it replaces the file (atomically, 0600). Raises ConfigError, leaving the file
+    as it was."""
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
 
@@ -259,7 +276,10 @@ def update_config(home: Path, changes: Mapping[tuple[str, ...], Any]) -> Path:
             if not isinstance(node.get(key), dict):
                 node[key] = {}
             node = node[key]
-        node[keys[-1]] = value
+        if value is REMOVE:
+            node.pop(keys[-1], None)
+        else:
+            node[keys[-1]] = value
     buffer = io.StringIO()
     editor.dump(data, buffer)
     text = buffer.getvalue()

@@ -20,6 +20,7 @@ from gateway.cli import (
     provider_cmd,
     reminders_cmd,
     sessions_cmd,
+    tools_cmd,
     users_cmd,
 )
 
@@ -109,6 +110,7 @@ app.add_typer(users_cmd.pairing_app, name="pairing")
 app.add_typer(backup_cmd.app, name="backup")
 app.add_typer(db_cmd.app, name="db")
 app.add_typer(reminders_cmd.app, name="reminders")
+app.add_typer(tools_cmd.app, name="tools")
 app.add_typer(evidence_cmd.app, name="evidence")
 app.add_typer(dashboard_cmd.app, name="dashboard")
 app.command("chat")(chat_cmd.chat)

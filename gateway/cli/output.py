@@ -49,7 +49,7 @@ def _plain(value: Any) -> Any:
 
 
 def say(text: str) -> None:
-    console.print(text, markup=False)
+    console.print(text, markup=False, emoji=False)  # "mcp:notes:" is no emoji code
 
 
 def note(markup: str) -> None:

@@ -27,6 +27,7 @@ from hermes.agent.agent import Agent
 from hermes.state.access import LINK_CODE_TTL
 from hermes.state.db import SessionDB
 from hermes.state.search import SearchScope
+from hermes.tools import capabilities
 from hermes.tools.session_search import SessionSearchTool
 
 logger = logging.getLogger(__name__)
@@ -100,6 +101,7 @@ class Commands:
             Command("/whoami", "Your user id, role and linked accounts", self._whoami),
             Command("/new", "Start a fresh conversation", self._new, aliases=("/reset",)),
             Command("/stop", "Cancel the answer I'm working on", self._stop, immediate=True),
+            Command("/tools", "What I can do for you (tools)", self._tools),
             Command(
                 "/memory",
                 "Memory: status, show, forget, why, undo, consolidate",
@@ -323,6 +325,22 @@ class Commands:
             f"You are **{name}**, user `{person.user_id}`, role {person.role}.\n"
             f"Linked accounts: {accounts or 'none'}."
         )
+
+    async def _tools(self, ctx: CommandContext, _: str) -> str:
+        holder = await self.db.run(self.agent.holder, ctx.person.user_id)
+        lines, off = ["**Tools I can use for you**"], []
+        for group in self.agent.tool_groups:
+            refused = capabilities.may_use(holder, group, self.agent.tools_table)
+            what = capabilities.summary(group)
+            if refused is None:
+                lines.append(f"• {what} (`{group}`)")
+            else:
+                off.append(f"• {what} (`{group}`): {refused}")
+        if len(lines) == 1:
+            lines.append("• none")
+        if off:
+            lines += ["", "**Not for you here**", *off]
+        return "\n".join(lines)
 
     async def _sessions(self, ctx: CommandContext, query: str) -> str:
         scope = SearchScope(ctx.person.user_id, exclude_session_id=ctx.session_id)

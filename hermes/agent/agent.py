@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,6 +39,7 @@ from hermes.state.engine import storage_problem
 from hermes.state.models import Reminder
 from hermes.state.search import SearchScope
 from hermes.text import valid_text
+from hermes.tools.capabilities import Holder, granted, groups, holder_of, may_use
 from hermes.tools.schedule import ScheduleTool
 from hermes.tools.session_search import Reranker, SessionSearchTool, Summarizer, SummaryPolicy
 
@@ -117,6 +118,7 @@ class Agent:
     embedder: Embedder | None = None  # hybrid search (search.embeddings)
     group_memory: bool = True  # privacy.group_memory: personal stores in group chats
     on_reminder: Callable[[Reminder], None] | None = None  # a reminder was just added
+    tools_table: Mapping[str, Sequence[str]] = field(default_factory=dict)  # tools:
     vision: str = "auto"  # llm.vision: on | off | auto (until the endpoint refuses images)
     vision_refused: bool = False
     _reviews: dict[str, asyncio.Task[None]] = field(default_factory=dict, repr=False)
@@ -219,8 +221,13 @@ class Agent:
         # the provider is the person's: not in a chat's shared session, nor where personal
         # memory is off (privacy.group_memory: none)
         personal = not conv.shared and self.sessions.personal(surface)
-        offered = await self.providers.atool_schemas(conv.user_id) if personal else []
-        tools = self.toolbox(conv, surface, cause, writer=writer, provider_tools=offered)
+        holder = await self.db.run(self.holder, writer_id)
+        offered = (
+            await self.providers.atool_schemas(conv.user_id)
+            if personal and may_use(holder, "provider", self.tools_table) is None
+            else []
+        )
+        tools = self.toolbox(conv, surface, cause, holder, writer=writer, provider_tools=offered)
         recalled = await self.providers.recall(text, provider_session(conv)) if personal else ""
         if recalled:
             context = f"{context}\n{fence_recall(recalled)}"
@@ -248,18 +255,34 @@ class Agent:
         self._schedule_review(conv)  # after the last await: it starts once the reply is back
         return TurnResult(answer, True, conv.id, compressed_from=compressed_from, reply_id=reply_id)
 
+    def holder(self, user_id: str) -> Holder:
+        """The person whose capabilities a turn runs with, read now (on the database
+        executor): their role, whether they are this home's owner, their accounts."""
+        return holder_of(self.db.people, user_id, self.home)
+
+    @property
+    def tool_groups(self) -> list[str]:
+        """The tool groups this assistant has (what /tools and `hermes tools` list)."""
+        return groups(provider=bool(self.providers.name))
+
+    async def refusal(self, user_id: str, group: str) -> str | None:
+        """Why `user_id` may not use the tools of `group` now (None: they may)."""
+        return may_use(await self.db.run(self.holder, user_id), group, self.tools_table)
+
     def toolbox(
         self,
         conv: Conversation,
         surface: Surface,
         cause: int | None,
+        holder: Holder,
         *,
         writer: str | None = None,
         provider_tools: list[dict[str, Any]] | None = None,
     ) -> ToolBox:
-        """The turn's tools; memory writes go to `writer`'s stores (default: the
-        session's user; nobody's in a shared session without a known speaker);
-        `provider_tools`: the memory provider's, as it offered them to the person
+        """The turn's tools: those of the groups `holder` may use (each call asks again
+        when it runs). Memory writes go to `writer`'s stores (default: the session's
+        user; nobody's in a shared session without a known speaker); `provider_tools`:
+        the memory provider's, as it offered them to the person
         (`ProviderHost.atool_schemas`)."""
         owner = writer if writer is not None else (None if conv.shared else conv.user_id)
 
@@ -282,8 +305,14 @@ class Agent:
             reranker=self.search_reranker,
         )
         tools = [
-            Tool("memory", MEMORY_TOOL_SCHEMA, remember, "updating my notes…"),
-            Tool(search.name, search.schema, search.run, "searching past conversations…"),
+            Tool("memory", MEMORY_TOOL_SCHEMA, remember, "updating my notes…", "memory"),
+            Tool(
+                search.name,
+                search.schema,
+                search.run,
+                "searching past conversations…",
+                "session_search",
+            ),
         ]
         if owner is not None:  # reminders are a person's, delivered where they asked
             schedule = ScheduleTool(
@@ -295,9 +324,15 @@ class Agent:
                 on_added=self.on_reminder,
                 judge=self.memory.judge,
             )
-            tools.append(Tool(schedule.name, schedule.schema, schedule.run, "setting that up…"))
+            tools.append(
+                Tool(schedule.name, schedule.schema, schedule.run, "setting that up…", "schedule")
+            )
         tools += [self._provider_tool(conv.user_id, s) for s in provider_tools or ()]
-        return ToolBox(tools)
+        allowed = granted(holder, {t.group for t in tools}, self.tools_table)
+        return ToolBox(
+            [t for t in tools if t.group in allowed],
+            functools.partial(self.refusal, holder.user_id),
+        )
 
     def _provider_tool(self, user_id: str, schema: dict[str, Any]) -> Tool:
         name = str(schema["function"]["name"])
@@ -305,7 +340,7 @@ class Agent:
         async def call(args: dict[str, Any]) -> dict[str, Any]:
             return await self.providers.call_tool(user_id, name, args)
 
-        return Tool(name, schema, call, f"checking {self.providers.name or 'memory'}…")
+        return Tool(name, schema, call, f"checking {self.providers.name or 'memory'}…", "provider")
 
     async def _loop(
         self,
@@ -475,7 +510,10 @@ class Agent:
         group with privacy.group_memory: none)."""
         if conv.shared or not self.sessions.personal(conv.home_surface):
             return
-        tools = self.toolbox(conv, conv.home_surface, None).only("memory")
+        holder = await self.db.run(self.holder, conv.user_id)
+        tools = self.toolbox(conv, conv.home_surface, None, holder).only("memory")
+        if not tools.schemas:  # memory is not among the person's tools
+            return
         snapshot = self.memory_of(conv.user_id).snapshot()
         await review.run(conv, model=self.aux_model or self.model, tools=tools, snapshot=snapshot)
 
@@ -485,13 +523,14 @@ class Agent:
             if conv.shared
             else await self.providers.pre_compress(provider_session(conv), conv.history)
         )
+        holder = await self.db.run(self.holder, conv.user_id)
         await compression.compress(
             conv,
             sessions=self.sessions,
             model=self.model,
             summary_model=self.aux_model or self.model,
             keep_recent=self.config.keep_recent_messages,
-            flush_tools=self.toolbox(conv, surface, None).only("memory"),
+            flush_tools=self.toolbox(conv, surface, None, holder).only("memory"),
             flush_messages=self.request_messages(conv, ""),
             provider_note=note,
         )

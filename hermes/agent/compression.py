@@ -83,6 +83,8 @@ def recent_start(history: list[dict[str, Any]], keep: int) -> int:
 
 
 async def flush_memory(model: ChatModel, request: list[dict[str, Any]], tools: ToolBox) -> None:
+    if not tools.schemas:  # memory is not among the person's tools
+        return
     messages = [*request, {"role": "user", "content": FLUSH_NOTE}]
     try:
         await side_loop(model, messages, tools, FLUSH_ITERATIONS)

@@ -17,6 +17,7 @@ from hermes.llm.types import ChatModel, ToolCall
 logger = logging.getLogger(__name__)
 
 Executor = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+Check = Callable[[str], Awaitable[str | None]]  # a group -> None (allowed) or why not
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,11 +26,16 @@ class Tool:
     schema: dict[str, Any]
     run: Executor
     status: str = ""  # what a streamed reply shows while it runs ("searching ...")
+    group: str = ""  # its capability (hermes/tools/capabilities.py); "" for none
 
 
 class ToolBox:
-    def __init__(self, tools: list[Tool]) -> None:
+    """`check`: asked again for a tool's group when a call runs (the person's role may
+    have changed since the list was offered); a refusal is the call's result."""
+
+    def __init__(self, tools: list[Tool], check: Check | None = None) -> None:
         self._tools = {tool.name: tool for tool in tools}
+        self._check = check
 
     @property
     def schemas(self) -> list[dict[str, Any]]:
@@ -41,7 +47,7 @@ class ToolBox:
         return (tool.status if tool is not None else "") or "working…"
 
     def only(self, *names: str) -> ToolBox:
-        return ToolBox([tool for name, tool in self._tools.items() if name in names])
+        return ToolBox([t for name, t in self._tools.items() if name in names], self._check)
 
     async def execute(self, call: ToolCall) -> str:
         """The JSON text of the tool message answering `call`."""
@@ -61,6 +67,9 @@ class ToolBox:
             )
         if not isinstance(args, dict):
             return _error(f"The arguments must be a JSON object, got {type(args).__name__}.")
+        if self._check is not None and tool.group and (why := await self._check(tool.group)):
+            logger.info("tool %s refused at its call: %s", call.name, why)
+            return _error(f"This person may not use {call.name}: {why}. Do not call it again.")
         try:
             return await tool.run(args)
         except Exception as exc:

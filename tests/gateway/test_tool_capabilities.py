@@ -1,0 +1,264 @@
+"""Tools are capabilities per person: the table of every tool group x every role x every
+surface (a platform chat, the CLI chat, a scheduled prompt run in its owner's name),
+through the real app and the real model client against the fake model server; the tool
+list the model is offered is what is checked, and a call is checked again as it runs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.app import build_app
+from gateway.config import ConfigError, parse_config
+from gateway.reminders import ReminderRunner
+from hermes.identity import owner_user_id
+from hermes.places import Surface
+from hermes.state.db import SessionDB
+from hermes.tools import capabilities as caps
+from hermes.tools.schedule import ScheduleTool
+from tests.apps import app_config
+from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.platform import FakeAdapter
+from tests.gateway.test_cli_chat import configure
+from tests.gateway.test_commands import ask
+from tests.gateway.test_reminders import Clock
+from tests.gateway.test_router import dm
+from tests.harness.cli import hermes
+
+# each group for a different rank, and one named person beside a role
+TABLE = {
+    "memory": ["user"],
+    "session_search": ["admin"],
+    "schedule": ["owner", "fakechat:nina"],
+    "provider": ["admin"],
+}
+PROVIDER_TOOLS = {"fact_store", "fact_feedback"}  # the holographic provider's
+TOOLS = {
+    "memory": {"memory"},
+    "session_search": {"session_search"},
+    "schedule": {"schedule"},
+    "provider": PROVIDER_TOOLS,
+}
+# chat name -> role set in the database (olga is linked to this home's owner)
+PEOPLE = {"uma": "user", "nina": "user", "adam": "admin", "oscar": "owner", "olga": "user"}
+EXPECTED = {
+    "uma": {"memory"},
+    "nina": {"memory", "schedule"},
+    "adam": {"memory", "session_search", "provider"},
+    "oscar": {"memory", "session_search", "schedule", "provider"},
+    "olga": {"memory", "session_search", "schedule", "provider"},  # the home owner
+}
+
+
+def offered(request: dict[str, Any]) -> set[str]:
+    return {tool["function"]["name"] for tool in request.get("tools") or ()}
+
+
+def tools_of(groups: set[str]) -> set[str]:
+    return set().union(*(TOOLS[g] for g in groups)) if groups else set()
+
+
+def people(home: Path, db: SessionDB) -> dict[str, str]:
+    ids = {}
+    for name, role in PEOPLE.items():
+        if name == "olga":
+            ids[name] = owner_user_id(home)
+            db.people.ensure_user(ids[name], role="owner")
+            db.people.ensure_identity("fakechat", name, ids[name])
+            continue
+        ids[name] = db.people.user_for_identity("fakechat", name, name.title())
+        db.people.set_role(ids[name], role)
+    return ids
+
+
+def run_app(home: Path, fake: FakeOpenAI, body: Any, **sections: Any) -> Any:
+    async def go() -> Any:
+        db = SessionDB.open(home)
+        ids = people(home, db)
+        config = app_config(
+            fake,
+            tools=TABLE,
+            memory={"review_interval": 0, "provider": "holographic"},
+            **sections,
+        )
+        app = build_app(home, config, db)
+        adapter = FakeAdapter()
+        app.router.attach(adapter)
+        await adapter.start(app.router.handle)
+        try:
+            return await body(app, adapter, db, ids)
+        finally:
+            await app.router.stop()
+            await app.close()
+            db.close()
+
+    return asyncio.run(go())
+
+
+def test_a_chat_offers_each_person_the_tools_of_their_role_and_name(
+    home: Path, fake_llm: FakeOpenAI
+) -> None:
+    async def body(app: Any, adapter: FakeAdapter, db: SessionDB, ids: dict[str, str]) -> None:
+        for name in PEOPLE:
+            before = len(fake_llm.requests)
+            await ask(adapter, dm(name, "hello"))
+            [request] = fake_llm.requests[before:]
+            assert offered(request) == tools_of(EXPECTED[name]), name
+            # what /tools tells the person is the same table
+            listing = await ask(adapter, dm(name, "/tools"))
+            mine, _, theirs = listing.partition("Not for you here")
+            for group in TABLE:
+                assert (f"`{group}`" in mine) == (group in EXPECTED[name]), (name, group)
+                assert (f"`{group}`" in theirs) == (group not in EXPECTED[name]), (name, group)
+
+    run_app(home, fake_llm, body)
+
+
+def test_a_scheduled_prompt_runs_with_its_owners_tools_never_more(
+    home: Path, fake_llm: FakeOpenAI
+) -> None:
+    async def body(app: Any, adapter: FakeAdapter, db: SessionDB, ids: dict[str, str]) -> None:
+        clock = Clock()
+        runner = ReminderRunner(db, app.router, app.agent, clock=clock)
+        for name in PEOPLE:
+            schedule = ScheduleTool(
+                db, ids[name], ids[name], Surface("fakechat", "dm", name), f"k:{name}", clock=clock
+            )
+            added = await schedule.run(
+                {
+                    "action": "add",
+                    "message": "the week's plan",
+                    "when": "in 5 minutes",
+                    "prompt": True,
+                }
+            )
+            assert added["success"], added
+            clock.advance(minutes=5)
+            before = len(fake_llm.requests)
+            assert await runner.fire(added["id"]) == "delivered"
+            [request] = fake_llm.requests[before:]
+            assert "scheduled task" in request["messages"][-1]["content"]
+            assert offered(request) == tools_of(EXPECTED[name]), name
+
+    run_app(home, fake_llm, body)
+
+
+def test_a_call_is_checked_again_when_it_runs(home: Path, fake_llm: FakeOpenAI) -> None:
+    """The role changes while the model thinks: the call it then makes is refused, and a
+    tool never offered is unknown to the turn (the model named it anyway)."""
+
+    def demote_then_call(request: dict[str, Any]) -> Reply:
+        if request["messages"][-1]["role"] == "tool":
+            return Reply(text="done")
+        if "schedule" in offered(request):  # oscar's turn: he is demoted as it runs
+            other = SessionDB.open(home)
+            try:
+                other.people.set_role(other.people.resolve("fakechat:oscar") or "", "user")
+            finally:
+                other.close()
+        return Reply.tool_call("schedule", {"action": "list"})
+
+    async def body(app: Any, adapter: FakeAdapter, db: SessionDB, ids: dict[str, str]) -> None:
+        fake_llm.responder = demote_then_call
+        for name in ("oscar", "uma"):
+            before = len(fake_llm.requests)
+            assert await ask(adapter, dm(name, "what's planned?")) == "done"
+            result = json.loads(fake_llm.requests[before + 1]["messages"][-1]["content"])
+            assert result["success"] is False, name
+            expected = "may not use schedule" if name == "oscar" else "Unknown tool 'schedule'"
+            assert expected in result["error"], result
+
+    run_app(home, fake_llm, body)
+
+
+def test_the_cli_chat_runs_as_the_home_owner_under_the_table(
+    home: Path, fake_llm: FakeOpenAI
+) -> None:
+    configure(home, fake_llm)
+    with (home / "config.yaml").open("a") as config:
+        config.write("tools:\n  schedule: []\n  session_search: [owner]\n  memory: [admin]\n")
+    result = hermes("chat", "-q", "hello")
+    assert result.returncode == 0, result.stderr
+    [request] = fake_llm.requests
+    assert offered(request) == {"memory", "session_search"}  # schedule: nobody
+
+
+@pytest.mark.parametrize(
+    ("entries", "holder", "allowed"),
+    [
+        (["user"], caps.Holder("u_1", "user"), True),
+        (["admin"], caps.Holder("u_1", "user"), False),
+        (["admin"], caps.Holder("u_1", "admin"), True),
+        (["admin"], caps.Holder("u_1", "owner"), True),
+        (["owner"], caps.Holder("u_1", "admin"), False),
+        (["owner"], caps.Holder("u_1", "user", home_owner=True), True),
+        ([], caps.Holder("u_1", "owner", home_owner=True), False),
+        (["telegram:42"], caps.Holder("u_1", "user", identities=frozenset({"telegram:42"})), True),
+        (["telegram:42"], caps.Holder("u_1", "user", identities=frozenset({"slack:42"})), False),
+        (["u_1"], caps.Holder("u_1", "user"), True),
+        (["u_2", "admin"], caps.Holder("u_1", "user"), False),
+        (["nobody-knows"], caps.Holder("u_1", "owner"), False),  # no such role: nobody
+    ],
+)
+def test_the_decision_by_rank_and_name(
+    entries: list[str], holder: caps.Holder, allowed: bool
+) -> None:
+    assert (caps.may_use(holder, "schedule", {"schedule": entries}) is None) is allowed
+
+
+def test_defaults_when_the_table_is_silent() -> None:
+    user = caps.Holder("u_1", "user")
+    for group in caps.BUILT_IN:
+        assert caps.may_use(user, group, {}) is None
+    assert caps.may_use(user, "mcp:notes", {}) is not None  # an MCP server: the owner's
+    assert caps.may_use(caps.Holder("u_1", "admin"), "mcp:notes", {}) is not None
+    assert caps.may_use(caps.Holder("u_1", "user", home_owner=True), "mcp:notes", {}) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "tools:\n  websearch: [user]\n",  # no such group
+        "tools:\n  mcp:: [user]\n",
+        "tools:\n  mcp:Bad Name: [user]\n",
+        "tools:\n  memory: [bob]\n",  # neither a role nor a person
+        "tools:\n  memory: [telegram:]\n",
+        "tools:\n  memory: user\n",  # not a list
+    ],
+)
+def test_a_malformed_table_fails_at_start_naming_the_key(text: str) -> None:
+    with pytest.raises(ConfigError, match="tools"):
+        parse_config(text, "config.yaml")
+
+
+def test_the_operator_sees_and_changes_the_table_on_the_cli(home: Path) -> None:
+    assert hermes("init").returncode == 0
+    assert hermes("tools", "deny", "schedule", "user").returncode == 0
+    assert hermes("tools", "allow", "schedule", "admin", "owner", "Telegram:42").returncode == 0
+    assert hermes("tools", "allow", "mcp:notes", "admin").returncode == 0
+    listed = json.loads(hermes("tools", "list", "--json").stdout)
+    rows = {row["group"]: (row["who"], row["default"]) for row in listed}
+    assert rows["schedule"] == (["admin", "telegram:42"], False)
+    assert rows["memory"] == (["user"], True)
+    assert rows["mcp:notes"] == (["admin"], False)
+    refused = hermes("tools", "deny", "memory", "admin")  # admin is not on [user]
+    assert refused.returncode != 0 and "covers every higher one" in refused.stderr
+    bad = hermes("tools", "allow", "websearch", "user")
+    assert bad.returncode != 0 and "no tool group 'websearch'" in bad.stderr
+    assert "Traceback" not in bad.stderr + refused.stderr
+    assert hermes("tools", "reset", "schedule").returncode == 0
+    config = (home / "config.yaml").read_text()
+    assert "schedule" not in config and "mcp:notes" in config
+    assert "# " in config  # the comments hermes init wrote are kept
+    owner = owner_user_id(home)
+    verdicts = json.loads(hermes("tools", "check", owner, "--json").stdout)
+    assert {v["group"] for v in verdicts if v["allowed"]} == {
+        "memory",
+        "session_search",
+        "schedule",
+        "mcp:notes",
+    }
