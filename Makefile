@@ -15,7 +15,7 @@ CONSTRAINTS := requirements/constraints.txt
 $(RUN_STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e '.[local-embeddings]'
+	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e '.[local-embeddings,web]'
 	touch $(RUN_STAMP)
 
 $(STAMP): $(RUN_STAMP)

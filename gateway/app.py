@@ -21,6 +21,7 @@ order, and why:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,9 +37,11 @@ from gateway.config import (
     judge_wanted,
     main_endpoint,
     provider_settings,
+    secret,
     side_endpoint,
     transcription_endpoint,
 )
+from hermes import extras
 from hermes.embedding_models import EndpointModel, LocalModel
 from hermes.llm.client import LLMClient
 from hermes.memory.scan_judge import Judge
@@ -62,6 +65,7 @@ if TYPE_CHECKING:  # steps 3 to 6 are imported by build_app itself: a CLI comman
     from hermes.llm.types import ChatModel
     from hermes.state.db import SessionDB
     from hermes.tools.session_search import SummaryPolicy
+    from hermes.tools.web import WebTools
 
 
 @dataclass
@@ -134,6 +138,8 @@ class App:
             await client.close()
         if self.embedder is not None:  # (a local model's thread; an endpoint's client again)
             await self.embedder.close()
+        if self.agent.web is not None:
+            await self.agent.web.close()
 
 
 def build_app(
@@ -195,6 +201,7 @@ def build_app(
         group_memory=config.privacy.group_memory == "full",
         embedder=embedder,
         tools_table=config.tools,
+        web=web_tools(config, env),
     )
     agent.vision = config.llm.vision
     commands = Commands(home, config, db, agent, people, runtime=runtime)  # 5
@@ -205,6 +212,27 @@ def build_app(
     media = MediaIntake(home, config.media, config.transcription, agent, transcriber, db=db)
     router = Router(agent, db, people, commands, policy or router_policy(config), media=media)  # 6
     return App(home, config, db, people, agent, commands, router, clients, embedder)
+
+
+def web_tools(config: HermesConfig, env: Mapping[str, str] | None = None) -> WebTools | None:
+    """The web tools, when the web extra is installed (who may use them: tools.web);
+    PDFs are read as documents people send are (gateway/pipeline/pdf_text.py)."""
+    if extras.missing("web"):
+        return None
+    from gateway.pipeline.pdf_text import pdf_text
+    from hermes.tools.web import WebTools
+
+    search = config.web.search
+    return WebTools(
+        config.web,
+        api_key=secret(search.api_key_env, env) if search.api_key_env else None,
+        read_pdf=functools.partial(
+            pdf_text,
+            max_pages=config.media.max_pdf_pages,
+            max_chars=config.web.fetch.max_chars,
+            seconds=config.media.document_seconds,
+        ),
+    )
 
 
 def search_policy(config: HermesConfig) -> SummaryPolicy:

@@ -39,6 +39,7 @@ from hermes.config import (
     Section,
     SessionsConfig,
     TranscriptionConfig,
+    WebConfig,
 )
 from hermes.llm.endpoint import Endpoint
 from hermes.providers.base import ConfigField
@@ -155,6 +156,7 @@ class HermesConfig(Section):
     media: MediaConfig = MediaConfig()
     logging: LoggingConfig = LoggingConfig()
     dashboard: DashboardConfig = DashboardConfig()
+    web: WebConfig = WebConfig()
     # who may use each tool group: roles and people (hermes/tools/capabilities.py)
     tools: dict[str, list[str]] = Field(default_factory=dict)
 

@@ -188,3 +188,45 @@ class RerankConfig(Section):
 class SearchConfig(Section):
     embeddings: EmbeddingsConfig = EmbeddingsConfig()
     rerank: RerankConfig = RerankConfig()
+
+
+class WebSearchConfig(Section):
+    """`web_search`'s backend: ddgs (no key; several public engines), a self-hosted
+    SearXNG (its JSON API at `url`), or Brave's Search API (key in `api_key_env`)."""
+
+    backend: Literal["ddgs", "searxng", "brave"] = "ddgs"
+    url: str | None = None  # searxng: https://search.example.org
+    api_key_env: str | None = None  # brave: the NAME of the variable holding the key
+    max_results: int = Field(default=5, ge=1, le=20)
+    timeout: float = Field(default=15.0, gt=0, le=120)
+
+
+class WebFetchConfig(Section):
+    """`web_fetch`'s bounds: the whole fetch (redirects included) in `timeout`, at most
+    `max_bytes` of body after decompression, `max_chars` of text to the model."""
+
+    timeout: float = Field(default=20.0, gt=0, le=300)
+    max_bytes: int = Field(default=5_000_000, ge=10_000, le=100_000_000)
+    max_redirects: int = Field(default=5, ge=0, le=20)
+    max_chars: int = Field(default=12_000, ge=500, le=200_000)
+
+
+class WebConfig(Section):
+    """The web tools (`web_search`, `web_fetch`; who may use them: `tools.web`)."""
+
+    search: WebSearchConfig = WebSearchConfig()
+    fetch: WebFetchConfig = WebFetchConfig()
+    # networks a fetch may reach although they are not public: CIDRs, or "loopback",
+    # "private", "link-local" (cloud metadata lives there: think twice)
+    allow_networks: list[str] = Field(default_factory=list)
+
+    @field_validator("allow_networks")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        from hermes.tools.addresses import parse_networks  # noqa: PLC0415 - no cycle at import
+
+        parse_networks(value)  # ValueError names the entry
+        return value
+
+    per_person_per_minute: float = Field(default=10.0, gt=0, le=10_000)  # searches + fetches
+    per_person_burst: int = Field(default=5, ge=1, le=1_000)

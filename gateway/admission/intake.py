@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from gateway.admission.people import People, Person, Verdict
 from gateway.admission.session_key import Scope, SessionKey, session_key
 from gateway.edge.events import MessageEvent
+from hermes.buckets import Buckets, Taken
 from hermes.places import ChatType
 
 
@@ -61,13 +62,6 @@ SLOW_DOWN = (
 )
 
 
-@dataclass
-class _Budget:
-    tokens: float
-    at: float
-    warned_at: float = float("-inf")
-
-
 class Intake:
     def __init__(
         self,
@@ -82,8 +76,12 @@ class Intake:
         self._open_to_strangers = open_to_strangers  # from the command table
         self._reply = reply  # sends a reply beside the lanes (pairing codes)
         self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
-        self._budgets: OrderedDict[str, _Budget] = OrderedDict()
-        self.clock = clock
+        self._budgets = Buckets(
+            policy.per_person_per_minute,
+            policy.per_person_burst,
+            remembered=policy.remembered_deliveries,
+            clock=clock,
+        )
         # several gateways on one database: records the event's ids there before a
         # pairing reply, False when another instance (or an earlier delivery) had them
         # (gateway/pipeline/shared.py; a queued event's ids are recorded with its row)
@@ -126,23 +124,11 @@ class Intake:
         return Admitted(event, person, session_key(event, scope))
 
     def _within_rate(self, user_id: str, event: MessageEvent) -> bool:
-        """A token bucket per person: `per_person_burst` tokens, refilled at
-        `per_person_per_minute`; one token an event."""
-        now, policy = self.clock(), self.policy
-        budget = self._budgets.pop(user_id, None) or _Budget(policy.per_person_burst, now)
-        self._budgets[user_id] = budget  # the most recent last: the oldest are forgotten
-        while len(self._budgets) > self.policy.remembered_deliveries:
-            self._budgets.popitem(last=False)
-        refill = (now - budget.at) * policy.per_person_per_minute / 60
-        budget.tokens = min(policy.per_person_burst, budget.tokens + refill)
-        budget.at = now
-        if budget.tokens >= 1:
-            budget.tokens -= 1
-            return True
-        if now - budget.warned_at >= 60:
-            budget.warned_at = now
+        """Per person: `per_person_burst` events at once, `per_person_per_minute` after."""
+        taken = self._budgets.take(user_id)
+        if taken is Taken.NO_SAY_SO:
             self._reply(event, SLOW_DOWN)
-        return False
+        return taken is Taken.YES
 
     def _duplicate(self, event: MessageEvent) -> bool:
         keys = [(event.platform, f"e:{event.event_id}"), (event.platform, f"m:{event.message_id}")]

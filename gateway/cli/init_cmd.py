@@ -65,6 +65,12 @@ search:
     model: null
 """
 
+WEB_CHOICES = {"everyone": "[user]", "admins": "[admin]", "owner": "[owner]", "nobody": "[]"}
+WEB_SECTION = """\
+tools:                      # who may use which tools (hermes tools list; /tools in a chat)
+  web: {who}  # web_search, web_fetch: [user] everyone let in, [admin], [owner], [] nobody
+"""
+
 GATEWAY_SECTION = """\
 gateway:
   http:                     # /healthz, /readyz, /metrics and webhooks
@@ -128,6 +134,14 @@ def init(
     log_format: Annotated[
         str, typer.Option(help=f"{LOG_FORMATS.words}.", autocompletion=LOG_FORMATS.complete)
     ] = "text",
+    web: Annotated[
+        str | None,
+        typer.Option(
+            help="Who may search the web and read pages: everyone, admins, owner or nobody "
+            "(asked; default: everyone let in).",
+            autocompletion=lambda: list(WEB_CHOICES),
+        ),
+    ] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
     """Write a commented config.yaml into HERMES_HOME (--gateway: with platforms)."""
@@ -150,6 +164,13 @@ def init(
     text = MODEL_SECTION.format(base_url=base_url, model=model, api_key_env=api_key_env or "null")
     local_search = extras.needs("local-embeddings", "hybrid search with a local model")
     text += SEARCH_OFF if local_search else SEARCH_ON
+    web = web or ask(
+        "Who may search the web and read pages (everyone/admins/owner/nobody)", "everyone"
+    )
+    if web.lower() not in WEB_CHOICES:
+        problems.append(f"--web {web!r}: expected one of {', '.join(WEB_CHOICES)}")
+    else:
+        text += WEB_SECTION.format(who=WEB_CHOICES[web.lower()])
     if gateway:
         text += _gateway_sections(
             _Answers(platform or [], allow or [], mode or [], webhook_url, http_host, http_port),
@@ -169,6 +190,8 @@ def init(
     note(f"[green]✓[/green] wrote {path}")
     if local_search:  # offered: the base install has no local model
         note(f"Search finds words only; {escape(local_search)}")
+    if (web_missing := extras.needs("web", "Searching the web and reading pages")) is not None:
+        note(escape(web_missing))
     _next_steps(config, gateway)
 
 

@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,6 +42,7 @@ from hermes.text import valid_text
 from hermes.tools.capabilities import Holder, granted, groups, holder_of, may_use
 from hermes.tools.schedule import ScheduleTool
 from hermes.tools.session_search import Reranker, SessionSearchTool, Summarizer, SummaryPolicy
+from hermes.tools.web import FETCH_SCHEMA, SEARCH_SCHEMA, WebTools
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +120,7 @@ class Agent:
     group_memory: bool = True  # privacy.group_memory: personal stores in group chats
     on_reminder: Callable[[Reminder], None] | None = None  # a reminder was just added
     tools_table: Mapping[str, Sequence[str]] = field(default_factory=dict)  # tools:
+    web: WebTools | None = None  # web_search, web_fetch (the web extra installed)
     vision: str = "auto"  # llm.vision: on | off | auto (until the endpoint refuses images)
     vision_refused: bool = False
     _reviews: dict[str, asyncio.Task[None]] = field(default_factory=dict, repr=False)
@@ -263,7 +265,7 @@ class Agent:
     @property
     def tool_groups(self) -> list[str]:
         """The tool groups this assistant has (what /tools and `hermes tools` list)."""
-        return groups(provider=bool(self.providers.name))
+        return groups(provider=bool(self.providers.name), web=self.web is not None)
 
     async def refusal(self, user_id: str, group: str) -> str | None:
         """Why `user_id` may not use the tools of `group` now (None: they may)."""
@@ -328,6 +330,24 @@ class Agent:
                 Tool(schedule.name, schedule.schema, schedule.run, "setting that up…", "schedule")
             )
         tools += [self._provider_tool(conv.user_id, s) for s in provider_tools or ()]
+        if self.web is not None:  # limited per person: the one whose capability it is
+            who, web = holder.user_id, self.web
+            tools += [
+                Tool(
+                    "web_search",
+                    SEARCH_SCHEMA,
+                    functools.partial(_with_user, web.run_search, who),
+                    "searching the web…",
+                    "web",
+                ),
+                Tool(
+                    "web_fetch",
+                    FETCH_SCHEMA,
+                    functools.partial(_with_user, web.run_fetch, who),
+                    "reading the page…",
+                    "web",
+                ),
+            ]
         allowed = granted(holder, {t.group for t in tools}, self.tools_table)
         return ToolBox(
             [t for t in tools if t.group in allowed],
@@ -556,3 +576,11 @@ class Agent:
 
 
 __all__ = ["Agent", "Speaker", "Surface", "TurnResult", "TurnStream"]
+
+
+async def _with_user(
+    run: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]],
+    user_id: str,
+    args: dict[str, Any],
+) -> dict[str, Any]:
+    return await run(user_id, args)

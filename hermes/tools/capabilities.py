@@ -3,14 +3,16 @@ every tool call, on every surface (a platform chat, the CLI chat, a scheduled pr
 in its owner's name).
 
 Tools come in groups (a capability): `memory`, `session_search`, `schedule`, `provider`
-(the memory provider's tools), and `mcp:<server>` for each MCP server the owner plugs
-in. config.yaml's `tools:` section says who may use each group, as a list of:
+(the memory provider's tools), `web` (web_search, web_fetch), and `mcp:<server>` for
+each MCP server the owner plugs in. config.yaml's `tools:` section says who may use
+each group, as a list of:
 - a role: that role and every higher one (`user` < `admin` < `owner`), so `[user]` is
   everyone admitted and `[admin]` is admins and owners;
 - a person: `u_…` (a user id) or `platform:platform user id` (`telegram:12345`), so a
   named person keeps the capability through a link of their accounts;
 an empty list is nobody. A group the section does not name keeps its default (below):
-everyone for the built-in tools, the owner alone for an MCP server until it is allowed.
+everyone for the built-in tools but the web (the owner alone, unless `hermes init` wrote
+the operator's choice), the owner alone for an MCP server until it is allowed.
 
 `may_use` is pure; the agent builds the person's `Holder` (their role, whether they are
 this home's owner, their linked accounts) once per turn, offers only the tools of the
@@ -39,6 +41,7 @@ BUILT_IN: dict[str, tuple[tuple[str, ...], str]] = {
     "session_search": (("user",), "Search your past conversations"),
     "schedule": (("user",), "Set reminders and scheduled tasks"),
     "provider": (("user",), "The memory provider's own tools"),
+    "web": (("owner",), "Search the web and read pages and PDFs"),
 }
 MCP_DEFAULT: tuple[str, ...] = ("owner",)
 
@@ -65,10 +68,11 @@ class Holder:
         return RANK["owner"] if self.home_owner else RANK.get(self.role, 0)
 
 
-def groups(*, provider: bool, mcp_servers: Iterable[str] = ()) -> list[str]:
+def groups(*, provider: bool, web: bool, mcp_servers: Iterable[str] = ()) -> list[str]:
     """The groups an assistant has: the built-in ones (`provider` with a memory provider
-    configured) and one per MCP server."""
-    names = [g for g in BUILT_IN if g != "provider" or provider]
+    configured, `web` with the web extra installed) and one per MCP server."""
+    present = {"provider": provider, "web": web}
+    names = [g for g in BUILT_IN if present.get(g, True)]
     return names + [f"{MCP_PREFIX}{server}" for server in mcp_servers]
 
 

@@ -43,7 +43,8 @@ def test_memory_add_reaches_file_event_log_and_next_prompt_only(harness: Harness
     assert "Prefers tea" not in prompts[0]
     assert "Prefers tea" in prompts[3]  # the next session's snapshot has it
     tools = [t["function"]["name"] for t in fake.requests[0]["tools"]]
-    assert tools == ["memory", "session_search", "schedule"]
+    # the owner (this agent runs as them) has the web tools too: the web extra is installed
+    assert tools == ["memory", "session_search", "schedule", "web_search", "web_fetch"]
 
 
 def test_messages_are_persisted_in_openai_shape(harness: Harness) -> None:

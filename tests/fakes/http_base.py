@@ -52,8 +52,10 @@ POLL_S = 0.02
 class ThreadedHttp:
     """A ThreadingHTTPServer on 127.0.0.1 that a slow handler never holds up on stop."""
 
-    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    def __init__(
+        self, handler: type[BaseHTTPRequestHandler], host: str = "127.0.0.1", port: int = 0
+    ) -> None:
+        self.server = ThreadingHTTPServer((host, port), handler)
         self.server.daemon_threads = True
         self.server.block_on_close = False
         # a stop waits for the serving loop to look at its flag: every 20 ms, not 0.5 s

@@ -96,6 +96,7 @@ def test_on_a_terminal_init_asks_names_problems_as_asked_and_lets_the_owner_in(
         ("Model endpoint", ""),
         ("Model name", ""),
         ("API key", "''"),
+        ("search the web", "admins"),
         ("Platforms", "telegram"),
         ("Let yourself in on telegram", "12345"),
     ):
@@ -106,9 +107,15 @@ def test_on_a_terminal_init_asks_names_problems_as_asked_and_lets_the_owner_in(
     config = load_config(home)
     assert config.llm.api_key_env is None
     assert config.platforms.telegram.allowed_users == ["12345"]
+    assert config.tools == {"web": ["admin"]}  # the operator's answer
 
     wrong = Terminal(home.parent / "second", command="init")
-    for question, answer in (("Model endpoint", ""), ("Model name", ""), ("API key", "sk-123")):
+    for question, answer in (
+        ("Model endpoint", ""),
+        ("Model name", ""),
+        ("API key", "sk-123"),
+        ("search the web", ""),
+    ):
         wrong.expect(question)
         wrong.send(answer + "\n")
     wrong.expect("nothing was written")

@@ -15,6 +15,7 @@ import pytest
 from gateway.app import build_app
 from gateway.config import ConfigError, parse_config
 from gateway.reminders import ReminderRunner
+from hermes.fence import fenced
 from hermes.identity import owner_user_id
 from hermes.places import Surface
 from hermes.state.db import SessionDB
@@ -23,6 +24,7 @@ from hermes.tools.schedule import ScheduleTool
 from tests.apps import app_config
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.platform import FakeAdapter
+from tests.fakes.web_site import ARTICLE_TEXT, WebSite
 from tests.gateway.test_cli_chat import configure
 from tests.gateway.test_commands import ask
 from tests.gateway.test_reminders import Clock
@@ -35,6 +37,7 @@ TABLE = {
     "session_search": ["admin"],
     "schedule": ["owner", "fakechat:nina"],
     "provider": ["admin"],
+    "web": ["admin", "fakechat:uma"],
 }
 PROVIDER_TOOLS = {"fact_store", "fact_feedback"}  # the holographic provider's
 TOOLS = {
@@ -42,15 +45,17 @@ TOOLS = {
     "session_search": {"session_search"},
     "schedule": {"schedule"},
     "provider": PROVIDER_TOOLS,
+    "web": {"web_search", "web_fetch"},
 }
 # chat name -> role set in the database (olga is linked to this home's owner)
 PEOPLE = {"uma": "user", "nina": "user", "adam": "admin", "oscar": "owner", "olga": "user"}
+EVERY = {"memory", "session_search", "schedule", "provider", "web"}
 EXPECTED = {
-    "uma": {"memory"},
+    "uma": {"memory", "web"},
     "nina": {"memory", "schedule"},
-    "adam": {"memory", "session_search", "provider"},
-    "oscar": {"memory", "session_search", "schedule", "provider"},
-    "olga": {"memory", "session_search", "schedule", "provider"},  # the home owner
+    "adam": {"memory", "session_search", "provider", "web"},
+    "oscar": EVERY,
+    "olga": EVERY,  # the home owner
 }
 
 
@@ -184,7 +189,8 @@ def test_the_cli_chat_runs_as_the_home_owner_under_the_table(
     result = hermes("chat", "-q", "hello")
     assert result.returncode == 0, result.stderr
     [request] = fake_llm.requests
-    assert offered(request) == {"memory", "session_search"}  # schedule: nobody
+    # schedule: nobody; the web: the owner's by default
+    assert offered(request) == {"memory", "session_search", "web_search", "web_fetch"}
 
 
 @pytest.mark.parametrize(
@@ -213,7 +219,8 @@ def test_the_decision_by_rank_and_name(
 def test_defaults_when_the_table_is_silent() -> None:
     user = caps.Holder("u_1", "user")
     for group in caps.BUILT_IN:
-        assert caps.may_use(user, group, {}) is None
+        assert (caps.may_use(user, group, {}) is None) == (group != "web")
+    assert caps.may_use(caps.Holder("u_1", "owner"), "web", {}) is None
     assert caps.may_use(user, "mcp:notes", {}) is not None  # an MCP server: the owner's
     assert caps.may_use(caps.Holder("u_1", "admin"), "mcp:notes", {}) is not None
     assert caps.may_use(caps.Holder("u_1", "user", home_owner=True), "mcp:notes", {}) is None
@@ -260,5 +267,33 @@ def test_the_operator_sees_and_changes_the_table_on_the_cli(home: Path) -> None:
         "memory",
         "session_search",
         "schedule",
+        "web",
         "mcp:notes",
     }
+
+
+def test_a_member_asks_about_a_link_and_gets_its_text(home: Path, fake_llm: FakeOpenAI) -> None:
+    """Through the gateway: the model reads the page with web_fetch (the site is on this
+    machine: its network allowed by name) and answers from the fenced text."""
+    site = WebSite().start()
+
+    def model(request: dict[str, Any]) -> Reply:
+        last = request["messages"][-1]
+        if last["role"] == "tool":
+            page = json.loads(last["content"])
+            inside = fenced(page["content"])
+            assert inside is not None and page["title"] == "The night train returns"
+            said = " ".join(inside[1].split())
+            return Reply(text="It says the train is back." if ARTICLE_TEXT in said else "?")
+        return Reply.tool_call("web_fetch", {"url": f"{site.root}/article"})
+
+    async def body(app: Any, adapter: FakeAdapter, db: SessionDB, ids: dict[str, str]) -> str:
+        fake_llm.responder = model
+        return await ask(adapter, dm("uma", f"what does {site.root}/article say?"))
+
+    try:
+        answer = run_app(home, fake_llm, body, web={"allow_networks": ["loopback"]})
+    finally:
+        site.stop()
+    assert answer == "It says the train is back."
+    assert [path for path, _ in site.requests] == ["/article"]
