@@ -197,6 +197,8 @@ class WebSearchConfig(Section):
     backend: Literal["ddgs", "searxng", "brave"] = "ddgs"
     url: str | None = None  # searxng: https://search.example.org
     api_key_env: str | None = None  # brave: the NAME of the variable holding the key
+    proxy: str | None = None  # ddgs: its requests through this proxy (http://, socks5://)
+    ca_file: str | None = None  # ddgs: a CA bundle to trust (a TLS-inspecting proxy)
     max_results: int = Field(default=5, ge=1, le=20)
     timeout: float = Field(default=15.0, gt=0, le=120)
 

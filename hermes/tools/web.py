@@ -31,7 +31,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import ThreadedResolver
 
 from hermes.buckets import Buckets, Taken
-from hermes.config import WebConfig
+from hermes.config import WebConfig, WebSearchConfig
 from hermes.fence import fence
 from hermes.tools.addresses import IPNetwork, parse_networks, refusal
 
@@ -338,7 +338,7 @@ class WebTools:
     async def search(self, query: str, limit: int) -> list[dict[str, str]]:
         backend = self.config.search.backend
         if backend == "ddgs":
-            found = await asyncio.to_thread(_ddgs, query, limit, self.config.search.timeout)
+            found = await asyncio.to_thread(_ddgs, query, limit, self.config.search)
         elif backend == "searxng":
             data = await self._get_json(
                 f"{(self.config.search.url or '').rstrip('/')}/search",
@@ -407,12 +407,17 @@ def _readable(body: bytes, url: str) -> tuple[str, str]:
     return title, text.strip()
 
 
-def _ddgs(query: str, limit: int, timeout: float) -> list[dict[str, Any]]:
+def _ddgs(query: str, limit: int, config: WebSearchConfig) -> list[dict[str, Any]]:
     from ddgs import DDGS  # noqa: PLC0415 - the web extra
     from ddgs.exceptions import DDGSException  # noqa: PLC0415
 
+    engines = DDGS(
+        proxy=config.proxy,
+        timeout=max(1, int(config.timeout)),
+        verify=config.ca_file or True,
+    )
     try:
-        hits = DDGS(timeout=int(timeout)).text(query, max_results=limit)
+        hits = engines.text(query, max_results=limit)
     except DDGSException as exc:
         raise FetchError(f"no search engine answered ({exc})") from None
     return [{"title": h.get("title"), "url": h.get("href"), "snippet": h.get("body")} for h in hits]

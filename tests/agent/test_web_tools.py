@@ -9,6 +9,7 @@ import asyncio
 import socket
 import tracemalloc
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from hermes.config import WebConfig
 from hermes.fence import fenced
 from hermes.tools.addresses import parse_networks, refusal
 from hermes.tools.web import WebTools
+from tests.fakes.search_engines import FakeSearchEngines
 from tests.fakes.web_site import ARTICLE_TEXT, SECRET, WebSite, gzip_bomb
 
 USER = "u_00000000000000a1"
@@ -278,3 +280,41 @@ def test_each_person_is_limited(site: WebSite) -> None:
     first, second, third, other = asyncio.run(go())
     assert first["success"] and second["success"] and other["success"]
     assert not third["success"] and "a minute" in third["error"]
+
+
+@pytest.fixture
+def engines(tmp_path: Path) -> Iterator[FakeSearchEngines]:
+    fake = FakeSearchEngines(tmp_path).start()
+    yield fake
+    fake.stop()
+
+
+def ddgs_tools(engines: FakeSearchEngines, **search: Any) -> WebTools:
+    settings = {"proxy": engines.proxy, "ca_file": str(engines.ca), "timeout": 5, **search}
+    return WebTools(WebConfig.model_validate({"search": settings}))
+
+
+def test_the_default_backend_finds_through_the_engines_ddgs_reads(
+    engines: FakeSearchEngines,
+) -> None:
+    """ddgs (no key) in its own "auto" mode: the engines it tries first are unreachable,
+    DuckDuckGo answers; its results come back fenced."""
+    result = search(ddgs_tools(engines), "night trains")
+    assert result["success"], result
+    listing = fenced(result["results"])
+    assert listing is not None and "Night trains in Europe return" in listing[1]
+    assert "https://example.org/night-trains" in listing[1]
+    assert engines.queries == ["night trains"]
+
+
+@pytest.mark.parametrize("fault", ["status", "hang"])
+def test_engines_that_refuse_or_hang_are_an_error_in_words(
+    engines: FakeSearchEngines, fault: str
+) -> None:
+    if fault == "status":
+        engines.status = 503
+    else:
+        engines.hang = True
+    result = search(ddgs_tools(engines, timeout=2), "night trains")
+    assert not result["success"]
+    assert "search" in result["error"] and "Traceback" not in result["error"]
