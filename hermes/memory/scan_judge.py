@@ -157,11 +157,15 @@ class Judge:
         self.model = model
         self.timeout = timeout
 
-    async def check(self, text: str, subject: Subject = Subject.NOTE) -> Verdict:
-        """The model's verdict on one entry (or task) that passed the rules."""
+    async def check(
+        self, text: str, subject: Subject = Subject.NOTE, *, context: str = ""
+    ) -> Verdict:
+        """The model's verdict on one entry (or task) that passed the rules; `context`:
+        what the gateway knows of where it comes from (a turn that read the web)."""
+        note = fence("note", json.dumps(text, ensure_ascii=False), NOTE)
         messages = [
             {"role": "system", "content": judge_prompt(subject)},
-            {"role": "user", "content": fence("note", json.dumps(text, ensure_ascii=False), NOTE)},
+            {"role": "user", "content": f"{context}\n\n{note}" if context else note},
         ]
         try:
             reply = await asyncio.wait_for(

@@ -189,9 +189,11 @@ class MemoryService:
         actor: Actor,
         session_id: str | None = None,
         message_id: int | None = None,
+        context: str = "",
     ) -> ToolOutcome:
-        """A memory-tool operation (add / replace / remove) for `user_id`."""
-        verdict = await self._judge(args)
+        """A memory-tool operation (add / replace / remove) for `user_id`; `context`
+        goes to the guard's model with it (hermes/tools/taint.py)."""
+        verdict = await self._judge(args, context)
         if verdict is not None and verdict.finding is not None:
             metrics.MEMORY_REJECTIONS.labels("scan").inc()
             error = (
@@ -251,7 +253,7 @@ class MemoryService:
             self.request_check(user_id)
         return outcome
 
-    async def _judge(self, args: Mapping[str, Any]) -> Verdict | None:
+    async def _judge(self, args: Mapping[str, Any], context: str = "") -> Verdict | None:
         """The model's verdict on new text, off the store's lock (it calls a model); None
         when there is nothing for it to judge: no judge, a removal, or text the rules
         refuse anyway (they run again under the lock, with the store's neighbours). A
@@ -265,7 +267,7 @@ class MemoryService:
         if ruled is not None and not ruled.quoted:
             return None
         started = time.perf_counter()
-        verdict = await self.judge.check(content)
+        verdict = await self.judge.check(content, context=context)
         metrics.MEMORY_JUDGE_SECONDS.observe(time.perf_counter() - started)
         return verdict
 

@@ -318,3 +318,27 @@ def test_engines_that_refuse_or_hang_are_an_error_in_words(
     result = search(ddgs_tools(engines, timeout=2), "night trains")
     assert not result["success"]
     assert "search" in result["error"] and "Traceback" not in result["error"]
+
+
+@pytest.mark.parametrize(
+    ("note", "repeats"),
+    [
+        ("The night train from Vienna to Rome was brought back last spring", True),
+        ("THE NIGHT TRAIN — from Vienna, to Rome; was brought back!", True),  # case, marks
+        ("Uma wants to take the night train from Vienna to Rome", False),  # her own words
+        ("Prefers sleeper trains to flying", False),
+        ("夜行列車はウィーンからローマまで運行を再開しました", True),  # a run without spaces
+        ("ローマへの夜行列車に乗りたい", False),
+    ],
+)
+def test_a_note_that_repeats_what_the_turn_read_is_found(note: str, repeats: bool) -> None:
+    from hermes.tools.taint import Taint
+
+    taint = Taint()
+    assert not taint.tainted and not taint.repeats(ARTICLE_TEXT)
+    taint.read("https://example.org/a", ARTICLE_TEXT)
+    taint.read(
+        "https://example.org/b", "昨年の春、夜行列車はウィーンからローマまで運行を再開しました。"
+    )
+    assert taint.tainted and taint.repeats(note) is repeats
+    assert "https://example.org/a" in taint.context()

@@ -90,6 +90,7 @@ class FakeOpenAI:
         self.transcribe_requests: list[dict[str, Any]] = []  # model, filename, bytes
         self.transcribe_script: deque[Reply] = deque()
         self.judge_requests: list[str] = []  # the notes the memory guard's judge was shown
+        self.judge_contexts: list[str] = []  # what it was told of each note's origin ("")
         self.judge_script: deque[Reply] = deque()
         self.judge: Callable[[str], Reply] | None = None
         self._lock = threading.Lock()
@@ -119,12 +120,16 @@ class FakeOpenAI:
                 return self.script.popleft()
         return self.responder(body) if self.responder else self.default
 
-    def _judged(self, fenced: str) -> Reply:
+    def _judged(self, content: str) -> Reply:
+        # what the gateway says of the note's origin, if anything, then the note's fence
+        context, split, rest = content.rpartition("\n\n<note-")
+        fenced = "<note-" + rest if split else content
         found = fenced_text(fenced)  # the judge's note, in its fence (hermes/fence.py)
         assert found is not None and found[0].startswith("note-"), fenced[:200]
         note = json.loads(found[1])
         with self._lock:
             self.judge_requests.append(note)
+            self.judge_contexts.append(context)
             if self.judge_script:
                 return self.judge_script.popleft()
         return self.judge(note) if self.judge else Reply(text=verdict("allow"))

@@ -15,6 +15,7 @@ import pytest
 from gateway.app import build_app
 from gateway.config import ConfigError, parse_config
 from gateway.reminders import ReminderRunner
+from hermes.agent.agent import REPEATS_THE_WEB
 from hermes.fence import fenced
 from hermes.identity import owner_user_id
 from hermes.places import Surface
@@ -297,3 +298,34 @@ def test_a_member_asks_about_a_link_and_gets_its_text(home: Path, fake_llm: Fake
         site.stop()
     assert answer == "It says the train is back."
     assert [path for path, _ in site.requests] == ["/article"]
+
+
+def test_a_page_never_writes_memory_by_itself(home: Path, fake_llm: FakeOpenAI) -> None:
+    """A turn that read a page: a note repeating the page is not saved (the model is told
+    to ask the person); the person's own fact is judged knowing the turn read the web."""
+    site = WebSite().start()
+    copied = "The night train from Vienna to Rome was brought back last spring"
+    own = "Uma wants to take the night train to Rome in May"
+    fake_llm.push(
+        Reply.tool_call("web_fetch", {"url": f"{site.root}/article"}),
+        Reply.tool_call("memory", {"action": "add", "target": "memory", "content": copied}),
+        Reply.tool_call("memory", {"action": "add", "target": "memory", "content": own}),
+        Reply(text="Noted."),
+    )
+
+    async def body(app: Any, adapter: FakeAdapter, db: SessionDB, ids: dict[str, str]) -> str:
+        return await ask(adapter, dm("uma", f"I want to go to Rome in May: {site.root}/article"))
+
+    try:
+        answer = run_app(home, fake_llm, body, web={"allow_networks": ["loopback"]})
+    finally:
+        site.stop()
+    assert answer == "Noted."
+    refused = json.loads(fake_llm.requests[2]["messages"][-1]["content"])
+    assert not refused["success"] and refused["error"] == REPEATS_THE_WEB
+    saved = json.loads(fake_llm.requests[3]["messages"][-1]["content"])
+    assert saved["success"], saved
+    assert fake_llm.judge_requests == [own]
+    assert f"{site.root}/article" in fake_llm.judge_contexts[0]
+    memory = next((home / "memories").glob("*/MEMORY.md")).read_text()
+    assert own in memory and copied not in memory
