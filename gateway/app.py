@@ -200,7 +200,7 @@ def build_app(
         search_policy=search_policy(config),
         group_memory=config.privacy.group_memory == "full",
         embedder=embedder,
-        tools_table=config.tools,
+        tools_table=dict(config.tools),  # its own: the dashboard changes it live
         web=web_tools(config, env),
     )
     agent.vision = config.llm.vision

@@ -187,7 +187,15 @@ class Gateway:
             return
         app = self.app
         parts = Parts(
-            self.home, self.config, self.db, app.people, app.agent.memory, app.embedder, self
+            self.home,
+            self.config,
+            self.db,
+            app.people,
+            app.agent.memory,
+            app.embedder,
+            self,
+            tools_table=app.agent.tools_table,  # changed on the Tools page: live
+            tool_groups=app.agent.tool_groups,
         )
         try:
             self.dashboard = Dashboard(parts, self.http.port)

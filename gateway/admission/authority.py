@@ -16,7 +16,8 @@ The rules, by rank (user < admin < owner):
   never makes anyone an owner;
 - what people said (their conversations, and the quotes of it memory provenance shows) is
   the owner's to read across people; an admin manages users' access and memory;
-- pairing decisions and the dashboard are for admins and owners.
+- pairing decisions and the dashboard are for admins and owners; who may use which
+  tools (config.yaml's `tools:`) is changed by owners alone.
 """
 
 from __future__ import annotations
@@ -37,10 +38,12 @@ class Action(StrEnum):
     READ_CONVERSATIONS = "read the conversations of"
     CANCEL_REMINDER = "cancel a reminder of"
     USE_DASHBOARD = "use the dashboard"
+    CHANGE_TOOLS = "change who may use the tools"
 
 
 # actions that act on the actor alone, or on a stranger (no target person)
 WITHOUT_TARGET = frozenset({Action.DECIDE_PAIRING, Action.USE_DASHBOARD})
+OWNERS_ONLY = frozenset({Action.CHANGE_TOOLS})  # for the whole assistant: no target
 SELF_SERVICE = frozenset(
     {
         Action.LINK_CODE,
@@ -73,6 +76,8 @@ def decide(  # noqa: PLR0911 - a rule table, read top to bottom
     SET_ROLE); else why not, in words a person can act on."""
     if action in WITHOUT_TARGET:
         return None if actor.rank >= RANK["admin"] else "that needs an admin"
+    if action in OWNERS_ONLY:
+        return None if actor.rank >= RANK["owner"] else f"only an owner can {action.value}"
     if target is None:
         return "that needs a person to act on"
     myself = target.user_id == actor.user_id

@@ -28,13 +28,14 @@ from gateway.admission.authority import Action, decide
 from gateway.admission.people import People
 from gateway.commands.context import RuntimeInfo
 from gateway.commands.memory import provider_line
-from gateway.config import HermesConfig
+from gateway.config import REMOVE, ConfigError, HermesConfig, update_config
 from gateway.dashboard.auth import CredentialsError
 from gateway.dashboard.chart import hourly_chart
 from gateway.dashboard.site import COOKIE, LOGIN_COOKIE, Operator, RefusedError, Site, form_of
 from gateway.edge.http_server import Route
 from gateway.logs import RECENT
 from gateway.scheduler import read_status
+from hermes import extras
 from hermes.embedder import Embedder
 from hermes.identity import owner_user_id
 from hermes.memory.render import display_entry, render
@@ -45,6 +46,7 @@ from hermes.state.db import SessionDB
 from hermes.state.people import ROLES
 from hermes.state.search import SearchScope
 from hermes.state.transfer import export_lines, export_markdown
+from hermes.tools import capabilities
 from hermes.tools.session_search import snippet
 
 logger = logging.getLogger(__name__)
@@ -68,6 +70,10 @@ class Parts:
     memory: MemoryService
     embedder: Embedder | None = None
     runtime: RuntimeInfo | None = None
+    # the running agent's table of who may use which tools (None: no gateway runs here,
+    # a change is config.yaml's alone) and the tool groups it has
+    tools_table: dict[str, list[str]] | None = None
+    tool_groups: list[str] | None = None
 
 
 class Dashboard:
@@ -100,6 +106,8 @@ class Dashboard:
             site.route("GET", "/reminders", self._reminders_page),
             site.route("POST", "/reminders/cancel", self._reminder_cancel),
             site.route("GET", "/logs", self._logs_page),
+            site.route("GET", "/tools", self._tools_page),
+            site.route("POST", "/tools/set", self._tools_set),
         ]
 
     async def _off_loop(self, work: Callable[[], T]) -> T:
@@ -528,6 +536,67 @@ class Dashboard:
             return self.site.redirect("/reminders", "No live reminder has that id.")
         self.site.audit(me, "reminder.cancel", gone.user_id, f"{gone.id}: {gone.text[:100]}")
         return self.site.redirect("/reminders", f"Cancelled {gone.id}.")
+
+    # -- tools -----------------------------------------------------------------------------
+
+    def _tool_rows(self) -> list[dict[str, Any]]:
+        parts = self.parts
+        table = parts.tools_table if parts.tools_table is not None else parts.config.tools
+        present = parts.tool_groups or capabilities.groups(
+            provider=bool(parts.config.memory.provider), web=not extras.missing("web")
+        )
+        named = [g for g in table if g not in present]
+        return [
+            {
+                "group": group,
+                "who": ", ".join(capabilities.who_may(group, table)) or "nobody",
+                "said": capabilities.describe(capabilities.who_may(group, table)),
+                "default": group not in table,
+                "what": capabilities.summary(group),
+            }
+            for group in [*present, *named]
+        ]
+
+    async def _tools_page(self, request: web.Request, me: Operator) -> web.StreamResponse:
+        actor = self.people.party_of(me.user_id, me.role)
+        return self._show(
+            request,
+            me,
+            "tools.html",
+            rows=self._tool_rows(),
+            may_change=decide(actor, Action.CHANGE_TOOLS) is None,
+            live=self.parts.tools_table is not None,
+        )
+
+    async def _tools_set(self, request: web.Request, me: Operator) -> web.StreamResponse:
+        """Who may use one tool group: written to config.yaml (validated, comments kept)
+        and, in a running gateway, used from the next turn on."""
+        actor = self.people.party_of(me.user_id, me.role)
+        if (refused := decide(actor, Action.CHANGE_TOOLS)) is not None:
+            raise RefusedError(403, f"Not allowed: {refused}.")
+        form = await form_of(request)
+        reset = form.get("reset") == "yes"
+        try:
+            group = capabilities.check_group(form.get("group", ""))
+            entries = capabilities.simplest(
+                capabilities.check_entry(e) for e in form.get("who", "").replace(",", " ").split()
+            )
+        except ValueError as exc:
+            return self.site.redirect("/tools", f"Not changed: {exc}.")
+        value: object = REMOVE if reset else entries
+        try:
+            await self._off_loop(lambda: update_config(self.parts.home, {("tools", group): value}))
+        except ConfigError as exc:
+            return self.site.redirect("/tools", f"Not changed: {exc}")
+        if self.parts.tools_table is not None:
+            if reset:
+                self.parts.tools_table.pop(group, None)
+            else:
+                self.parts.tools_table[group] = entries
+        who = capabilities.who_may(group, {} if reset else {group: entries})
+        said = capabilities.describe(who)
+        self.site.audit(me, "tools", group, "default" if reset else ", ".join(entries) or "nobody")
+        return self.site.redirect("/tools", f"{group}: {said}.")
 
     # -- logs ------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -125,7 +125,7 @@ class Agent:
     embedder: Embedder | None = None  # hybrid search (search.embeddings)
     group_memory: bool = True  # privacy.group_memory: personal stores in group chats
     on_reminder: Callable[[Reminder], None] | None = None  # a reminder was just added
-    tools_table: Mapping[str, Sequence[str]] = field(default_factory=dict)  # tools:
+    tools_table: dict[str, list[str]] = field(default_factory=dict)  # tools:
     web: WebTools | None = None  # web_search, web_fetch (the web extra installed)
     vision: str = "auto"  # llm.vision: on | off | auto (until the endpoint refuses images)
     vision_refused: bool = False

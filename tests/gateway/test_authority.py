@@ -39,7 +39,11 @@ ALLOWED: dict[Action, set[tuple[str, str]]] = {
     | {(a, t) for a in ("owner", "home") for t in ("user", "admin")},
 }
 ADMINS = {"admin", "owner", "home"}
-WITHOUT_TARGET = {Action.DECIDE_PAIRING: ADMINS, Action.USE_DASHBOARD: ADMINS}
+WITHOUT_TARGET = {
+    Action.DECIDE_PAIRING: ADMINS,
+    Action.USE_DASHBOARD: ADMINS,
+    Action.CHANGE_TOOLS: {"owner", "home"},
+}
 
 
 def role_change_allowed(actor: str, target: str, role: str) -> bool:

@@ -26,11 +26,13 @@ from tests.apps import app_config
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.platform import FakeAdapter
 from tests.fakes.web_site import ARTICLE_TEXT, WebSite
+from tests.gateway.test_authority import _id, _login_as
 from tests.gateway.test_cli_chat import configure
 from tests.gateway.test_commands import ask
 from tests.gateway.test_reminders import Clock
 from tests.gateway.test_router import dm
 from tests.harness.cli import hermes
+from tests.harness.dashboard import serve
 
 # each group for a different rank, and one named person beside a role
 TABLE = {
@@ -329,3 +331,58 @@ def test_a_page_never_writes_memory_by_itself(home: Path, fake_llm: FakeOpenAI) 
     assert f"{site.root}/article" in fake_llm.judge_contexts[0]
     memory = next((home / "memories").glob("*/MEMORY.md")).read_text()
     assert own in memory and copied not in memory
+
+
+@pytest.mark.parametrize("actor", ["admin", "owner", "home"])
+def test_owners_change_the_table_on_the_dashboard_and_admins_only_see_it(
+    home: Path, actor: str
+) -> None:
+    async def body() -> tuple[str, int, str, str]:
+        async with serve(home) as served:
+            served.db.people.ensure_user(_id(actor), role="owner" if actor == "home" else actor)
+            browser = await _login_as(served, actor)
+            try:
+                _, page = await browser.get("/admin/tools")
+                status, after = await browser.post(
+                    "/admin/tools/set", {"group": "schedule", "who": "admin, telegram:42"}
+                )
+                _, bad = await browser.post("/admin/tools/set", {"group": "schedule", "who": "bob"})
+                return page, status, after, bad
+            finally:
+                await browser.close()
+
+    page, status, after, bad = asyncio.run(body())
+    assert "<code>schedule</code>" in page and "Set reminders" in page
+    config = parse_config((home / "config.yaml").read_text(), "config.yaml")
+    if actor == "admin":
+        assert "Only an owner changes" in page and 'action="/admin/tools/set"' not in page
+        assert status == 403 and "only an owner can change who may use the tools" in after
+        assert config.tools == {}
+        return
+    assert status == 200 and "schedule: admins and owners, telegram:42." in after
+    assert config.tools == {"schedule": ["admin", "telegram:42"]}
+    assert "Not changed" in bad and "&#39;bob&#39; is neither a role" in bad
+
+
+def test_a_change_on_the_dashboard_applies_to_the_next_turn(home: Path) -> None:
+    """The running gateway's table is the page's: what an owner saves is what the next
+    turn offers, with no restart."""
+    table: dict[str, list[str]] = {}
+
+    async def body() -> None:
+        async with serve(home) as served:
+            served.dashboard.parts.tools_table = table
+            browser = await _login_as(served, "home")
+            try:
+                await browser.get("/admin/tools")
+                await browser.post("/admin/tools/set", {"group": "memory", "who": "admin"})
+                await browser.get("/admin/tools")
+                await browser.post("/admin/tools/set", {"group": "web", "who": ""})
+                await browser.get("/admin/tools")
+                await browser.post("/admin/tools/set", {"group": "memory", "reset": "yes"})
+            finally:
+                await browser.close()
+
+    asyncio.run(body())
+    assert table == {"web": []}
+    assert parse_config((home / "config.yaml").read_text(), "x").tools == {"web": []}
