@@ -36,6 +36,7 @@ from gateway.config import (
     enabled_platforms,
     judge_wanted,
     main_endpoint,
+    mcp_servers,
     provider_settings,
     secret,
     side_endpoint,
@@ -64,6 +65,7 @@ if TYPE_CHECKING:  # steps 3 to 6 are imported by build_app itself: a CLI comman
     from hermes.embedder import Embedder
     from hermes.llm.types import ChatModel
     from hermes.state.db import SessionDB
+    from hermes.tools.mcp import McpHub
     from hermes.tools.session_search import SummaryPolicy
     from hermes.tools.web import WebTools
 
@@ -140,6 +142,8 @@ class App:
             await self.embedder.close()
         if self.agent.web is not None:
             await self.agent.web.close()
+        if self.agent.mcp is not None:  # each server's connection, and a stdio one's process
+            await self.agent.mcp.close()
 
 
 def build_app(
@@ -202,6 +206,7 @@ def build_app(
         embedder=embedder,
         tools_table=dict(config.tools),  # its own: the dashboard changes it live
         web=web_tools(config, env),
+        mcp=mcp_hub(config, env),
     )
     agent.vision = config.llm.vision
     commands = Commands(home, config, db, agent, people, runtime=runtime)  # 5
@@ -233,6 +238,22 @@ def web_tools(config: HermesConfig, env: Mapping[str, str] | None = None) -> Web
             seconds=config.media.document_seconds,
         ),
     )
+
+
+def mcp_hub(config: HermesConfig, env: Mapping[str, str] | None = None) -> McpHub | None:
+    """The owner's MCP servers (mcp.servers), when any is configured and the mcp extra
+    is installed (else one warning naming the extra)."""
+    if not config.mcp.servers:
+        return None
+    if (missing := extras.needs("mcp", "The MCP servers in config.yaml")) is not None:
+        logger.warning("%s", missing)
+        return None
+    from hermes.tools.mcp import McpHub
+
+    launches, problems = mcp_servers(config, env)
+    for name, why in problems.items():
+        logger.warning("MCP server %s cannot start: %s", name, why)
+    return McpHub(launches, problems)
 
 
 def search_policy(config: HermesConfig) -> SummaryPolicy:

@@ -33,6 +33,7 @@ from hermes.config import (
     AuxiliaryTaskConfig,
     EmbeddingsConfig,
     LLMConfig,
+    McpConfig,
     MediaConfig,
     MemoryConfig,
     SearchConfig,
@@ -55,6 +56,7 @@ class ConfigError(Exception):
 # `platforms:`: a section per platform package (gateway/edge/platforms.py), each its own model
 if TYPE_CHECKING:
     from hermes.state.db import SessionDB
+    from hermes.tools.mcp import McpLaunch
 
     PlatformsConfig = Section
 else:
@@ -157,6 +159,7 @@ class HermesConfig(Section):
     logging: LoggingConfig = LoggingConfig()
     dashboard: DashboardConfig = DashboardConfig()
     web: WebConfig = WebConfig()
+    mcp: McpConfig = McpConfig()
     # who may use each tool group: roles and people (hermes/tools/capabilities.py)
     tools: dict[str, list[str]] = Field(default_factory=dict)
 
@@ -345,6 +348,34 @@ def database_url(config: HermesConfig, env: Mapping[str, str] | None = None) -> 
             "database.url names no user (postgresql://USER@HOST/DATABASE): a password needs one"
         )
     return f"{scheme}://{user}:{quote(password, safe='')}@{host}"
+
+
+def mcp_servers(
+    config: HermesConfig, env: Mapping[str, str] | None = None
+) -> tuple[dict[str, McpLaunch], dict[str, str]]:
+    """The MCP servers of config.yaml, their secrets read from the environment: the
+    launchable ones, and why each other one cannot start (a variable not set). A stdio
+    server's process gets the SDK's usual few variables (PATH, HOME…) and those it names."""
+    from hermes.tools.mcp import McpLaunch
+
+    source = os.environ if env is None else env
+    launches, problems = {}, {}
+    for name, server in config.mcp.servers.items():
+        missing = [
+            ours
+            for ours in [*server.env.values(), *server.headers.values()]
+            if not source.get(ours)
+        ]
+        if missing:
+            problems[name] = f"the variable {missing[0]} is not set"
+            continue
+        child = {
+            k: source[k] for k in ("HOME", "PATH", "SHELL", "TERM", "LANG", "USER") if k in source
+        }
+        child.update({theirs: source[ours] for theirs, ours in server.env.items()})
+        headers = {header: source[ours] for header, ours in server.headers.items()}
+        launches[name] = McpLaunch(name, server, child, headers)
+    return launches, problems
 
 
 def child_environment() -> dict[str, str]:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+MCP_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}", re.ASCII)  # an MCP server's name
 
 
 def _yaml_switch(value: Any) -> Any:
@@ -232,3 +235,47 @@ class WebConfig(Section):
 
     per_person_per_minute: float = Field(default=10.0, gt=0, le=10_000)  # searches + fetches
     per_person_burst: int = Field(default=5, ge=1, le=1_000)
+
+
+class McpServerConfig(Section):
+    """One MCP server: a command run over stdio, or a streamable HTTP `url`. Secrets are
+    referenced by the NAME of an environment variable, never written here: `env` maps
+    the server's variable to ours, `headers` an HTTP header to ours."""
+
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)  # THEIR_VAR: OUR_VAR holding the value
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)  # Header-Name: OUR_VAR
+    include: list[str] = Field(default_factory=list)  # only these tools ([]: all)
+    exclude: list[str] = Field(default_factory=list)  # never these
+    timeout: float = Field(default=60.0, gt=0, le=3600)  # one call
+    startup_timeout: float = Field(default=30.0, gt=0, le=600)  # started and tools listed
+    max_result_chars: int = Field(default=20_000, ge=200, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("an MCP server has either a command (stdio) or a url (HTTP)")
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError("an MCP server's url starts with http:// or https://")
+        return self
+
+
+class McpConfig(Section):
+    """MCP servers the owner plugs in (`mcp.servers.NAME`); who may use each one's tools:
+    `tools.mcp:NAME` (the owner alone until allowed)."""
+
+    servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+
+    @field_validator("servers")
+    @classmethod
+    def _names(cls, value: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
+        for name in value:
+            if not MCP_NAME.fullmatch(name):
+                raise ValueError(
+                    f"{name!r} is not a server name: lowercase letters, digits, - and _ "
+                    "(up to 40, a letter or digit first)"
+                )
+        return value

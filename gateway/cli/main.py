@@ -16,6 +16,7 @@ from gateway.cli import (
     evidence_cmd,
     gateway_cmd,
     init_cmd,
+    mcp_cmd,
     memory_cmd,
     provider_cmd,
     reminders_cmd,
@@ -111,6 +112,7 @@ app.add_typer(backup_cmd.app, name="backup")
 app.add_typer(db_cmd.app, name="db")
 app.add_typer(reminders_cmd.app, name="reminders")
 app.add_typer(tools_cmd.app, name="tools")
+app.add_typer(mcp_cmd.app, name="mcp")
 app.add_typer(evidence_cmd.app, name="evidence")
 app.add_typer(dashboard_cmd.app, name="dashboard")
 app.command("chat")(chat_cmd.chat)

@@ -26,10 +26,14 @@ Who = Annotated[
 
 
 def _groups(ctx: CliContext) -> list[str]:
-    named = [g for g in ctx.config.tools if g.startswith(caps.MCP_PREFIX)]
     from hermes import extras
 
-    found = caps.groups(provider=bool(ctx.config.memory.provider), web=not extras.missing("web"))
+    named = [g for g in ctx.config.tools if g.startswith(caps.MCP_PREFIX)]
+    found = caps.groups(
+        provider=bool(ctx.config.memory.provider),
+        web=not extras.missing("web"),
+        mcp_servers=list(ctx.config.mcp.servers),
+    )
     return found + [g for g in named if g not in found]
 
 

@@ -3,6 +3,7 @@ process, everyone known, another person's memory usage, pairing and access rules
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlencode
@@ -33,6 +34,7 @@ class AdminCommands:
         self.memory_commands = memory_commands
         self.embedder = embedder
         self.runtime: RuntimeInfo | None = None  # what the running process knows of itself
+        self.mcp_states: Callable[[], dict[str, str]] = dict  # each MCP server's state
 
     async def status(self, ctx: CommandContext, _: str) -> str:
         runtime = self.runtime
@@ -51,6 +53,7 @@ class AdminCommands:
                 f"LLM endpoint: {health}",
                 f"Search: hybrid {embedder.status_line()}" if embedder else "Search: lexical",
                 *stored[2],
+                *(f"MCP server {name}: {state}" for name, state in self.mcp_states().items()),
             ]
         )
 

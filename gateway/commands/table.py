@@ -87,6 +87,7 @@ class Commands:
             home, config, db, people, self.memory_commands, embedder=agent.embedder
         )
         self.admin.runtime = runtime
+        self.admin.mcp_states = agent.mcp.states if agent.mcp is not None else dict
         self.reminder_commands = ReminderCommands(db)
         self.sessions: SessionControl | None = None  # the router running us sets this
         self.table = self._table()

@@ -543,7 +543,9 @@ class Dashboard:
         parts = self.parts
         table = parts.tools_table if parts.tools_table is not None else parts.config.tools
         present = parts.tool_groups or capabilities.groups(
-            provider=bool(parts.config.memory.provider), web=not extras.missing("web")
+            provider=bool(parts.config.memory.provider),
+            web=not extras.missing("web"),
+            mcp_servers=list(parts.config.mcp.servers),
         )
         named = [g for g in table if g not in present]
         return [

@@ -40,6 +40,7 @@ from hermes.state.models import Reminder
 from hermes.state.search import SearchScope
 from hermes.text import valid_text
 from hermes.tools.capabilities import Holder, granted, groups, holder_of, may_use
+from hermes.tools.mcp import McpHub, McpTool
 from hermes.tools.schedule import ScheduleTool
 from hermes.tools.session_search import Reranker, SessionSearchTool, Summarizer, SummaryPolicy
 from hermes.tools.taint import Taint
@@ -127,6 +128,7 @@ class Agent:
     on_reminder: Callable[[Reminder], None] | None = None  # a reminder was just added
     tools_table: dict[str, list[str]] = field(default_factory=dict)  # tools:
     web: WebTools | None = None  # web_search, web_fetch (the web extra installed)
+    mcp: McpHub | None = None  # the owner's MCP servers (mcp.servers, the mcp extra)
     vision: str = "auto"  # llm.vision: on | off | auto (until the endpoint refuses images)
     vision_refused: bool = False
     _reviews: dict[str, asyncio.Task[None]] = field(default_factory=dict, repr=False)
@@ -235,7 +237,10 @@ class Agent:
             if personal and may_use(holder, "provider", self.tools_table) is None
             else []
         )
-        tools = self.toolbox(conv, surface, cause, holder, writer=writer, provider_tools=offered)
+        servers = await self._mcp_tools(holder)
+        tools = self.toolbox(
+            conv, surface, cause, holder, writer=writer, provider_tools=offered, mcp_tools=servers
+        )
         recalled = await self.providers.recall(text, provider_session(conv)) if personal else ""
         if recalled:
             context = f"{context}\n{fence_recall(recalled)}"
@@ -271,7 +276,11 @@ class Agent:
     @property
     def tool_groups(self) -> list[str]:
         """The tool groups this assistant has (what /tools and `hermes tools` list)."""
-        return groups(provider=bool(self.providers.name), web=self.web is not None)
+        return groups(
+            provider=bool(self.providers.name),
+            web=self.web is not None,
+            mcp_servers=self.mcp.names if self.mcp is not None else (),
+        )
 
     async def refusal(self, user_id: str, group: str) -> str | None:
         """Why `user_id` may not use the tools of `group` now (None: they may)."""
@@ -286,6 +295,7 @@ class Agent:
         *,
         writer: str | None = None,
         provider_tools: list[dict[str, Any]] | None = None,
+        mcp_tools: Sequence[McpTool] = (),
     ) -> ToolBox:
         """The turn's tools: those of the groups `holder` may use (each call asks again
         when it runs). Memory writes go to `writer`'s stores (default: the session's
@@ -365,11 +375,35 @@ class Agent:
                 Tool("web_search", SEARCH_SCHEMA, search_web, "searching the web…", "web"),
                 Tool("web_fetch", FETCH_SCHEMA, fetch_page, "reading the page…", "web"),
             ]
+        tools += [self._mcp_tool(t, taint) for t in mcp_tools]
         allowed = granted(holder, {t.group for t in tools}, self.tools_table)
         return ToolBox(
             [t for t in tools if t.group in allowed],
             functools.partial(self.refusal, holder.user_id),
         )
+
+    async def _mcp_tools(self, holder: Holder) -> list[McpTool]:
+        """The tools of the MCP servers `holder` may use (a server is started when a
+        turn first needs it)."""
+        if self.mcp is None:
+            return []
+        found: list[McpTool] = []
+        for server in self.mcp.names:
+            if may_use(holder, f"mcp:{server}", self.tools_table) is None:
+                found += await self.mcp.tools(server)
+        return found
+
+    def _mcp_tool(self, tool: McpTool, taint: Taint) -> Tool:
+        hub = self.mcp
+        assert hub is not None
+
+        async def call(args: dict[str, Any]) -> dict[str, Any]:
+            result = await hub.call(tool.server, tool.name, args)
+            if "content" in result:
+                taint.read(f"mcp:{tool.server}/{tool.name}", str(result["content"]))
+            return result
+
+        return Tool(tool.offered, tool.schema, call, f"asking {tool.server}…", f"mcp:{tool.server}")
 
     def _provider_tool(self, user_id: str, schema: dict[str, Any]) -> Tool:
         name = str(schema["function"]["name"])

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hermes.config import MCP_NAME
 from hermes.identity import owner_user_id
 
 if TYPE_CHECKING:
@@ -45,7 +46,6 @@ BUILT_IN: dict[str, tuple[tuple[str, ...], str]] = {
 }
 MCP_DEFAULT: tuple[str, ...] = ("owner",)
 
-_MCP_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}", re.ASCII)
 _USER_ID = re.compile(r"u_[0-9a-f]{16}", re.ASCII)
 _IDENTITY = re.compile(r"[a-z]{2,20}:\S{1,200}", re.ASCII)
 
@@ -93,7 +93,7 @@ def check_group(name: str) -> str:
     """`name` if it is a group the table may name; ValueError (in words) otherwise."""
     if name in BUILT_IN:
         return name
-    if name.startswith(MCP_PREFIX) and _MCP_NAME.fullmatch(name[len(MCP_PREFIX) :]):
+    if name.startswith(MCP_PREFIX) and MCP_NAME.fullmatch(name[len(MCP_PREFIX) :]):
         return name
     known = ", ".join([*BUILT_IN, "mcp:<server>"])
     raise ValueError(f"there is no tool group {name!r} (known: {known})")

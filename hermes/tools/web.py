@@ -397,6 +397,9 @@ def _readable(body: bytes, url: str) -> tuple[str, str]:
     main part."""
     import trafilatura  # noqa: PLC0415 - the web extra, and a second of imports
 
+    # it logs an ERROR for each page it finds no tree in; we fall back to the whole text
+    logging.getLogger("trafilatura").setLevel(logging.CRITICAL)
+
     found = trafilatura.bare_extraction(
         body, url=url, with_metadata=True, include_tables=True, favor_recall=True
     )

@@ -69,6 +69,7 @@ class FakeSearchEngines:
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._server: asyncio.Server | None = None
+        self._open: set[asyncio.StreamWriter] = set()
 
     @property
     def proxy(self) -> str:
@@ -87,6 +88,8 @@ class FakeSearchEngines:
             for task in handlers:  # a hanging answer: its connection is aborted
                 task.cancel()
             await asyncio.gather(*handlers, return_exceptions=True)
+            for writer in list(self._open):  # ddgs's threads may still be connecting
+                writer.transport.abort()
             if self._server is not None:
                 await self._server.wait_closed()
             await asyncio.sleep(0.05)  # the aborted transports' closing callbacks
@@ -106,11 +109,13 @@ class FakeSearchEngines:
         self.loop.run_forever()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._open.add(writer)
         with contextlib.suppress(OSError, asyncio.IncompleteReadError, ssl.SSLError):
             try:
                 await self._tunnel(reader, writer)
             finally:
                 writer.transport.abort()  # at once, TLS or not: nothing is left to say
+                self._open.discard(writer)
 
     async def _tunnel(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         method, target, _ = (await reader.readline()).decode().split(" ", 2)

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -386,3 +389,37 @@ def test_a_change_on_the_dashboard_applies_to_the_next_turn(home: Path) -> None:
     asyncio.run(body())
     assert table == {"web": []}
     assert parse_config((home / "config.yaml").read_text(), "x").tools == {"web": []}
+
+
+def test_the_owners_mcp_tools_answer_the_owner_only(home: Path, fake_llm: FakeOpenAI) -> None:
+    """An MCP server in config.yaml: its tools are offered to the owner (the default for
+    a server) and never to a member; the owner's call reaches the real server and its
+    answer comes back fenced; the server's process ends with the gateway."""
+    server = {
+        "command": sys.executable,
+        "args": ["-m", "tests.fakes.mcp_server", "stdio", tag := secrets.token_hex(8)],
+        "cwd": str(Path(__file__).resolve().parents[2]),
+        "include": ["find_note"],
+    }
+
+    def model(request: dict[str, Any]) -> Reply:
+        last = request["messages"][-1]
+        if last["role"] == "tool":
+            inside = fenced(json.loads(last["content"])["content"])
+            return Reply(text=inside[1] if inside else "?")
+        if "mcp_notes_find_note" in offered(request):
+            return Reply.tool_call("mcp_notes_find_note", {"query": "bike"})
+        return Reply(text="no notes for you")
+
+    async def body(app: Any, adapter: FakeAdapter, db: SessionDB, ids: dict[str, str]) -> list[str]:
+        fake_llm.responder = model
+        said = [await ask(adapter, dm(n, "what's my bike lock code?")) for n in ("olga", "uma")]
+        return [*said, await ask(adapter, dm("olga", "/admin status"))]
+
+    olga, uma, status = run_app(home, fake_llm, body, mcp={"servers": {"notes": server}})
+    assert "MCP server notes: running (1 tools)" in status
+    assert olga == "Note about bike: the bike lock code is 4312."
+    assert uma == "no notes for you"
+    assert [offered(r) for r in fake_llm.requests if "mcp_notes_find_note" in offered(r)]
+    running = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True, check=False)
+    assert running.stdout.strip() == "", "the server's process ended with the gateway"
