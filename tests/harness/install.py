@@ -88,10 +88,8 @@ def make_install(folder: Path, extras: str) -> Install:
     venv = folder / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=clean_environment())
     target = f"{checkout}[{extras}]" if extras else str(checkout)
-    # --no-compile: the .pyc files are written at first import instead (a third of the
-    # install's CPU; what is installed, and so what a missing dependency breaks, is the same)
     done = subprocess.run(
-        [str(venv / "bin" / "pip"), "install", "--quiet", "--no-compile", "-c",
+        [str(venv / "bin" / "pip"), "install", "--quiet", "-c",
          str(checkout / "requirements" / "constraints.txt"), target],
         capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False,
         env=clean_environment(),
