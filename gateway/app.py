@@ -162,6 +162,7 @@ def build_app(
     `policy` replaces the router settings derived from config (tests of other shapes)."""
     from gateway.admission.people import People
     from gateway.commands.table import Commands
+    from gateway.pipeline.confirmations import Confirmations
     from gateway.pipeline.media import MediaIntake
     from gateway.pipeline.router import Router
     from hermes.agent.agent import Agent
@@ -216,6 +217,17 @@ def build_app(
         clients.append(transcriber)
     media = MediaIntake(home, config.media, config.transcription, agent, transcriber, db=db)
     router = Router(agent, db, people, commands, policy or router_policy(config), media=media)  # 6
+    confirmations = Confirmations(  # what waits for a person's yes; `message`'s sending
+        db,
+        people,
+        router.delivery,
+        router.adapters,
+        router.conversations,
+        memory=memory,
+        config=config.message,
+        platforms=tuple(enabled_platforms(config)),
+    )
+    agent.courier = agent.asker = commands.confirmations = router.confirmations = confirmations
     return App(home, config, db, people, agent, commands, router, clients, embedder)
 
 

@@ -36,6 +36,7 @@ from hermes.config import (
     McpConfig,
     MediaConfig,
     MemoryConfig,
+    MessageConfig,
     SearchConfig,
     Section,
     SessionsConfig,
@@ -160,6 +161,7 @@ class HermesConfig(Section):
     dashboard: DashboardConfig = DashboardConfig()
     web: WebConfig = WebConfig()
     mcp: McpConfig = McpConfig()
+    message: MessageConfig = MessageConfig()
     # who may use each tool group: roles and people (hermes/tools/capabilities.py)
     tools: dict[str, list[str]] = Field(default_factory=dict)
 

@@ -220,6 +220,8 @@ async def sweep_job(home: str) -> str:
     if runner is None:
         return "no runner in this process"
     sent = await runner.sweep()
+    if runner.router.confirmations is not None:  # messages asked for in another process
+        sent += await runner.router.confirmations.sweep()
     return f"{sent} reminder(s) delivered" if sent else "nothing due"
 
 

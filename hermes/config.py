@@ -237,6 +237,37 @@ class WebConfig(Section):
     per_person_burst: int = Field(default=5, ge=1, le=1_000)
 
 
+TARGET = re.compile(r"([a-z]{2,20}):(user|chat):(\S{1,200})", re.ASCII)  # message.chats
+
+
+class MessageConfig(Section):
+    """Chats the owner names for the `message` tool: `message.chats.NAME` is
+    `platform:user:ID` (that person's direct chat) or `platform:chat:ID` (a group or a
+    channel). Who may send to each: `tools.message:NAME` (the owner alone until
+    allowed). A person's own linked accounts need no entry (`tools.message`)."""
+
+    chats: dict[str, str] = Field(default_factory=dict)
+    per_person_per_hour: float = Field(default=30.0, gt=0, le=10_000)
+    per_person_burst: int = Field(default=5, ge=1, le=1_000)
+    max_chars: int = Field(default=4_000, ge=100, le=100_000)
+
+    @field_validator("chats")
+    @classmethod
+    def _chats(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, target in value.items():
+            if not MCP_NAME.fullmatch(name):
+                raise ValueError(
+                    f"{name!r} is not a chat name: lowercase letters, digits, - and _ "
+                    "(up to 40, a letter or digit first)"
+                )
+            if not TARGET.fullmatch(target):
+                raise ValueError(
+                    f"message.chats.{name}: {target!r} is not platform:user:ID or "
+                    "platform:chat:ID (e.g. slack:user:U0123ABCD, telegram:chat:-1001234)"
+                )
+        return value
+
+
 class McpServerConfig(Section):
     """One MCP server: a command run over stdio, or a streamable HTTP `url`. Secrets are
     referenced by the NAME of an environment variable, never written here: `env` maps

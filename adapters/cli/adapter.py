@@ -33,7 +33,7 @@ class CliAdapter:
     name = "cli"
     # the terminal renders the Markdown itself and has no length limit worth chunking at
     # a terminal shows it all, unsplit, and redraws a streamed reply as fast as it comes
-    capabilities = Capabilities(max_length=sys.maxsize, edit_interval_s=0.1)
+    capabilities = Capabilities(max_length=sys.maxsize, edit_interval_s=0.1, buttons=False)
 
     def __init__(self) -> None:
         self._sink: EventSink | None = None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gateway.admission.people import People, Person
 from gateway.commands.admin import AdminCommands
@@ -29,6 +30,9 @@ from hermes.state.db import SessionDB
 from hermes.state.search import SearchScope
 from hermes.tools import capabilities
 from hermes.tools.session_search import SessionSearchTool
+
+if TYPE_CHECKING:
+    from gateway.pipeline.confirmations import Confirmations
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +94,7 @@ class Commands:
         self.admin.mcp_states = agent.mcp.states if agent.mcp is not None else dict
         self.reminder_commands = ReminderCommands(db)
         self.sessions: SessionControl | None = None  # the router running us sets this
+        self.confirmations: Confirmations | None = None  # questions put with buttons
         self.table = self._table()
         self._index = {n: c for c in self.table for n in (c.name, *c.aliases)}
 
@@ -103,6 +108,13 @@ class Commands:
             Command("/new", "Start a fresh conversation", self._new, aliases=("/reset",)),
             Command("/stop", "Cancel the answer I'm working on", self._stop, immediate=True),
             Command("/tools", "What I can do for you (tools)", self._tools),
+            Command(
+                "/confirm",
+                "Answer a question I asked you with buttons",
+                self._confirm,
+                usage="CODE [no]",
+                menu=False,
+            ),
             Command(
                 "/memory",
                 "Memory: status, show, forget, why, undo, consolidate",
@@ -326,6 +338,13 @@ class Commands:
             f"You are **{name}**, user `{person.user_id}`, role {person.role}.\n"
             f"Linked accounts: {accounts or 'none'}."
         )
+
+    async def _confirm(self, ctx: CommandContext, argument: str) -> str:
+        if self.confirmations is None:
+            return "I have asked you nothing to confirm."
+        event = ctx.admitted.event if ctx.admitted is not None else None
+        pressed = event if event is not None and event.pressed else None
+        return await self.confirmations.answer(ctx.person.user_id, argument, pressed)
 
     async def _tools(self, ctx: CommandContext, _: str) -> str:
         holder = await self.db.run(self.agent.holder, ctx.person.user_id)

@@ -35,6 +35,7 @@ class Capabilities:
     # (None: the platform cannot edit messages, replies arrive whole)
     edit_interval_s: float | None = None
     group_edit_interval_s: float | None = None  # in groups and channels (stricter limits)
+    buttons: bool = True  # shows buttons under a message (the terminal does not)
 
     def edit_interval(self, group: bool) -> float | None:
         if self.edit_interval_s is None:

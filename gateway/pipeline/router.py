@@ -30,6 +30,7 @@ from gateway.commands.table import Commands, command_name
 from gateway.edge.events import ChatRef, MessageEvent
 from gateway.edge.ports import PlatformAdapter
 from gateway.pipeline.approvals import Approvals
+from gateway.pipeline.confirmations import Confirmations
 from gateway.pipeline.delivery import Delivery
 from gateway.pipeline.lanes import Lanes
 from gateway.pipeline.media import MediaIntake
@@ -117,6 +118,7 @@ class Router(SessionControl):
         )
         self.lanes = Lanes(self.turns.run, self._apologize, policy.queue_mode)
         self.shared: SharedSessions | None = None  # several gateways on one database
+        self.confirmations: Confirmations | None = None  # set by the composition root
 
     def share(self, db: SessionDB, me: str, lease_s: float) -> SharedSessions:
         """Work sessions with the other gateway processes on this (PostgreSQL) database,
@@ -329,6 +331,8 @@ class Router(SessionControl):
             reply = CRASH_REPLY
         if item.person.is_admin and self.approvals.decides(event):
             await self.approvals.settle(event)  # the request's messages say how it ended
+            return
+        if not reply:  # said by editing the pressed message (a /confirm answer)
             return
         # anything else (a refusal) goes to the presser alone: their direct chat
         chat = event.chat

@@ -28,7 +28,7 @@ from gateway.pipeline.streaming import StreamedReply
 from hermes.agent.agent import Agent, Speaker, Surface
 from hermes.agent.conversation import Conversation
 from hermes.places import ChatType
-from hermes.state.conversations import TurnOutcome
+from hermes.state.conversations import NewMessage, TurnOutcome
 from hermes.state.db import SessionDB
 
 logger = logging.getLogger(__name__)
@@ -91,7 +91,20 @@ class LiveConversations:
         Whether the session was ended elsewhere (the idle job) is re-checked in state.db
         at most every SESSION_RECHECK_S seconds; /new drops the entry itself.
         """
-        key, owner = item.key, self._owner(item)
+        return self._conversation(item.key, self._owner(item), surface)
+
+    def record(self, key: SessionKey, owner: str, content: str) -> int | None:
+        """`content` as the assistant's message in the key's conversation (a message
+        the assistant sent there unasked: the `message` tool), on its way ("sending");
+        its id. Blocking: the database executor."""
+        surface = Surface(key.platform, key.chat_type, key.chat_id, key.thread_id)
+        conv = self._conversation(key, owner, surface)
+        stored = NewMessage("assistant", content, delivery="sending")
+        [message_id] = self.db.conversations.add_messages(conv.id, [stored])
+        conv.append([{"role": "assistant", "content": content}])
+        return message_id
+
+    def _conversation(self, key: SessionKey, owner: str, surface: Surface) -> Conversation:
         now = time.monotonic()
         with self._lock:
             pinned = self._pinned.get(key)

@@ -41,6 +41,8 @@ from hermes.state.search import SearchScope
 from hermes.text import valid_text
 from hermes.tools.capabilities import Holder, granted, groups, holder_of, may_use
 from hermes.tools.mcp import McpHub, McpTool
+from hermes.tools.message import Asker, Courier, Target, own_targets
+from hermes.tools.message import schema as message_schema
 from hermes.tools.schedule import ScheduleTool
 from hermes.tools.session_search import Reranker, SessionSearchTool, Summarizer, SummaryPolicy
 from hermes.tools.taint import Taint
@@ -77,6 +79,20 @@ REPEATS_THE_WEB = (
     "Not saved: this repeats what a web page or search said in this turn, and a page "
     "never writes memory by itself. Ask the person whether to keep it; when they say so in "
     "their own words, save it then."
+)
+HELD_FOR_YES = (
+    "Not saved yet: this repeats what was read from {source} in this turn, so the person "
+    "was asked with a button whether to keep it. Tell them briefly; it is saved if they "
+    "press Save."
+)
+MCP_FIRST_USE = (
+    "Not run: this is the person's first use of the {server} tools, so they were asked "
+    "with a button to allow it. Tell them; once they press Allow, ask the tool again in a "
+    "later turn."
+)
+MCP_NOT_ASKED = (
+    "Not run: the {server} tools need the person's yes first, and they cannot be asked "
+    "here (no buttons and no reply). Tell them to use it once from a chat with the bot."
 )
 GROUP_MEMORY_OFF = (
     "Memory is off in group chats here (privacy.group_memory: none); nothing was saved. "
@@ -129,6 +145,8 @@ class Agent:
     tools_table: dict[str, list[str]] = field(default_factory=dict)  # tools:
     web: WebTools | None = None  # web_search, web_fetch (the web extra installed)
     mcp: McpHub | None = None  # the owner's MCP servers (mcp.servers, the mcp extra)
+    courier: Courier | None = None  # `message`: the gateway sends to other chats
+    asker: Asker | None = None  # asks a person to confirm with a button
     vision: str = "auto"  # llm.vision: on | off | auto (until the endpoint refuses images)
     vision_refused: bool = False
     _reviews: dict[str, asyncio.Task[None]] = field(default_factory=dict, repr=False)
@@ -279,7 +297,9 @@ class Agent:
         return groups(
             provider=bool(self.providers.name),
             web=self.web is not None,
+            message=self.courier is not None,
             mcp_servers=self.mcp.names if self.mcp is not None else (),
+            chats=list(self.courier.chats) if self.courier is not None else (),
         )
 
     async def refusal(self, user_id: str, group: str) -> str | None:
@@ -310,8 +330,10 @@ class Agent:
             if not self.sessions.personal(surface) or owner is None:
                 return {"success": False, "error": GROUP_MEMORY_OFF}
             content = args.get("content")
-            if taint.tainted and isinstance(content, str) and taint.repeats(content):
-                return {"success": False, "error": REPEATS_THE_WEB}
+            if taint.tainted and isinstance(content, str) and (source := taint.repeats(content)):
+                return await self._hold_memory(
+                    owner, surface=surface, conv=conv, cause=cause, args=args, source=source
+                )
             outcome = await self.memory.apply(
                 owner,
                 args,
@@ -375,7 +397,9 @@ class Agent:
                 Tool("web_search", SEARCH_SCHEMA, search_web, "searching the web…", "web"),
                 Tool("web_fetch", FETCH_SCHEMA, fetch_page, "reading the page…", "web"),
             ]
-        tools += [self._mcp_tool(t, taint) for t in mcp_tools]
+        tools += [self._mcp_tool(t, taint, holder.user_id, surface) for t in mcp_tools]
+        if self.courier is not None:
+            tools += self._message_tool(self.courier, holder, surface)
         allowed = granted(holder, {t.group for t in tools}, self.tools_table)
         return ToolBox(
             [t for t in tools if t.group in allowed],
@@ -393,17 +417,80 @@ class Agent:
                 found += await self.mcp.tools(server)
         return found
 
-    def _mcp_tool(self, tool: McpTool, taint: Taint) -> Tool:
-        hub = self.mcp
+    def _mcp_tool(self, tool: McpTool, taint: Taint, user_id: str, surface: Surface) -> Tool:
+        """A person's first call of a server's tools waits for their yes (a button)."""
+        hub, asker = self.mcp, self.asker
         assert hub is not None
+        subject = f"mcp:{tool.server}"
 
         async def call(args: dict[str, Any]) -> dict[str, Any]:
+            if asker is not None and not await asker.consented(user_id, subject):
+                question = (
+                    f"**Allow the {tool.server} tools?** The assistant wants to use "
+                    f"`{tool.name}` of the MCP server {tool.server} for you, for the first "
+                    "time. Once allowed, it uses that server's tools without asking again."
+                )
+                code = await asker.ask(user_id, surface, "mcp", question, subject=subject)
+                note = MCP_FIRST_USE if code is not None else MCP_NOT_ASKED
+                return {"success": False, "error": note.format(server=tool.server)}
             result = await hub.call(tool.server, tool.name, args)
             if "content" in result:
                 taint.read(f"mcp:{tool.server}/{tool.name}", str(result["content"]))
             return result
 
         return Tool(tool.offered, tool.schema, call, f"asking {tool.server}…", f"mcp:{tool.server}")
+
+    async def _hold_memory(
+        self,
+        owner: str,
+        *,
+        surface: Surface,
+        conv: Conversation,
+        cause: int | None,
+        args: dict[str, Any],
+        source: str,
+    ) -> dict[str, Any]:
+        """A memory write that repeats fetched text: shown to the person with a button,
+        saved only if they say yes (refused where they cannot be asked)."""
+        if self.asker is None:
+            return {"success": False, "error": REPEATS_THE_WEB}
+        content = str(args.get("content", ""))
+        question = (
+            f"**Save this to memory?** It repeats what was read from {source}:\n\n> {content[:600]}"
+        )
+        payload = {"args": args, "session_id": conv.id, "message_id": cause}
+        code = await self.asker.ask(owner, surface, "memory", question, payload=payload)
+        if code is None:
+            return {"success": False, "error": REPEATS_THE_WEB}
+        return {"success": False, "held": True, "error": HELD_FOR_YES.format(source=source)}
+
+    def _message_tool(self, courier: Courier, holder: Holder, surface: Surface) -> list[Tool]:
+        """`message`, offered with the places `holder` may send to (none: not offered);
+        a named chat's own capability is asked again when the call runs."""
+        own = own_targets(holder, courier.platforms)
+        named = [
+            t
+            for name, t in courier.chats.items()
+            if may_use(holder, f"message:{name}", self.tools_table) is None
+        ]
+        if not own and not named:
+            return []
+        places = {t.name: t for t in [*named, *own]}  # a platform's name wins over a chat's
+
+        async def send(args: dict[str, Any]) -> dict[str, Any]:
+            to, text = args.get("to"), args.get("text")
+            target: Target | None = places.get(to) if isinstance(to, str) else None
+            if target is None:
+                known = ", ".join(sorted(places))
+                return {"success": False, "error": f"Unknown target {to!r}; one of: {known}."}
+            if not isinstance(text, str) or not text.strip():
+                return {"success": False, "error": "The message text is empty."}
+            if target.group and (why := await self.refusal(holder.user_id, target.group)):
+                return {"success": False, "error": f"Not sent: {why}."}
+            return await courier.send(holder, surface, target, text)
+
+        schema = message_schema(own, named)
+        return [Tool("message", schema, send, "sending that…", "message")]
 
     def _provider_tool(self, user_id: str, schema: dict[str, Any]) -> Tool:
         name = str(schema["function"]["name"])

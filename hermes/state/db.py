@@ -31,6 +31,7 @@ from hermes.state import engine as eng
 from hermes.state import sidecar
 from hermes.state.access import AccessDB
 from hermes.state.cluster import ClusterDB
+from hermes.state.confirmations import ConfirmationsDB
 from hermes.state.conversations import ConversationDB
 from hermes.state.dashboard import DashboardDB
 from hermes.state.loopguard import guard
@@ -86,6 +87,7 @@ class SessionDB:
         self.dashboard = DashboardDB(self)
         self.outbox = OutboxDB(self)
         self.marks = MarksDB(self)
+        self.confirmations = ConfirmationsDB(self)
 
     @classmethod
     def open(cls, home: Path, url: str | None = None, pool_size: int = 5) -> SessionDB:

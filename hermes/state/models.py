@@ -528,6 +528,50 @@ class OutboxDrop(SQLModel, table=True):
     reason: str = ""
 
 
+class Confirmation(SQLModel, table=True):
+    """Something the assistant may do for a person only once they pressed a button (or
+    typed `/confirm CODE`): a message to a chat it never sent to for them (`message`),
+    their first use of an MCP server (`mcp`), a memory write that repeats fetched text
+    (`memory`). `subject` is what a yes consents to from then on (`message:slack:user:U1`,
+    `mcp:notes`; "" for a one-off). A message is also the outbox of its delivery:
+    `ready` (confirmed, or to a chat consented before) -> `sending` (claimed by
+    `claimed_by`) -> `sent`, `failed` or `unknown`; the process that has the target's
+    platform delivers it."""
+
+    __tablename__ = "confirmations"
+    __table_args__ = (
+        _one_of("kind", "message", "mcp", "memory"),
+        _one_of(
+            "status",
+            "asked",
+            "declined",
+            "done",
+            "ready",
+            "sending",
+            "sent",
+            "failed",
+            "unknown",
+            "expired",
+        ),
+        Index("ix_confirmations_user", "user_id", "subject"),
+        Index("ix_confirmations_status", "status", "platform"),
+    )
+
+    code: str = Field(primary_key=True)
+    user_id: str  # who must say yes (a record: kept when they are deleted)
+    kind: str
+    subject: str = ""
+    payload: str = "{}"  # JSON: what a yes does
+    question: str = ""  # what the person was asked (shown again with the outcome)
+    platform: str = ""  # a message's target platform: the process that has it sends it
+    status: str = "asked"
+    detail: str = ""  # the outcome in words (an error, where it was stored)
+    claimed_by: str = ""
+    created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime
+    decided_at: datetime | None = None
+
+
 class AuditEntry(SQLModel, table=True):
     """A change an operator made from the dashboard: who, what, when (kept when the
     actor is deleted: the record outlives them)."""

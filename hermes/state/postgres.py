@@ -437,6 +437,7 @@ UPGRADES: dict[int, tuple[str, ...]] = {
     19: (),
     20: (),
     21: ("job_schedules", "platform_marks"),
+    22: ("confirmations",),
 }
 UPGRADE_STATEMENTS: dict[int, tuple[str, ...]] = {
     15: (

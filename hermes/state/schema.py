@@ -581,8 +581,31 @@ _V21 = [
     )""",
 ]
 
+# v22: what waits for a person's yes (a first message to a chat, a first use of an MCP
+# server, a memory write repeating fetched text), and the messages' outbox
+_V22 = [
+    """CREATE TABLE confirmations (
+        code TEXT PRIMARY KEY,
+        user_id TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('message', 'mcp', 'memory')),
+        subject TEXT NOT NULL DEFAULT '',
+        payload TEXT NOT NULL DEFAULT '{}',
+        question TEXT NOT NULL DEFAULT '',
+        platform TEXT NOT NULL DEFAULT '',
+        status TEXT NOT NULL DEFAULT 'asked' CHECK (status IN ('asked', 'declined', 'done',
+            'ready', 'sending', 'sent', 'failed', 'unknown', 'expired')),
+        detail TEXT NOT NULL DEFAULT '',
+        claimed_by TEXT NOT NULL DEFAULT '',
+        created_at TIMESTAMP NOT NULL,
+        expires_at TIMESTAMP NOT NULL,
+        decided_at TIMESTAMP
+    )""",
+    "CREATE INDEX ix_confirmations_user ON confirmations(user_id, subject)",
+    "CREATE INDEX ix_confirmations_status ON confirmations(status, platform)",
+]
+
 MIGRATIONS: list[list[str]] = [
     _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15,
-    _V16, _V17, _V18, _V19, _V20, _V21,
+    _V16, _V17, _V18, _V19, _V20, _V21, _V22,
 ]  # fmt: skip
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -3,16 +3,17 @@ every tool call, on every surface (a platform chat, the CLI chat, a scheduled pr
 in its owner's name).
 
 Tools come in groups (a capability): `memory`, `session_search`, `schedule`, `provider`
-(the memory provider's tools), `web` (web_search, web_fetch), and `mcp:<server>` for
-each MCP server the owner plugs in. config.yaml's `tools:` section says who may use
-each group, as a list of:
+(the memory provider's tools), `web` (web_search, web_fetch), `message` (to the
+person's own linked accounts), `message:<name>` for each chat the owner named in
+`message.chats`, and `mcp:<server>` for each MCP server the owner plugs in.
+config.yaml's `tools:` section says who may use each group, as a list of:
 - a role: that role and every higher one (`user` < `admin` < `owner`), so `[user]` is
   everyone admitted and `[admin]` is admins and owners;
 - a person: `u_…` (a user id) or `platform:platform user id` (`telegram:12345`), so a
   named person keeps the capability through a link of their accounts;
 an empty list is nobody. A group the section does not name keeps its default (below):
 everyone for the built-in tools but the web (the owner alone, unless `hermes init` wrote
-the operator's choice), the owner alone for an MCP server until it is allowed.
+the operator's choice), the owner alone for an MCP server or a named chat until allowed.
 
 `may_use` is pure; the agent builds the person's `Holder` (their role, whether they are
 this home's owner, their linked accounts) once per turn, offers only the tools of the
@@ -43,8 +44,10 @@ BUILT_IN: dict[str, tuple[tuple[str, ...], str]] = {
     "schedule": (("user",), "Set reminders and scheduled tasks"),
     "provider": (("user",), "The memory provider's own tools"),
     "web": (("owner",), "Search the web and read pages and PDFs"),
+    "message": (("user",), "Send messages to your other linked chats"),
 }
 MCP_DEFAULT: tuple[str, ...] = ("owner",)
+MESSAGE_PREFIX = "message:"  # a chat the owner named (message.chats): the owner alone
 
 _USER_ID = re.compile(r"u_[0-9a-f]{16}", re.ASCII)
 _IDENTITY = re.compile(r"[a-z]{2,20}:\S{1,200}", re.ASCII)
@@ -68,11 +71,20 @@ class Holder:
         return RANK["owner"] if self.home_owner else RANK.get(self.role, 0)
 
 
-def groups(*, provider: bool, web: bool, mcp_servers: Iterable[str] = ()) -> list[str]:
+def groups(
+    *,
+    provider: bool,
+    web: bool,
+    message: bool = True,
+    mcp_servers: Iterable[str] = (),
+    chats: Iterable[str] = (),
+) -> list[str]:
     """The groups an assistant has: the built-in ones (`provider` with a memory provider
-    configured, `web` with the web extra installed) and one per MCP server."""
-    present = {"provider": provider, "web": web}
+    configured, `web` with the web extra installed), one per named chat and one per MCP
+    server."""
+    present = {"provider": provider, "web": web, "message": message}
     names = [g for g in BUILT_IN if present.get(g, True)]
+    names += [f"{MESSAGE_PREFIX}{chat}" for chat in chats if message]
     return names + [f"{MCP_PREFIX}{server}" for server in mcp_servers]
 
 
@@ -93,9 +105,10 @@ def check_group(name: str) -> str:
     """`name` if it is a group the table may name; ValueError (in words) otherwise."""
     if name in BUILT_IN:
         return name
-    if name.startswith(MCP_PREFIX) and MCP_NAME.fullmatch(name[len(MCP_PREFIX) :]):
-        return name
-    known = ", ".join([*BUILT_IN, "mcp:<server>"])
+    for prefix in (MCP_PREFIX, MESSAGE_PREFIX):
+        if name.startswith(prefix) and MCP_NAME.fullmatch(name[len(prefix) :]):
+            return name
+    known = ", ".join([*BUILT_IN, "message:<chat>", "mcp:<server>"])
     raise ValueError(f"there is no tool group {name!r} (known: {known})")
 
 
@@ -120,7 +133,7 @@ def who_may(group: str, table: Table) -> tuple[str, ...]:
     """Who may use `group`: the table's list, else the group's default."""
     if group in table:
         return tuple(table[group])
-    if group.startswith(MCP_PREFIX):
+    if group.startswith((MCP_PREFIX, MESSAGE_PREFIX)):
         return MCP_DEFAULT
     return BUILT_IN[group][0] if group in BUILT_IN else ()
 
@@ -148,6 +161,8 @@ def summary(group: str) -> str:
     """What the tools of `group` let the assistant do, in words."""
     if group in BUILT_IN:
         return BUILT_IN[group][1]
+    if group.startswith(MESSAGE_PREFIX):
+        return f"Send messages to the chat {group[len(MESSAGE_PREFIX) :]}"
     return f"Tools of the MCP server {group[len(MCP_PREFIX) :]}"
 
 

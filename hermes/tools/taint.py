@@ -3,8 +3,9 @@
 A memory write proposed in such a turn goes to the memory guard's model with that fact
 (`context`), and a write that repeats what was read (a run of `RUN_WORDS` words, or of
 `RUN_CHARS` characters in scripts written without spaces) is not saved on the model's
-word: the model is told to ask the person, whose own next message (a turn that read
-nothing) can then save it. A page can so never plant a memory by itself.
+word: the person is shown it with a button and it is saved if they say yes (where
+they cannot be asked, the model is told to ask them, and their own next message can
+then save it). A page can so never plant a memory by itself.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 @dataclass
 class Taint:
     sources: list[str] = field(default_factory=list)  # URLs and searches, in order
-    _runs: set[tuple[str, ...]] = field(default_factory=set, repr=False)
-    _chars: set[str] = field(default_factory=set, repr=False)
+    # each run read -> where it was read (the first source that had it)
+    _runs: dict[tuple[str, ...], str] = field(default_factory=dict, repr=False)
+    _chars: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def tainted(self) -> bool:
@@ -31,22 +33,18 @@ class Taint:
         """The turn read `text` from `source` (a URL, "web search: QUERY")."""
         self.sources.append(source)
         words = _words(text)
-        self._runs.update(_runs(words))
-        squeezed = "".join(w for w in words if not w.isascii())  # spaceless scripts only
-        self._chars.update(
-            squeezed[i : i + RUN_CHARS] for i in range(0, max(0, len(squeezed) - RUN_CHARS + 1))
-        )
+        for run in _runs(words):
+            self._runs.setdefault(run, source)
+        for piece in _pieces(words):
+            self._chars.setdefault(piece, source)
 
-    def repeats(self, content: str) -> bool:
-        """Whether `content` repeats a run of what the turn read."""
+    def repeats(self, content: str) -> str | None:
+        """Where `content` repeats a run of what the turn read from; None if nowhere."""
         words = _words(content)
-        if any(run in self._runs for run in _runs(words)):
-            return True
-        squeezed = "".join(w for w in words if not w.isascii())  # spaceless scripts only
-        return any(
-            squeezed[i : i + RUN_CHARS] in self._chars
-            for i in range(0, max(0, len(squeezed) - RUN_CHARS + 1))
-        )
+        for run in _runs(words):
+            if run in self._runs:
+                return self._runs[run]
+        return next((self._chars[p] for p in _pieces(words) if p in self._chars), None)
 
     def context(self) -> str:
         """What the memory guard's model is told about this turn."""
@@ -62,5 +60,11 @@ def _words(text: str) -> list[str]:
     return [w.casefold() for w in _WORD.findall(text)]
 
 
-def _runs(words: list[str]) -> set[tuple[str, ...]]:
-    return {tuple(words[i : i + RUN_WORDS]) for i in range(0, len(words) - RUN_WORDS + 1)}
+def _runs(words: list[str]) -> list[tuple[str, ...]]:
+    return [tuple(words[i : i + RUN_WORDS]) for i in range(0, len(words) - RUN_WORDS + 1)]
+
+
+def _pieces(words: list[str]) -> list[str]:
+    """The RUN_CHARS-long pieces of the words in scripts written without spaces."""
+    squeezed = "".join(w for w in words if not w.isascii())
+    return [squeezed[i : i + RUN_CHARS] for i in range(0, max(0, len(squeezed) - RUN_CHARS + 1))]

@@ -323,15 +323,15 @@ def test_engines_that_refuse_or_hang_are_an_error_in_words(
 @pytest.mark.parametrize(
     ("note", "repeats"),
     [
-        ("The night train from Vienna to Rome was brought back last spring", True),
-        ("THE NIGHT TRAIN — from Vienna, to Rome; was brought back!", True),  # case, marks
-        ("Uma wants to take the night train from Vienna to Rome", False),  # her own words
-        ("Prefers sleeper trains to flying", False),
-        ("夜行列車はウィーンからローマまで運行を再開しました", True),  # a run without spaces
-        ("ローマへの夜行列車に乗りたい", False),
+        ("The night train from Vienna to Rome was brought back last spring", "a"),
+        ("THE NIGHT TRAIN — from Vienna, to Rome; was brought back!", "a"),  # case, marks
+        ("Uma wants to take the night train from Vienna to Rome", None),  # her own words
+        ("Prefers sleeper trains to flying", None),
+        ("夜行列車はウィーンからローマまで運行を再開しました", "b"),  # a run without spaces
+        ("ローマへの夜行列車に乗りたい", None),
     ],
 )
-def test_a_note_that_repeats_what_the_turn_read_is_found(note: str, repeats: bool) -> None:
+def test_a_note_that_repeats_what_the_turn_read_is_found(note: str, repeats: str | None) -> None:
     from hermes.tools.taint import Taint
 
     taint = Taint()
@@ -340,5 +340,6 @@ def test_a_note_that_repeats_what_the_turn_read_is_found(note: str, repeats: boo
     taint.read(
         "https://example.org/b", "昨年の春、夜行列車はウィーンからローマまで運行を再開しました。"
     )
-    assert taint.tainted and taint.repeats(note) is repeats
+    where = taint.repeats(note)
+    assert taint.tainted and where == (repeats and f"https://example.org/{repeats}")
     assert "https://example.org/a" in taint.context()

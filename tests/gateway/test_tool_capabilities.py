@@ -18,7 +18,6 @@ import pytest
 from gateway.app import build_app
 from gateway.config import ConfigError, parse_config
 from gateway.reminders import ReminderRunner
-from hermes.agent.agent import REPEATS_THE_WEB
 from hermes.fence import fenced
 from hermes.identity import owner_user_id
 from hermes.places import Surface
@@ -36,6 +35,7 @@ from tests.gateway.test_reminders import Clock
 from tests.gateway.test_router import dm
 from tests.harness.cli import hermes
 from tests.harness.dashboard import serve
+from tests.harness.wait import until
 
 # each group for a different rank, and one named person beside a role
 TABLE = {
@@ -44,6 +44,7 @@ TABLE = {
     "schedule": ["owner", "fakechat:nina"],
     "provider": ["admin"],
     "web": ["admin", "fakechat:uma"],
+    "message": ["admin", "fakechat:uma"],
 }
 PROVIDER_TOOLS = {"fact_store", "fact_feedback"}  # the holographic provider's
 TOOLS = {
@@ -52,14 +53,15 @@ TOOLS = {
     "schedule": {"schedule"},
     "provider": PROVIDER_TOOLS,
     "web": {"web_search", "web_fetch"},
+    "message": {"message"},
 }
 # chat name -> role set in the database (olga is linked to this home's owner)
 PEOPLE = {"uma": "user", "nina": "user", "adam": "admin", "oscar": "owner", "olga": "user"}
-EVERY = {"memory", "session_search", "schedule", "provider", "web"}
+EVERY = {"memory", "session_search", "schedule", "provider", "web", "message"}
 EXPECTED = {
-    "uma": {"memory", "web"},
+    "uma": {"memory", "web", "message"},
     "nina": {"memory", "schedule"},
-    "adam": {"memory", "session_search", "provider", "web"},
+    "adam": {"memory", "session_search", "provider", "web", "message"},
     "oscar": EVERY,
     "olga": EVERY,  # the home owner
 }
@@ -274,6 +276,7 @@ def test_the_operator_sees_and_changes_the_table_on_the_cli(home: Path) -> None:
         "session_search",
         "schedule",
         "web",
+        "message",
         "mcp:notes",
     }
 
@@ -306,8 +309,9 @@ def test_a_member_asks_about_a_link_and_gets_its_text(home: Path, fake_llm: Fake
 
 
 def test_a_page_never_writes_memory_by_itself(home: Path, fake_llm: FakeOpenAI) -> None:
-    """A turn that read a page: a note repeating the page is not saved (the model is told
-    to ask the person); the person's own fact is judged knowing the turn read the web."""
+    """A turn that read a page: a note repeating the page is not saved on the model's
+    word: the person is shown it with Save / Don't save buttons, only they can answer,
+    once; the person's own fact is judged knowing the turn read the web."""
     site = WebSite().start()
     copied = "The night train from Vienna to Rome was brought back last spring"
     own = "Uma wants to take the night train to Rome in May"
@@ -318,22 +322,43 @@ def test_a_page_never_writes_memory_by_itself(home: Path, fake_llm: FakeOpenAI) 
         Reply(text="Noted."),
     )
 
-    async def body(app: Any, adapter: FakeAdapter, db: SessionDB, ids: dict[str, str]) -> str:
-        return await ask(adapter, dm("uma", f"I want to go to Rome in May: {site.root}/article"))
+    def memory() -> str:
+        return next((home / "memories").glob("*/MEMORY.md")).read_text()
+
+    async def body(app: Any, adapter: FakeAdapter, db: SessionDB, ids: dict[str, str]) -> None:
+        await adapter.deliver(dm("uma", f"I want to go to Rome in May: {site.root}/article"))
+        await adapter.wait_for(2)
+        question, answer = adapter.sent[0].message, adapter.sent[1].message
+        assert answer.text == "Noted."
+        assert "Save this to memory?" in question.text and copied in question.text
+        assert f"{site.root}/article" in question.text
+        assert question.buttons is not None
+        save, drop = question.buttons
+        assert (save.label, drop.label) == ("Save", "Don't save")
+        assert own in memory() and copied not in memory()
+        # someone else presses it: nothing happens but a word to them
+        press = {"pressed": True, "reply_to_id": "1"}
+        refused = await ask(adapter, dm("nina", save.command, **press))
+        assert "no question of mine" in refused and copied not in memory()
+        edits = len(adapter.attempts)
+        await adapter.deliver(dm("uma", save.command, **press))
+        await until(lambda: len(adapter.attempts) > edits, "the question edited")
+        shown = adapter.attempts[-1]
+        assert shown.buttons == () and shown.text.endswith("Saved to memory.")
+        assert copied in memory()
+        again = await ask(adapter, dm("uma", drop.command))  # typed, after the yes
+        assert again == "You already said yes to that."
 
     try:
-        answer = run_app(home, fake_llm, body, web={"allow_networks": ["loopback"]})
+        run_app(home, fake_llm, body, web={"allow_networks": ["loopback"]})
     finally:
         site.stop()
-    assert answer == "Noted."
-    refused = json.loads(fake_llm.requests[2]["messages"][-1]["content"])
-    assert not refused["success"] and refused["error"] == REPEATS_THE_WEB
+    held = json.loads(fake_llm.requests[2]["messages"][-1]["content"])
+    assert not held["success"] and held["held"] and "button" in held["error"]
     saved = json.loads(fake_llm.requests[3]["messages"][-1]["content"])
     assert saved["success"], saved
-    assert fake_llm.judge_requests == [own]
+    assert fake_llm.judge_requests[0] == own
     assert f"{site.root}/article" in fake_llm.judge_contexts[0]
-    memory = next((home / "memories").glob("*/MEMORY.md")).read_text()
-    assert own in memory and copied not in memory
 
 
 @pytest.mark.parametrize("actor", ["admin", "owner", "home"])
@@ -405,7 +430,10 @@ def test_the_owners_mcp_tools_answer_the_owner_only(home: Path, fake_llm: FakeOp
     def model(request: dict[str, Any]) -> Reply:
         last = request["messages"][-1]
         if last["role"] == "tool":
-            inside = fenced(json.loads(last["content"])["content"])
+            result = json.loads(last["content"])
+            if not result["success"]:
+                return Reply(text=result["error"])
+            inside = fenced(result["content"])
             return Reply(text=inside[1] if inside else "?")
         if "mcp_notes_find_note" in offered(request):
             return Reply.tool_call("mcp_notes_find_note", {"query": "bike"})
@@ -413,6 +441,17 @@ def test_the_owners_mcp_tools_answer_the_owner_only(home: Path, fake_llm: FakeOp
 
     async def body(app: Any, adapter: FakeAdapter, db: SessionDB, ids: dict[str, str]) -> list[str]:
         fake_llm.responder = model
+        # the owner's first use of the server waits for their yes
+        asked = await ask(adapter, dm("olga", "what's my bike lock code?"))
+        at, question = next((i, s.message) for i, s in enumerate(adapter.sent) if s.message.buttons)
+        assert "Allow the notes tools?" in question.text and question.buttons is not None
+        allow = question.buttons[0]
+        assert allow.label == "Allow"
+        assert "4312" not in asked and "once they press Allow" in asked  # not called
+        edits = len(adapter.attempts)
+        await adapter.deliver(dm("olga", allow.command, pressed=True, reply_to_id=str(at + 1)))
+        await until(lambda: len(adapter.attempts) > edits, "the question edited")
+        assert adapter.attempts[-1].text.endswith("Allowed: ask me again and I'll use it.")
         said = [await ask(adapter, dm(n, "what's my bike lock code?")) for n in ("olga", "uma")]
         return [*said, await ask(adapter, dm("olga", "/admin status"))]
 
