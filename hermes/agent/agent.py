@@ -467,7 +467,8 @@ class Agent:
     def _message_tool(self, courier: Courier, holder: Holder, surface: Surface) -> list[Tool]:
         """`message`, offered with the places `holder` may send to (none: not offered);
         a named chat's own capability is asked again when the call runs."""
-        own = own_targets(holder, courier.platforms)
+        here = surface.platform if surface.is_dm else None  # (that DM is this chat)
+        own = [t for t in own_targets(holder, courier.platforms) if t.platform != here]
         named = [
             t
             for name, t in courier.chats.items()

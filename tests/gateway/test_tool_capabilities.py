@@ -45,6 +45,7 @@ TABLE = {
     "provider": ["admin"],
     "web": ["admin", "fakechat:uma"],
     "message": ["admin", "fakechat:uma"],
+    "message:team": ["user"],  # a chat the owner named: somewhere to send from a DM
 }
 PROVIDER_TOOLS = {"fact_store", "fact_feedback"}  # the holographic provider's
 TOOLS = {
@@ -54,14 +55,15 @@ TOOLS = {
     "provider": PROVIDER_TOOLS,
     "web": {"web_search", "web_fetch"},
     "message": {"message"},
+    "message:team": set(),  # a place of the message tool, no tool of its own
 }
 # chat name -> role set in the database (olga is linked to this home's owner)
 PEOPLE = {"uma": "user", "nina": "user", "adam": "admin", "oscar": "owner", "olga": "user"}
-EVERY = {"memory", "session_search", "schedule", "provider", "web", "message"}
+EVERY = {"memory", "session_search", "schedule", "provider", "web", "message", "message:team"}
 EXPECTED = {
-    "uma": {"memory", "web", "message"},
-    "nina": {"memory", "schedule"},
-    "adam": {"memory", "session_search", "provider", "web", "message"},
+    "uma": {"memory", "web", "message", "message:team"},
+    "nina": {"memory", "schedule", "message:team"},
+    "adam": {"memory", "session_search", "provider", "web", "message", "message:team"},
     "oscar": EVERY,
     "olga": EVERY,  # the home owner
 }
@@ -96,7 +98,7 @@ def run_app(home: Path, fake: FakeOpenAI, body: Any, **sections: Any) -> Any:
             fake,
             tools=TABLE,
             memory={"review_interval": 0, "provider": "holographic"},
-            **sections,
+            **{"message": {"chats": {"team": "fakechat:chat:team"}}, **sections},
         )
         app = build_app(home, config, db)
         adapter = FakeAdapter()
