@@ -33,6 +33,7 @@ from gateway.config import (
     judge_wanted,
     load_config,
     main_endpoint,
+    mcp_servers,
     open_state,
     side_endpoint,
 )
@@ -40,6 +41,7 @@ from gateway.dashboard.auth import CREDENTIALS_FILENAME, Credentials, Credential
 from gateway.edge.platform_config import PlatformConfig, platforms
 from gateway.scheduler import read_status
 from gateway.status_file import read_status_file
+from hermes import extras
 from hermes.embedding_models import EndpointModel, LocalModel, local_problem
 from hermes.llm.client import LLMClient, LLMError
 from hermes.providers.base import MemoryProvider
@@ -48,6 +50,7 @@ from hermes.state.db import STATE_DB_FILENAME, SessionDB
 from hermes.state.engine import StateDBError, redact, stored_version
 from hermes.state.outbox import OutboxStatus
 from hermes.state.schema import SCHEMA_VERSION
+from hermes.tools.mcp import McpHub, McpLaunch
 
 Status = Literal["ok", "fail", "skip"]
 MIN_FREE_BYTES = 500 * 1024 * 1024  # below this, state.db and the stores may fail to grow
@@ -95,6 +98,7 @@ async def run_checks(
     ]
     enabled = enabled_platforms(config)
     probes += [check_platform(name, section, env, timeout) for name, section in enabled.items()]
+    probes += check_mcp(config, env, timeout)
     checks.extend(await asyncio.gather(*probes))
     if not enabled:
         checks.append(skip("platforms", "none enabled (the terminal chat works without any)"))
@@ -106,6 +110,41 @@ async def run_checks(
     checks.append(check_provider(home, config, env))
     checks.append(check_guard(config, env))
     return checks
+
+
+def check_mcp(
+    config: HermesConfig, env: Mapping[str, str] | None, timeout: float
+) -> list[Awaitable[Check]]:
+    """Each MCP server started as the gateway would start it, its tools listed, stopped."""
+    if not config.mcp.servers:
+        return []
+    if (absent := extras.needs("mcp", "The MCP servers in config.yaml")) is not None:
+        return [_done(fail("MCP servers", absent, extras.install_command("mcp")))]
+    launches, problems = mcp_servers(config, env)
+    probes: list[Awaitable[Check]] = [
+        _done(fail(f"MCP server {name}", why, "export it, or change mcp.servers." + name))
+        for name, why in problems.items()
+    ]
+    return probes + [_probe_mcp(name, launch, timeout) for name, launch in launches.items()]
+
+
+async def _done(check: Check) -> Check:
+    return check
+
+
+async def _probe_mcp(name: str, launch: McpLaunch, timeout: float) -> Check:
+    hub = McpHub({name: launch}, {})
+    try:
+        async with asyncio.timeout(max(timeout, launch.config.startup_timeout)):
+            await hub.tools(name)
+        state = hub.states()[name]
+    except TimeoutError:
+        state = "did not start in time"
+    finally:
+        await hub.close()
+    if state.startswith("running"):
+        return ok(f"MCP server {name}", state)
+    return fail(f"MCP server {name}", state, f"hermes mcp test {name}, and its own logs")
 
 
 def check_dashboard(home: Path, config: HermesConfig) -> Check:

@@ -262,3 +262,26 @@ def test_the_operator_adds_tests_lists_and_removes_a_server(
     assert hermes("mcp", "remove", "notes").returncode == 0
     assert json.loads(hermes("mcp", "list", "--json").stdout) == []
     wait_until(lambda: not children(), "the tested server's process ended")
+
+
+def test_doctor_starts_each_server_and_names_the_one_that_cannot(home: Path) -> None:
+    """`hermes doctor`: a server that runs shows its tools; one whose variable is not set
+    and one whose program exits at once are failures, each with its fix."""
+    from gateway.ops.doctor import run_checks
+
+    good = {"command": sys.executable, "args": ["-m", SERVER, "stdio", TAG], "cwd": ROOT}
+    servers = {
+        "notes": good,
+        "locked": {**good, "env": {"NOTES_TOKEN": "HERMES_TEST_UNSET_TOKEN"}},
+        "broken": {"command": sys.executable, "args": ["-c", "raise SystemExit(3)"]},
+    }
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text(json.dumps({"mcp": {"servers": servers}}))
+    checks = {c.name: c for c in asyncio.run(run_checks(home, {"PATH": "/usr/bin:/bin"}, 20))}
+    assert checks["MCP server notes"].status == "ok"
+    assert checks["MCP server notes"].detail.startswith("running (")
+    locked = checks["MCP server locked"]
+    assert locked.status == "fail" and "HERMES_TEST_UNSET_TOKEN is not set" in locked.detail
+    broken = checks["MCP server broken"]
+    assert broken.status == "fail" and "hermes mcp test broken" in broken.fix
+    assert children() == []  # each one it started has ended
