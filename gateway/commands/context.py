@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from gateway.admission.people import Person
+from gateway.edge.events import MessageEvent
 from hermes.places import Surface
 
 if TYPE_CHECKING:
@@ -45,6 +46,12 @@ class SessionControl(Protocol):
     async def reset(self, ctx: CommandContext) -> None: ...
 
     async def stop_turn(self, ctx: CommandContext) -> bool: ...
+
+
+class Answers(Protocol):
+    """What `/confirm` answers: a question put with buttons (gateway/pipeline/confirmations.py)."""
+
+    async def answer(self, user_id: str, argument: str, pressed: MessageEvent | None) -> str: ...
 
 
 Handler = Callable[[CommandContext, str], Awaitable[str]]

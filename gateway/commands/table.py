@@ -15,11 +15,16 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from gateway.admission.people import People, Person
 from gateway.commands.admin import AdminCommands
-from gateway.commands.context import CommandContext, Handler, RuntimeInfo, SessionControl
+from gateway.commands.context import (
+    Answers,
+    CommandContext,
+    Handler,
+    RuntimeInfo,
+    SessionControl,
+)
 from gateway.commands.memory import MemoryCommands
 from gateway.commands.reminders import ReminderCommands
 from gateway.config import HermesConfig
@@ -30,9 +35,6 @@ from hermes.state.db import SessionDB
 from hermes.state.search import SearchScope
 from hermes.tools import capabilities
 from hermes.tools.session_search import SessionSearchTool
-
-if TYPE_CHECKING:
-    from gateway.pipeline.confirmations import Confirmations
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +96,7 @@ class Commands:
         self.admin.mcp_states = agent.mcp.states if agent.mcp is not None else dict
         self.reminder_commands = ReminderCommands(db)
         self.sessions: SessionControl | None = None  # the router running us sets this
-        self.confirmations: Confirmations | None = None  # questions put with buttons
+        self.confirmations: Answers | None = None  # questions put with buttons
         self.table = self._table()
         self._index = {n: c for c in self.table for n in (c.name, *c.aliases)}
 

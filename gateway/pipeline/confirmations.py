@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.admission.session_key import SessionKey
 from gateway.edge.events import Button, ChatRef, MessageEvent, OutboundMessage
+from gateway.edge.platforms import TERMINAL
 from gateway.edge.ports import PlatformAdapter
 from gateway.pipeline.delivery import Delivery
 from hermes.buckets import Buckets, Taken
@@ -56,7 +57,6 @@ LABELS = {
     "mcp": (("Allow", "Not now"), ("Allowed: ask me again and I'll use it.", "Not allowed.")),
     "memory": (("Save", "Don't save"), ("Saved to memory.", "Not saved.")),
 }
-PLATFORM_NAMES = {"telegram": "Telegram", "slack": "Slack", "discord": "Discord", "cli": "terminal"}
 
 
 def buttons(code: str, kind: str) -> tuple[Button, ...]:
@@ -68,7 +68,8 @@ def buttons(code: str, kind: str) -> tuple[Button, ...]:
 
 
 def place(platform: str) -> str:
-    return PLATFORM_NAMES.get(platform, platform)
+    """A platform as a message names it (the terminal is no platform to people)."""
+    return "terminal" if platform == TERMINAL else platform
 
 
 class Confirmations:
@@ -97,8 +98,9 @@ class Confirmations:
 
     @property
     def platforms(self) -> tuple[str, ...]:
-        """Configured on this home (another process may run one) or running here."""
-        return tuple(dict.fromkeys([*self.configured, *self.adapters]))
+        """Configured on this home (another process may run one) or running here; not
+        the terminal (only ever the chat in front of it)."""
+        return tuple(p for p in dict.fromkeys([*self.configured, *self.adapters]) if p != TERMINAL)
 
     @property
     def chats(self) -> dict[str, Target]:

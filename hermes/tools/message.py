@@ -20,8 +20,6 @@ from hermes.config import TARGET
 from hermes.places import Surface
 from hermes.tools.capabilities import MESSAGE_PREFIX, Holder
 
-NOT_A_PERSON_PLATFORM = frozenset({"cli"})  # the terminal is no chat to send to
-
 
 @dataclass(frozen=True, slots=True)
 class Target:
@@ -45,11 +43,12 @@ class Target:
 
 
 def own_targets(holder: Holder, platforms: Sequence[str]) -> list[Target]:
-    """The person's linked accounts on `platforms` (those the gateway runs)."""
+    """The person's linked accounts on `platforms` (those the gateway can send to: the
+    terminal is not one, it is only ever the chat in front of it)."""
     found: dict[str, Target] = {}
     for account in sorted(holder.identities):
         platform, _, ident = account.partition(":")
-        if platform in platforms and platform not in NOT_A_PERSON_PLATFORM:
+        if platform in platforms:
             found.setdefault(platform, Target(platform, platform, "user", ident, True))
     return list(found.values())
 
