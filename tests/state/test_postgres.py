@@ -19,7 +19,7 @@ from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
 from hermes.state.evidence import EvidenceStore
 from hermes.state.factstore import FactStore
-from hermes.state.models import Media
+from hermes.state.models import Confirmation, Media, utcnow
 from hermes.state.schema import SCHEMA_VERSION
 from hermes.state.search import SearchScope
 from tests.harness.cli import HERMES, hermes
@@ -301,16 +301,16 @@ class InstanceLockHeld:
         self.lock.release()
 
 
-@pytest.mark.parametrize("older", [13, 14, 15, 16, 17])
+@pytest.mark.parametrize("older", [13, 14, 15, 16, 17, 21])
 def test_an_older_postgresql_database_upgrades_in_place(
     home: Path, postgres: ScratchServer, older: int
 ) -> None:
     """A database made by an earlier Hermes (version 13: before the memory stores; 14:
     before the search keys; 15: before the rows of several gateways; 16: before the
-    dashboard's rows and the consolidation log; 17: before the providers' outbox) is
-    brought to this version on open; its messages are indexed again for the keys and
-    found, its memory can be written, a lease taken, a dashboard link used, a provider
-    write kept."""
+    dashboard's rows and the consolidation log; 17: before the providers' outbox; 21:
+    before the confirmations) is brought to this version on open; its messages are
+    indexed again for the keys and found, its memory can be written, a lease taken, a
+    dashboard link used, a provider write kept, a question put to a person."""
     name, url = postgres.schema()
     try:
         db = SessionDB.open(home, url)
@@ -318,9 +318,11 @@ def test_an_older_postgresql_database_upgrades_in_place(
         chat = db.conversations.start_session(user, "cli", "cli:dm")
         db.conversations.add_messages(chat.id, [NewMessage("user", "the boat is called Ondine")])
         with db.engine.begin() as conn:  # as the older version left it
-            conn.exec_driver_sql(
-                "DROP TABLE provider_outbox, provider_outbox_drops, job_schedules, platform_marks"
-            )
+            conn.exec_driver_sql("DROP TABLE confirmations")
+            if older < 21:
+                conn.exec_driver_sql("DROP TABLE job_schedules, platform_marks")
+            if older < 18:
+                conn.exec_driver_sql("DROP TABLE provider_outbox, provider_outbox_drops")
             if older < 17:
                 conn.exec_driver_sql(
                     "DROP TABLE dashboard_sessions, dashboard_links, audit_log, consolidation_runs"
@@ -347,6 +349,11 @@ def test_an_older_postgresql_database_upgrades_in_place(
             assert db.outbox.status("mem0").waiting == 1
             token = db.dashboard.create_link(user, timedelta(minutes=5))
             assert db.dashboard.use_link(token) == user
+            soon = utcnow() + timedelta(hours=1)
+            asked = Confirmation(code="ASKED", user_id=user, kind="mcp", expires_at=soon)
+            db.confirmations.add(asked)
+            assert db.confirmations.decide("ASKED", user, yes=True)
+            assert db.confirmations.consented(user, "")
         finally:
             db.close()
     finally:
