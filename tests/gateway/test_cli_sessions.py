@@ -158,7 +158,7 @@ def test_search_summaries_use_the_configured_auxiliary_model(
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.yaml").write_text(
         f"llm:\n  base_url: {fake_llm.base_url}\n  model: main-model\n  api_key_env: FAKE_LLM_KEY\n"
-        "auxiliary:\n  model: cheap-model\n  session_search:\n    timeout: 5\n"
+        "auxiliary:\n  model: cheap-model\n  session_search:\n    timeout: 60\n"  # (loaded)
     )
     source = write_jsonl(
         tmp_path / "in.jsonl",
