@@ -354,7 +354,7 @@ def _settled(row: Confirmation) -> str:
     """An answer that came too late or twice: how the question had ended."""
     if row.status == "declined":
         return "You already said no to that."
-    if row.status in ("asked", "expired") and as_utc(row.expires_at) <= utcnow():
+    if row.status == "expired" or (row.status == "asked" and as_utc(row.expires_at) <= utcnow()):
         return "That question expired (they last an hour). Ask me again."
     return "You already said yes to that."
 
