@@ -226,6 +226,7 @@ def build_app(
         memory=memory,
         config=config.message,
         platforms=tuple(enabled_platforms(config)),
+        scopes=router.intake.policy.scopes,
     )
     agent.courier = agent.asker = commands.confirmations = router.confirmations = confirmations
     return App(home, config, db, people, agent, commands, router, clients, embedder)

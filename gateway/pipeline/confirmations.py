@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from gateway.admission.session_key import SessionKey
+from gateway.admission.session_key import Scope, SessionKey
 from gateway.edge.events import Button, ChatRef, MessageEvent, OutboundMessage
 from gateway.edge.platforms import TERMINAL
 from gateway.edge.ports import PlatformAdapter
@@ -37,7 +37,7 @@ from hermes.buckets import Buckets, Taken
 from hermes.config import MessageConfig
 from hermes.places import ChatType, Surface
 from hermes.state.access import new_code, normalize_code
-from hermes.state.confirmations import TTL
+from hermes.state.confirmations import STOPPED_MID_SEND, TTL
 from hermes.state.models import Confirmation, as_utc, utcnow
 from hermes.text import valid_text
 from hermes.tools.capabilities import Holder
@@ -86,10 +86,12 @@ class Confirmations:
         memory: MemoryService,
         config: MessageConfig,
         platforms: tuple[str, ...] = (),
+        scopes: Mapping[str, Scope] | None = None,
     ) -> None:
         self.db, self.people, self.delivery, self.adapters = db, people, delivery, adapters
         self.conversations, self.memory = conversations, memory
         self.config, self.configured = config, platforms
+        self.scopes = scopes or {}  # each platform's group scope (per_user unless set)
         self.name = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
         self._chats = {name: named_target(name, spec) for name, spec in config.chats.items()}
         self._buckets = Buckets(config.per_person_per_hour / 60, config.per_person_burst)
@@ -298,23 +300,47 @@ class Confirmations:
 
     def _store(self, row: Confirmation, target: Target, chat: ChatRef, text: str) -> int | None:
         """What is sent, as the assistant's message in the target chat's conversation
-        (blocking: the database executor); None when that chat has no one's session (a
-        person the gateway does not know yet)."""
+        (blocking: the database executor); None when that chat has no session it belongs
+        in: a person the gateway does not know yet; a group whose sessions are each
+        person's (`group_scope: per_user`, the default) where the asker has no account
+        (theirs is the session it goes in: the one in which they would talk about it)."""
         if target.kind == "user":
             owner = row.user_id if target.own else None
             owner = owner or self.db.people.user_by_identity(target.platform, target.id)
             if owner is None:
                 return None
             key = SessionKey(target.platform, ChatType.DM, chat.id, None, target.id)
-        else:
+        elif self.scopes.get(target.platform, Scope.PER_USER) is Scope.PER_CHAT:
             owner = self.people.chat_owner(target.platform, target.id)
-            key = SessionKey(target.platform, chat.type, chat.id, None, None)
+            kind = self._chat_type(owner, target.platform, chat)
+            key = SessionKey(target.platform, kind, chat.id, None, None)
+        else:
+            there = self.db.people.identities_of(row.user_id)
+            account = next((i for i in there if i.platform == target.platform), None)
+            if account is None:
+                return None
+            owner, kind = row.user_id, self._chat_type(row.user_id, target.platform, chat)
+            key = SessionKey(target.platform, kind, chat.id, None, account.platform_user_id)
         return self.conversations.record(key, owner, text)
+
+    def _chat_type(self, owner: str, platform: str, chat: ChatRef) -> ChatType:
+        """A named chat's type as its sessions have it (a group or a channel: only its
+        messages say which), else a group."""
+        [*seen] = self.db.conversations.list_sessions(owner, platform, 1, chat.id)
+        if seen and seen[0].chat_type in (ChatType.GROUP, ChatType.CHANNEL):
+            return ChatType(seen[0].chat_type)
+        return chat.type
 
     async def sweep(self, now: datetime | None = None) -> int:
         """Expire what waited too long; send the ready messages of this process's
         platforms (asked for in another process). How many were sent."""
-        await self.db.run(self.db.confirmations.expire, now)
+        _, stuck = await self.db.run(self.db.confirmations.expire, now)
+        if stuck:
+            logger.warning(
+                "%d message(s) to other chats may or may not have been sent: %s",
+                stuck,
+                STOPPED_MID_SEND,
+            )
         codes = await self.db.run(self.db.confirmations.ready, tuple(self.adapters), now)
         sent = 0
         for code in codes:

@@ -21,6 +21,7 @@ from hermes.state.models import Confirmation, utcnow
 
 TTL = timedelta(hours=1)  # to press a button; for a confirmed message, to be delivered
 # what a yes leaves behind: the subject is consented to from then on
+STOPPED_MID_SEND = "the gateway sending it stopped before the platform answered"
 SAID_YES = ("done", "ready", "sending", "sent", "failed", "unknown")
 
 
@@ -122,11 +123,13 @@ class ConfirmationsDB:
         with eng.reading(self.engine) as session:
             return list(session.exec(query))
 
-    def expire(self, now: datetime | None = None) -> int:
-        """Questions nobody answered and messages nobody could deliver in time: expired."""
+    def expire(self, now: datetime | None = None) -> tuple[int, int]:
+        """Questions nobody answered and messages nobody could deliver in time: expired;
+        a message still being sent when its hour is over (the process sending it stopped
+        mid-send): unknown, never sent again. How many of each."""
         now = now or utcnow()
 
-        def work(session: Session) -> int:
+        def work(session: Session) -> tuple[int, int]:
             moved = session.execute(
                 update(Confirmation)
                 .where(
@@ -135,7 +138,12 @@ class ConfirmationsDB:
                 )
                 .values(status="expired")
             )
-            return int(getattr(moved, "rowcount", 0))
+            stuck = session.execute(
+                update(Confirmation)
+                .where(col(Confirmation.status) == "sending", col(Confirmation.expires_at) <= now)
+                .values(status="unknown", detail=STOPPED_MID_SEND)
+            )
+            return int(getattr(moved, "rowcount", 0)), int(getattr(stuck, "rowcount", 0))
 
         return eng.with_retry(self.engine, work, self.patience, keys=())
 
@@ -150,4 +158,4 @@ class ConfirmationsDB:
             return list(session.exec(query))
 
 
-__all__ = ["SAID_YES", "TTL", "ConfirmationsDB"]
+__all__ = ["SAID_YES", "STOPPED_MID_SEND", "TTL", "ConfirmationsDB"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, TypeVar
@@ -41,8 +41,10 @@ def run_gateway(
     *,
     config: HermesConfig | None = None,
     database_url: str | None = None,
+    others: Sequence[Callable[[list[MenuEntry]], PlatformAdapter]] = (),
 ) -> T:
-    """The app from the composition root, with one adapter attached, then started.
+    """The app from the composition root, with one adapter attached (and `others`, for a
+    scenario that spans platforms), then started.
     Without a `config`, replies arrive whole: what these tests read is the finished text
     (on a loaded machine a streamed reply's first post can be a part of it;
     tests/adapters/test_streaming.py passes a config of its own)."""
@@ -52,9 +54,10 @@ def run_gateway(
         whole = app_config(fake_llm, gateway={"streaming": False})
         app = build_app(home, config or whole, db)
         RUNNING.set(app)
-        adapter = make_adapter(app.commands.menu())
-        app.router.attach(adapter)
-        await adapter.start(app.router.handle)
+        adapters = [make(app.commands.menu()) for make in (make_adapter, *others)]
+        for adapter in adapters:
+            app.router.attach(adapter)
+            await adapter.start(app.router.handle)
         try:
             # the message path never takes a database connection on the loop's thread
             with GUARD.watching(asyncio.get_running_loop()) as seen:
@@ -65,7 +68,8 @@ def run_gateway(
             assert not seen, "database work on the event loop:\n" + "\n".join(dict.fromkeys(seen))
             return found
         finally:
-            await adapter.stop()
+            for adapter in adapters:
+                await adapter.stop()
             await app.router.stop()
             await app.close()
             db.close()

@@ -15,14 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from gateway.app import build_app
-from gateway.edge.events import OutboundMessage
+from gateway.edge.events import ChatRef, OutboundMessage
 from hermes.identity import owner_user_id
+from hermes.places import ChatType
 from hermes.state.db import SessionDB
 from tests.apps import app_config
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.platform import FakeAdapter
 from tests.gateway.test_commands import ask
-from tests.gateway.test_router import dm
+from tests.gateway.test_router import dm, group
 from tests.harness.wait import until
 
 OTHER = "otherchat"  # the person's second platform, as its own adapter
@@ -231,3 +232,65 @@ def _consent(user_id: str, subject: str) -> Any:
         created_at=now,
         expires_at=now,
     )
+
+
+def test_a_message_to_a_named_group_is_in_the_askers_own_session_there(
+    home: Path, fake_llm: FakeOpenAI
+) -> None:
+    """Group sessions are each person's by default (per_user): what the assistant posted
+    in the group for Olga is in her session there (a channel, as her messages there
+    say), so when she next talks to it in that channel, it knows what it posted."""
+    named = {"chats": {"team": "fakechat:chat:grp"}}
+
+    def model(request: dict[str, Any]) -> Reply:
+        last = request["messages"][-1]
+        if last["role"] == "tool":
+            return Reply(text=json.loads(last["content"]).get("status", "?"))
+        if "olga asks" in str(last["content"]):
+            return Reply.tool_call("message", {"to": "team", "text": "standup moved to 10"})
+        return Reply(text="ok")
+
+    def in_channel(text: str) -> Any:
+        event = group("olga", text, mentioned=True)
+        return dataclasses.replace(event, chat=ChatRef("grp", ChatType.CHANNEL))
+
+    async def body(app: Any, chat: FakeAdapter, other: FakeAdapter, db: SessionDB) -> list[Any]:
+        fake_llm.responder = model
+        await ask(chat, in_channel("hello all"))
+        await ask(chat, dm("olga", "olga asks"))
+        message_id, question = question_of(chat)
+        await press(chat, "olga", message_id, (question.buttons or ())[0].command)
+        await until(lambda: [s for s in chat.sent if s.message.chat.id == "grp"][1:], "posted")
+        await ask(chat, in_channel("what did you post here?"))
+        return fake_llm.requests[-1]["messages"]
+
+    history = run(home, fake_llm, body, message=named)
+    said = [str(m.get("content")) for m in history if m["role"] == "assistant"]
+    assert any("standup moved to 10" in s for s in said), said
+
+
+def test_a_message_whose_sender_stopped_mid_send_is_unknown_and_never_sent_again(
+    home: Path, fake_llm: FakeOpenAI, caplog: Any
+) -> None:
+    """A gateway claimed a message and stopped before the platform answered: it may or
+    may not have arrived, so no one sends it again; at its hour's end it shows as
+    unknown and the operator's log says so."""
+    from datetime import timedelta
+
+    from hermes.state.confirmations import STOPPED_MID_SEND
+    from hermes.state.models import utcnow
+
+    async def body(app: Any, chat: FakeAdapter, other: FakeAdapter, db: SessionDB) -> Any:
+        row = _consent(_user(db), f"message:{OTHER}:user:UMA-2")
+        row.status, row.platform, row.expires_at = "ready", OTHER, utcnow() + timedelta(hours=1)
+        db.confirmations.add(row)
+        assert db.confirmations.claim(row.code, "a gateway that then stopped") is not None
+        confirmations = app.router.confirmations
+        assert await confirmations.sweep() == 0  # within its hour: left alone
+        assert db.confirmations.get(row.code).status == "sending"  # type: ignore[union-attr]
+        assert await confirmations.sweep(utcnow() + timedelta(hours=2)) == 0
+        return db.confirmations.get(row.code), other.sent
+
+    row, sent = run(home, fake_llm, body)
+    assert (row.status, row.detail, sent) == ("unknown", STOPPED_MID_SEND, [])
+    assert "may or may not have been sent" in caplog.text

@@ -1,0 +1,244 @@
+"""The assistant's tools on every platform and the terminal, through the real SDKs against
+the local fakes, the real model client against the fake model server, and the capability
+table: a member asks about a link and gets its text; the owner's first use of an MCP
+server waits for their Allow (a button; typed on the terminal), then the server's tool
+answers the owner and is never offered to a member; `message` reaches the person's linked
+account on another platform once, after their Send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes.fence import fenced
+from hermes.identity import owner_user_id
+from hermes.state.db import SessionDB
+from tests.adapters.drivers import SERVED, CliDriver, Driver, driver_for, platforms_with
+from tests.adapters.harness import run_gateway, settled, until_settled
+from tests.apps import app_config
+from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.web_site import ARTICLE_TEXT, WebSite
+from tests.harness.wait import until
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTES = {  # an MCP server built with the SDK's own server side, over stdio
+    "command": sys.executable,
+    "args": ["-m", "tests.fakes.mcp_server", "stdio"],
+    "cwd": str(ROOT),
+    "include": ["find_note"],
+}
+TYPED = re.compile(r"`(/confirm [A-Z0-9]+(?: no)?)`")  # the terminal's question: commands to type
+
+
+@pytest.fixture(params=platforms_with("say", "texts"))
+def side(request: pytest.FixtureRequest) -> Driver:
+    return driver_for(request)
+
+
+def offered(request: dict[str, Any]) -> set[str]:
+    return {tool["function"]["name"] for tool in request.get("tools") or ()}
+
+
+def seed(home: Path, *sides: Driver) -> None:
+    """On each platform: users[0] is this home's owner, users[1] a member."""
+    db = SessionDB.open(home)
+    try:
+        owner = owner_user_id(home)
+        db.people.ensure_user(owner, role="owner", display_name="Olga")
+        member = db.people.ensure_user("u_00000000000000b1", role="user", display_name="Mia").id
+        for side in sides:
+            if isinstance(side, CliDriver):  # the terminal is the owner's (as `hermes chat`
+                db.people.ensure_identity(side.name, side.user, owner)  # pins it)
+                continue
+            db.people.ensure_identity(side.name, side.users[0], owner)
+            db.people.ensure_identity(side.name, side.users[1], member)
+    finally:
+        db.close()
+
+
+def run(home: Path, fake_llm: FakeOpenAI, body: Any, *sides: Driver, **sections: Any) -> Any:
+    seed(home, *sides)
+    config = app_config(fake_llm, gateway={"streaming": False}, **sections)
+    first, *others = sides
+
+    def ready() -> None:
+        for side in sides:
+            side.ready()
+
+    return run_gateway(
+        home,
+        fake_llm,
+        first.adapter,
+        body,
+        ready,
+        config=config,
+        others=[o.adapter for o in others],
+    )
+
+
+def said(side: Driver, user: str) -> list[str]:
+    """What the bot posted in `user`'s direct chat (the terminal: everything it showed)."""
+    return side.texts() if isinstance(side, CliDriver) else side.texts_to(side.dm_of(user))
+
+
+async def ask(side: Driver, user: str, text: str, answer: str) -> str:
+    """`user` writes `text`; the first new message in their chat containing `answer`."""
+    before = Counter(said(side, user))
+
+    def new() -> list[str]:  # the terminal lists its answers before its notices
+        return list((Counter(said(side, user)) - before).elements())
+
+    await asyncio.to_thread(side.say, user, text)
+    found = await until(
+        lambda: [t for t in new() if answer in t],
+        lambda: f"no {answer!r} after {text!r}: {new()}",
+    )
+    return found[0]
+
+
+async def press(side: Driver, user: str, label: str, outcome: str) -> str:
+    """`user` answers the bot's last question in their chat with its button `label` (on
+    the terminal: types its command); what the question (or the answer) says then."""
+    if isinstance(side, CliDriver):
+        question = next(t for t in reversed(side.texts()) if "/confirm" in t)
+        yes, no = TYPED.findall(question)
+        return await ask(side, user, yes if label in ("Allow", "Send") else no, outcome)
+    chat = side.dm_of(user)
+    message, _, command = next(b for b in reversed(side.buttons(chat)) if b[1] == label)
+    await asyncio.to_thread(side.press, chat, message, command, user)
+    await until(
+        lambda: outcome in side.message_text(chat, message),
+        lambda: f"the question never said {outcome!r}: {side.message_text(chat, message)!r}",
+    )
+    return side.message_text(chat, message)
+
+
+def test_a_member_asks_about_a_link_and_gets_its_text(
+    home: Path, fake_llm: FakeOpenAI, side: Driver
+) -> None:
+    """The model reads the page with web_fetch (the site is on this machine: loopback
+    allowed by name) and answers from its fenced text."""
+    site = WebSite().start()
+    person = side.users[1]  # a member; on the terminal, its owner
+
+    def model(request: dict[str, Any]) -> Reply:
+        last = request["messages"][-1]
+        if last["role"] == "tool":
+            page = json.loads(last["content"])
+            inside = fenced(page.get("content", ""))
+            said = " ".join(inside[1].split()) if inside else ""
+            return Reply(text="It says the night train is back." if ARTICLE_TEXT in said else "?")
+        if "web_fetch" not in offered(request):
+            return Reply(text="I cannot read pages.")
+        return Reply.tool_call("web_fetch", {"url": f"{site.root}/article"})
+
+    async def body() -> str:
+        fake_llm.responder = model
+        return await ask(side, person, f"what does {site.root}/article say?", "It says")
+
+    try:
+        tools = {"web": ["user"]}
+        answer = run(home, fake_llm, body, side, tools=tools, web={"allow_networks": ["loopback"]})
+    finally:
+        site.stop()
+    assert answer == "It says the night train is back."
+    assert [path for path, _ in site.requests] == ["/article"]
+
+
+def test_the_owners_mcp_server_waits_for_allow_then_answers_the_owner_only(
+    home: Path, fake_llm: FakeOpenAI, side: Driver
+) -> None:
+    def model(request: dict[str, Any]) -> Reply:
+        last = request["messages"][-1]
+        if last["role"] == "tool":
+            result = json.loads(last["content"])
+            if not result["success"]:
+                return Reply(text=f"Not yet: {result['error']}")
+            inside = fenced(result["content"])
+            return Reply(text=inside[1].strip() if inside else "?")
+        if "mcp_notes_find_note" in offered(request):
+            return Reply.tool_call("mcp_notes_find_note", {"query": "bike"})
+        return Reply(text="I have no notes for you.")
+
+    owner, member = side.users[:2]
+    out: dict[str, str] = {}
+
+    async def body() -> None:
+        fake_llm.responder = model
+        out["first"] = await ask(side, owner, "what's my bike lock code?", "Not yet")
+        out["question"] = next(t for t in reversed(said(side, owner)) if "Allow the notes" in t)
+        out["allowed"] = await press(side, owner, "Allow", "Allowed")
+        out["then"] = await ask(side, owner, "what's my bike lock code?", "Note about")
+        if not isinstance(side, CliDriver):
+            out["member"] = await ask(side, member, "what's my bike lock code?", "notes")
+
+    run(home, fake_llm, body, side, mcp={"servers": {"notes": NOTES}})
+    assert "4312" not in out["first"] and "Allow" in out["first"]
+    assert "Allow the notes tools?" in out["question"]
+    assert "Allowed: ask me again" in out["allowed"]
+    assert out["then"] == "Note about bike: the bike lock code is 4312."
+    assert out.get("member", "I have no notes for you.") == "I have no notes for you."
+    member_requests = [r for r in fake_llm.requests if "mcp_notes_find_note" not in offered(r)]
+    assert isinstance(side, CliDriver) or member_requests, "the member was never asked"
+
+
+def sends(to: str, text: str) -> Any:
+    """A model that calls message(to, text), then says what came back."""
+
+    def model(request: dict[str, Any]) -> Reply:
+        last = request["messages"][-1]
+        if last["role"] == "tool":
+            result = json.loads(last["content"])
+            return Reply(text=f"Message: {result.get('status') or result.get('error')}")
+        return Reply.tool_call("message", {"to": to, "text": text})
+
+    return model
+
+
+# from each platform with buttons to the next one: every platform sends and receives
+PAIRS = [("telegram", "slack"), ("slack", "discord"), ("discord", "telegram")]
+
+
+@pytest.mark.parametrize(("source", "target"), PAIRS, ids=[f"{a}-to-{b}" for a, b in PAIRS])
+def test_message_reaches_the_persons_linked_account_once_after_send(
+    home: Path, fake_llm: FakeOpenAI, request: pytest.FixtureRequest, source: str, target: str
+) -> None:
+    here, there = (_driver(request, name) for name in (source, target))
+    person = here.users[0]
+    their_dm = there.dm_of(there.users[0])
+    fake_llm.responder = sends(there.name, "Running 10 minutes late")
+    out: dict[str, Any] = {}
+
+    async def body() -> None:
+        out["waiting"] = await ask(here, person, f"tell my {there.name} I'm late", "Message")
+        out["before"] = list(there.texts_to(their_dm))
+        chat = here.dm_of(person)
+        message, _, command = next(b for b in here.buttons(chat) if b[1] == "Send")
+        out["shown"] = await press(here, person, "Send", "Sent.")
+        await until(lambda: there.texts_to(their_dm), f"nothing reached {there.name}")
+        presses = settled()
+        await asyncio.to_thread(here.press, chat, message, command, person)  # a double tap
+        await until_settled(presses + 1)
+        out["delivered"] = list(there.texts_to(their_dm))
+
+    run(home, fake_llm, body, here, there)
+    assert out["waiting"] == "Message: waiting for the person's yes"
+    assert out["before"] == []  # nothing before the yes
+    assert "Send this to your" in out["shown"] and out["shown"].endswith("Sent.")
+    [delivered] = out["delivered"]
+    assert delivered.startswith("Running 10 minutes late")
+    assert f"sent from your {here.name} chat" in delivered
+
+
+def _driver(request: pytest.FixtureRequest, name: str) -> Driver:
+    cls = next(d for d in SERVED if d.name == name)
+    assert cls.fixture is not None
+    return cls(request.getfixturevalue(cls.fixture))
