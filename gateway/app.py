@@ -229,6 +229,7 @@ def build_app(
         scopes=router.intake.policy.scopes,
     )
     agent.courier = agent.asker = commands.confirmations = router.confirmations = confirmations
+    confirmations.go_on = router.handle
     return App(home, config, db, people, agent, commands, router, clients, embedder)
 
 

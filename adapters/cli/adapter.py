@@ -112,8 +112,9 @@ class CliAdapter:
             future = self._waiting.get(asked)
             if future is not None and not future.done():
                 future.set_result(Answer(message.text, message.failed))
-            elif not asked and (self.on_notice is None or not self.on_notice(message.text)):
-                self.notices.append(message.text)  # not a reply (a reminder): shown next
+            elif future is None and (self.on_notice is None or not self.on_notice(message.text)):
+                # nobody waits for it (a reminder; the turn a typed yes goes on with)
+                self.notices.append(message.text)  # shown next
         return SendResult(True, (asked or f"notice-{len(self.notices)}",))
 
     def take_notices(self) -> list[str]:

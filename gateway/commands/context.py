@@ -51,7 +51,9 @@ class SessionControl(Protocol):
 class Answers(Protocol):
     """What `/confirm` answers: a question put with buttons (gateway/pipeline/confirmations.py)."""
 
-    async def answer(self, user_id: str, argument: str, pressed: MessageEvent | None) -> str: ...
+    async def answer(self, user_id: str, argument: str, event: MessageEvent | None) -> str:
+        """`event`: the message or button press the command came in."""
+        ...
 
 
 Handler = Callable[[CommandContext, str], Awaitable[str]]

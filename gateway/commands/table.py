@@ -345,8 +345,7 @@ class Commands:
         if self.confirmations is None:
             return "I have asked you nothing to confirm."
         event = ctx.admitted.event if ctx.admitted is not None else None
-        pressed = event if event is not None and event.pressed else None
-        return await self.confirmations.answer(ctx.person.user_id, argument, pressed)
+        return await self.confirmations.answer(ctx.person.user_id, argument, event)
 
     async def _tools(self, ctx: CommandContext, _: str) -> str:
         holder = await self.db.run(self.agent.holder, ctx.person.user_id)

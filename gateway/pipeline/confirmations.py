@@ -20,12 +20,14 @@ came from, so the assistant knows it said it when someone answers there.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import socket
-from collections.abc import Mapping
-from datetime import datetime
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from gateway.admission.session_key import Scope, SessionKey
@@ -57,6 +59,10 @@ LABELS = {
     "mcp": (("Allow", "Not now"), ("Allowed: ask me again and I'll use it.", "Not allowed.")),
     "memory": (("Save", "Don't save"), ("Saved to memory.", "Not saved.")),
 }
+
+
+# what the person's turn goes on from once they allowed an MCP server (their message)
+ALLOWED_NOTE = "(I pressed Allow for the {server} tools: go on with what I asked.)"
 
 
 def buttons(code: str, kind: str) -> tuple[Button, ...]:
@@ -92,6 +98,8 @@ class Confirmations:
         self.conversations, self.memory = conversations, memory
         self.config, self.configured = config, platforms
         self.scopes = scopes or {}  # each platform's group scope (per_user unless set)
+        # the router's sink: where "I allowed it, go on" goes as the person's message
+        self.go_on: Callable[[MessageEvent], Awaitable[None]] | None = None
         self.name = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
         self._chats = {name: named_target(name, spec) for name, spec in config.chats.items()}
         self._buckets = Buckets(config.per_person_per_hour / 60, config.per_person_burst)
@@ -217,9 +225,11 @@ class Confirmations:
 
     # -- /confirm ------------------------------------------------------------------------
 
-    async def answer(self, user_id: str, argument: str, pressed: MessageEvent | None) -> str:
-        """`/confirm CODE [no]` from `user_id`; `pressed`: the button's event (its
-        question is then edited to show the outcome, and nothing else is said)."""
+    async def answer(self, user_id: str, argument: str, event: MessageEvent | None) -> str:
+        """`/confirm CODE [no]` from `user_id`, typed or pressed (`event`: what it came
+        in). A pressed question is edited to show the outcome, and nothing else is said.
+        An MCP server allowed: the person's turn goes on (a message of theirs saying so,
+        through the router: the model calls the tool it was waiting for)."""
         words = argument.split()
         answer = words[1].lower() if len(words) == 2 else "yes"
         if not words or len(words) > 2 or answer not in ("yes", "no"):
@@ -234,14 +244,19 @@ class Confirmations:
         outcome = LABELS[row.kind][1][0 if yes else 1]
         if yes:
             outcome = await self._carry_out(row, outcome)
-        if pressed is not None and pressed.reply_to_id:
-            adapter = self.adapters.get(pressed.platform)
+        goes_on = yes and row.kind == "mcp" and event is not None and self.go_on is not None
+        if goes_on:
+            outcome = "Allowed."
+        said = outcome
+        if event is not None and event.pressed and event.reply_to_id:
+            adapter = self.adapters.get(event.platform)
             if adapter is not None:
-                shown = OutboundMessage(pressed.chat, f"{row.question}\n\n{outcome}", buttons=())
-                edit = await adapter.edit(pressed.chat, pressed.reply_to_id, shown)
-                if edit.ok:
-                    return ""
-        return outcome
+                shown = OutboundMessage(event.chat, f"{row.question}\n\n{outcome}", buttons=())
+                edit = await adapter.edit(event.chat, event.reply_to_id, shown)
+                said = "" if edit.ok else outcome
+        if goes_on and event is not None and self.go_on is not None:
+            await self.go_on(_allowed(event, row.subject.removeprefix("mcp:")))
+        return said
 
     async def _carry_out(self, row: Confirmation, outcome: str) -> str:
         if row.kind == "message":
@@ -370,6 +385,28 @@ def _row(
     )
 
 
+def _allowed(event: MessageEvent, server: str) -> MessageEvent:
+    """The person's message that says they allowed `server` (in the chat and as the
+    person of the `/confirm` that allowed it): what the waiting turn goes on from. Its
+    id ends as the platform's id of the message the reply answers (adapters reply to
+    an id's last part): the question pressed, or the `/confirm` typed."""
+    answered = event.reply_to_id if event.pressed and event.reply_to_id else event.message_id
+    return dataclasses.replace(
+        event,
+        event_id=f"allowed:{event.event_id}",
+        message_id=f"allowed:{answered}",
+        text=ALLOWED_NOTE.format(server=server),
+        reply_to_id=None,
+        mentioned=True,  # to the bot, in a group too
+        replied_to_bot=False,
+        attachments=(),
+        received_at=datetime.now(UTC),
+        sent_at=time.time(),
+        pressed=False,
+        raw=None,
+    )
+
+
 def _where(target: Target) -> str:
     if target.own:
         return f"your {place(target.platform)} account"
@@ -389,4 +426,4 @@ def _failed(error: str) -> dict[str, Any]:
     return {"success": False, "error": error}
 
 
-__all__ = ["LABELS", "Confirmations", "buttons"]
+__all__ = ["ALLOWED_NOTE", "LABELS", "Confirmations", "buttons"]

@@ -87,8 +87,8 @@ HELD_FOR_YES = (
 )
 MCP_FIRST_USE = (
     "Not run: this is the person's first use of the {server} tools, so they were asked "
-    "with a button to allow it. Tell them; once they press Allow, ask the tool again in a "
-    "later turn."
+    "with a button to allow it. Tell them in a sentence; once they press Allow, they "
+    "say so in a message of theirs and you go on."
 )
 MCP_NOT_ASKED = (
     "Not run: the {server} tools need the person's yes first, and they cannot be asked "

@@ -175,7 +175,14 @@ def test_the_owners_mcp_server_waits_for_allow_then_answers_the_owner_only(
         fake_llm.responder = model
         out["first"] = await ask(side, owner, "what's my bike lock code?", "Not yet")
         out["question"] = next(t for t in reversed(said(side, owner)) if "Allow the notes" in t)
+        before = len(said(side, owner))
         out["allowed"] = await press(side, owner, "Allow", "Allowed")
+        # the turn goes on: the tool it waited for answers, without asking again
+        found = await until(
+            lambda: [t for t in said(side, owner)[before:] if "Note about" in t],
+            lambda: f"the turn never went on: {said(side, owner)[before:]}",
+        )
+        out["went_on"] = found[0]
         out["then"] = await ask(side, owner, "what's my bike lock code?", "Note about")
         if not isinstance(side, CliDriver):
             out["member"] = await ask(side, member, "what's my bike lock code?", "notes")
@@ -183,7 +190,8 @@ def test_the_owners_mcp_server_waits_for_allow_then_answers_the_owner_only(
     run(home, fake_llm, body, side, mcp={"servers": {"notes": NOTES}})
     assert "4312" not in out["first"] and "Allow" in out["first"]
     assert "Allow the notes tools?" in out["question"]
-    assert "Allowed: ask me again" in out["allowed"]
+    assert out["allowed"].endswith("Allowed.")
+    assert out["went_on"] == "Note about bike: the bike lock code is 4312."
     assert out["then"] == "Note about bike: the bike lock code is 4312."
     assert out.get("member", "I have no notes for you.") == "I have no notes for you."
     member_requests = [r for r in fake_llm.requests if "mcp_notes_find_note" not in offered(r)]

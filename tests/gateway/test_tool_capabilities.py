@@ -450,16 +450,22 @@ def test_the_owners_mcp_tools_answer_the_owner_only(home: Path, fake_llm: FakeOp
         allow = question.buttons[0]
         assert allow.label == "Allow"
         assert "4312" not in asked and "once they press Allow" in asked  # not called
-        edits = len(adapter.attempts)
+        sent = len(adapter.sent)
         await adapter.deliver(dm("olga", allow.command, pressed=True, reply_to_id=str(at + 1)))
-        await until(lambda: len(adapter.attempts) > edits, "the question edited")
-        assert adapter.attempts[-1].text.endswith("Allowed: ask me again and I'll use it.")
+        # the question says so, and the turn goes on: the tool it waited for is called
+        going_on = await until(
+            lambda: [s.message.text for s in adapter.sent[sent:] if "4312" in s.message.text],
+            "the turn never went on",
+        )
+        assert any(a.text.endswith("\n\nAllowed.") and a.buttons == () for a in adapter.attempts)
         said = [await ask(adapter, dm(n, "what's my bike lock code?")) for n in ("olga", "uma")]
-        return [*said, await ask(adapter, dm("olga", "/admin status"))]
+        return [*going_on, *said, await ask(adapter, dm("olga", "/admin status"))]
 
-    olga, uma, status = run_app(home, fake_llm, body, mcp={"servers": {"notes": server}})
+    going_on, olga, uma, status = run_app(home, fake_llm, body, mcp={"servers": {"notes": server}})
     assert "MCP server notes: running (1 tools)" in status
-    assert olga == "Note about bike: the bike lock code is 4312."
+    assert going_on == olga == "Note about bike: the bike lock code is 4312."
+    allowed = [r for r in fake_llm.requests if "I pressed Allow" in str(r["messages"][-1])]
+    assert allowed, "the turn went on from the person's message saying they allowed it"
     assert uma == "no notes for you"
     assert [offered(r) for r in fake_llm.requests if "mcp_notes_find_note" in offered(r)]
     running = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True, check=False)
