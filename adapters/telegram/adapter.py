@@ -393,7 +393,10 @@ class TelegramAdapter:
             self._poll_trouble = trouble
 
     def _polling_error(self, error: TelegramError) -> None:
-        self._poll_trouble = f"{type(error).__name__}: {error}"
+        """PTB's word on a failed poll, after the transport's (`_polled`, which saw the
+        answer first): the reason shown stays the transport's, one source."""
+        if not self._poll_trouble:
+            self._poll_trouble = f"{type(error).__name__}: {error}"
         logger.warning("telegram polling error (retrying): %s", error)
 
     async def _on_update(self, update: Update, _context: ContextTypes.DEFAULT_TYPE) -> None:
