@@ -1,9 +1,10 @@
 """The assistant's tools on every platform and the terminal, through the real SDKs against
 the local fakes, the real model client against the fake model server, and the capability
-table: a member asks about a link and gets its text; the owner's first use of an MCP
-server waits for their Allow (a button; typed on the terminal), then the server's tool
-answers the owner and is never offered to a member; `message` reaches the person's linked
-account on another platform once, after their Send.
+table: a member's question is searched and the page found is read; the owner's first
+use of an MCP server waits for their Allow (a button; typed on the terminal), the turn
+then goes on and the server's tool answers the owner, and it is never offered to a
+member; `message` reaches the person's linked account on another platform once, after
+their Send.
 """
 
 from __future__ import annotations
@@ -121,36 +122,45 @@ async def press(side: Driver, user: str, label: str, outcome: str) -> str:
     return side.message_text(chat, message)
 
 
-def test_a_member_asks_about_a_link_and_gets_its_text(
+def test_a_member_searches_the_web_and_reads_the_page_found(
     home: Path, fake_llm: FakeOpenAI, side: Driver
 ) -> None:
-    """The model reads the page with web_fetch (the site is on this machine: loopback
-    allowed by name) and answers from its fenced text."""
+    """The model searches (a self-hosted SearXNG's JSON API, on this machine), reads the
+    page it found with web_fetch (loopback allowed by name) and answers from its fenced
+    text."""
     site = WebSite().start()
     person = side.users[1]  # a member; on the terminal, its owner
+    article = f"{site.root}/article"
 
     def model(request: dict[str, Any]) -> Reply:
         last = request["messages"][-1]
         if last["role"] == "tool":
-            page = json.loads(last["content"])
-            inside = fenced(page.get("content", ""))
+            result = json.loads(last["content"])
+            [call] = request["messages"][-2]["tool_calls"]
+            if call["function"]["name"] == "web_search":
+                assert article in last["content"], result  # the search found the page
+                return Reply.tool_call("web_fetch", {"url": article})
+            inside = fenced(result.get("content", ""))
             said = " ".join(inside[1].split()) if inside else ""
             return Reply(text="It says the night train is back." if ARTICLE_TEXT in said else "?")
-        if "web_fetch" not in offered(request):
-            return Reply(text="I cannot read pages.")
-        return Reply.tool_call("web_fetch", {"url": f"{site.root}/article"})
+        if not {"web_search", "web_fetch"} <= offered(request):
+            return Reply(text="I cannot search.")
+        return Reply.tool_call("web_search", {"query": "night train Vienna Rome"})
 
     async def body() -> str:
         fake_llm.responder = model
-        return await ask(side, person, f"what does {site.root}/article say?", "It says")
+        return await ask(side, person, "is the night train to Rome back?", "It says")
 
+    web = {
+        "allow_networks": ["loopback"],
+        "search": {"backend": "searxng", "url": site.root},
+    }
     try:
-        tools = {"web": ["user"]}
-        answer = run(home, fake_llm, body, side, tools=tools, web={"allow_networks": ["loopback"]})
+        answer = run(home, fake_llm, body, side, tools={"web": ["user"]}, web=web)
     finally:
         site.stop()
     assert answer == "It says the night train is back."
-    assert [path for path, _ in site.requests] == ["/article"]
+    assert [path.split("?")[0] for path, _ in site.requests] == ["/search", "/article"]
 
 
 def test_the_owners_mcp_server_waits_for_allow_then_answers_the_owner_only(
