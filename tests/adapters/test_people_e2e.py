@@ -86,7 +86,9 @@ def run_live(  # noqa: PLR0917 - the test's fixtures, passed straight through
         "    allowed_users: ['42']\n"
         f"  slack:\n    enabled: true\n    api_base: {slack.api_base}\n"
         "    allowed_users: ['U2']\n"
-        "gateway:\n  http:\n    port: 0\n" + extra
+        # whole replies: what these tests read is each reply's finished text (a loaded
+        # machine streams a first draft, "updating my notes…", then edits it)
+        "gateway:\n  streaming: false\n  http:\n    port: 0\n" + extra
     )
 
     async def go() -> T:
