@@ -43,10 +43,11 @@ typecheck: $(STAMP)
 # two workers per CPU (most tests wait on processes, sockets and the database: one per
 # CPU left the CPUs half idle), at most 8 (each holds PostgreSQL connections); idle
 # workers take tests queued on busy ones, the long ones queued first (tests/conftest.py);
-# `.venv/bin/pytest FILE` runs one file in one process; `make pytest WORKERS=N` sets it
+# `.venv/bin/pytest FILE` runs one file in one process; `make pytest WORKERS=N` sets it;
+# the 25 slowest tests are listed at the end (what to look at to keep the suite short)
 WORKERS ?= $(shell n=$$(( $$(nproc) * 2 )); [ $$n -gt 8 ] && n=8; echo $$n)
 pytest: $(STAMP)
-	$(BIN)/pytest -n $(WORKERS) --dist worksteal
+	$(BIN)/pytest -n $(WORKERS) --dist worksteal --durations=25
 
 # the documentation site (mkdocs.yml, docs/): a broken link or a page left out fails it
 # (not --quiet: it hides the warnings that --strict fails on)

@@ -129,6 +129,10 @@ def test_no_model_flags_the_store_and_status_shows_it(home: Path) -> None:
     fill_store(home)
     (home / "config.yaml").write_text("memory:\n  memory_char_limit: 560\n")
     assert asyncio.run(jobs.consolidation_check(str(home))) == "no_model: 1"
+    # the next check: nothing due, and it says why instead of "all under the threshold"
+    again = asyncio.run(jobs.consolidation_check(str(home)))
+    assert again.startswith("1 over the threshold waiting to retry (needs consolidation"), again
+    assert "no_model" in again
     status = hermes("memory", "status").stdout
     assert "needs consolidation" in status and "no auxiliary model" in status
 
