@@ -14,6 +14,7 @@ The pages themselves are in `pages.py`; logins and passwords in `auth.py`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import ipaddress
 import logging
@@ -154,8 +155,16 @@ class Site:
             return ""
         return note
 
-    def refusal(self, refused: RefusedError) -> web.Response:
-        return self.page("refused.html", status=refused.status, reason=refused.reason)
+    def refusal(self, refused: RefusedError, me: Operator | None = None) -> web.Response:
+        """The refusal page: with the pages' navigation for someone logged in (who is
+        offered no login), a login link for anyone else."""
+        return self.page("refused.html", status=refused.status, reason=refused.reason, me=me)
+
+    async def _refused(self, request: web.Request, refused: RefusedError) -> web.Response:
+        me = None
+        with contextlib.suppress(Exception):  # the page still says no, whatever failed
+            me = await asyncio.to_thread(self.operator, request)
+        return self.refusal(refused, me)
 
     def redirect(self, path: str, note: str = "", **query: str) -> web.Response:
         if note:
@@ -261,12 +270,15 @@ class Site:
         async def checked(request: web.Request) -> web.StreamResponse:
             try:
                 self.check_host(request)
+            except RefusedError as refused:
+                return self.refusal(refused)  # from elsewhere: nobody's page
+            try:
                 return await handler(request)
             except RefusedError as refused:
-                return self.refusal(refused)
+                return await self._refused(request, refused)
             except Exception:
                 logger.exception("dashboard: %s %s failed", request.method, request.path)
-                return self.refusal(RefusedError(500, FAILED))
+                return await self._refused(request, RefusedError(500, FAILED))
 
         return Route(method, PREFIX + path, checked)
 

@@ -32,7 +32,7 @@ from hermes.memory.consolidation import consolidate
 from hermes.memory.store import Target
 from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
-from hermes.state.models import PairingRequest
+from hermes.state.models import PairingRequest, utcnow
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.harness.cli import HERMES, hermes
 from tests.harness.dashboard import PASSWORD, Browser, Served, serve
@@ -637,8 +637,21 @@ def test_the_memory_page_shows_accepted_and_rejected_consolidations_with_reasons
         finally:
             await client.close()
         assert (rejected.status, applied.status) == ("rejected", "applied"), applied.detail
+        # a later attempt failed: the store says so once, in words, with its next try
+        await asyncio.to_thread(
+            served.db.memory_log.update_consolidation_state,
+            served.owner,
+            "memory",
+            needs_consolidation=True,
+            attempts=1,
+            last_error="rejected: the proposal drops an entry it must keep",
+            next_attempt_at=utcnow() + timedelta(minutes=5),
+        )
         await browser.login()
         _, page = await browser.get("/admin/memory")
+        shown = html.unescape(page)
+        assert "the last try did not apply (rejected: the proposal drops an entry" in shown
+        assert "rejected: rejected" not in shown and "(next try" in shown
         history = html.unescape(page.split('id="consolidation"')[1])
         assert "accepted" in history and "6 → 4 entries" in history
         assert (

@@ -387,6 +387,8 @@ def test_owners_change_the_table_on_the_dashboard_and_admins_only_see_it(
     if actor == "admin":
         assert "Only an owner changes" in page and 'action="/admin/tools/set"' not in page
         assert status == 403 and "only an owner can change who may use the tools" in after
+        # the refusal keeps the pages' navigation and offers no login to the logged-in
+        assert 'aria-label="Pages"' in after and "Log in" not in after
         assert config.tools == {}
         return
     assert status == 200 and "schedule: admins and owners, telegram:42." in after
