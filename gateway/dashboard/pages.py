@@ -38,11 +38,13 @@ from gateway.scheduler import read_status
 from hermes import extras
 from hermes.embedder import Embedder
 from hermes.identity import owner_user_id
+from hermes.memory.entries import parse as entries_of
 from hermes.memory.render import display_entry, render
 from hermes.memory.service import MemoryService
 from hermes.memory.store import Target
 from hermes.reminders import local
 from hermes.state.db import SessionDB
+from hermes.state.models import MemoryVersion
 from hermes.state.people import ROLES
 from hermes.state.search import SearchScope
 from hermes.state.transfer import export_lines, export_markdown
@@ -362,7 +364,9 @@ class Dashboard:
             )
         history = self.db.memory_log.history(user_id, 30)
         consolidation = [self.db.memory_log.consolidation_state(user_id, t.value) for t in Target]
+        last = self.db.memory_log.last_version(user_id)
         return {
+            "last_change": _change_of(last) if last is not None else "",
             "users": users,
             "user_id": user_id,
             "stores": stores,
@@ -665,6 +669,29 @@ def _runs(runs: list[Any], linked: dict[int, Any], legacy: list[Any]) -> list[di
 
 def _nonce() -> str:
     return secrets.token_urlsafe(24)
+
+
+def _change_of(version: MemoryVersion) -> str:
+    """What one store change did, in words (what Undo would revert)."""
+    before, after = entries_of(version.text_before), entries_of(version.text_after)
+    added = [e for e in after if e not in before]
+    removed = [e for e in before if e not in after]
+
+    def quoted(entry: str) -> str:
+        text = display_entry(entry)
+        return f"“{text[:60]}…”" if len(text) > 60 else f"“{text}”"
+
+    if version.actor == "consolidator":
+        what = f"a consolidation ({len(before)} → {len(after)} entries)"
+    elif added and removed:
+        what = f"{quoted(removed[0])} replaced by {quoted(added[0])}"
+    elif added:
+        what = f"{quoted(added[0])} added"
+    elif removed:
+        what = f"{quoted(removed[0])} removed"
+    else:
+        what = "a change"
+    return f"{what} in {version.target}, by {version.actor}"
 
 
 __all__ = ["CredentialsError", "Dashboard", "Parts"]

@@ -310,7 +310,11 @@ def test_memory_edits_go_through_the_memory_service(home: Path) -> None:
             "/admin/memory/remove",
             {"user": served.owner, "target": "user", "entry": "Prefers tea to coffee."},
         )
-        assert "Prefers tea to coffee." not in browser.page.split("Changes")[0]
+        stores = browser.page.split('aria-labelledby="store-memory"')[1]
+        assert "Prefers tea to coffee." not in stores.split("Changes")[0]
+        # the Undo button says which change it reverts
+        undo = html.unescape(browser.page.split('id="undo"')[1].split("</form>")[0])
+        assert "“Prefers tea to coffee.” removed in user, by admin" in undo
         await browser.post("/admin/memory/undo", {"user": served.owner})
         assert "Prefers tea to coffee." in browser.page.split("Changes")[0]
         text = (served.home / "memories" / served.owner / "USER.md").read_text()
@@ -652,6 +656,7 @@ def test_the_memory_page_shows_accepted_and_rejected_consolidations_with_reasons
         shown = html.unescape(page)
         assert "the last try did not apply (rejected: the proposal drops an entry" in shown
         assert "rejected: rejected" not in shown and "(next try" in shown
+        assert "a consolidation (6 → 4 entries) in memory, by consolidator" in shown
         history = html.unescape(page.split('id="consolidation"')[1])
         assert "accepted" in history and "6 → 4 entries" in history
         assert (
