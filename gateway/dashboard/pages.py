@@ -31,7 +31,15 @@ from gateway.commands.memory import provider_line
 from gateway.config import REMOVE, ConfigError, HermesConfig, update_config
 from gateway.dashboard.auth import CredentialsError
 from gateway.dashboard.chart import hourly_chart
-from gateway.dashboard.site import COOKIE, LOGIN_COOKIE, Operator, RefusedError, Site, form_of
+from gateway.dashboard.site import (
+    COOKIE,
+    LOGIN_COOKIE,
+    PREFIX,
+    Operator,
+    RefusedError,
+    Site,
+    form_of,
+)
 from gateway.edge.http_server import Route
 from gateway.logs import RECENT
 from gateway.scheduler import read_status
@@ -118,6 +126,35 @@ class Dashboard:
     def _show(self, request: web.Request, me: Operator, name: str, **values: Any) -> web.Response:
         note = self.site.notice(request)
         return self.site.page(name, me=me, note=note, page=name.removesuffix(".html"), **values)
+
+    def _unless_sure(
+        self,
+        request: web.Request,
+        me: Operator,
+        form: dict[str, str],
+        question: str,
+        *,
+        yes: str,
+        detail: str = "",
+    ) -> web.Response | None:
+        """An action that cannot simply be taken back (block, deny, cancel) asks first:
+        a page with the same form and one more field, `sure`; None once it is there.
+        Asked after the permission check: nobody is asked to confirm a refusal."""
+        if form.get("sure") == "yes":
+            return None
+        fields = {k: v for k, v in form.items() if k not in ("csrf", "sure")}
+        back = "/" + request.path.removeprefix(PREFIX).strip("/").split("/")[0]
+        return self._show(
+            request,
+            me,
+            "confirm.html",
+            question=question,
+            detail=detail,
+            yes=yes,
+            fields=fields,
+            action=request.path.removeprefix(PREFIX),
+            back=back,
+        )
 
     # -- login -----------------------------------------------------------------------------
 
@@ -255,6 +292,21 @@ class Dashboard:
     async def _pairing(self, request: web.Request, me: Operator) -> web.StreamResponse:
         form = await form_of(request)
         code, approve = form.get("code", ""), form.get("decision") == "approve"
+        if (refused := self.people.may(me.user_id, Action.DECIDE_PAIRING)) is not None:
+            raise RefusedError(403, f"Not allowed: {refused}.")
+        if not approve:
+            found = await self._off_loop(lambda: self.db.access.pairing(code))
+            who = f"{found.platform}:{found.platform_user_id}" if found is not None else code
+            asked = self._unless_sure(
+                request,
+                me,
+                form,
+                f"Deny {who}?",
+                yes="Deny",
+                detail="They are not let in; they can ask again.",
+            )
+            if asked is not None:
+                return asked
         try:
             done = self.people.decide_pairing(code, approve=approve, by=me.user_id)
         except PermissionError as exc:
@@ -280,6 +332,15 @@ class Dashboard:
         form = await form_of(request)
         user_id, blocked = form.get("user", ""), form.get("blocked") == "yes"
         self._may(me, Action.BLOCK, user_id)
+        if blocked:
+            person = await self._off_loop(lambda: self.db.people.get_user(user_id))
+            name = (person.display_name if person else "") or user_id
+            detail = "The assistant stops answering them on every platform until unblocked."
+            asked = self._unless_sure(
+                request, me, form, f"Block {name}?", yes="Block", detail=detail
+            )
+            if asked is not None:
+                return asked
         refused = self.people.set_blocked(user_id, blocked=blocked, by=me.user_id)
         if refused is not None:
             return self.site.redirect("/people", f"Not changed: {refused}.")
@@ -531,10 +592,15 @@ class Dashboard:
         return self._show(request, me, "reminders.html", rows=rows)
 
     async def _reminder_cancel(self, request: web.Request, me: Operator) -> web.StreamResponse:
-        reminder_id = (await form_of(request)).get("id", "")
+        form = await form_of(request)
+        reminder_id = form.get("id", "")
         found = await self._off_loop(lambda: self.db.reminders.get(reminder_id))
         if found is not None:
             self._may(me, Action.CANCEL_REMINDER, found.user_id)
+            question = f"Cancel the reminder “{found.text[:80]}”?"
+            asked = self._unless_sure(request, me, form, question, yes="Cancel it")
+            if asked is not None:
+                return asked
         gone = await self._off_loop(lambda: self.db.reminders.cancel(reminder_id))
         if gone is None:
             return self.site.redirect("/reminders", "No live reminder has that id.")

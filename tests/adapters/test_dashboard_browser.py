@@ -152,6 +152,11 @@ def browse(driver: WebDriver, chat: Chat, db: SessionDB, shots: Shots) -> None:
     assert "check the hives" in driver.find_element(By.TAG_NAME, "table").text
     shots.take("reminders")
     go(driver, driver.find_element(By.ID, f"cancel-{reminder.id}"))
+    # asked first, on a page of its own: nothing cancelled until the yes
+    assert "Cancel the reminder “check the hives”?" in driver.find_element(By.TAG_NAME, "h1").text
+    assert db.reminders.get(reminder.id).status != "cancelled"  # type: ignore[union-attr]
+    shots.take("confirm")
+    go(driver, driver.find_element(By.ID, "sure"))
     assert note(driver) == f"Cancelled {reminder.id}."
     assert "check the hives" not in driver.find_element(By.TAG_NAME, "table").text
     assert db.reminders.get(reminder.id).status == "cancelled"  # type: ignore[union-attr]
@@ -215,6 +220,7 @@ def test_an_admin_runs_the_bot_from_the_dashboard_in_a_real_browser(
         driver.quit()
     names = sorted(p.name for p in (tmp_path / "screenshots").iterdir())
     assert names == [
+        "confirm.png",
         "logs.png",
         "memory.png",
         "people.png",

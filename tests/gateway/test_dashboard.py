@@ -271,7 +271,11 @@ def test_the_owner_stays_reachable_and_an_owner_stays_an_owner(home: Path) -> No
         other = "u_00000000000000b2"
         served.db.people.ensure_user(other, display_name="Bo")
         await browser.get("/admin/people")
-        await browser.post("/admin/people/block", {"user": other, "blocked": "yes"})
+        # Block asks first (a page with the same form), and blocks only on the yes
+        _, asked = await browser.post("/admin/people/block", {"user": other, "blocked": "yes"})
+        assert "Block Bo?" in asked and 'name="sure" value="yes"' in asked
+        assert served.db.people.get_user(other).status == "active"  # type: ignore[union-attr]
+        await browser.post("/admin/people/block", {"user": other, "blocked": "yes", "sure": "yes"})
         assert served.db.people.get_user(other).status == "blocked"  # type: ignore[union-attr]
         await browser.get("/admin/people")
         await browser.post("/admin/people/role", {"user": other, "role": "admin"})
@@ -395,7 +399,10 @@ def test_reminders_are_listed_and_cancelled(home: Path) -> None:
         await browser.login()
         _, page = await browser.get("/admin/reminders")
         assert "water the ferns" in page
-        await browser.post("/admin/reminders/cancel", {"id": added.id})
+        _, asked = await browser.post("/admin/reminders/cancel", {"id": added.id})
+        assert "Cancel the reminder “water the ferns" in html.unescape(asked)
+        assert served.db.reminders.of_user(served.owner, live_only=True) != []  # not yet
+        await browser.post("/admin/reminders/cancel", {"id": added.id, "sure": "yes"})
         assert browser.note() == f"Cancelled {added.id}."
         assert "water the ferns" not in browser.page
         assert served.db.reminders.of_user(served.owner, live_only=True) == []
@@ -507,7 +514,13 @@ def test_pairing_requests_are_decided_from_the_people_page(home: Path) -> None:
         await browser.login()
         _, page = await browser.get("/admin/people")
         assert row.code in page and "Stranger" in page
-        await browser.post("/admin/people/pairing", {"code": row.code, "decision": "deny"})
+        _, asked = await browser.post(
+            "/admin/people/pairing", {"code": row.code, "decision": "deny"}
+        )
+        assert f"Deny {row.platform}:{row.platform_user_id}?" in asked
+        await browser.post(
+            "/admin/people/pairing", {"code": row.code, "decision": "deny", "sure": "yes"}
+        )
         assert browser.note().startswith("Denied")
         await browser.get("/admin/people")
         await browser.post("/admin/people/pairing", {"code": row.code, "decision": "approve"})
