@@ -27,6 +27,7 @@ from tests.adapters.harness import run_gateway, settled, until_settled
 from tests.apps import app_config
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.web_site import ARTICLE_TEXT, WebSite
+from tests.gateway.test_message_tool import sends
 from tests.harness.wait import until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -208,19 +209,6 @@ def test_the_owners_mcp_server_waits_for_allow_then_answers_the_owner_only(
     assert isinstance(side, CliDriver) or member_requests, "the member was never asked"
 
 
-def sends(to: str, text: str) -> Any:
-    """A model that calls message(to, text), then says what came back."""
-
-    def model(request: dict[str, Any]) -> Reply:
-        last = request["messages"][-1]
-        if last["role"] == "tool":
-            result = json.loads(last["content"])
-            return Reply(text=f"Message: {result.get('status') or result.get('error')}")
-        return Reply.tool_call("message", {"to": to, "text": text})
-
-    return model
-
-
 # from each platform with buttons to the next one: every platform sends and receives
 PAIRS = [("telegram", "slack"), ("slack", "discord"), ("discord", "telegram")]
 
@@ -236,7 +224,7 @@ def test_message_reaches_the_persons_linked_account_once_after_send(
     out: dict[str, Any] = {}
 
     async def body() -> None:
-        out["waiting"] = await ask(here, person, f"tell my {there.name} I'm late", "Message")
+        out["waiting"] = await ask(here, person, f"tell my {there.name} I'm late", "result:")
         out["before"] = list(there.texts_to(their_dm))
         chat = here.dm_of(person)
         message, _, command = next(b for b in here.buttons(chat) if b[1] == "Send")
@@ -248,7 +236,7 @@ def test_message_reaches_the_persons_linked_account_once_after_send(
         out["delivered"] = list(there.texts_to(their_dm))
 
     run(home, fake_llm, body, here, there)
-    assert out["waiting"] == "Message: waiting for the person's yes"
+    assert out["waiting"] == "result: waiting for the person's yes"
     assert out["before"] == []  # nothing before the yes
     assert "Send this to your" in out["shown"] and out["shown"].endswith("Sent.")
     [delivered] = out["delivered"]
