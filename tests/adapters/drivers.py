@@ -411,6 +411,11 @@ class DiscordDriver(Driver):
             "gateway_url": fake.gateway_url,
         }
 
+    def ready(self) -> None:
+        """discord.py has identified on the gateway socket (a message dispatched before
+        that reaches nobody); a gateway process just started may take a while."""
+        self.fake.wait_ready(1, 60)
+
     def dm_of(self, user: str) -> str:
         return f"6{user[1:]}"
 
