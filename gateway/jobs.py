@@ -19,8 +19,6 @@ from gateway.config import HermesConfig, SideTask, load_config, main_endpoint, o
 from gateway.pipeline.media import collect_garbage
 from hermes.agent.conversation import Conversation
 from hermes.llm.client import LLMClient
-from hermes.memory.service import MemoryService
-from hermes.memory.store import Target
 from hermes.state.db import SessionDB
 
 logger = logging.getLogger(__name__)
@@ -51,7 +49,8 @@ async def consolidation_check(home: str) -> str:
         try:
             runs = await service.check()
             ran = {(run.user_id, run.target) for run in runs}
-            waiting = [w for w in await db.run(_over_threshold, service) if w[:2] not in ran]
+            over = await db.run(service.over_threshold)
+            waiting = [store for user, store in over if (user, store.target) not in ran]
         finally:
             await service.close()
     counts: dict[str, int] = {}
@@ -59,20 +58,10 @@ async def consolidation_check(home: str) -> str:
         counts[run.outcome.status] = counts.get(run.outcome.status, 0) + 1
     said = [f"{status}: {n}" for status, n in sorted(counts.items())]
     if waiting:  # over the threshold, waiting out the pause after a failed attempt
-        _, _, remark = waiting[0]
         more = f" and {len(waiting) - 1} more" if len(waiting) > 1 else ""
+        remark = waiting[0].remark()
         said.append(f"{len(waiting)} over the threshold waiting to retry ({remark}{more})")
     return ", ".join(said) or "all stores under the threshold"
-
-
-def _over_threshold(service: MemoryService) -> list[tuple[str, Target, str]]:
-    """(user, store, what it needs) of every store over the threshold (blocking)."""
-    return [
-        (user_id, store.target, store.remark())
-        for user_id in service.users()
-        for store in service.status(user_id)
-        if store.needs_consolidation
-    ]
 
 
 async def memory_pending(home: str) -> str:

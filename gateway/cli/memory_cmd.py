@@ -316,9 +316,7 @@ def consolidate(
         service = ctx.memory(db)
         waiting = [
             f"{user_id} {store.target.value}: {store.remark()}"
-            for user_id in users or service.users()
-            for store in service.status(user_id)
-            if store.needs_consolidation
+            for user_id, store in service.over_threshold(users)
         ]
         if not waiting:
             note("[dim]Nothing to consolidate: every store is under the threshold.[/dim]")

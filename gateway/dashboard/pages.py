@@ -292,7 +292,8 @@ class Dashboard:
     async def _pairing(self, request: web.Request, me: Operator) -> web.StreamResponse:
         form = await form_of(request)
         code, approve = form.get("code", ""), form.get("decision") == "approve"
-        if (refused := self.people.may(me.user_id, Action.DECIDE_PAIRING)) is not None:
+        refused = await self._off_loop(lambda: self.people.may(me.user_id, Action.DECIDE_PAIRING))
+        if refused is not None:
             raise RefusedError(403, f"Not allowed: {refused}.")
         if not approve:
             found = await self._off_loop(lambda: self.db.access.pairing(code))

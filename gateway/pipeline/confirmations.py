@@ -244,8 +244,8 @@ class Confirmations:
         outcome = LABELS[row.kind][1][0 if yes else 1]
         if yes:
             outcome = await self._carry_out(row, outcome)
-        goes_on = yes and row.kind == "mcp" and event is not None and self.go_on is not None
-        if goes_on:
+        go_on = self.go_on if yes and row.kind == "mcp" and event is not None else None
+        if go_on is not None:
             outcome = "Allowed."
         said = outcome
         if event is not None and event.pressed and event.reply_to_id:
@@ -254,8 +254,8 @@ class Confirmations:
                 shown = OutboundMessage(event.chat, f"{row.question}\n\n{outcome}", buttons=())
                 edit = await adapter.edit(event.chat, event.reply_to_id, shown)
                 said = "" if edit.ok else outcome
-        if goes_on and event is not None and self.go_on is not None:
-            await self.go_on(_allowed(event, row.subject.removeprefix("mcp:")))
+        if go_on is not None and event is not None:
+            await go_on(_allowed(event, row.subject.removeprefix("mcp:")))
         return said
 
     async def _carry_out(self, row: Confirmation, outcome: str) -> str:

@@ -389,6 +389,16 @@ class MemoryService:
         """Everyone with memory, wherever the stores are."""
         return sweep.users_with_memory(self.home, self.config, self.db)
 
+    def over_threshold(self, user_ids: list[str] | None = None) -> list[tuple[str, StoreStatus]]:
+        """(user, status) of each store over the threshold (of `user_ids`, else of
+        everyone): after a check, the ones waiting out a failed attempt's pause."""
+        return [
+            (user_id, store)
+            for user_id in (self.users() if user_ids is None else user_ids)
+            for store in self.status(user_id)
+            if store.needs_consolidation
+        ]
+
     def reconcile(self, user_id: str) -> None:
         """Settle what a crash left between this user's stores and their record (and
         record changes made outside Hermes), so `why` and `undo` see the whole story."""
