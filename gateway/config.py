@@ -9,11 +9,12 @@ from __future__ import annotations
 import contextlib
 import io
 import ipaddress
+import logging
 import os
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import quote, urlsplit
 
 import yaml
@@ -64,12 +65,25 @@ else:
     PlatformsConfig = platforms_model()
 
 
+KeptLevel = Literal["info", "warning", "error"]
+_KEEP_DAYS: dict[KeptLevel, int] = {"warning": 14, "error": 90}
+
+
 class LoggingConfig(Section):
     """The gateway process's log (stderr; journald or the container runtime keeps it)."""
 
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["text", "json"] = "text"
     third_party: Literal["debug", "info", "warning", "error"] = "warning"  # httpx, SDKs
+    # days each level's lines are kept in state.db (every instance's, across restarts:
+    # the dashboard's Logs page and its problems); a level not named is not stored
+    keep_days: dict[KeptLevel, Annotated[int, Field(ge=1, le=3650)]] = Field(
+        default_factory=_KEEP_DAYS.copy
+    )
+
+    def stored_levels(self) -> dict[int, int]:
+        """`keep_days` by level number (info 20, warning 30, error 40)."""
+        return {logging.getLevelName(name.upper()): days for name, days in self.keep_days.items()}
 
 
 class DatabaseConfig(Section):

@@ -130,6 +130,8 @@ def _maintain(home: Path) -> str:
             summary += f"; forgot {db.cluster.prune()} old coordination row(s)"
         if ended := db.dashboard.prune():  # dashboard logins and links, a week after expiry
             summary += f"; forgot {ended} ended dashboard login(s) and link(s)"
+        if forgotten := db.logs.prune(config.logging.stored_levels()):
+            summary += f"; forgot {forgotten} log line(s) past their level's keep_days"
         if stale := db.outbox.prune():  # provider writes a service never took in 14 days
             summary += f"; gave up on {stale} memory provider write(s) older than 14 days"
         return summary

@@ -22,16 +22,23 @@ import contextvars
 import functools
 import json
 import logging
+import os
 import re
 import secrets
+import socket
 import sys
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.config import HermesConfig, secret
 from gateway.edge.platform_config import platforms
+from hermes.state.models import LogRecord
+
+if TYPE_CHECKING:
+    from hermes.state.db import SessionDB
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s%(turn_tag)s: %(message)s"
 RECENT_CAPACITY = 2000  # lines kept for the dashboard
@@ -155,12 +162,13 @@ def configure(
     for old in list(root.handlers):
         root.removeHandler(old)
     redactor = Redactor(secret_values(config, env))
-    for each in (handler, RECENT):  # the same lines, redacted alike, in both
+    for each in (handler, RECENT, STORED):  # the same lines, redacted alike, in each
         each.filters.clear()
         each.addFilter(LevelGate(ours, theirs))
         each.addFilter(redactor)
         each.addFilter(TurnTag())
         root.addHandler(each)
+    STORED.setLevel(min(settings.stored_levels(), default=logging.CRITICAL + 1))
     root.setLevel(min(ours, theirs))
 
 
@@ -178,35 +186,133 @@ class RecentLines(logging.Handler):
             text = self.format(record)
         except Exception:  # a record that cannot be formatted is not worth a traceback
             return
-        self.lines.append(LogLine(record.levelno, str(record.__dict__.get("turn", "")), text))
+        turn_id = str(record.__dict__.get("turn", ""))
+        self.lines.append(LogLine(record.created, record.levelno, turn_id, text))
 
-    def last(self, limit: int, level: int = logging.NOTSET, turn_id: str = "") -> list[LogLine]:
-        """The newest `limit` lines at `level` or above (of one turn, when given)."""
+    def last(
+        self,
+        limit: int,
+        level: int = logging.NOTSET,
+        turn_id: str = "",
+        *,
+        since: float = 0.0,
+        text: str = "",
+    ) -> list[LogLine]:
+        """The newest `limit` lines at `level` or above, logged at `since` or later (a
+        time.time()), of one turn and holding `text` (any case) when given."""
+        folded = text.casefold()
         found = [
             line
             for line in list(self.lines)
-            if line.level >= level and (not turn_id or line.turn == turn_id)
+            if line.level >= level
+            and line.at >= since
+            and (not turn_id or line.turn == turn_id)
+            and (not folded or folded in line.text.casefold())
         ]
         return found[-limit:]
 
 
 @dataclass(frozen=True, slots=True)
 class LogLine:
+    at: float  # time.time() of the record
     level: int
     turn: str
     text: str
 
 
+class StoredLog(logging.Handler):
+    """The lines worth keeping (warnings and errors by default: `logging.keep_days`) in
+    state.db, for the dashboard: every instance's, across restarts. `emit` only queues
+    (it runs wherever a line is logged, the event loop included); a thread of its own
+    writes each second's lines in one transaction. Lines logged before the database is
+    open wait for it (a bounded number); a database that fails keeps them for the next
+    try, and lines logged by the writing itself are not stored (they would feed it)."""
+
+    def __init__(self, capacity: int = 5000) -> None:
+        super().__init__(logging.WARNING)
+        self.capacity = capacity
+        self._waiting: collections.deque[LogRecord] = collections.deque(maxlen=capacity)
+        self._db: SessionDB | None = None
+        self._wake = threading.Event()
+        self._writer: threading.Thread | None = None
+        self._stop = False
+        self.instance = f"{socket.gethostname()}:{os.getpid()}"
+        self.failures = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if threading.current_thread() is self._writer:
+            return
+        message = record.getMessage()
+        if record.exc_text:
+            message += "\n" + record.exc_text
+        self._waiting.append(
+            LogRecord(
+                at=datetime.fromtimestamp(record.created, UTC),
+                level=record.levelno,
+                logger=record.name,
+                instance=self.instance,
+                turn=str(record.__dict__.get("turn", "")),
+                message=message,
+            )
+        )
+
+    def attach(self, db: SessionDB) -> None:
+        """Write to `db` from now on (what waited first)."""
+        self.detach()
+        self._db, self._stop = db, False
+        self._writer = threading.Thread(target=self._run, name="hermes-stored-log", daemon=True)
+        self._writer.start()
+
+    def detach(self, timeout: float = 5.0) -> None:
+        """Write what waits, then stop writing (before the database closes)."""
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return
+        self._stop = True
+        self._wake.set()
+        writer.join(timeout)
+        self._db = None
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(1.0)
+            self._wake.clear()
+            self._flush()
+            if self._stop:
+                return
+
+    def _flush(self) -> None:
+        db = self._db
+        if db is None or not self._waiting:
+            return
+        batch = [self._waiting.popleft() for _ in range(min(len(self._waiting), 500))]
+        try:
+            db.logs.add(batch)
+        except Exception as exc:  # kept for the next second's try, newest first dropped
+            self.failures += 1
+            if self.failures == 1 or self.failures % 600 == 0:
+                print(f"hermes: log lines not stored in state.db: {exc!r}", file=sys.stderr)
+            room = self.capacity - len(self._waiting)
+            self._waiting.extendleft(reversed(batch[:room]))
+        else:
+            self.failures = 0
+            if self._waiting:
+                self._wake.set()
+
+
 RECENT = RecentLines()
+STORED = StoredLog()
 
 
 __all__ = [
     "RECENT",
+    "STORED",
     "JsonFormatter",
     "LevelGate",
     "LogLine",
     "RecentLines",
     "Redactor",
+    "StoredLog",
     "TurnTag",
     "configure",
     "secret_values",

@@ -445,11 +445,22 @@ class People:
 
     def _register(self, platform: str, ident: str, name: str) -> str:
         cached = self._identities.get((platform, ident))
-        if cached is not None and cached[0] and time.monotonic() - cached[1] < IDENTITY_CACHE_S:
-            return cached[0]
+        fresh = cached is not None and time.monotonic() - cached[1] < IDENTITY_CACHE_S
+        if cached is not None and cached[0] and fresh:
+            if not (name and self._unnamed(cached[0], platform, ident)):
+                return cached[0]
+            self._users.pop(cached[0], None)  # (named now: read again)
         user_id = self.repo.user_for_identity(platform, ident, name)
         self._identities[(platform, ident)] = (user_id, time.monotonic())
         return user_id
+
+    def _unnamed(self, user_id: str, platform: str, ident: str) -> bool:
+        """Whether this account has no name yet (made before its first message, by
+        `hermes users role` or an approval): its first message names it."""
+        return any(
+            i.platform == platform and i.platform_user_id == ident and not i.display_name
+            for i in self._facts(user_id).identities
+        )
 
     def _facts(self, user_id: str) -> _UserFacts:
         now = time.monotonic()

@@ -64,6 +64,7 @@ def run(
     except AlreadyRunningError as exc:
         fatal(str(exc), EXIT_REFUSED)
     db = ctx.open_db(patience=ctx.config.database.startup_wait_seconds)
+    logs.STORED.attach(db)  # warnings and errors kept for the dashboard (those so far too)
     code = 0
     try:
         gateway = Gateway(ctx.home, ctx.config, db)
@@ -75,6 +76,7 @@ def run(
     except HttpServerError as exc:
         fatal(str(exc), EXIT_REFUSED)
     finally:
+        logs.STORED.detach()
         db.close()
         if instance is not None:
             instance.release()

@@ -16,11 +16,13 @@ import json
 import logging
 import secrets
 import shutil
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlencode
 
 from aiohttp import web
 
@@ -31,10 +33,12 @@ from gateway.commands.memory import provider_line
 from gateway.config import REMOVE, ConfigError, HermesConfig, update_config
 from gateway.dashboard.auth import CredentialsError
 from gateway.dashboard.chart import hourly_chart
+from gateway.dashboard.problems import Problems, bad_state
 from gateway.dashboard.site import (
     COOKIE,
     LOGIN_COOKIE,
     PREFIX,
+    PROBLEMS,
     Operator,
     RefusedError,
     Site,
@@ -52,7 +56,8 @@ from hermes.memory.service import MemoryService
 from hermes.memory.store import Target
 from hermes.reminders import local
 from hermes.state.db import SessionDB
-from hermes.state.models import MemoryVersion
+from hermes.state.logs import LogFilter
+from hermes.state.models import LogRecord, MemoryVersion, as_utc
 from hermes.state.people import ROLES
 from hermes.state.search import SearchScope
 from hermes.state.transfer import export_lines, export_markdown
@@ -63,9 +68,22 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 STATIC = Path(__file__).with_name("static")
 LOG_LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+LOG_SINCE = {  # the Logs page's spans (None: all that is kept)
+    "15m": timedelta(minutes=15),
+    "1h": timedelta(hours=1),
+    "24h": timedelta(hours=24),
+    "7d": timedelta(days=7),
+    "all": None,
+}
+STATUS_REFRESH_S = 10  # the shortest refresh the Status page takes
+LOG_MAX_LINES = 5000  # lines on one page or in one export
+LOG_FOLLOW_S = 5  # a followed log reloads this often
 SESSIONS_PAGE = 30  # sessions per page of the Sessions page (a search's or the latest)
 HITS_PER_PERSON = 200  # a person's best messages a search across people groups by session
 RUNS_PAGE = 30  # consolidation runs shown per page on the Memory page
+PEOPLE_PAGE = 25  # people per page of the People page
+ACCESS = ("active", "blocked", "pending")
+_NEVER = datetime.min.replace(tzinfo=UTC)
 
 
 @dataclass
@@ -91,6 +109,8 @@ class Dashboard:
         self.parts = parts
         self.db, self.people, self.memory = parts.db, parts.people, parts.memory
         self.site = Site(parts.home, parts.config, parts.db, port)
+        self.problems = Problems(parts.home, parts.config, parts.db, parts.runtime)
+        self.site.problems = self.problems.now
 
     def routes(self) -> list[Route]:
         site = self.site
@@ -116,6 +136,7 @@ class Dashboard:
             site.route("GET", "/reminders", self._reminders_page),
             site.route("POST", "/reminders/cancel", self._reminder_cancel),
             site.route("GET", "/logs", self._logs_page),
+            site.route("GET", "/logs/export", self._logs_export),
             site.route("GET", "/tools", self._tools_page),
             site.route("POST", "/tools/set", self._tools_set),
         ]
@@ -125,7 +146,9 @@ class Dashboard:
 
     def _show(self, request: web.Request, me: Operator, name: str, **values: Any) -> web.Response:
         note = self.site.notice(request)
-        return self.site.page(name, me=me, note=note, page=name.removesuffix(".html"), **values)
+        problems = request.get(PROBLEMS, [])
+        page = name.removesuffix(".html")
+        return self.site.page(name, me=me, note=note, page=page, problems=problems, **values)
 
     def _unless_sure(
         self,
@@ -231,7 +254,18 @@ class Dashboard:
         runtime = self.parts.runtime
         health = await runtime.llm_health() if runtime is not None else "not checked"
         values = await self._off_loop(self._status_values)
-        return self._show(request, me, "status.html", model=health, **values)
+        asked = request.query.get("refresh", "")
+        refresh = max(STATUS_REFRESH_S, min(int(asked), 3600)) if asked.isdigit() else 0
+        return self._show(
+            request,
+            me,
+            "status.html",
+            model=health,
+            model_ok=health.startswith(("ok", "in-process", "no model")),
+            refresh=refresh,
+            as_of=datetime.now(UTC),
+            **values,
+        )
 
     def _status_values(self) -> dict[str, Any]:
         parts, db = self.parts, self.db
@@ -243,7 +277,8 @@ class Dashboard:
         platforms = [
             {
                 "name": name,
-                "state": states.get(name, "no gateway running here" if runtime is None else "off"),
+                "state": (state := states.get(name, "off" if runtime else "no gateway here")),
+                "bad": bad_state(state),
                 "received": activity.received.get(name),
                 "replied": activity.replied.get(name),
             }
@@ -263,23 +298,39 @@ class Dashboard:
             "database": f"{engine}, {size:.1f} MB",
             "disk": f"{disk.free / 1e9:.1f} GB free of {disk.total / 1e9:.1f} GB",
             "audit": db.dashboard.audit_log(30),
+            "logged": {
+                span: _counted(db.logs.sources(now - timedelta(hours=hours)))
+                for span, hours in (("hour", 1), ("day", 24))
+            },
         }
 
     # -- people ----------------------------------------------------------------------------
 
     async def _people_page(self, request: web.Request, me: Operator) -> web.StreamResponse:
-        values = await self._off_loop(lambda: self._people_values(me))
+        asked = PeopleQuery.of(request.query)
+        values = await self._off_loop(lambda: self._people_values(me, asked))
         code = request.query.get("code", "")[:20]
         return self._show(request, me, "people.html", roles=ROLES, code=code, **values)
 
-    def _people_values(self, me: Operator) -> dict[str, Any]:
-        """Everyone, with what this operator may do to each (the forms shown are the
-        ones the one decision allows: no Block button on the owner's row)."""
-        users = self.db.people.users()
+    def _people_values(self, me: Operator, asked: PeopleQuery) -> dict[str, Any]:
+        """One page of the people the filter finds, with what this operator may do to
+        each (the forms shown are the ones the one decision allows: no Block button on
+        the owner's row)."""
+        everyone = self.db.people.users()
+        found = [s for s in everyone if asked.finds(s)]
+        if asked.sort == "name":
+            found.sort(key=lambda s: person_name(s).casefold())
+        else:  # the most recently seen first, the never seen last
+            found.sort(
+                key=lambda s: as_utc(s.last_active) if s.last_active else _NEVER, reverse=True
+            )
+        pages = max(1, -(-len(found) // PEOPLE_PAGE))
+        page = min(asked.page, pages)
+        shown = found[(page - 1) * PEOPLE_PAGE : page * PEOPLE_PAGE]
         owner = owner_user_id(self.parts.home)
         actor = self.people.party_of(me.user_id, me.role)
         powers = {}
-        for summary in users:
+        for summary in shown:
             them = self.people.party_of(summary.user.id, summary.user.role)
             powers[them.user_id] = {
                 "block": decide(actor, Action.BLOCK, them) is None,
@@ -287,7 +338,20 @@ class Dashboard:
                 "link": decide(actor, Action.LINK_CODE, them) is None,
             }
         pending = self.db.access.pending_pairings()
-        return {"users": users, "pending": pending, "owner": owner, "powers": powers}
+        return {
+            "users": shown,
+            "names": {s.user.id: person_name(s) for s in shown},
+            "total": len(everyone),
+            "found": len(found),
+            "first": (page - 1) * PEOPLE_PAGE + 1,
+            "page_no": page,
+            "pages": pages,
+            "asked": asked,
+            "address": {k: v for k, v in asked.address().items() if k != "page"},
+            "pending": pending,
+            "owner": owner,
+            "powers": powers,
+        }
 
     async def _pairing(self, request: web.Request, me: Operator) -> web.StreamResponse:
         form = await form_of(request)
@@ -673,24 +737,179 @@ class Dashboard:
 
     # -- logs ------------------------------------------------------------------------------
 
-    async def _logs_page(self, request: web.Request, me: Operator) -> web.StreamResponse:
-        level = request.query.get("level", "info")
-        turn = request.query.get("turn", "")[:40].strip()
+    def _log_query(self, request: web.Request) -> LogQuery:
+        """The Logs page's filter, from its address (what the form and its links set)."""
+        query = request.query
+        level = query.get("level", "info")
+        level = level if level in LOG_LEVELS else "info"
+        since = query.get("since", "24h")
+        since = since if since in LOG_SINCE else "24h"
         try:
-            count = max(1, min(int(request.query.get("n", "200")), 2000))
+            count = max(1, min(int(query.get("n", "200")), LOG_MAX_LINES))
         except ValueError:
             count = 200
-        lines = RECENT.last(count, LOG_LEVELS.get(level, 20), turn)
+        before = _position(query.get("before", ""))
+        stored = self.parts.config.logging.stored_levels()
+        return LogQuery(
+            level=level,
+            since=since,
+            text=query.get("q", "")[:200],
+            turn=query.get("turn", "")[:40].strip(),
+            instance=query.get("instance", "")[:200].strip(),
+            n=count,
+            before=before,
+            stored=bool(stored) and LOG_LEVELS[level] >= min(stored),
+        )
+
+    def _log_lines(self, asked: LogQuery) -> tuple[list[str], str | None]:
+        """The lines asked for, newest last, and where the next older page starts (the
+        stored lines' id; None: no older page). Stored levels come from state.db (every
+        instance, across restarts); lower ones from this process's recent lines."""
+        age = LOG_SINCE[asked.since]
+        if not asked.stored:
+            since = time.time() - age.total_seconds() if age is not None else 0.0
+            lines = RECENT.last(
+                asked.n, LOG_LEVELS[asked.level], asked.turn, since=since, text=asked.text
+            )
+            return [line.text for line in lines], None
+        wanted = LogFilter(
+            level=LOG_LEVELS[asked.level],
+            since=datetime.now(UTC) - age if age is not None else None,
+            turn=asked.turn,
+            instance=asked.instance,
+            text=asked.text,
+            before=asked.before,
+        )
+        rows = self.db.logs.find(wanted, asked.n + 1)
+        last = rows[asked.n - 1] if len(rows) > asked.n else None
+        older = f"{as_utc(last.at).timestamp():.6f}_{last.id}" if last is not None else None
+        return [_log_text(row) for row in reversed(rows[: asked.n])], older
+
+    async def _logs_page(self, request: web.Request, me: Operator) -> web.StreamResponse:
+        asked = self._log_query(request)
+        lines, older = await self._off_loop(lambda: self._log_lines(asked))
+        follow = request.query.get("follow") == "1" and asked.before is None
+        here = {k: v for k, v in asked.address().items() if k != "before"}
         return self._show(
             request,
             me,
             "logs.html",
             lines=lines,
-            level=level,
-            turn=turn,
-            n=count,
+            asked=asked,
+            older=urlencode({**here, "before": older}) if older is not None else "",
+            here=urlencode(here),
+            follow=follow,
+            refresh=LOG_FOLLOW_S if follow else 0,
             levels=list(LOG_LEVELS),
+            spans=list(LOG_SINCE),
+            stored_levels=[
+                logging.getLevelName(level).lower()
+                for level in sorted(self.parts.config.logging.stored_levels())
+            ],
         )
+
+    async def _logs_export(self, request: web.Request, me: Operator) -> web.StreamResponse:
+        """The lines the page shows, as a text file (up to LOG_MAX_LINES)."""
+        asked = self._log_query(request)
+        lines, _older = await self._off_loop(lambda: self._log_lines(asked))
+        self.site.audit(me, "logs.export", asked.level, urlencode(asked.address()))
+        response = web.Response(text="".join(line + "\n" for line in lines))
+        name = f"hermes-log-{datetime.now(UTC):%Y%m%d-%H%M}.txt"
+        response.headers["Content-Disposition"] = f'attachment; filename="{name}"'
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+
+@dataclass(frozen=True, slots=True)
+class PeopleQuery:
+    """The People page's filter and page, from its address."""
+
+    text: str = ""
+    role: str = ""
+    access: str = ""
+    sort: str = "seen"
+    page: int = 1
+
+    @classmethod
+    def of(cls, query: Mapping[str, str]) -> PeopleQuery:
+        asked = query.get("page", "")
+        return cls(
+            text=query.get("q", "")[:200].strip(),
+            role=role if (role := query.get("role", "")) in ROLES else "",
+            access=access if (access := query.get("access", "")) in ACCESS else "",
+            sort="name" if query.get("sort") == "name" else "seen",
+            page=max(1, min(int(asked), 100_000)) if asked.isdigit() else 1,
+        )
+
+    def finds(self, summary: Any) -> bool:
+        user = summary.user
+        if (self.role and user.role != self.role) or (self.access and user.status != self.access):
+            return False
+        if not self.text:
+            return True
+        said = self.text.casefold()
+        words = [user.id, user.display_name]
+        for i in summary.identities:
+            words += [f"{i.platform}:{i.platform_user_id}", i.display_name]
+        return any(said in word.casefold() for word in words if word)
+
+    def address(self) -> dict[str, str]:
+        found = {"q": self.text, "role": self.role, "access": self.access, "sort": self.sort}
+        found = {k: v for k, v in found.items() if v and not (k == "sort" and v == "seen")}
+        return {**found, "page": str(self.page)}
+
+
+def person_name(summary: Any) -> str:
+    """What to call someone: their name, else a linked account's name, else the account
+    itself (a person made before their first message), else their id."""
+    if summary.user.display_name:
+        return str(summary.user.display_name)
+    for i in summary.identities:
+        if i.display_name:
+            return str(i.display_name)
+    for i in summary.identities:
+        return f"{i.platform}:{i.platform_user_id}"
+    return str(summary.user.id)
+
+
+@dataclass(frozen=True, slots=True)
+class LogQuery:
+    level: str
+    since: str
+    text: str
+    turn: str
+    instance: str
+    n: int
+    before: tuple[datetime, int] | None
+    stored: bool  # from state.db (a level kept there), else this process's recent lines
+
+    def address(self) -> dict[str, str]:
+        """The query string that asks for this again."""
+        found = {"level": self.level, "since": self.since, "n": str(self.n)}
+        for key, value in (("q", self.text), ("turn", self.turn), ("instance", self.instance)):
+            if value:
+                found[key] = value
+        if self.before is not None:
+            at, row_id = self.before
+            found["before"] = f"{at.timestamp():.6f}_{row_id}"
+        return found
+
+
+def _position(said: str) -> tuple[datetime, int] | None:
+    """An older page's start, as its link says it ("<timestamp>_<id>"); None if not one."""
+    stamp, _, row_id = said.partition("_")
+    try:
+        return datetime.fromtimestamp(float(stamp), UTC), int(row_id)
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+def _log_text(row: LogRecord) -> str:
+    """A stored line as the log writes one (with the instance that logged it)."""
+    turn = f" [turn {row.turn}]" if row.turn else ""
+    level = logging.getLevelName(row.level)
+    where = f"{row.logger}{turn} ({row.instance})"
+    return f"{as_utc(row.at):%Y-%m-%d %H:%M:%S} {level} {where}: {row.message}"
 
 
 def _listed(chat: Any, when: Any, snippets: list[str]) -> dict[str, Any]:
@@ -732,6 +951,14 @@ def _runs(runs: list[Any], linked: dict[int, Any], legacy: list[Any]) -> list[di
                 dropped = []
         out.append({"run": run, "version": found, "dropped": dropped})
     return out
+
+
+def _counted(sources: list[Any]) -> dict[str, int]:
+    """Errors and warnings logged, by word."""
+    counts = {"error": 0, "warning": 0}
+    for source in sources:
+        counts["error" if source.level >= logging.ERROR else "warning"] += source.count
+    return counts
 
 
 def _nonce() -> str:

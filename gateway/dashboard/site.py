@@ -57,6 +57,7 @@ HEADERS = {
     "Cache-Control": "no-store",
 }
 FAILED = "That did not work (the gateway's log says why); nothing more was changed."
+PROBLEMS = web.RequestKey("problems", list[Any])  # what is wrong, for the page's banner
 FORM_FIELD_CHARS = 4000  # a memory entry is at most 2,200; nothing on a form is longer
 
 
@@ -105,6 +106,8 @@ class Site:
         )
         self.templates.filters["when"] = _when
         self.templates.filters["duration"] = duration
+        # what is wrong now, shown on top of every page (the pages set it)
+        self.problems: Callable[[], list[Any]] | None = None
         self.set_port(port)
 
     @property
@@ -142,7 +145,7 @@ class Site:
     # -- answers ---------------------------------------------------------------------------
 
     def page(self, name: str, status: int = 200, **values: Any) -> web.Response:
-        values = {"me": None, "note": "", "page": "", **values}
+        values = {"me": None, "note": "", "page": "", "problems": [], "refresh": 0, **values}
         body = self.templates.get_template(name).render(prefix=PREFIX, **values)
         response = web.Response(text=body, status=status, content_type="text/html")
         response.headers.update(HEADERS)
@@ -259,6 +262,8 @@ class Site:
                 form = await form_of(request)
                 if not hmac.compare_digest(form.get("csrf", ""), me.csrf):
                     raise RefusedError(403, "This form has expired: reload the page and retry.")
+            elif self.problems is not None:
+                request[PROBLEMS] = await asyncio.to_thread(self.problems)
             return await handler(request, me)
 
         return self.open_route(method, path, guarded)
@@ -293,4 +298,4 @@ def _when(moment: Any) -> str:
     return "-" if moment is None else f"{moment:%Y-%m-%d %H:%M} UTC"
 
 
-__all__ = ["COOKIE", "PREFIX", "Operator", "RefusedError", "Site", "form_of"]
+__all__ = ["COOKIE", "PREFIX", "PROBLEMS", "Operator", "RefusedError", "Site", "form_of"]

@@ -9,8 +9,9 @@
 - `upkeep` (UpkeepDB): job results, pruning, maintenance, integrity, bulk imports;
 - `reminders` (RemindersDB): reminders, their runs (the claim), each person's time zone;
 - `cluster` (ClusterDB): several gateways on PostgreSQL: instances, leases, the inbox;
-- `dashboard` (DashboardDB): the web dashboard's logins, one-time links, audit log.
-- `outbox` (OutboxDB): external memory providers' writes, kept until delivered.
+- `dashboard` (DashboardDB): the web dashboard's logins, one-time links, audit log;
+- `outbox` (OutboxDB): external memory providers' writes, kept until delivered;
+- `logs` (LogsDB): the gateways' warnings and errors, kept for the dashboard.
 
 All SQL lives in these modules; everything else calls their methods. A second backend
 (PostgreSQL) implements the same repositories over its own engine.
@@ -34,6 +35,7 @@ from hermes.state.cluster import ClusterDB
 from hermes.state.confirmations import ConfirmationsDB
 from hermes.state.conversations import ConversationDB
 from hermes.state.dashboard import DashboardDB
+from hermes.state.logs import LogsDB
 from hermes.state.loopguard import guard
 from hermes.state.marks import MarksDB
 from hermes.state.memory_log import MemoryLogDB
@@ -88,6 +90,7 @@ class SessionDB:
         self.outbox = OutboxDB(self)
         self.marks = MarksDB(self)
         self.confirmations = ConfirmationsDB(self)
+        self.logs = LogsDB(self)
 
     @classmethod
     def open(cls, home: Path, url: str | None = None, pool_size: int = 5) -> SessionDB:

@@ -572,6 +572,25 @@ class Confirmation(SQLModel, table=True):
     decided_at: datetime | None = None
 
 
+class LogRecord(SQLModel, table=True):
+    """A warning or an error a gateway logged (redacted as its log line is), kept for
+    the dashboard across restarts and instances."""
+
+    __tablename__ = "log_records"
+    __table_args__ = (
+        Index("ix_log_records_at", "at"),
+        Index("ix_log_records_level_at", "level", "at"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    at: datetime
+    level: int
+    logger: str = ""
+    instance: str = ""  # host:pid of the process that logged it
+    turn: str = ""
+    message: str = ""  # the formatted line's message, with its traceback if any
+
+
 class AuditEntry(SQLModel, table=True):
     """A change an operator made from the dashboard: who, what, when (kept when the
     actor is deleted: the record outlives them)."""

@@ -167,7 +167,8 @@ class PeopleDB(Stamped):
                     Identity.platform == platform, Identity.platform_user_id == platform_user_id
                 )
             ).first()
-        if known is not None and utcnow() - known.last_seen < IDENTITY_TOUCH_INTERVAL:
+        named = known is not None and (known.display_name or not display_name)
+        if known is not None and named and utcnow() - known.last_seen < IDENTITY_TOUCH_INTERVAL:
             return known.user_id
 
         def work(session: Session) -> str:
@@ -180,6 +181,13 @@ class PeopleDB(Stamped):
                 row.last_seen = utcnow()
                 if display_name:
                     row.display_name = display_name
+                    # a person made before their first message (`hermes users role`,
+                    # an approval) takes the name their platform gives
+                    session.execute(
+                        update(User)
+                        .where(col(User.id) == row.user_id, col(User.display_name) == "")
+                        .values(display_name=display_name)
+                    )
                 session.add(row)
                 return row.user_id
             user = User(id=new_user_id(), display_name=display_name)

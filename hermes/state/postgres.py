@@ -438,6 +438,7 @@ UPGRADES: dict[int, tuple[str, ...]] = {
     20: (),
     21: ("job_schedules", "platform_marks"),
     22: ("confirmations",),
+    23: ("log_records",),
 }
 UPGRADE_STATEMENTS: dict[int, tuple[str, ...]] = {
     15: (

@@ -604,8 +604,24 @@ _V22 = [
     "CREATE INDEX ix_confirmations_status ON confirmations(status, platform)",
 ]
 
+# v23: the gateway's warnings and errors, kept across restarts for the dashboard's Logs
+# page and its problems (gateway/logs.py StoredLog; pruned by level, `logging.keep_days`)
+_V23 = [
+    """CREATE TABLE log_records (
+        id INTEGER PRIMARY KEY,
+        at TIMESTAMP NOT NULL,
+        level INTEGER NOT NULL,
+        logger TEXT NOT NULL DEFAULT '',
+        instance TEXT NOT NULL DEFAULT '',
+        turn TEXT NOT NULL DEFAULT '',
+        message TEXT NOT NULL DEFAULT ''
+    )""",
+    "CREATE INDEX ix_log_records_at ON log_records(at)",
+    "CREATE INDEX ix_log_records_level_at ON log_records(level, at)",
+]
+
 MIGRATIONS: list[list[str]] = [
     _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15,
-    _V16, _V17, _V18, _V19, _V20, _V21, _V22,
+    _V16, _V17, _V18, _V19, _V20, _V21, _V22, _V23,
 ]  # fmt: skip
 SCHEMA_VERSION = len(MIGRATIONS)

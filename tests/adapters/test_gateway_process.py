@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -11,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from hermes.state.db import SessionDB
+from hermes.state.logs import LogFilter
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.slack_server import FakeSlack
@@ -136,6 +139,15 @@ def test_a_platform_that_cannot_start_does_not_stop_the_others(
     assert proc.returncode == 0, err
     assert "NOT_SET_X" in err and "platform discord failed to start" in err
     assert "connected: telegram; off: discord" in err
+    # the failure is kept in state.db for the dashboard, after the process is gone
+    db = SessionDB.open(home)
+    try:
+        kept = db.logs.find(LogFilter(level=logging.WARNING), 100)
+    finally:
+        db.close()
+    failed = [r for r in kept if "platform discord failed to start" in r.message]
+    assert failed and failed[0].level >= logging.WARNING, [r.message for r in kept]
+    assert failed[0].instance.endswith(f":{proc.pid}") and "NOT_SET_X" in failed[0].message
 
 
 def test_sigterm_during_a_turn_lets_it_finish(

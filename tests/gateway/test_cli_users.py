@@ -103,8 +103,11 @@ def test_an_account_that_never_wrote_can_be_given_a_role_and_memory_by_platform_
     )
     config = HermesConfig()
     person = People(config, db, build_memory(home, config, db, None)).resolve(event)
+    named = db.people.get_user(user_id)
     db.close()
     assert person.user_id == user_id and person.verdict is Verdict.ALLOW
+    # and named as their platform names them (the dashboard shows names, not ids)
+    assert named is not None and named.display_name == "New Admin"
 
     unknown = hermes("memory", "show", "--user", "telegram:404", home=home)
     assert unknown.returncode == 1 and str(home) in unknown.stderr

@@ -32,7 +32,7 @@ from hermes.memory.consolidation import consolidate
 from hermes.memory.store import Target
 from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
-from hermes.state.models import PairingRequest, utcnow
+from hermes.state.models import LogRecord, PairingRequest, utcnow
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.harness.cli import HERMES, hermes
 from tests.harness.dashboard import PASSWORD, Browser, Served, serve
@@ -410,26 +410,172 @@ def test_reminders_are_listed_and_cancelled(home: Path) -> None:
     run(home, body)
 
 
-def test_logs_are_filtered_by_level_and_turn(home: Path) -> None:
+def test_logs_are_filtered_kept_in_the_database_and_exported(home: Path) -> None:
+    """Warnings and errors are read from state.db (every instance's, across restarts),
+    redacted as logged; lower levels from this process's recent lines; each filter
+    (level, turn, span, text) narrows them, and an export holds what the page shows."""
     import logging
 
     from gateway import logs
 
-    async def body(_served: Served, browser: Browser) -> None:
+    async def body(served: Served, browser: Browser) -> None:
+        logs.STORED.attach(served.db)
         logger = logging.getLogger("gateway.test")
         with logs.turn() as turn_id:
             logger.warning("inside the turn, token sk-abcdefghijklmnopqrstuvwx")
         logger.info("outside any turn")
+        logger.error("the disk is on fire")
+        logs.STORED.detach()  # (what waits is written: the process may stop now)
+        old = LogRecord(
+            at=utcnow() - timedelta(days=3), level=40, logger="gateway.x", message="long ago"
+        )
+        served.db.logs.add([old])
         await browser.login()
-        _, page = await browser.get(f"/admin/logs?level=warning&turn={turn_id}")
+        page = log_of(await browser.get(f"/admin/logs?level=warning&turn={turn_id}"))
         assert "inside the turn" in page and "outside any turn" not in page
         assert "sk-abcdefghijklmnop" not in page and "***" in page
+        assert "the disk is on fire" not in page and "Kept in the database" in browser.page
+        page = log_of(await browser.get("/admin/logs?level=error&since=24h"))
+        assert "the disk is on fire" in page and "long ago" not in page
+        assert "inside the turn" not in page
+        page = log_of(await browser.get("/admin/logs?level=error&since=7d&q=FIRE"))
+        assert "the disk is on fire" in page and "long ago" not in page
+        page = log_of(await browser.get("/admin/logs?level=error&since=all"))
+        assert "long ago" in page and page.index("long ago") < page.index("on fire")
+        page = log_of(await browser.get("/admin/logs?level=info&since=1h"))
+        assert "outside any turn" in page and "This process" in browser.page
+        response = await browser.get_raw("/admin/logs/export?level=warning&since=24h")
+        assert response.status == 200
+        assert "attachment" in response.headers["Content-Disposition"]
+        exported = await response.text()
+        assert (
+            "inside the turn" in exported and "on fire" in exported and "long ago" not in exported
+        )
+        _, page = await browser.get("/admin/logs?level=warning&follow=1")
+        assert 'http-equiv="refresh" content="5"' in page and "Stop following" in page
+        # a page of the newest lines, and the older ones after it
+        served.db.logs.add(
+            [
+                LogRecord(at=utcnow(), level=30, logger="gateway.y", message=f"w{i}")
+                for i in range(5)
+            ]
+        )
+        page = log_of(await browser.get("/admin/logs?level=warning&since=24h&q=w&n=3"))
+        assert re.findall(r": (w\d)", page) == ["w2", "w3", "w4"]
+        older = re.search(r'href="(/admin/logs\?[^"]*before=\d+[^"]*)"', browser.page)
+        assert older is not None
+        page = log_of(await browser.get(html.unescape(older.group(1))))
+        assert re.findall(r": (w\d)", page) == ["w0", "w1"]
 
     logs.configure(HermesConfig())
     try:
         run(home, body)
     finally:
+        logs.STORED.detach()
         logging.getLogger().handlers.clear()
+
+
+def test_problems_stand_out_on_every_page_until_they_pass(home: Path) -> None:
+    """A failed job and errors logged in the last hour make a banner on every page
+    (linking where to look) and the Status page's first section; older errors do not;
+    with nothing wrong the Status page says so."""
+
+    async def body(served: Served, browser: Browser) -> None:
+        await browser.login()
+        _, page = await browser.get("/admin/status")
+        assert "Nothing is wrong" in page and 'role="alert"' not in page
+        _, page = await browser.get("/admin/people")
+        assert "problem" not in page
+        served.db.upkeep.record_job_run("maintenance", False, "OperationalError: disk I/O error")
+        served.db.logs.add(
+            [
+                LogRecord(
+                    at=utcnow(),
+                    level=40,
+                    logger="hermes.agent.agent",
+                    message=f"model call failed {i}",
+                )
+                for i in range(3)
+            ]
+            + [
+                LogRecord(at=utcnow(), level=30, logger="gateway.loopwatch", message="stall"),
+                LogRecord(at=utcnow() - timedelta(hours=3), level=40, logger="old", message="past"),
+            ]
+        )
+        for path in ("/admin/people", "/admin/sessions", "/admin/logs", "/admin/reminders"):
+            _, page = await browser.get(path)
+            banner = re.search(r'<section class="problems" role="alert".*?</section>', page, re.S)
+            assert banner is not None, path
+            text = html.unescape(banner.group(0))
+            assert "3 problems now" in text
+            assert "The maintenance job failed" in text and "disk I/O error" in text
+            most = "most from hermes.agent.agent: model call failed 2"
+            assert f"3 errors logged in the last hour ({most})" in text
+            assert "1 warning logged in the last hour" in text and "past" not in text
+            assert 'href="/admin/logs?level=error&since=1h"' in text
+        _, page = await browser.get("/admin/status")
+        assert (
+            'id="problems" class="problems" role="alert"' in page and "Nothing is wrong" not in page
+        )
+        assert re.search(r'<tr class="bad"><td>maintenance</td>', page)
+        assert "last hour: <a" in page and ">3 errors</a>" in page and ">1 warning</a>" in page
+        _, page = await browser.get("/admin/status?refresh=30")
+        assert '<meta http-equiv="refresh" content="30">' in page
+        _, page = await browser.get("/admin/status?refresh=1")  # (never faster than 10 s)
+        assert '<meta http-equiv="refresh" content="10">' in page
+        served.db.upkeep.record_job_run("maintenance", True, "ok")
+        served.db.logs.prune({30: 14}, now=utcnow() + timedelta(days=30))
+        _, page = await browser.get("/admin/status")
+        assert "Nothing is wrong" in page
+
+    run(home, body)
+
+
+def test_people_are_found_by_name_account_role_and_access_a_page_at_a_time(home: Path) -> None:
+    async def body(served: Served, browser: Browser) -> None:
+        people = served.db.people
+        for i in range(60):
+            user_id = people.user_for_identity("telegram", str(1000 + i), f"Person {i:02d}")
+        people.user_for_identity("slack", "U0BUSAN", "Ji-woo Park")
+        admin = people.user_for_identity("discord", "777", "")  # made before writing
+        served.people.set_role(admin, "admin", by=served.owner)
+        served.people.set_blocked(user_id, blocked=True, by=served.owner)
+        await browser.login()
+
+        def rows(page: str) -> list[str]:
+            return [
+                html.unescape(n)
+                for n in re.findall(r'data-label="Person"><a [^>]*>([^<]*)</a>', page)
+            ]
+
+        _, page = await browser.get("/admin/people")
+        assert len(rows(page)) == 25 and "1–25 of 63 people" in page
+        assert "page 1 of 3" in page and "Next page" in page and "Previous page" not in page
+        assert len(page) < 100_000
+        _, page = await browser.get("/admin/people?sort=name&page=3")
+        assert rows(page) == [f"Person {i:02d}" for i in range(47, 60)]
+        assert "page 3 of 3" in page and "Next page" not in page
+        _, page = await browser.get("/admin/people?q=ji-WOO")  # any case
+        assert rows(page) == ["Ji-woo Park"] and "1–1 of 1 found among 63 people" in page
+        _, page = await browser.get("/admin/people?q=slack:U0BUSAN")  # an account
+        assert rows(page) == ["Ji-woo Park"]
+        _, page = await browser.get("/admin/people?role=admin")
+        assert rows(page) == ["discord:777"]  # no name yet: the account, not the id
+        _, page = await browser.get("/admin/people?access=blocked")
+        assert rows(page) == ["Person 59"]
+        _, page = await browser.get("/admin/people?q=nobody+at+all")
+        assert rows(page) == [] and "Nobody matches." in page
+        _, page = await browser.get("/admin/people?q=Person&page=99")  # past the end: the last
+        assert "page 3 of 3" in page
+
+    run(home, body)
+
+
+def log_of(answer: tuple[int, str]) -> str:
+    """The log lines a Logs page shows (not its banner or form)."""
+    found = re.search(r'<pre class="log"[^>]*>(.*?)</pre>', answer[1], re.S)
+    assert answer[0] == 200 and found is not None, answer
+    return html.unescape(found.group(1))
 
 
 def test_a_public_bind_needs_https_in_front() -> None:

@@ -1,0 +1,60 @@
+"""A platform outage as the operator sees it on the dashboard of a running gateway: the
+real Telegram adapter against the Bot API fake, down at the start and then back."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import re
+from pathlib import Path
+
+from gateway.config import load_config
+from gateway.dashboard.auth import Credentials
+from gateway.runtime import Gateway
+from hermes.identity import owner_user_id
+from hermes.state.db import SessionDB
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.telegram_server import FakeTelegram, Fault
+from tests.harness.dashboard import PASSWORD, Browser
+from tests.harness.wait import until
+
+
+def test_a_platform_down_is_a_problem_on_every_page_until_it_connects(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
+) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text(
+        f"llm:\n  base_url: {fake_llm.base_url}\n  model: m\n  max_retries: 0\n"
+        "platforms:\n  telegram:\n    enabled: true\n    token_env: HERMES_TEST_TG_TOKEN\n"
+        f"    base_url: {telegram.base_url}\n    allowed_users: ['42']\n"
+        "gateway:\n  http:\n    port: 0\n"
+    )
+    for _ in range(3):  # the Bot API down at the start: the first tries fail
+        telegram.faults.append(Fault("getMe", status=502, description="Bad Gateway"))
+
+    async def scenario() -> None:
+        db = SessionDB.open(home)
+        owner = owner_user_id(home)
+        db.people.ensure_user(owner, role="owner", display_name="Olive")
+        Credentials.load(home).set_password(owner, PASSWORD)
+        gateway = Gateway(home, load_config(home), db, env={"HERMES_TEST_TG_TOKEN": "123:ABC"})
+        await gateway.start()
+        browser = Browser(f"http://127.0.0.1:{gateway.http.port}")
+        try:
+            await browser.login()
+            _, page = await browser.get("/admin/people")
+            banner = re.search(r'<section class="problems" role="alert".*?</section>', page, re.S)
+            assert banner is not None and "telegram: failed" in html.unescape(banner.group(0))
+            assert 'href="/admin/status#platforms"' in banner.group(0)
+            _, page = await browser.get("/admin/status")
+            row = re.search(r'<tr class="bad"><td>telegram</td><td>(.*?)</td>', page, re.S)
+            assert row is not None and "down" in row.group(1) and "failed" in row.group(1)
+            await until(lambda: telegram.sent("setMyCommands"), "telegram connected", 60)
+            _, page = await browser.get("/admin/status")
+            assert "telegram: failed" not in page and '<tr class="bad">' not in page
+        finally:
+            await browser.close()
+            await gateway.stop()
+            db.close()
+
+    asyncio.run(scenario())
