@@ -36,6 +36,7 @@ class Action(StrEnum):
     READ_MEMORY = "read the memory of"
     EDIT_MEMORY = "edit the memory of"
     READ_CONVERSATIONS = "read the conversations of"
+    DELETE_CONVERSATIONS = "delete the conversations of"
     CANCEL_REMINDER = "cancel a reminder of"
     USE_DASHBOARD = "use the dashboard"
     CHANGE_TOOLS = "change who may use the tools"
@@ -50,6 +51,7 @@ SELF_SERVICE = frozenset(
         Action.READ_MEMORY,
         Action.EDIT_MEMORY,
         Action.READ_CONVERSATIONS,
+        Action.DELETE_CONVERSATIONS,
         Action.CANCEL_REMINDER,
     }
 )
@@ -87,6 +89,8 @@ def decide(  # noqa: PLR0911 - a rule table, read top to bottom
         return None
     if action is Action.READ_CONVERSATIONS:
         return None if actor.rank >= RANK["owner"] else "only an owner reads other people's words"
+    if action is Action.DELETE_CONVERSATIONS:
+        return None if actor.rank >= RANK["owner"] else "only an owner deletes other people's words"
     if action is Action.SET_ROLE:
         return _role_change(actor, target, role or "", myself)
     if action is Action.BLOCK and (refused := _unblockable(target, myself)):

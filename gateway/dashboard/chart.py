@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 HOURS = 24
 WIDTH, HEIGHT, BAR_GAP = 480, 120, 2
-LABEL_SPACE = 16
+LABEL_SPACE = 20  # room for the hour labels (16 units on a phone)
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,6 +82,7 @@ SESSIONS_PAGE = 30  # sessions per page of the Sessions page (a search's or the 
 HITS_PER_PERSON = 200  # a person's best messages a search across people groups by session
 RUNS_PAGE = 30  # consolidation runs shown per page on the Memory page
 PEOPLE_PAGE = 25  # people per page of the People page
+REMINDERS_PAGE = 50  # reminders per page of the Reminders page
 ACCESS = ("active", "blocked", "pending")
 _NEVER = datetime.min.replace(tzinfo=UTC)
 
@@ -133,6 +134,7 @@ class Dashboard:
             site.route("GET", "/sessions", self._sessions_page),
             site.route("GET", "/sessions/{session_id}", self._session_page),
             site.route("GET", "/sessions/{session_id}/export", self._session_export),
+            site.route("POST", "/sessions/{session_id}/delete", self._session_delete),
             site.route("GET", "/reminders", self._reminders_page),
             site.route("POST", "/reminders/cancel", self._reminder_cancel),
             site.route("GET", "/logs", self._logs_page),
@@ -298,6 +300,7 @@ class Dashboard:
             "database": f"{engine}, {size:.1f} MB",
             "disk": f"{disk.free / 1e9:.1f} GB free of {disk.total / 1e9:.1f} GB",
             "audit": db.dashboard.audit_log(30),
+            "names": {s.user.id: person_name(s) for s in db.people.users()},
             "logged": {
                 span: _counted(db.logs.sources(now - timedelta(hours=hours)))
                 for span, hours in (("hour", 1), ("day", 24))
@@ -624,7 +627,39 @@ class Dashboard:
     async def _session_page(self, request: web.Request, me: Operator) -> web.StreamResponse:
         chat, messages, user_id = await self._off_loop(lambda: self._conversation(request, me))
         shown = [m for m in messages if m.role in ("user", "assistant") and m.content]
-        return self._show(request, me, "session.html", chat=chat, messages=shown, user=user_id)
+        person = await self._off_loop(lambda: self.db.people.get_user(user_id))
+        name = (person.display_name if person else "") or user_id
+        return self._show(
+            request, me, "session.html", chat=chat, messages=shown, user=user_id, owner_name=name
+        )
+
+    async def _session_delete(self, request: web.Request, me: Operator) -> web.StreamResponse:
+        """Forget one session (asked first): its owner's own, or anyone's for an owner."""
+        form = await form_of(request)
+        session_id = request.match_info["session_id"]
+        user_id = form.get("user", "") or me.user_id
+        await self._off_loop(lambda: self._may(me, Action.DELETE_CONVERSATIONS, user_id))
+        chat = await self._off_loop(lambda: self.db.conversations.get_session(session_id, user_id))
+        if chat is None:
+            raise RefusedError(404, "No such session for that person.")
+        title = chat.title or chat.id
+        detail = (
+            f"Its {chat.message_count} messages are gone for good (export it first to keep "
+            "a copy). Memory is not changed. If they are writing in it now, their next "
+            "message starts a new conversation."
+        )
+        asked = self._unless_sure(
+            request, me, form, f"Delete the session “{title}”?", yes="Delete it", detail=detail
+        )
+        if asked is not None:
+            return asked
+        gone = await self._off_loop(
+            lambda: self.db.conversations.delete_session(session_id, user_id)
+        )
+        if not gone:
+            return self.site.redirect("/sessions", "That session was already gone.")
+        self.site.audit(me, "session.delete", user_id, f"{session_id}: {title}")
+        return self.site.redirect("/sessions", f"Deleted the session “{title}”.", user=user_id)
 
     async def _session_export(self, request: web.Request, me: Operator) -> web.StreamResponse:
         chat, messages, user_id = await self._off_loop(lambda: self._conversation(request, me))
@@ -646,15 +681,55 @@ class Dashboard:
     # -- reminders -------------------------------------------------------------------------
 
     async def _reminders_page(self, request: web.Request, me: Operator) -> web.StreamResponse:
-        items = await self._off_loop(lambda: self.db.reminders.of_user(None, live_only=True))
-        rows = [
-            {
-                "r": r,
-                "next": f"{local(r.due_at, r.timezone)} {r.timezone}" if r.due_at else "-",
-            }
-            for r in items
-        ]
-        return self._show(request, me, "reminders.html", rows=rows)
+        query = request.query
+        wanted, text = query.get("user", "")[:64], query.get("q", "")[:200].strip()
+        asked = query.get("page", "")
+        page = max(1, min(int(asked), 100_000)) if asked.isdigit() else 1
+        values = await self._off_loop(lambda: self._reminder_values(me, wanted, text, page))
+        return self._show(request, me, "reminders.html", user=wanted, q=text, **values)
+
+    def _reminder_values(self, me: Operator, wanted: str, text: str, page: int) -> dict[str, Any]:
+        """A page of the live reminders, the next due first, with whose they are (by
+        name), when next (in their time and from now) and whether this operator may
+        cancel each."""
+        live = self.db.reminders.of_user(None, live_only=True)
+        items = [r for r in live if not wanted or r.user_id == wanted]
+        if text:
+            folded = text.casefold()
+            items = [r for r in items if folded in r.text.casefold()]
+        users = {s.user.id: s for s in self.db.people.users()}
+        names = {user_id: person_name(summary) for user_id, summary in users.items()}
+        pages = max(1, -(-len(items) // REMINDERS_PAGE))
+        page = min(page, pages)
+        shown = items[(page - 1) * REMINDERS_PAGE : page * REMINDERS_PAGE]
+        actor = self.people.party_of(me.user_id, me.role)
+        now = datetime.now(UTC)
+        rows = []
+        for r in shown:
+            them = (
+                self.people.party_of(r.user_id, users[r.user_id].user.role)
+                if r.user_id in users
+                else None
+            )
+            due = as_utc(r.due_at) if r.due_at else None
+            rows.append(
+                {
+                    "r": r,
+                    "name": names.get(r.user_id, r.user_id),
+                    "next": f"{local(r.due_at, r.timezone)} {r.timezone}" if r.due_at else "-",
+                    "in": (due - now).total_seconds() if due else None,
+                    "may_cancel": decide(actor, Action.CANCEL_REMINDER, them) is None,
+                }
+            )
+        whose = sorted({r.user_id for r in live})
+        return {
+            "rows": rows,
+            "people": [(user_id, names.get(user_id, user_id)) for user_id in whose],
+            "found": len(items),
+            "first": (page - 1) * REMINDERS_PAGE + 1,
+            "page_no": page,
+            "pages": pages,
+        }
 
     async def _reminder_cancel(self, request: web.Request, me: Operator) -> web.StreamResponse:
         form = await form_of(request)

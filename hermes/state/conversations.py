@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, or_, text, update
+from sqlalchemy import and_, delete, func, or_, text, update
 from sqlmodel import Session, col, select
 
 from hermes.identity import validate_user_id
@@ -78,6 +78,13 @@ class Activity:
     received: dict[str, datetime]  # platform -> its last message from a person
     replied: dict[str, datetime]  # platform -> the assistant's last message there
     per_hour: dict[str, int]  # "YYYY-MM-DD HH" (UTC) -> messages received in that hour
+
+
+def drop_sessions(session: Session, ids: Sequence[str]) -> None:
+    """Delete these sessions and their messages (the triggers and cascades take the
+    rest: search index, vectors; the media they named goes at the next maintenance)."""
+    session.execute(delete(Message).where(col(Message.session_id).in_(ids)))
+    session.execute(delete(ChatSession).where(col(ChatSession.id).in_(ids)))
 
 
 class ConversationDB:
@@ -236,6 +243,23 @@ class ConversationDB:
                 query = query.where(ChatSession.chat_id == chat_id)
             query = query.order_by(col(ChatSession.last_active_at).desc(), col(ChatSession.id))
             return list(session.exec(query.offset(offset).limit(limit)))
+
+    def delete_session(self, session_id: str, user_id: str) -> bool:
+        """Forget one session of `user_id` and its messages (their search index and
+        vectors go with them); False when they have no such session. A message its
+        gateway is storing at that moment fails; the person's next one starts anew."""
+
+        def work(session: Session) -> bool:
+            found = session.exec(
+                select(ChatSession.id)
+                .where(col(ChatSession.id) == session_id, col(ChatSession.user_id) == user_id)
+                .with_for_update()
+            ).first()
+            if found is not None:
+                drop_sessions(session, [session_id])
+            return found is not None
+
+        return eng.with_retry(self.engine, work, self.patience, keys=())
 
     def end_session(self, session_id: str, reason: str) -> None:
         def work(session: Session) -> None:

@@ -10,12 +10,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, insert, text
+from sqlalchemy import insert, text
 from sqlalchemy.exc import DatabaseError, SQLAlchemyError
 from sqlmodel import Session, col, select
 
 from hermes.state import engine as eng
 from hermes.state import postgres
+from hermes.state.conversations import drop_sessions
 from hermes.state.models import ChatSession, JobRun, JobSchedule, Message, utcnow
 
 _SCHEDULE_JOB = text(
@@ -81,8 +82,7 @@ class UpkeepDB:
             # a message in one: it is kept if that made it active); no other lock
             ids = list(session.exec(found if dry_run else found.with_for_update()))
             if not dry_run and ids:
-                session.execute(delete(Message).where(col(Message.session_id).in_(ids)))
-                session.execute(delete(ChatSession).where(col(ChatSession.id).in_(ids)))
+                drop_sessions(session, ids)
             return len(ids)
 
         return eng.with_retry(self.engine, work, self.patience, keys=())

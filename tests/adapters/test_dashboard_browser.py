@@ -25,10 +25,13 @@ from selenium.webdriver.support.wait import WebDriverWait
 from gateway.config import load_config
 from gateway.runtime import Gateway
 from hermes.identity import owner_user_id
+from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
+from hermes.state.models import LogRecord, utcnow
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness.chromium import chromium
+from tests.harness.dashboard import PASSWORD, Served, serve
 from tests.harness.dashboard import reminder as a_reminder
 from tests.harness.wait import wait_until
 
@@ -67,7 +70,7 @@ class Shots:
         path = self.folder / f"{name}.png"
         height = int(self.driver.execute_script("return document.body.scrollHeight"))
         shot = Image.open(io.BytesIO(self.driver.get_screenshot_as_png()))
-        scale = shot.width / 1280
+        scale = shot.width / int(self.driver.execute_script("return window.innerWidth"))
         shot.crop((0, 0, shot.width, min(shot.height, int((height + 24) * scale)))).save(path)
         if self.extra:
             shutil.copy(path, Path(self.extra) / path.name)
@@ -229,3 +232,115 @@ def test_an_admin_runs_the_bot_from_the_dashboard_in_a_real_browser(
         "sessions.png",
         "status.png",
     ]
+
+
+WIDTHS = (1280, 390)  # a desktop and a phone
+
+
+def fits(driver: WebDriver, width: int, page: str) -> None:
+    """The page is no wider than the window, and every button on it can be reached
+    without scrolling sideways (inside the window's width)."""
+    wide = int(driver.execute_script("return document.documentElement.scrollWidth"))
+    assert wide <= width, f"{page} at {width} px is {wide} px wide"
+    for button in driver.find_elements(By.CSS_SELECTOR, "main button"):
+        right = float(
+            driver.execute_script("return arguments[0].getBoundingClientRect().right", button)
+        )
+        assert right <= width, f"{page} at {width} px: {button.text!r} ends at {right:.0f} px"
+
+
+def operate(driver: WebDriver, base: str, served: Served, shots: Shots) -> None:
+    driver.get(base + "/admin/login")
+    driver.find_element(By.ID, "password").send_keys(PASSWORD)
+    go(driver, driver.find_element(By.CSS_SELECTOR, "form button"))
+    for width in WIDTHS:
+        driver.set_window_size(width, 2400)  # (tall: a screenshot holds the whole page)
+        for page in ("status", "people", "memory", "sessions", "reminders", "tools", "logs"):
+            driver.get(f"{base}/admin/{page}")
+            banner = driver.find_elements(By.CSS_SELECTOR, "section.problems[role=alert]")
+            assert banner and "error logged in the last hour" in banner[0].text, page
+            fits(driver, width, page)
+            if width == 390:
+                shots.take(f"phone-{page}")
+        # a person found by name, their session opened, asked before it is deleted
+        driver.get(f"{base}/admin/people")
+        driver.find_element(By.ID, "q").send_keys("person 07")
+        go(driver, driver.find_element(By.CSS_SELECTOR, "form[role=search] button"))
+        cards = driver.find_elements(By.CSS_SELECTOR, "#everyone ~ table tbody tr")
+        assert len(cards) == 1 and "Person 07" in cards[0].text
+        fits(driver, width, "people found")
+        go(driver, cards[0].find_element(By.LINK_TEXT, "sessions"))
+        go(driver, driver.find_element(By.CSS_SELECTOR, "ol.results a"))
+        assert "Person 07" in driver.find_element(By.TAG_NAME, "main").text
+        fits(driver, width, "session")
+        go(driver, driver.find_element(By.XPATH, "//button[contains(., 'Delete this session')]"))
+        assert driver.find_element(By.TAG_NAME, "h1").text.startswith("Delete the session")
+        fits(driver, width, "confirm")
+        if width == 390:
+            shots.take("phone-confirm")
+            go(driver, driver.find_element(By.ID, "sure"))
+            assert note(driver).startswith("Deleted the session")
+        else:
+            follow(driver, "No, go back")
+        # the log's errors, filtered, then followed live
+        driver.get(f"{base}/admin/logs?level=error&since=1h")
+        assert "model call failed" in driver.find_element(By.CSS_SELECTOR, "pre.log").text
+        follow(driver, "Follow live")
+        refresh = driver.find_elements(By.CSS_SELECTOR, "meta[http-equiv=refresh]")
+        assert refresh and refresh[0].get_attribute("content") == "5"
+        fits(driver, width, "logs followed")
+    person = served.db.people.users()
+    seventh = next(s.user.id for s in person if s.user.display_name == "Person 07")
+    assert len(served.db.conversations.list_sessions(seventh, limit=10)) == 1  # one of two
+
+
+def test_every_page_fits_a_phone_and_a_desktop_with_its_actions_in_reach(
+    home: Path, tmp_path: Path
+) -> None:
+    """A home of 40 people: every page at 1280 and 390 px (no sideways scrolling, every
+    button inside the window), problems in a banner on each, a person found and a
+    session of theirs deleted after the question, the log filtered and followed."""
+    driver = chromium(tmp_path / "profile")
+    shots = Shots(driver, tmp_path / "screenshots")
+
+    async def scenario() -> None:
+        async with serve(home) as served:
+            db = served.db
+            for i in range(40):
+                user_id = db.people.user_for_identity("telegram", str(5000 + i), f"Person {i:02d}")
+                for n in range(2):
+                    chat = db.conversations.start_session(
+                        user_id, "telegram", f"telegram:dm:{i}:{n}"
+                    )
+                    db.conversations.add_messages(
+                        chat.id,
+                        [
+                            NewMessage("user", f"about the garden, part {n}"),
+                            NewMessage("assistant", "noted"),
+                        ],
+                    )
+                db.reminders.add(
+                    50,
+                    a_reminder(
+                        user_id, str(5000 + i), f"water the plants {i}", timedelta(hours=i + 1)
+                    ),
+                )
+            db.access.request_pairing(
+                "telegram", "777", "A stranger with a rather long name", chat_id="777"
+            )
+            db.logs.add(
+                [
+                    LogRecord(
+                        at=utcnow(),
+                        level=40,
+                        logger="hermes.agent.agent",
+                        message="model call failed: HTTP 502 " + "x" * 300,
+                    )
+                ]
+            )
+            await asyncio.to_thread(operate, driver, served.base, served, shots)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        driver.quit()

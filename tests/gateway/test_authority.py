@@ -35,6 +35,7 @@ ALLOWED: dict[Action, set[tuple[str, str]]] = {
     Action.EDIT_MEMORY: SELF | ON_USERS_FOR_ADMINS,
     Action.CANCEL_REMINDER: SELF | ON_USERS_FOR_ADMINS,
     Action.READ_CONVERSATIONS: SELF | {(a, t) for a in ("owner", "home") for t in OTHERS},
+    Action.DELETE_CONVERSATIONS: SELF | {(a, t) for a in ("owner", "home") for t in OTHERS},
     Action.BLOCK: {("admin", "user")}
     | {(a, t) for a in ("owner", "home") for t in ("user", "admin")},
 }
