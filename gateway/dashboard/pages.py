@@ -222,7 +222,7 @@ class Dashboard:
         else:
             user_id = await self._off_loop(lambda: site.credentials.check(form.get("password", "")))
             failed = "Wrong password."
-        user = self.db.people.get_user(user_id) if user_id else None
+        user = await self._off_loop(lambda: self.db.people.get_user(user_id)) if user_id else None
         if user is None or not site.may_use(user):
             site.attempts.failed(client)
             logger.warning("dashboard: a failed login from %s", client)
@@ -232,8 +232,10 @@ class Dashboard:
         token = await self._off_loop(
             lambda: self.db.dashboard.start_login(user.id, timedelta(hours=hours))
         )
-        self.db.dashboard.audit(
-            user.id, "login", detail="link" if form.get("token") else "password"
+        await self._off_loop(
+            lambda: self.db.dashboard.audit(
+                user.id, "login", detail="link" if form.get("token") else "password"
+            )
         )
         response = site.redirect("/status")
         site.login_cookie(response, COOKIE, site.credentials.sign(token))
@@ -242,7 +244,7 @@ class Dashboard:
 
     async def _logout(self, _request: web.Request, me: Operator) -> web.StreamResponse:
         await self._off_loop(lambda: self.db.dashboard.end_login(me.token))
-        self.site.audit(me, "logout")
+        await self.site.audit(me, "logout")
         response = self.site.redirect("/login", "Logged out.")
         response.del_cookie(COOKIE, path="/admin")
         return response
@@ -381,7 +383,7 @@ class Dashboard:
             raise RefusedError(403, f"Not allowed: {exc}.") from None
         if done is None:
             return self.site.redirect("/people", "No pending request has that code.")
-        self.site.audit(me, "pairing." + ("approve" if approve else "deny"), code, done)
+        await self.site.audit(me, "pairing." + ("approve" if approve else "deny"), code, done)
         return self.site.redirect("/people", done)
 
     async def _role(self, request: web.Request, me: Operator) -> web.StreamResponse:
@@ -389,17 +391,17 @@ class Dashboard:
         user_id, role = form.get("user", ""), form.get("role", "")
         if role not in ROLES:
             raise RefusedError(400, "Unknown role.")
-        self._may(me, Action.SET_ROLE, user_id, role=role)
+        await self._may_off_loop(me, Action.SET_ROLE, user_id, role=role)
         refused = self.people.set_role(user_id, role, by=me.user_id)
         if refused is not None:
             return self.site.redirect("/people", f"Not changed: {refused}.")
-        self.site.audit(me, "role", user_id, role)
+        await self.site.audit(me, "role", user_id, role)
         return self.site.redirect("/people", f"{user_id} is now {role}.")
 
     async def _block(self, request: web.Request, me: Operator) -> web.StreamResponse:
         form = await form_of(request)
         user_id, blocked = form.get("user", ""), form.get("blocked") == "yes"
-        self._may(me, Action.BLOCK, user_id)
+        await self._may_off_loop(me, Action.BLOCK, user_id)
         if blocked:
             person = await self._off_loop(lambda: self.db.people.get_user(user_id))
             name = (person.display_name if person else "") or user_id
@@ -412,7 +414,7 @@ class Dashboard:
         refused = self.people.set_blocked(user_id, blocked=blocked, by=me.user_id)
         if refused is not None:
             return self.site.redirect("/people", f"Not changed: {refused}.")
-        self.site.audit(me, "block" if blocked else "unblock", user_id)
+        await self.site.audit(me, "block" if blocked else "unblock", user_id)
         return self.site.redirect(
             "/people", f"{user_id} is {'blocked' if blocked else 'unblocked'}."
         )
@@ -422,13 +424,19 @@ class Dashboard:
         accounts); never for someone else, whom it would let the operator become."""
         form = await form_of(request)
         user_id = form.get("user", "") or me.user_id
-        self._may(me, Action.LINK_CODE, user_id)
+        await self._may_off_loop(me, Action.LINK_CODE, user_id)
         code = await self._off_loop(lambda: self.people.link_code(user_id, by=me.user_id))
-        self.site.audit(me, "link-code", user_id)
+        await self.site.audit(me, "link-code", user_id)
         note = (
             f"Your link code: {code} (send /link {code} from your other account within 10 minutes)."
         )
         return self.site.redirect("/people", note, code=code)
+
+    async def _may_off_loop(
+        self, me: Operator, action: Action, user_id: str, *, role: str | None = None
+    ) -> None:
+        """`_may` from a request's handler (it reads state.db: off the event loop)."""
+        await self._off_loop(lambda: self._may(me, action, user_id, role=role))
 
     def _may(self, me: Operator, action: Action, user_id: str, *, role: str | None = None) -> None:
         """The one decision (People.may), as the page's answer: 404 for nobody, 403 with
@@ -523,7 +531,7 @@ class Dashboard:
     async def _memory_write(
         self, me: Operator, user_id: str, args: dict[str, str], done: str
     ) -> web.StreamResponse:
-        self._may(me, Action.EDIT_MEMORY, user_id)
+        await self._may_off_loop(me, Action.EDIT_MEMORY, user_id)
         if args["target"] not in {t.value for t in Target}:
             raise RefusedError(400, "Unknown store.")
         outcome = await self.memory.apply(user_id, args, actor="admin")
@@ -533,15 +541,17 @@ class Dashboard:
                 "/memory", f"Not written: {result.get('error')}", user=user_id
             )
         detail = args.get("content") or args.get("old_text") or ""
-        self.site.audit(me, f"memory.{args['action']}", user_id, f"{args['target']}: {detail}")
+        await self.site.audit(
+            me, f"memory.{args['action']}", user_id, f"{args['target']}: {detail}"
+        )
         return self.site.redirect("/memory", done, user=user_id)
 
     async def _memory_undo(self, request: web.Request, me: Operator) -> web.StreamResponse:
         user_id = (await form_of(request)).get("user", "")
-        self._may(me, Action.EDIT_MEMORY, user_id)
+        await self._may_off_loop(me, Action.EDIT_MEMORY, user_id)
         done, message = await self.memory.undo(user_id, actor="admin")
         if done:
-            self.site.audit(me, "memory.undo", user_id, message)
+            await self.site.audit(me, "memory.undo", user_id, message)
         return self.site.redirect("/memory", message, user=user_id)
 
     # -- sessions --------------------------------------------------------------------------
@@ -552,7 +562,7 @@ class Dashboard:
         asked = request.query.get("page", "")
         page = max(1, min(int(asked), 10_000)) if asked.isdigit() else 1
         if wanted:
-            self._may(me, Action.READ_CONVERSATIONS, wanted)
+            await self._may_off_loop(me, Action.READ_CONVERSATIONS, wanted)
         embedder = self.parts.embedder
         vector = await embedder.query(query) if query.strip() and embedder is not None else None
         users, found, more = await self._off_loop(
@@ -638,7 +648,7 @@ class Dashboard:
         form = await form_of(request)
         session_id = request.match_info["session_id"]
         user_id = form.get("user", "") or me.user_id
-        await self._off_loop(lambda: self._may(me, Action.DELETE_CONVERSATIONS, user_id))
+        await self._may_off_loop(me, Action.DELETE_CONVERSATIONS, user_id)
         chat = await self._off_loop(lambda: self.db.conversations.get_session(session_id, user_id))
         if chat is None:
             raise RefusedError(404, "No such session for that person.")
@@ -658,7 +668,7 @@ class Dashboard:
         )
         if not gone:
             return self.site.redirect("/sessions", "That session was already gone.")
-        self.site.audit(me, "session.delete", user_id, f"{session_id}: {title}")
+        await self.site.audit(me, "session.delete", user_id, f"{session_id}: {title}")
         return self.site.redirect("/sessions", f"Deleted the session “{title}”.", user=user_id)
 
     async def _session_export(self, request: web.Request, me: Operator) -> web.StreamResponse:
@@ -669,7 +679,7 @@ class Dashboard:
             if markdown
             else "".join(line + "\n" for line in export_lines(chat, messages))
         )
-        self.site.audit(me, "session.export", user_id, chat.id)
+        await self.site.audit(me, "session.export", user_id, chat.id)
         name = f"{chat.id}.{'md' if markdown else 'jsonl'}"
         response = web.Response(
             text=body, content_type="text/markdown" if markdown else "application/jsonl"
@@ -736,7 +746,7 @@ class Dashboard:
         reminder_id = form.get("id", "")
         found = await self._off_loop(lambda: self.db.reminders.get(reminder_id))
         if found is not None:
-            self._may(me, Action.CANCEL_REMINDER, found.user_id)
+            await self._may_off_loop(me, Action.CANCEL_REMINDER, found.user_id)
             question = f"Cancel the reminder “{found.text[:80]}”?"
             asked = self._unless_sure(request, me, form, question, yes="Cancel it")
             if asked is not None:
@@ -744,7 +754,7 @@ class Dashboard:
         gone = await self._off_loop(lambda: self.db.reminders.cancel(reminder_id))
         if gone is None:
             return self.site.redirect("/reminders", "No live reminder has that id.")
-        self.site.audit(me, "reminder.cancel", gone.user_id, f"{gone.id}: {gone.text[:100]}")
+        await self.site.audit(me, "reminder.cancel", gone.user_id, f"{gone.id}: {gone.text[:100]}")
         return self.site.redirect("/reminders", f"Cancelled {gone.id}.")
 
     # -- tools -----------------------------------------------------------------------------
@@ -807,7 +817,9 @@ class Dashboard:
                 self.parts.tools_table[group] = entries
         who = capabilities.who_may(group, {} if reset else {group: entries})
         said = capabilities.describe(who)
-        self.site.audit(me, "tools", group, "default" if reset else ", ".join(entries) or "nobody")
+        await self.site.audit(
+            me, "tools", group, "default" if reset else ", ".join(entries) or "nobody"
+        )
         return self.site.redirect("/tools", f"{group}: {said}.")
 
     # -- logs ------------------------------------------------------------------------------
@@ -887,7 +899,7 @@ class Dashboard:
         """The lines the page shows, as a text file (up to LOG_MAX_LINES)."""
         asked = self._log_query(request)
         lines, _older = await self._off_loop(lambda: self._log_lines(asked))
-        self.site.audit(me, "logs.export", asked.level, urlencode(asked.address()))
+        await self.site.audit(me, "logs.export", asked.level, urlencode(asked.address()))
         response = web.Response(text="".join(line + "\n" for line in lines))
         name = f"hermes-log-{datetime.now(UTC):%Y%m%d-%H%M}.txt"
         response.headers["Content-Disposition"] = f'attachment; filename="{name}"'

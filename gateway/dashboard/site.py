@@ -242,8 +242,9 @@ class Site:
             **extra,
         )
 
-    def audit(self, me: Operator, action: str, subject: str = "", detail: str = "") -> None:
-        self.db.dashboard.audit(me.user_id, action, subject, detail)
+    async def audit(self, me: Operator, action: str, subject: str = "", detail: str = "") -> None:
+        """The change in the audit log (written off the event loop)."""
+        await asyncio.to_thread(self.db.dashboard.audit, me.user_id, action, subject, detail)
         logger.info("dashboard: %s by %s (%s)", action, me.user_id, subject)
 
     # -- routes ----------------------------------------------------------------------------
