@@ -354,6 +354,9 @@ class TelegramAdapter:
         if self.app.running:
             await self.app.stop()
         await self.app.shutdown()
+        # a start whose getMe failed left the application uninitialized (its shutdown
+        # does nothing) but the bot's connection pools open: each retry leaked them
+        await self.app.bot.shutdown()
 
     async def whoami(self) -> str:
         async with self.app.bot as bot:  # initialize() is the getMe call

@@ -13,6 +13,7 @@ from gateway.dashboard.auth import Credentials
 from gateway.runtime import Gateway
 from hermes.identity import owner_user_id
 from hermes.state.db import SessionDB
+from tests.adapters.test_gateway_process import write_config
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram, Fault
 from tests.harness.dashboard import PASSWORD, Browser
@@ -22,13 +23,7 @@ from tests.harness.wait import until
 def test_a_platform_down_is_a_problem_on_every_page_until_it_connects(
     home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
 ) -> None:
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "config.yaml").write_text(
-        f"llm:\n  base_url: {fake_llm.base_url}\n  model: m\n  max_retries: 0\n"
-        "platforms:\n  telegram:\n    enabled: true\n    token_env: HERMES_TEST_TG_TOKEN\n"
-        f"    base_url: {telegram.base_url}\n    allowed_users: ['42']\n"
-        "gateway:\n  http:\n    port: 0\n"
-    )
+    write_config(home, fake_llm, telegram)  # (its token in HERMES_TEST_TG_TOKEN)
     for _ in range(3):  # the Bot API down at the start: the first tries fail
         telegram.faults.append(Fault("getMe", status=502, description="Bad Gateway"))
 
