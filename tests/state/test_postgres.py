@@ -19,7 +19,8 @@ from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
 from hermes.state.evidence import EvidenceStore
 from hermes.state.factstore import FactStore
-from hermes.state.models import Confirmation, Media, utcnow
+from hermes.state.logs import LogFilter
+from hermes.state.models import Confirmation, LogRecord, Media, utcnow
 from hermes.state.schema import SCHEMA_VERSION
 from hermes.state.search import SearchScope
 from tests.harness.cli import HERMES, hermes
@@ -301,16 +302,17 @@ class InstanceLockHeld:
         self.lock.release()
 
 
-@pytest.mark.parametrize("older", [13, 14, 15, 16, 17, 21])
+@pytest.mark.parametrize("older", [13, 14, 15, 16, 17, 21, 22])
 def test_an_older_postgresql_database_upgrades_in_place(
     home: Path, postgres: ScratchServer, older: int
 ) -> None:
     """A database made by an earlier Hermes (version 13: before the memory stores; 14:
     before the search keys; 15: before the rows of several gateways; 16: before the
     dashboard's rows and the consolidation log; 17: before the providers' outbox; 21:
-    before the confirmations) is brought to this version on open; its messages are
-    indexed again for the keys and found, its memory can be written, a lease taken, a
-    dashboard link used, a provider write kept, a question put to a person."""
+    before the confirmations; 22: before the kept log lines) is brought to this version
+    on open; its messages are indexed again for the keys and found, its memory can be
+    written, a lease taken, a dashboard link used, a provider write kept, a question put
+    to a person, a log line kept."""
     name, url = postgres.schema()
     try:
         db = SessionDB.open(home, url)
@@ -318,7 +320,9 @@ def test_an_older_postgresql_database_upgrades_in_place(
         chat = db.conversations.start_session(user, "cli", "cli:dm")
         db.conversations.add_messages(chat.id, [NewMessage("user", "the boat is called Ondine")])
         with db.engine.begin() as conn:  # as the older version left it
-            conn.exec_driver_sql("DROP TABLE confirmations")
+            conn.exec_driver_sql("DROP TABLE log_records")
+            if older < 22:
+                conn.exec_driver_sql("DROP TABLE confirmations")
             if older < 21:
                 conn.exec_driver_sql("DROP TABLE job_schedules, platform_marks")
             if older < 18:
@@ -354,6 +358,8 @@ def test_an_older_postgresql_database_upgrades_in_place(
             db.confirmations.add(asked)
             assert db.confirmations.decide("ASKED", user, yes=True)
             assert db.confirmations.consented(user, "")
+            db.logs.add([LogRecord(at=utcnow(), level=40, message="kept after the upgrade")])
+            assert [r.message for r in db.logs.find(LogFilter(), 5)] == ["kept after the upgrade"]
         finally:
             db.close()
     finally:
