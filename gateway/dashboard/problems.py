@@ -16,6 +16,7 @@ from gateway.config import HermesConfig
 from gateway.scheduler import read_status
 from hermes.state.db import SessionDB
 
+logger = logging.getLogger(__name__)
 WINDOW = timedelta(hours=1)  # "recent" errors and warnings
 LOW_DISK_BYTES = 1_000_000_000
 LOW_DISK_SHARE = 0.05
@@ -39,6 +40,16 @@ class Problems:
         self.home, self.config, self.db, self.runtime = home, config, db, runtime
 
     def now(self) -> list[Problem]:
+        """What is wrong; a part that cannot be read (damaged storage) is itself one,
+        never an error page in place of the page asked for."""
+        try:
+            return self._find()
+        except Exception as exc:
+            logger.exception("dashboard: the problems could not be read")
+            text = f"What is wrong could not be read ({type(exc).__name__}): the log says why"
+            return [Problem("error", text, "/status")]
+
+    def _find(self) -> list[Problem]:
         found: list[Problem] = []
         states = self.runtime.adapter_states() if self.runtime is not None else {}
         for name, state in sorted(states.items()):

@@ -571,6 +571,18 @@ def test_people_are_found_by_name_account_role_and_access_a_page_at_a_time(home:
     run(home, body)
 
 
+def test_problems_that_cannot_be_read_are_a_problem_not_an_error_page(home: Path) -> None:
+    async def body(served: Served, browser: Browser) -> None:
+        await browser.login()
+        with served.db.engine.begin() as conn:  # damaged storage: the kept lines are gone
+            conn.exec_driver_sql("DROP TABLE log_records")
+        status, page = await browser.get("/admin/people")
+        assert status == 200 and "<h1>People</h1>" in page
+        assert "What is wrong could not be read (OperationalError)" in page
+
+    run(home, body)
+
+
 def log_of(answer: tuple[int, str]) -> str:
     """The log lines a Logs page shows (not its banner or form)."""
     found = re.search(r'<pre class="log"[^>]*>(.*?)</pre>', answer[1], re.S)
