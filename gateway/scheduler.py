@@ -24,7 +24,11 @@ status`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import os
+import socket
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -52,6 +56,8 @@ RUN_AT_ONCE = ("consolidation_check", "reminders")  # first run at the first sta
 EVERY_INSTANCE = ("reminders",)  # run on every gateway of a shared database
 DUE_FRACTION = 0.9  # a leader's run waits until the last one is this much of an interval old
 SKIPPED = "skipped: not this instance's turn"
+PAUSED = "skipped: paused"
+ASKED_POLL_S = 5.0  # a run asked for from the dashboard or the CLI starts this soon
 STOP_WAIT_S = 10.0  # a job still running at a stop is given this long to finish
 
 
@@ -91,6 +97,11 @@ class JobStatus:
     last_run: datetime | None
     last_ok: bool | None
     last_result: str
+    controlled: bool = True  # an operator may pause it and ask for a run
+    paused_at: datetime | None = None
+    paused_by: str = ""
+    run_asked_at: datetime | None = None
+    run_asked_by: str = ""
 
 
 def job_specs(config: HermesConfig) -> list[JobSpec]:
@@ -117,9 +128,11 @@ class Scheduler:
         db: SessionDB,
         *,
         leader: Callable[[], bool] | None = None,
+        asked_poll_s: float = ASKED_POLL_S,
     ) -> None:
         """`leader`: with several gateways on one database, whether this one is the
-        maintenance leader now (asked when a job is due)."""
+        maintenance leader now (asked when a job is due); `asked_poll_s`: how often the
+        runs asked for are looked for."""
         self.home, self.db = home, db
         self.specs = job_specs(config)
         self._leader = leader or (lambda: True)
@@ -132,50 +145,102 @@ class Scheduler:
         )
         self._scheduler.add_listener(self._on_result, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR)
         self._recording: set[asyncio.Future[None]] = set()
+        self._watching: asyncio.Task[None] | None = None
+        self._asked_poll_s = asked_poll_s
+        # each running job's start (wall clock, monotonic) and who asked for the run
+        self._started: dict[str, tuple[datetime, float, str]] = {}
+        self.instance = f"{socket.gethostname()}:{os.getpid()}"
 
     async def start(self) -> None:
         """Start inside the running event loop: each job's timer in memory, its first
-        run an interval after its last recorded one (at once when overdue), or, never
-        run, an interval after it was first scheduled (at once for the jobs run at the
-        first start). The database is read and written on its executor."""
-        times = await self.db.run(self.db.upkeep.schedule_jobs, [s.id for s in self.specs])
+        run an interval after its last recorded one (at once when overdue or asked for),
+        or, never run, an interval after it was first scheduled (at once for the jobs
+        run at the first start). The database is read and written on its executor."""
+        times = await self.db.run(self.db.jobs.schedule_jobs, [s.id for s in self.specs])
         self._scheduler.start(paused=True)
         now = datetime.now(UTC)
+        since = {job_id: row.since for job_id, row in times.schedules.items()}
         for spec in self.specs:
+            asked = (row := times.schedules.get(spec.id)) is not None and row.run_asked_at
+            first = now if asked else _first_run(spec, times.runs, since, now)
             self._scheduler.add_job(
                 self._turn(spec),
                 IntervalTrigger(seconds=spec.every.total_seconds(), timezone="UTC"),
                 id=spec.id,
-                next_run_time=max(now, _first_run(spec, times.runs, times.since, now)),
+                next_run_time=max(now, first),
             )
         self._scheduler.resume()
+        self._watching = asyncio.create_task(self._watch_asked(), name="scheduler-asked")
 
     def _turn(self, spec: JobSpec) -> Callable[[], Awaitable[str]]:
-        """`spec`'s job, run here only when it is this instance's turn."""
+        """`spec`'s job, run here only when it is this instance's turn and it is not
+        paused; its start, length and who asked for it kept for its record."""
         func = ref_to_obj(spec.func)
-        everyone = spec.id in EVERY_INSTANCE
+        controlled = spec.id not in EVERY_INSTANCE
 
         async def run() -> str:
-            if not everyone and not await asyncio.to_thread(self._due, spec):
-                return SKIPPED
+            asked_by = ""
+            if controlled:
+                verdict, asked_by = await asyncio.to_thread(self._due, spec)
+                if verdict:
+                    return verdict
+            self._started[spec.id] = (datetime.now(UTC), time.monotonic(), asked_by)
             result: str = await func(home=str(self.home))
             return result
 
         return run
 
-    def _due(self, spec: JobSpec) -> bool:
-        """This instance's turn (with several gateways, the leader's), and the last run
-        is about an interval old (a leader that died mid-interval is followed by one
-        run, later)."""
+    def _due(self, spec: JobSpec) -> tuple[str, str]:
+        """Whether `spec` runs now ("" to run, else why it is skipped) and who asked for
+        this run: not while paused; with several gateways, on the leader alone; asked
+        for, at once; else once the last run is about an interval old (a leader that
+        died mid-interval is followed by one run, later)."""
+        control = self.db.jobs.job_schedules().get(spec.id)
+        if control is not None and control.paused_at is not None:
+            return PAUSED, ""
         if not self._leader():
-            return False
-        last = self.db.upkeep.job_runs().get(spec.id)
-        return last is None or (
+            return SKIPPED, ""
+        if control is not None and control.run_asked_at is not None:
+            return "", control.run_asked_by or "someone"
+        last = self.db.jobs.job_runs().get(spec.id)
+        if last is None or (
             datetime.now(UTC) - as_utc(last.last_run_at) >= spec.every * DUE_FRACTION
-        )
+        ):
+            return "", ""
+        return SKIPPED, ""
+
+    async def _watch_asked(self) -> None:
+        """Every ASKED_POLL_S: a run an operator asked for (on any gateway of the
+        database, or the CLI) is started here if it is this instance's turn."""
+        while True:
+            await asyncio.sleep(self._asked_poll_s)
+            try:
+                due = await asyncio.to_thread(self._asked_here)
+            except Exception as exc:  # the database, for now: the next poll tries again
+                logger.warning("could not read the runs asked for: %s", exc)
+                continue
+            now = datetime.now(UTC)
+            for job_id in due:
+                job = self._scheduler.get_job(job_id)
+                if job is not None and job_id not in self._started:
+                    job.modify(next_run_time=now)
+
+    def _asked_here(self) -> list[str]:
+        controls = self.db.jobs.job_schedules()
+        asked = [
+            spec.id
+            for spec in self.specs
+            if spec.id not in EVERY_INSTANCE
+            and (row := controls.get(spec.id)) is not None
+            and row.run_asked_at is not None
+            and row.paused_at is None
+        ]
+        return asked if asked and self._leader() else []
 
     async def stop(self) -> None:
         """Stop taking new runs and wait for the running ones (STOP_WAIT_S at most)."""
+        if self._watching is not None:
+            self._watching.cancel()
         if self._scheduler.running:
             self._scheduler.pause()
             await self._executor.drain(STOP_WAIT_S)
@@ -214,14 +279,27 @@ class Scheduler:
         if event.job_id.startswith(REMINDER_JOB):  # recorded on the reminder's own runs
             return
         ok = event.exception is None
-        if ok and event.retval == SKIPPED:  # another instance's turn: nothing ran
+        started = self._started.pop(event.job_id, None)
+        if ok and event.retval in (SKIPPED, PAUSED):  # not run here: nothing to record
             return
         summary = (
             str(event.retval) if ok else f"{type(event.exception).__name__}: {event.exception}"
         )
+        at, clock, asked_by = started or (datetime.now(UTC), time.monotonic(), "")
         # told on the loop: recorded on the database executor (a stop waits for it)
         recording = asyncio.ensure_future(
-            self.db.run(self.db.upkeep.record_job_run, event.job_id, ok, summary)
+            self.db.run(
+                functools.partial(
+                    self.db.jobs.record_run,
+                    event.job_id,
+                    ok,
+                    summary,
+                    started_at=at,
+                    seconds=time.monotonic() - clock,
+                    instance=self.instance,
+                    asked_by=asked_by,
+                )
+            )
         )
         self._recording.add(recording)
         recording.add_done_callback(self._recorded)
@@ -253,13 +331,15 @@ def _first_run(
 def describe(jobs: list[Any], db: SessionDB, specs: list[JobSpec]) -> list[JobStatus]:
     """`jobs`: a running scheduler's timers (their next run); without one, the next
     run is worked out from the last run or the first schedule."""
-    runs, since = db.upkeep.job_runs(), db.upkeep.job_schedules()
+    runs, schedules = db.jobs.job_runs(), db.jobs.job_schedules()
+    since = {job_id: row.since for job_id, row in schedules.items()}
     by_id = {job.id: job for job in jobs}
     statuses = []
     now = datetime.now(UTC)
     for spec in specs:
         job = by_id.get(spec.id)
         run = runs.get(spec.id)
+        control = schedules.get(spec.id)
         if job is not None:
             next_run = job.next_run_time
         elif run is None and spec.id not in since:
@@ -274,6 +354,50 @@ def describe(jobs: list[Any], db: SessionDB, specs: list[JobSpec]) -> list[JobSt
                 run.last_run_at if run else None,
                 run.ok if run else None,
                 run.summary if run else "",
+                controlled=spec.id not in EVERY_INSTANCE,
+                paused_at=control.paused_at if control else None,
+                paused_by=control.paused_by if control else "",
+                run_asked_at=control.run_asked_at if control else None,
+                run_asked_by=control.run_asked_by if control else "",
             )
         )
     return statuses
+
+
+def control(db: SessionDB, config: HermesConfig, job_id: str, what: str, by: str) -> str:
+    """An operator's `what` (pause, resume, run) on `job_id`, from the dashboard or the
+    CLI: what became of it, in words. ValueError for a job or a control that is not."""
+    ids = [spec.id for spec in job_specs(config)]
+    if job_id not in ids:
+        raise ValueError(f"there is no job {job_id!r} (jobs: {', '.join(ids)})")
+    if job_id in EVERY_INSTANCE:
+        raise ValueError(
+            f"{job_id} runs on every gateway, every {REMINDER_SWEEP_S:.0f} s, and cannot be "
+            "paused or run by hand (a reminder is cancelled on its own)"
+        )
+    if what == "pause":
+        done = db.jobs.pause(job_id, by)
+        return (
+            f"{job_id} paused: its runs are skipped until resumed"
+            if done
+            else (f"{job_id} was already paused")
+        )
+    if what == "resume":
+        done = db.jobs.resume(job_id)
+        return (
+            f"{job_id} resumed: it runs on its schedule" if done else (f"{job_id} was not paused")
+        )
+    if what == "run":
+        paused = (row := db.jobs.job_schedules().get(job_id)) is not None and row.paused_at
+        done = db.jobs.ask_run(job_id, by)
+        when = (
+            "once resumed"
+            if paused
+            else f"within {ASKED_POLL_S:.0f} s on the gateway whose turn it is"
+        )
+        return (
+            f"{job_id} asked to run: it starts {when}"
+            if done
+            else (f"{job_id} was already asked to run: it starts {when}")
+        )
+    raise ValueError(f"there is no control {what!r} (pause, resume, run)")

@@ -40,10 +40,11 @@ class Action(StrEnum):
     CANCEL_REMINDER = "cancel a reminder of"
     USE_DASHBOARD = "use the dashboard"
     CHANGE_TOOLS = "change who may use the tools"
+    CONTROL_JOBS = "pause or run the scheduler's jobs"
 
 
 # actions that act on the actor alone, or on a stranger (no target person)
-WITHOUT_TARGET = frozenset({Action.DECIDE_PAIRING, Action.USE_DASHBOARD})
+WITHOUT_TARGET = frozenset({Action.DECIDE_PAIRING, Action.USE_DASHBOARD, Action.CONTROL_JOBS})
 OWNERS_ONLY = frozenset({Action.CHANGE_TOOLS})  # for the whole assistant: no target
 SELF_SERVICE = frozenset(
     {

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 from rich.markup import escape
 
-from gateway.cli.complete import LOG_LEVELS
+from gateway.cli.complete import JOBS, LOG_LEVELS
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import AsJson, new_table, note, print_json, print_table
 from gateway.status_file import GatewayStatus, read_status_file
@@ -239,5 +239,78 @@ def status(as_json: AsJson = False) -> None:
             if job.last_ok is None
             else ("ok: " if job.last_ok else "failed: ") + job.last_result
         )
+        if job.paused_at is not None:
+            next_run = f"paused since {job.paused_at:%Y-%m-%d %H:%M}"
+        elif job.run_asked_at is not None:
+            next_run = f"asked to run at {job.run_asked_at:%H:%M:%S}"
         table.add_row(job.id, str(job.every), next_run, last, result)
+    print_table(table)
+
+
+JobName = Annotated[
+    str, typer.Argument(help=f"The job: {JOBS.words}.", autocompletion=JOBS.complete)
+]
+
+
+@scheduler_app.command("run")
+def run_job(job: JobName) -> None:
+    """Run a job now, whatever its schedule (the gateway whose turn it is starts it within
+    seconds; with none running, at the next start)."""
+    _control(job, "run")
+
+
+@scheduler_app.command("pause")
+def pause_job(job: JobName) -> None:
+    """Pause a job: its runs are skipped, on every gateway, until `hermes scheduler resume`."""
+    _control(job, "pause")
+
+
+@scheduler_app.command("resume")
+def resume_job(job: JobName) -> None:
+    """Let a paused job run on its schedule again."""
+    _control(job, "resume")
+
+
+def _control(job: str, what: str) -> None:
+    from gateway.scheduler import control
+    from hermes.identity import owner_user_id
+
+    ctx = CliContext.load()
+    db = ctx.open_db()
+    try:
+        said = control(db, ctx.config, job, what, owner_user_id(ctx.home))
+    except ValueError as exc:
+        fail(f"{exc}.", EXIT_USAGE)
+    note(said + ".")
+
+
+@scheduler_app.command("history")
+def history(
+    job: Annotated[
+        str,
+        typer.Argument(help="One job's runs (default: every job's).", autocompletion=JOBS.complete),
+    ] = "",
+    count: Annotated[int, typer.Option("--count", "-n", min=1, max=500, help="How many.")] = 20,
+    as_json: AsJson = False,
+) -> None:
+    """The newest runs of the jobs: when, how long, where, who asked, the result."""
+    from gateway.scheduler import job_specs
+
+    ctx = CliContext.load(reading=True)
+    ids = [spec.id for spec in job_specs(ctx.config)]
+    if job and job not in ids:
+        fail(f"there is no job {job!r} (jobs: {', '.join(ids)}).", EXIT_USAGE)
+    runs = ctx.open_db().jobs.history(job, limit=count)
+    if as_json:
+        print_json([run.model_dump() for run in runs])
+        return
+    if not runs:
+        note("No run recorded yet" + (f" for {job}." if job else "."))
+        return
+    table = new_table("job", "started (UTC)", "took", "where", "asked by", "result")
+    for run in runs:
+        result = ("ok: " if run.ok else "failed: ") + run.summary
+        took = f"{run.seconds:.1f} s"
+        started = f"{run.started_at:%Y-%m-%d %H:%M:%S}"
+        table.add_row(run.job_id, started, took, run.instance, run.asked_by or "-", escape(result))
     print_table(table)

@@ -46,7 +46,7 @@ from gateway.dashboard.site import (
 )
 from gateway.edge.http_server import Route
 from gateway.logs import RECENT
-from gateway.scheduler import read_status
+from gateway.scheduler import control, read_status
 from hermes import extras
 from hermes.embedder import Embedder
 from hermes.identity import owner_user_id
@@ -82,6 +82,7 @@ SESSIONS_PAGE = 30  # sessions per page of the Sessions page (a search's or the 
 HITS_PER_PERSON = 200  # a person's best messages a search across people groups by session
 RUNS_PAGE = 30  # consolidation runs shown per page on the Memory page
 PEOPLE_PAGE = 25  # people per page of the People page
+SCHEDULER_RUNS = 50  # runs on a page of the Scheduler page
 REMINDERS_PAGE = 50  # reminders per page of the Reminders page
 ACCESS = ("active", "blocked", "pending")
 _NEVER = datetime.min.replace(tzinfo=UTC)
@@ -139,6 +140,8 @@ class Dashboard:
             site.route("POST", "/reminders/cancel", self._reminder_cancel),
             site.route("GET", "/logs", self._logs_page),
             site.route("GET", "/logs/export", self._logs_export),
+            site.route("GET", "/scheduler", self._scheduler_page),
+            site.route("POST", "/scheduler/control", self._scheduler_control),
             site.route("GET", "/tools", self._tools_page),
             site.route("POST", "/tools/set", self._tools_set),
         ]
@@ -821,6 +824,55 @@ class Dashboard:
             me, "tools", group, "default" if reset else ", ".join(entries) or "nobody"
         )
         return self.site.redirect("/tools", f"{group}: {said}.")
+
+    # -- scheduler -------------------------------------------------------------------------
+
+    async def _scheduler_page(self, request: web.Request, me: Operator) -> web.StreamResponse:
+        job = request.query.get("job", "")[:64]
+        asked = request.query.get("before", "")
+        before = int(asked) if asked.isdigit() else None
+        values = await self._off_loop(lambda: self._scheduler_values(job, before))
+        actor = self.people.party_of(me.user_id, me.role)
+        return self._show(
+            request,
+            me,
+            "scheduler.html",
+            job=job if any(j.id == job for j in values["jobs"]) else "",
+            may_control=decide(actor, Action.CONTROL_JOBS) is None,
+            live=self.parts.runtime is not None,
+            **values,
+        )
+
+    def _scheduler_values(self, job: str, before: int | None) -> dict[str, Any]:
+        """Each job with its controls, and a page of runs (of one job, or all), newest
+        first, each naming who asked for it."""
+        jobs = read_status(self.parts.home, self.parts.config, self.db)
+        known = job if any(j.id == job for j in jobs) else ""
+        runs = self.db.jobs.history(known, limit=SCHEDULER_RUNS + 1, before=before)
+        people = {s.user.id: person_name(s) for s in self.db.people.users()}
+        return {
+            "jobs": jobs,
+            "runs": runs[:SCHEDULER_RUNS],
+            "older": runs[SCHEDULER_RUNS - 1].id if len(runs) > SCHEDULER_RUNS else None,
+            "names": people,
+        }
+
+    async def _scheduler_control(self, request: web.Request, me: Operator) -> web.StreamResponse:
+        """Pause, resume or ask for a run of one job: written to state.db, where every
+        gateway of the database reads it (gateway/scheduler.py), and audited."""
+        actor = self.people.party_of(me.user_id, me.role)
+        if (refused := decide(actor, Action.CONTROL_JOBS)) is not None:
+            raise RefusedError(403, f"Not allowed: {refused}.")
+        form = await form_of(request)
+        job, what = form.get("job", ""), form.get("what", "")
+        try:
+            said = await self._off_loop(
+                lambda: control(self.db, self.parts.config, job, what, me.user_id)
+            )
+        except ValueError as exc:
+            return self.site.redirect("/scheduler", f"Not done: {exc}.")
+        await self.site.audit(me, "scheduler", job, what)
+        return self.site.redirect("/scheduler", f"{said}.", job=job)
 
     # -- logs ------------------------------------------------------------------------------
 

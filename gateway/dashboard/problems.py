@@ -1,5 +1,5 @@
 """What is wrong now, for the banner on every dashboard page and the Status page: a
-platform not connected, a scheduler job whose last run failed, errors and warnings
+platform not connected, a scheduler job whose last run failed or that is paused, errors and warnings
 logged in the last hour (state.db's `log_records`, every instance's), little disk left.
 Read off the event loop, for each page (three small indexed reads)."""
 
@@ -56,10 +56,13 @@ class Problems:
             if bad_state(state):
                 found.append(Problem("error", f"{name}: {state}", "/status#platforms"))
         for job in read_status(self.home, self.config, self.db):
+            if job.paused_at is not None:
+                text = f"The {job.id} job is paused (since {job.paused_at:%Y-%m-%d %H:%M} UTC)"
+                found.append(Problem("warning", text, "/scheduler"))
             if job.last_ok is False:
                 when = f"{job.last_run:%H:%M} UTC" if job.last_run else "its last run"
                 text = f"The {job.id} job failed at {when}: {job.last_result}"
-                found.append(Problem("error", text, "/status#jobs"))
+                found.append(Problem("error", text, f"/scheduler?job={job.id}"))
         since = datetime.now(UTC) - WINDOW
         by_level: dict[int, list[Any]] = {}
         for source in self.db.logs.sources(since, logging.WARNING):

@@ -6,12 +6,13 @@
 - `access` (AccessDB): link codes, pairing requests, allow/block rules;
 - `memory_log` (MemoryLogDB): memory events and versions, consolidation bookkeeping;
 - `memory_stores` (MemoryStoresDB): the stores themselves, with memory.backend: database;
-- `upkeep` (UpkeepDB): job results, pruning, maintenance, integrity, bulk imports;
+- `upkeep` (UpkeepDB): pruning, maintenance, integrity, bulk imports;
 - `reminders` (RemindersDB): reminders, their runs (the claim), each person's time zone;
 - `cluster` (ClusterDB): several gateways on PostgreSQL: instances, leases, the inbox;
 - `dashboard` (DashboardDB): the web dashboard's logins, one-time links, audit log;
 - `outbox` (OutboxDB): external memory providers' writes, kept until delivered;
 - `logs` (LogsDB): the gateways' warnings and errors, kept for the dashboard.
+- `jobs` (JobsDB): the scheduler's runs, their history, an operator's pause and run-now.
 
 All SQL lives in these modules; everything else calls their methods. A second backend
 (PostgreSQL) implements the same repositories over its own engine.
@@ -35,6 +36,7 @@ from hermes.state.cluster import ClusterDB
 from hermes.state.confirmations import ConfirmationsDB
 from hermes.state.conversations import ConversationDB
 from hermes.state.dashboard import DashboardDB
+from hermes.state.jobs import JobsDB
 from hermes.state.logs import LogsDB
 from hermes.state.loopguard import guard
 from hermes.state.marks import MarksDB
@@ -84,6 +86,7 @@ class SessionDB:
         self.memory_log = MemoryLogDB(self)
         self.memory_stores = MemoryStoresDB(self)
         self.upkeep = UpkeepDB(self)
+        self.jobs = JobsDB(self)
         self.reminders = RemindersDB(self)
         self.cluster = ClusterDB(self, threads + 1)  # (and the heartbeat's thread)
         self.dashboard = DashboardDB(self)

@@ -285,12 +285,36 @@ class JobRun(SQLModel, table=True):
 
 class JobSchedule(SQLModel, table=True):
     """When a job was first scheduled: a job never run is first due an interval after
-    it, whichever gateway starts and however often (its timers live in memory)."""
+    it, whichever gateway starts and however often (its timers live in memory). An
+    operator's controls live here too, for every gateway on the database to see: a
+    paused job skips its runs; a run asked for is run once, soon, by whichever gateway's
+    turn it is (gateway/scheduler.py)."""
 
     __tablename__ = "job_schedules"
 
     job_id: str = Field(primary_key=True)
     since: datetime = Field(default_factory=utcnow)
+    paused_at: datetime | None = None
+    paused_by: str = ""  # who paused it (a user id, or "cli")
+    run_asked_at: datetime | None = None
+    run_asked_by: str = ""
+
+
+class JobHistory(SQLModel, table=True):
+    """One run of a scheduled job: when, how long, its result, where it ran and whether
+    an operator asked for it (the last HISTORY_KEPT runs of each job are kept)."""
+
+    __tablename__ = "job_history"
+    __table_args__ = (Index("ix_job_history_job", "job_id", "id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: str
+    started_at: datetime
+    seconds: float = 0.0
+    ok: bool = True
+    summary: str = ""
+    instance: str = ""  # host:pid of the gateway that ran it
+    asked_by: str = ""  # who asked for this run ("" for a scheduled one)
 
 
 class PlatformMark(SQLModel, table=True):

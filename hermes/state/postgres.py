@@ -439,6 +439,7 @@ UPGRADES: dict[int, tuple[str, ...]] = {
     21: ("job_schedules", "platform_marks"),
     22: ("confirmations",),
     23: ("log_records",),
+    24: ("job_history",),
 }
 UPGRADE_STATEMENTS: dict[int, tuple[str, ...]] = {
     15: (
@@ -449,6 +450,15 @@ UPGRADE_STATEMENTS: dict[int, tuple[str, ...]] = {
     16: _V16_CLUSTER,
     19: ("ALTER TABLE consolidation_runs ADD COLUMN IF NOT EXISTS version_id INTEGER",),
     20: ("ALTER TABLE messages ADD COLUMN IF NOT EXISTS delivery TEXT",),
+    24: tuple(
+        f"ALTER TABLE job_schedules ADD COLUMN IF NOT EXISTS {column}"
+        for column in (
+            "paused_at TIMESTAMP WITHOUT TIME ZONE",
+            "paused_by VARCHAR NOT NULL DEFAULT ''",
+            "run_asked_at TIMESTAMP WITHOUT TIME ZONE",
+            "run_asked_by VARCHAR NOT NULL DEFAULT ''",
+        )
+    ),
 }
 
 

@@ -620,8 +620,27 @@ _V23 = [
     "CREATE INDEX ix_log_records_level_at ON log_records(level, at)",
 ]
 
+# v24: an operator's scheduler controls (pause, run now) and each job's run history
+_V24 = [
+    "ALTER TABLE job_schedules ADD COLUMN paused_at TIMESTAMP",
+    "ALTER TABLE job_schedules ADD COLUMN paused_by TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE job_schedules ADD COLUMN run_asked_at TIMESTAMP",
+    "ALTER TABLE job_schedules ADD COLUMN run_asked_by TEXT NOT NULL DEFAULT ''",
+    """CREATE TABLE job_history (
+        id INTEGER PRIMARY KEY,
+        job_id TEXT NOT NULL,
+        started_at TIMESTAMP NOT NULL,
+        seconds FLOAT NOT NULL DEFAULT 0,
+        ok INTEGER NOT NULL,
+        summary TEXT NOT NULL DEFAULT '',
+        instance TEXT NOT NULL DEFAULT '',
+        asked_by TEXT NOT NULL DEFAULT ''
+    )""",
+    "CREATE INDEX ix_job_history_job ON job_history(job_id, id)",
+]
+
 MIGRATIONS: list[list[str]] = [
     _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15,
-    _V16, _V17, _V18, _V19, _V20, _V21, _V22, _V23,
+    _V16, _V17, _V18, _V19, _V20, _V21, _V22, _V23, _V24,
 ]  # fmt: skip
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -5,29 +5,18 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import insert, text
+from sqlalchemy import insert
 from sqlalchemy.exc import DatabaseError, SQLAlchemyError
 from sqlmodel import Session, col, select
 
 from hermes.state import engine as eng
 from hermes.state import postgres
 from hermes.state.conversations import drop_sessions
-from hermes.state.models import ChatSession, JobRun, JobSchedule, Message, utcnow
-
-_SCHEDULE_JOB = text(
-    "INSERT INTO job_schedules (job_id, since) VALUES (:job, :now) ON CONFLICT DO NOTHING"
-)
-
-
-@dataclass(frozen=True, slots=True)
-class JobTimes:
-    runs: dict[str, JobRun]  # each job's last run
-    since: dict[str, datetime]  # when each job was first scheduled
+from hermes.state.models import ChatSession, Message, utcnow
 
 
 class UpkeepDB:
@@ -37,37 +26,6 @@ class UpkeepDB:
     def __init__(self, db: eng.Handle) -> None:
         self.engine, self.patience = db.engine, db.patience
         self._server = self.engine.dialect.name == "postgresql"
-
-    def record_job_run(self, job_id: str, ok: bool, summary: str) -> None:
-        def work(session: Session) -> None:
-            session.merge(JobRun(job_id=job_id, last_run_at=utcnow(), ok=ok, summary=summary[:500]))
-
-        eng.with_retry(self.engine, work, self.patience, keys=(f"job:{job_id}",))
-
-    def job_runs(self) -> dict[str, JobRun]:
-        with eng.reading(self.engine) as session:
-            return {row.job_id: row for row in session.exec(select(JobRun))}
-
-    def job_schedules(self) -> dict[str, datetime]:
-        """When each job was first scheduled (hermes/state/models.py `JobSchedule`)."""
-        with eng.reading(self.engine) as session:
-            return {row.job_id: row.since for row in session.exec(select(JobSchedule))}
-
-    def schedule_jobs(self, job_ids: Iterable[str]) -> JobTimes:
-        """A starting scheduler's view: each job's last run, and when it was first
-        scheduled (now, for the jobs no gateway scheduled before: the first start's
-        time is kept, so a gateway restarted more often than a job's interval still
-        runs it an interval after that)."""
-        now = eng.sql_time(utcnow())
-
-        def work(session: Session) -> JobTimes:
-            for job_id in job_ids:
-                session.execute(_SCHEDULE_JOB, {"job": job_id, "now": now})
-            runs = {row.job_id: row for row in session.exec(select(JobRun))}
-            since = {row.job_id: row.since for row in session.exec(select(JobSchedule))}
-            return JobTimes(runs, since)
-
-        return eng.with_retry(self.engine, work, self.patience, keys=())
 
     def prune(self, older_than_days: int, dry_run: bool, user_id: str | None = None) -> int:
         """Delete ended sessions last active more than `older_than_days` ago."""

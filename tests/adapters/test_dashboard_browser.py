@@ -241,7 +241,13 @@ def fits(driver: WebDriver, width: int, page: str) -> None:
     """The page is no wider than the window, and every button on it can be reached
     without scrolling sideways (inside the window's width)."""
     wide = int(driver.execute_script("return document.documentElement.scrollWidth"))
-    assert wide <= width, f"{page} at {width} px is {wide} px wide"
+    culprits = driver.execute_script(
+        "return [...document.querySelectorAll('main *')].filter(e => "
+        "e.getBoundingClientRect().right > arguments[0]).slice(0, 3).map(e => "
+        "e.tagName + '.' + e.className + ': ' + e.textContent.slice(0, 60))",
+        width,
+    )
+    assert wide <= width, f"{page} at {width} px is {wide} px wide: {culprits}"
     for button in driver.find_elements(By.CSS_SELECTOR, "main button"):
         right = float(
             driver.execute_script("return arguments[0].getBoundingClientRect().right", button)
@@ -255,7 +261,17 @@ def operate(driver: WebDriver, base: str, served: Served, shots: Shots) -> None:
     go(driver, driver.find_element(By.CSS_SELECTOR, "form button"))
     for width in WIDTHS:
         driver.set_window_size(width, 2400)  # (tall: a screenshot holds the whole page)
-        for page in ("status", "people", "memory", "sessions", "reminders", "tools", "logs"):
+        pages = (
+            "status",
+            "people",
+            "memory",
+            "sessions",
+            "reminders",
+            "scheduler",
+            "tools",
+            "logs",
+        )
+        for page in pages:
             driver.get(f"{base}/admin/{page}")
             banner = driver.find_elements(By.CSS_SELECTOR, "section.problems[role=alert]")
             assert banner and "error logged in the last hour" in banner[0].text, page
@@ -282,6 +298,21 @@ def operate(driver: WebDriver, base: str, served: Served, shots: Shots) -> None:
             assert note(driver).startswith("Deleted the session")
         else:
             follow(driver, "No, go back")
+        # a job paused, then asked to run (its card's buttons in reach), then resumed
+        driver.get(f"{base}/admin/scheduler")
+        go(driver, driver.find_element(By.ID, "pause-maintenance"))
+        assert note(driver).startswith("maintenance paused")
+        fits(driver, width, "scheduler paused")
+        if width == 1280:  # (asked once: no gateway runs it here, it stays asked)
+            go(driver, driver.find_element(By.ID, "run-maintenance"))
+            assert "starts once resumed" in note(driver)
+        assert "a run asked for at" in driver.find_element(By.TAG_NAME, "tbody").text
+        go(driver, driver.find_element(By.ID, "resume-maintenance"))
+        assert note(driver).startswith("maintenance resumed")
+        assert (
+            "maintenance pass"
+            in driver.find_element(By.ID, "history").find_element(By.XPATH, "..").text
+        )
         # the log's errors, filtered, then followed live
         driver.get(f"{base}/admin/logs?level=error&since=1h")
         assert "model call failed" in driver.find_element(By.CSS_SELECTOR, "pre.log").text
@@ -299,7 +330,8 @@ def test_every_page_fits_a_phone_and_a_desktop_with_its_actions_in_reach(
 ) -> None:
     """A home of 40 people: every page at 1280 and 390 px (no sideways scrolling, every
     button inside the window), problems in a banner on each, a person found and a
-    session of theirs deleted after the question, the log filtered and followed."""
+    session of theirs deleted after the question, a job paused, run and resumed, the log
+    filtered and followed."""
     driver = chromium(tmp_path / "profile")
     shots = Shots(driver, tmp_path / "screenshots")
 
@@ -328,6 +360,7 @@ def test_every_page_fits_a_phone_and_a_desktop_with_its_actions_in_reach(
             db.access.request_pairing(
                 "telegram", "777", "A stranger with a rather long name", chat_id="777"
             )
+            db.jobs.record_run("maintenance", True, "maintenance pass: " + "y" * 200, seconds=3)
             db.logs.add(
                 [
                     LogRecord(

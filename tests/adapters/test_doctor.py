@@ -122,13 +122,13 @@ def test_while_a_gateway_runs_the_scheduler_is_checked_too(
         await gateway.start()
         try:
             for _ in range(300):  # its first run at the first start is over (else it could
-                if "consolidation_check" in db.upkeep.job_runs():  # overwrite the failure)
+                if "consolidation_check" in db.jobs.job_runs():  # overwrite the failure)
                     break
                 await asyncio.sleep(0.05)
             else:
                 raise AssertionError("the scheduler's first run never happened")
             running = by_name(await run_checks(home, ENV, timeout=10))
-            db.upkeep.record_job_run("consolidation_check", False, "RuntimeError: boom")
+            db.jobs.record_run("consolidation_check", False, "RuntimeError: boom")
             failing = by_name(await run_checks(home, ENV, timeout=10))
         finally:
             await gateway.stop()

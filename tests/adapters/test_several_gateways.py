@@ -443,7 +443,7 @@ def test_a_consolidation_due_while_the_leader_dies_runs_once_later(
         finished: set[object] = set()
 
         def two_more_checks() -> bool:  # a second consolidation would be one of them
-            run = probe.upkeep.job_runs().get("consolidation_check")
+            run = probe.jobs.job_runs().get("consolidation_check")
             if run is not None and run.last_run_at > after:
                 finished.add(run.last_run_at)
             return len(finished) >= 2

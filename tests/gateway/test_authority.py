@@ -44,6 +44,7 @@ WITHOUT_TARGET = {
     Action.DECIDE_PAIRING: ADMINS,
     Action.USE_DASHBOARD: ADMINS,
     Action.CHANGE_TOOLS: {"owner", "home"},
+    Action.CONTROL_JOBS: ADMINS,
 }
 
 

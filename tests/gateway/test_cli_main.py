@@ -125,14 +125,15 @@ def test_help_names_parameters_plainly_and_loses_no_words() -> None:
     assert "<memory|user>" in add  # a choice keeps its choices
 
 
-def test_the_clis_value_sets_are_copies_of_their_homes() -> None:
+def test_the_clis_value_sets_are_copies_of_their_homes(home: Path) -> None:
     """complete.py keeps the sets the CLI names (so --help loads no pydantic); each must
     equal what the config models, the registry and the people repository define."""
     from typing import get_args
 
     from gateway.cli import complete
-    from gateway.config import LoggingConfig
+    from gateway.config import LoggingConfig, load_config
     from gateway.edge.platform_config import platforms
+    from gateway.scheduler import EVERY_INSTANCE, job_specs
     from hermes.config import MemoryConfig
     from hermes.state.evidence import FACT_STATUSES
     from hermes.state.people import ROLES
@@ -150,4 +151,6 @@ def test_the_clis_value_sets_are_copies_of_their_homes() -> None:
     assert complete.LOG_FORMATS.values == literal(LoggingConfig, "format")
     assert complete.LOG_LEVELS.values == literal(LoggingConfig, "level")
     assert complete.ROLES.values == ROLES
+    specs = job_specs(load_config(home))
+    assert complete.JOBS.values == tuple(s.id for s in specs if s.id not in EVERY_INSTANCE)
     assert complete.FACT_STATUSES.values == FACT_STATUSES

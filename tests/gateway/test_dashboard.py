@@ -50,6 +50,9 @@ GET_PAGES = [
     "/admin/sessions/s_0000000000000000/export",
     "/admin/reminders",
     "/admin/logs",
+    "/admin/logs/export",
+    "/admin/scheduler",
+    "/admin/tools",
 ]
 POST_ROUTES = [
     "/admin/logout",
@@ -61,6 +64,9 @@ POST_ROUTES = [
     "/admin/memory/remove",
     "/admin/memory/undo",
     "/admin/reminders/cancel",
+    "/admin/scheduler/control",
+    "/admin/tools/set",
+    "/admin/sessions/s_0000000000000000/delete",
 ]
 
 
@@ -410,6 +416,65 @@ def test_reminders_are_listed_and_cancelled(home: Path) -> None:
     run(home, body)
 
 
+def test_jobs_are_paused_resumed_and_run_from_the_scheduler_page_with_their_history(
+    home: Path,
+) -> None:
+    """The Scheduler page: each job's controls (kept in state.db for every gateway and
+    the CLI, audited), a paused job is a problem on every page until resumed, the sweep
+    has none, and the runs of one job or all a page at a time, naming who asked."""
+
+    async def body(served: Served, browser: Browser) -> None:
+        db, owner = served.db, served.owner
+        await browser.login()
+        _, page = await browser.get("/admin/scheduler")
+        assert "No run recorded yet." in page and 'id="pause-maintenance"' in page
+        assert 'id="pause-reminders"' not in page and "no gateway runs here now" in page
+        await browser.post("/admin/scheduler/control", {"job": "maintenance", "what": "pause"})
+        assert browser.note() == "maintenance paused: its runs are skipped until resumed."
+        assert db.jobs.job_schedules()["maintenance"].paused_by == owner
+        assert 'id="resume-maintenance"' in browser.page and 'id="pause-maintenance"' not in (
+            browser.page
+        )
+        _, page = await browser.get("/admin/people")
+        assert "The maintenance job is paused (since" in html.unescape(page)
+        await browser.get("/admin/scheduler")
+        await browser.post("/admin/scheduler/control", {"job": "idle_sessions", "what": "run"})
+        assert "idle_sessions asked to run: it starts within 5 s" in browser.note()
+        assert db.jobs.job_schedules()["idle_sessions"].run_asked_by == owner
+        assert 'id="run-idle_sessions"' not in browser.page  # asked: no second button
+        await browser.post("/admin/scheduler/control", {"job": "reminders", "what": "pause"})
+        assert browser.note().startswith("Not done: reminders runs on every gateway")
+        await browser.post("/admin/scheduler/control", {"job": "maintenance", "what": "resume"})
+        assert db.jobs.job_schedules()["maintenance"].paused_at is None
+        _, page = await browser.get("/admin/people")
+        assert "paused" not in page
+        for n in range(60):
+            db.jobs.record_run("maintenance", n != 59, f"pass {n}", seconds=1.5, instance="h:9")
+        db.jobs.record_run("idle_sessions", True, "finalized 2 idle session(s)", asked_by=owner)
+        _, page = await browser.get("/admin/scheduler?job=maintenance")
+        text = html.unescape(page).split('id="history"')[1]
+        assert text.count("pass ") == 50 and "pass 59" in text and "pass 9<" not in text
+        assert '<tr class="bad">' in text and "idle session" not in text
+        older = re.search(r'href="(/admin/scheduler\?job=maintenance&amp;before=\d+)"', page)
+        assert older is not None
+        _, page = await browser.get(html.unescape(older.group(1)))
+        text = html.unescape(page).split('id="history"')[1]
+        assert text.count("pass ") == 10 and "pass 0<" in text
+        _, page = await browser.get("/admin/scheduler")
+        runs = html.unescape(page).split('id="history"')[1]
+        assert "finalized 2 idle session(s)" in runs and "its schedule" in runs
+        assert '<td data-label="Asked by">Olive</td>' in runs and owner not in runs
+        _, page = await browser.get("/admin/status")
+        assert "scheduler" in page and ">maintenance<" in page
+        assert [e.detail for e in db.dashboard.audit_log(10) if e.action == "scheduler"] == [
+            "resume",
+            "run",
+            "pause",
+        ]
+
+    run(home, body)
+
+
 def test_logs_are_filtered_kept_in_the_database_and_exported(home: Path) -> None:
     """Warnings and errors are read from state.db (every instance's, across restarts),
     redacted as logged; lower levels from this process's recent lines; each filter
@@ -486,7 +551,7 @@ def test_problems_stand_out_on_every_page_until_they_pass(home: Path) -> None:
         assert "Nothing is wrong" in page and 'role="alert"' not in page
         _, page = await browser.get("/admin/people")
         assert "problem" not in page
-        served.db.upkeep.record_job_run("maintenance", False, "OperationalError: disk I/O error")
+        served.db.jobs.record_run("maintenance", False, "OperationalError: disk I/O error")
         served.db.logs.add(
             [
                 LogRecord(
@@ -523,7 +588,7 @@ def test_problems_stand_out_on_every_page_until_they_pass(home: Path) -> None:
         assert '<meta http-equiv="refresh" content="30">' in page
         _, page = await browser.get("/admin/status?refresh=1")  # (never faster than 10 s)
         assert '<meta http-equiv="refresh" content="10">' in page
-        served.db.upkeep.record_job_run("maintenance", True, "ok")
+        served.db.jobs.record_run("maintenance", True, "ok")
         served.db.logs.prune({30: 14}, now=utcnow() + timedelta(days=30))
         _, page = await browser.get("/admin/status")
         assert "Nothing is wrong" in page

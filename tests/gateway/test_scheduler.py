@@ -13,10 +13,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gateway import jobs
 from gateway.config import load_config
 from gateway.reminders import sweep_job
-from gateway.scheduler import RUN_AT_ONCE, Scheduler, job_specs, read_status
+from gateway.scheduler import RUN_AT_ONCE, Scheduler, control, job_specs, read_status
 from hermes.identity import owner_user_id
 from hermes.llm.client import LLMClient
 from hermes.llm.summarizer import LLMSummarizer
@@ -28,6 +30,7 @@ from hermes.state.loopguard import GUARD
 from hermes.state.models import as_utc, utcnow
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.harness.cli import HERMES, hermes
+from tests.harness.wait import until
 
 FULL = [f"Note {i}: the staging cluster runs Postgres replica number {i}" for i in range(1, 9)]
 
@@ -165,7 +168,7 @@ def test_a_second_gateway_refuses_and_the_first_consolidates_a_store_once(
         db = SessionDB.open(home)
         try:
             while time.monotonic() < deadline + 30 and len(finished) < 2:
-                run = db.upkeep.job_runs().get("consolidation_check")
+                run = db.jobs.job_runs().get("consolidation_check")
                 if run is not None and run.last_run_at > consolidated_at:
                     finished.add(run.last_run_at)
                 time.sleep(0.1)
@@ -286,12 +289,79 @@ def test_a_job_never_run_is_due_an_interval_after_it_was_first_scheduled_whateve
 
     first = asyncio.run(start_and_stop())
     assert first is not None
-    since = as_utc(db.upkeep.job_schedules()[spec.id])
+    since = as_utc(db.jobs.job_schedules()[spec.id].since)
     assert first == since + spec.every
     assert asyncio.run(start_and_stop()) == first  # a restart keeps it
     statuses = {s.id: s for s in read_status(home, config, db)}
     assert statuses[spec.id].next_run == first  # the CLI says the same
-    db.upkeep.record_job_run(spec.id, True, "ok")
-    ran = as_utc(db.upkeep.job_runs()[spec.id].last_run_at)
+    db.jobs.record_run(spec.id, True, "ok")
+    ran = as_utc(db.jobs.job_runs()[spec.id].last_run_at)
     assert {s.id: s for s in read_status(home, config, db)}[spec.id].next_run == ran + spec.every
     assert asyncio.run(start_and_stop()) == ran + spec.every
+
+
+def test_an_operator_pauses_a_job_and_asks_for_a_run_that_is_not_due(
+    home: Path, db: SessionDB
+) -> None:
+    """A run asked for (from the dashboard or the CLI, through state.db) starts within
+    the poll whatever the schedule, once, and its history says who asked, where it ran
+    and how long it took; a paused job skips its runs, asked or due, until resumed; the
+    reminder sweep (every gateway's) has no controls; a wrong job is named as such."""
+    config = load_config(home)
+    user = db.people.ensure_user("u_00000000000000b2").id
+
+    async def scenario() -> None:
+        scheduler = Scheduler(home, config, db, asked_poll_s=0.1)
+        await scheduler.start()
+        try:
+            assert "within" in control(db, config, "idle_sessions", "run", user)
+            assert "already asked" in control(db, config, "idle_sessions", "run", user)
+            await until(lambda: db.jobs.history("idle_sessions"), "the asked run")
+            (run,) = db.jobs.history("idle_sessions")
+            assert run.ok and run.asked_by == user and run.instance == scheduler.instance
+            assert run.summary == "finalized 0 idle session(s)" and run.seconds >= 0
+            await until(
+                lambda: db.jobs.job_schedules()["idle_sessions"].run_asked_at is None,
+                "the ask answered",
+            )
+            assert "paused" in control(db, config, "memory_pending", "pause", user)
+            assert "already paused" in control(db, config, "memory_pending", "pause", user)
+            assert "once resumed" in control(db, config, "memory_pending", "run", user)
+            await asyncio.sleep(0.5)  # five polls
+            assert db.jobs.history("memory_pending") == []
+            status = {s.id: s for s in scheduler.status()}["memory_pending"]
+            assert status.paused_by == user and status.run_asked_by == user
+            assert "resumed" in control(db, config, "memory_pending", "resume", user)
+            await until(lambda: db.jobs.history("memory_pending"), "the run once resumed")
+            assert len(db.jobs.history("idle_sessions")) == 1  # asked once, run once
+        finally:
+            await scheduler.stop()
+
+    asyncio.run(scenario())
+    for job, what in (("reminders", "pause"), ("nightly", "run"), ("maintenance", "stop")):
+        with pytest.raises(ValueError, match=job if job != "maintenance" else "stop"):
+            control(db, config, job, what, user)
+
+
+def test_the_cli_pauses_resumes_and_runs_a_job_and_shows_its_history(home: Path) -> None:
+    """`hermes scheduler pause|resume|run|history`: what the dashboard does, from the
+    shell, as the owner; a job that is not one, or has no controls, is a usage error."""
+    assert "maintenance paused" in hermes("scheduler", "pause", "maintenance").stdout
+    assert "paused since" in hermes("scheduler", "status").stdout
+    assert "once resumed" in hermes("scheduler", "run", "maintenance").stdout
+    refused = hermes("scheduler", "run", "reminders")
+    assert refused.returncode == 2 and "runs on every gateway" in refused.stderr
+    refused = hermes("scheduler", "pause", "nightly")
+    assert refused.returncode == 2 and "there is no job 'nightly'" in refused.stderr
+    assert "maintenance resumed" in hermes("scheduler", "resume", "maintenance").stdout
+    assert "No run recorded yet." in hermes("scheduler", "history").stdout
+    db = SessionDB.open(home)
+    try:
+        assert db.jobs.job_schedules()["maintenance"].run_asked_by == owner_user_id(home)
+        db.jobs.record_run("maintenance", True, "fts optimized", seconds=2.0, instance="h:7")
+    finally:
+        db.close()
+    shown = hermes("scheduler", "history", "maintenance").stdout
+    assert "fts optimized" in shown and "h:7" in shown and "2.0 s" in shown
+    runs = json.loads(hermes("scheduler", "history", "--json").stdout)
+    assert [(r["job_id"], r["instance"]) for r in runs] == [("maintenance", "h:7")]

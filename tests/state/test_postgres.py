@@ -302,17 +302,18 @@ class InstanceLockHeld:
         self.lock.release()
 
 
-@pytest.mark.parametrize("older", [13, 14, 15, 16, 17, 21, 22])
+@pytest.mark.parametrize("older", [13, 14, 15, 16, 17, 21, 22, 23])
 def test_an_older_postgresql_database_upgrades_in_place(
     home: Path, postgres: ScratchServer, older: int
 ) -> None:
     """A database made by an earlier Hermes (version 13: before the memory stores; 14:
     before the search keys; 15: before the rows of several gateways; 16: before the
     dashboard's rows and the consolidation log; 17: before the providers' outbox; 21:
-    before the confirmations; 22: before the kept log lines) is brought to this version
-    on open; its messages are indexed again for the keys and found, its memory can be
-    written, a lease taken, a dashboard link used, a provider write kept, a question put
-    to a person, a log line kept."""
+    before the confirmations; 22: before the kept log lines; 23: before the scheduler's
+    controls and history) is brought to this version on open; its messages are indexed
+    again for the keys and found, its memory can be written, a lease taken, a dashboard
+    link used, a provider write kept, a question put to a person, a log line kept, a job
+    paused and its run kept."""
     name, url = postgres.schema()
     try:
         db = SessionDB.open(home, url)
@@ -320,7 +321,13 @@ def test_an_older_postgresql_database_upgrades_in_place(
         chat = db.conversations.start_session(user, "cli", "cli:dm")
         db.conversations.add_messages(chat.id, [NewMessage("user", "the boat is called Ondine")])
         with db.engine.begin() as conn:  # as the older version left it
-            conn.exec_driver_sql("DROP TABLE log_records")
+            conn.exec_driver_sql("DROP TABLE job_history")
+            conn.exec_driver_sql(
+                "ALTER TABLE job_schedules DROP COLUMN paused_at, DROP COLUMN paused_by, "
+                "DROP COLUMN run_asked_at, DROP COLUMN run_asked_by"
+            )
+            if older < 23:
+                conn.exec_driver_sql("DROP TABLE log_records")
             if older < 22:
                 conn.exec_driver_sql("DROP TABLE confirmations")
             if older < 21:
@@ -360,6 +367,10 @@ def test_an_older_postgresql_database_upgrades_in_place(
             assert db.confirmations.consented(user, "")
             db.logs.add([LogRecord(at=utcnow(), level=40, message="kept after the upgrade")])
             assert [r.message for r in db.logs.find(LogFilter(), 5)] == ["kept after the upgrade"]
+            assert db.jobs.pause("maintenance", user)
+            db.jobs.record_run("maintenance", True, "ran after the upgrade", instance="h:1")
+            assert db.jobs.job_schedules()["maintenance"].paused_by == user
+            assert [r.summary for r in db.jobs.history("maintenance")] == ["ran after the upgrade"]
         finally:
             db.close()
     finally:
