@@ -27,6 +27,8 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from memory_ops import drop_schema, scratch_schema  # bench/memory_ops.py (this folder)
+
 from gateway.admission.people import People
 from gateway.app import build_memory
 from gateway.config import load_config
@@ -38,6 +40,7 @@ from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
 from hermes.state.models import LogRecord, Reminder, utcnow
 from hermes.state.reminders import new_reminder_id
+from hermes.state.usage import Usage
 
 PASSWORD = "a long enough password for the bench"
 WORDS = "garden honey bees trip Busan office invoice piano lesson doctor recipe".split()
@@ -99,6 +102,13 @@ def build(home: Path, args: argparse.Namespace) -> tuple[SessionDB, list[str]]:
     )
     for n in range(200):
         db.dashboard.audit(owner, "role", people[n % len(people)], "user")
+    for day in range(90):  # tokens of every person on each of 90 days, with two models
+        when = (now - timedelta(days=day)).strftime("%Y-%m-%d")
+        for i, user_id in enumerate(people):
+            for model in ("main-model", "side-model"):
+                db.usage.add(user_id, Usage(1000 + i, 100 + day, model), day=when)
+    for n in range(600):
+        db.jobs.record_run(("maintenance", "idle_sessions")[n % 2], n % 9 != 0, f"run {n}")
     return db, people
 
 
@@ -132,6 +142,11 @@ async def measure(home: Path, db: SessionDB, people: list[str], rounds: int) -> 
         f"/admin/sessions/{session.id}?user={people[0]}",
         "/admin/reminders",
         f"/admin/reminders?user={people[2]}",
+        "/admin/usage",
+        "/admin/usage?days=90",
+        f"/admin/usage?days=90&user={people[2]}",
+        "/admin/scheduler",
+        "/admin/scheduler?job=maintenance",
         "/admin/tools",
         "/admin/logs",
         "/admin/logs?level=warning&since=24h",
@@ -171,6 +186,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--postgres", default=None)
     args = parser.parse_args()
+    scratch = ""
+    if args.postgres:  # a schema of its own, dropped after: the database is left as found
+        scratch, args.postgres = scratch_schema(args.postgres)
+        server = args.postgres.split("?")[0]
     with tempfile.TemporaryDirectory() as folder:
         home = Path(folder)
         (home / "config.yaml").write_text("gateway:\n  http:\n    port: 0\n")
@@ -184,6 +203,8 @@ def main() -> None:
             asyncio.run(measure(home, db, people, args.rounds))
         finally:
             db.close()
+            if scratch:
+                drop_schema(server, scratch)
 
 
 if __name__ == "__main__":

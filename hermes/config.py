@@ -89,6 +89,13 @@ class AgentConfig(Section):
     keep_recent_messages: int = Field(default=8, ge=2, le=200)  # kept verbatim on compression
 
 
+class ModelPrice(Section):
+    """What a model costs per million tokens: those sent (`input`) and written (`output`)."""
+
+    input: float = Field(ge=0, le=100_000)
+    output: float = Field(ge=0, le=100_000)
+
+
 class LLMConfig(Section):
     """The main model: any OpenAI-compatible endpoint (OpenAI, OpenRouter, Ollama, vLLM)."""
 
@@ -103,6 +110,10 @@ class LLMConfig(Section):
     # photos as image parts: on | off | auto (tried, and given up for the process when
     # the endpoint refuses image parts)
     vision: AutoOnOff = "auto"
+    # each model's price (by the name in `model`), for the dashboard's Usage page: a model
+    # not named here is counted in tokens only
+    prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    currency: str = Field(default="USD", min_length=1, max_length=8)
 
 
 class TranscriptionConfig(Section):

@@ -31,6 +31,7 @@ from gateway.admission.people import People
 from gateway.commands.context import RuntimeInfo
 from gateway.commands.memory import provider_line
 from gateway.config import REMOVE, ConfigError, HermesConfig, update_config
+from gateway.dashboard import usage
 from gateway.dashboard.auth import CredentialsError
 from gateway.dashboard.chart import hourly_chart
 from gateway.dashboard.problems import Problems, bad_state
@@ -82,6 +83,7 @@ SESSIONS_PAGE = 30  # sessions per page of the Sessions page (a search's or the 
 HITS_PER_PERSON = 200  # a person's best messages a search across people groups by session
 RUNS_PAGE = 30  # consolidation runs shown per page on the Memory page
 PEOPLE_PAGE = 25  # people per page of the People page
+USAGE_PAGE = 25  # people on a page of the Usage page
 SCHEDULER_RUNS = 50  # runs on a page of the Scheduler page
 REMINDERS_PAGE = 50  # reminders per page of the Reminders page
 ACCESS = ("active", "blocked", "pending")
@@ -140,6 +142,7 @@ class Dashboard:
             site.route("POST", "/reminders/cancel", self._reminder_cancel),
             site.route("GET", "/logs", self._logs_page),
             site.route("GET", "/logs/export", self._logs_export),
+            site.route("GET", "/usage", self._usage_page),
             site.route("GET", "/scheduler", self._scheduler_page),
             site.route("POST", "/scheduler/control", self._scheduler_control),
             site.route("GET", "/tools", self._tools_page),
@@ -824,6 +827,37 @@ class Dashboard:
             me, "tools", group, "default" if reset else ", ".join(entries) or "nobody"
         )
         return self.site.redirect("/tools", f"{group}: {said}.")
+
+    # -- usage -----------------------------------------------------------------------------
+
+    async def _usage_page(self, request: web.Request, me: Operator) -> web.StreamResponse:
+        query = request.query
+        asked = query.get("days", "30")
+        days = int(asked) if asked.isdigit() and int(asked) in usage.SPANS else 30
+        user = query.get("user", "")[:64]
+        number = query.get("page", "")
+        page = max(1, min(int(number), 100_000)) if number.isdigit() else 1
+        values = await self._off_loop(lambda: self._usage_values(days, user, page))
+        return self._show(request, me, "usage.html", days=days, spans=usage.SPANS, **values)
+
+    def _usage_values(self, days: int, user: str, page: int) -> dict[str, Any]:
+        """Tokens and cost over `days` days: per day (a chart), per person (a page of
+        them, the most first) and per model; one person's when `user` names one."""
+        names = {s.user.id: person_name(s) for s in self.db.people.users()}
+        user = user if user in names else ""
+        today = datetime.now(UTC).date()
+        found = usage.report(self.db, self.parts.config.llm, today, days, user)
+        pages = max(1, -(-len(found.people) // USAGE_PAGE))
+        page = min(page, pages)
+        return {
+            "report": found,
+            "user": user,
+            "names": names,
+            "shown": found.people[(page - 1) * USAGE_PAGE : page * USAGE_PAGE],
+            "first": (page - 1) * USAGE_PAGE + 1,
+            "page_no": page,
+            "pages": pages,
+        }
 
     # -- scheduler -------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from hermes.state.db import SessionDB
 from hermes.state.engine import storage_problem
 from hermes.state.models import Reminder
 from hermes.state.search import SearchScope
+from hermes.state.usage import Usage
 from hermes.text import valid_text
 from hermes.tools.capabilities import Holder, granted, groups, holder_of, may_use
 from hermes.tools.mcp import McpHub, McpTool
@@ -152,7 +153,7 @@ class Agent:
     _reviews: dict[str, asyncio.Task[None]] = field(default_factory=dict, repr=False)
     # messages a turn could not store (the database server lost mid-turn), per session,
     # in order: stored before that session's next message (`save_unsaved`)
-    _unsaved: dict[str, list[tuple[list[NewMessage], tuple[int, int]]]] = field(
+    _unsaved: dict[str, list[tuple[list[NewMessage], Usage]]] = field(
         default_factory=dict, repr=False
     )
 
@@ -621,7 +622,7 @@ class Agent:
         rows: list[NewMessage] = [to_new_message(m) for m in messages]
         if delivery is not None:
             rows[-1] = dataclasses.replace(rows[-1], delivery=delivery)
-        usage = (reply.prompt_tokens or 0, reply.completion_tokens or 0)
+        usage = Usage(reply.prompt_tokens or 0, reply.completion_tokens or 0, reply.model)
         waiting = self._unsaved.get(conv.id)
         if waiting is None:
             try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -163,14 +164,15 @@ class LLMClient:
         again without streaming (the SDK's retries apply to it), so the reply returned
         is always one complete answer, never the broken-off part. Both together finish
         within the endpoint's deadline, or LLMError says the model is not answering."""
+        model = self.endpoint.model
         async with self._deadline():
             if on_text is not None:
                 streamed = await self._stream(messages, tools, temperature, on_text)
                 if streamed is not None:
-                    return streamed
+                    return dataclasses.replace(streamed, model=model)
             completion = await self._complete(messages, tools, temperature, None)
         try:
-            return _reply(completion)
+            return dataclasses.replace(_reply(completion), model=model)
         except (AttributeError, TypeError, IndexError, KeyError):  # JSON of the wrong shape
             raise LLMError(NOT_A_COMPLETION) from None
 

@@ -29,6 +29,7 @@ class ModelReply:
     completion_tokens: int | None = None
     finish_reason: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    model: str = ""  # the model asked (the configured name: what its price is set by)
 
 
 class ChatModel(Protocol):

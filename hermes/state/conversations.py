@@ -34,6 +34,7 @@ from hermes.state.search import (
     people_with_matches,
     search_messages,
 )
+from hermes.state.usage import ADD_USAGE, ADD_USAGE_STEP, Usage, today
 from hermes.state.vectors import QueryVector, VectorDB
 from hermes.text import valid_text
 
@@ -280,18 +281,20 @@ class ConversationDB:
         self,
         session_id: str,
         messages: Sequence[NewMessage],
-        usage: tuple[int, int] | None = None,
+        usage: Usage | None = None,
     ) -> list[int | None]:
         """Store messages in order; a redelivered platform message id gives None.
 
-        `usage` adds (prompt, completion) tokens of the model call that produced them.
+        `usage` adds the tokens of the model call that produced them, to the session
+        and to its person's count for the day and the model (`usage_days`).
         """
 
         last = max((m.created_at for m in messages if m.created_at), default=None)
         active = eng.sql_time(last or utcnow())
         first_user = next((m.content for m in messages if m.role == "user" and m.content), "")
         title = _title(first_user) if first_user else ""
-        prompt, completion = usage or (0, 0)
+        prompt, completion, model = usage or (0, 0, "")
+        day = today()
 
         def work(raw: eng.RawConnection) -> list[int | None]:
             # the hot path of every turn: plain SQL on the pooled sqlite3 connection
@@ -306,13 +309,16 @@ class ConversationDB:
                 named = title if stored else ""
                 row = (stored, when, when, named, named, prompt, completion, session_id)
                 raw.execute(_TOUCH, row)
+            if prompt or completion:
+                raw.execute(ADD_USAGE, (day, chat[0], model, prompt, completion))
             return ids
 
         def one(raw: eng.RawConnection) -> list[int | None]:
             # PostgreSQL, one message (each turn's question and its answer): the same
             # three steps as one statement, its own transaction (one round trip, not six)
             touch = (active, active, title, title, prompt, completion, session_id, bool(usage))
-            values = (session_id, *_message_values(messages[0]), *touch)
+            used = (day, model, prompt, completion, bool(prompt or completion))
+            values = (session_id, *_message_values(messages[0]), *touch, *used)
             found, new_id = raw.execute(_ADD_ONE, values).fetchone()
             if not found:
                 raise eng.StateDBError(f"no session {session_id!r}")
@@ -579,8 +585,9 @@ _ADD_ONE = (
     "title = CASE WHEN title = '' AND EXISTS (SELECT 1 FROM new) AND ? <> '' "
     "THEN ? ELSE title END, "
     "prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ? "
-    "WHERE id = ? AND (? OR EXISTS (SELECT 1 FROM new))) "
-    "SELECT EXISTS (SELECT 1 FROM chat), (SELECT id FROM new)"
+    "WHERE id = ? AND (? OR EXISTS (SELECT 1 FROM new))), "
+    + ADD_USAGE_STEP
+    + " SELECT EXISTS (SELECT 1 FROM chat), (SELECT id FROM new)"
 )
 
 

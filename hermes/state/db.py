@@ -11,8 +11,9 @@
 - `cluster` (ClusterDB): several gateways on PostgreSQL: instances, leases, the inbox;
 - `dashboard` (DashboardDB): the web dashboard's logins, one-time links, audit log;
 - `outbox` (OutboxDB): external memory providers' writes, kept until delivered;
-- `logs` (LogsDB): the gateways' warnings and errors, kept for the dashboard.
-- `jobs` (JobsDB): the scheduler's runs, their history, an operator's pause and run-now.
+- `logs` (LogsDB): the gateways' warnings and errors, kept for the dashboard;
+- `jobs` (JobsDB): the scheduler's runs, their history, an operator's pause and run-now;
+- `usage` (UsageDB): tokens used per person, day and model.
 
 All SQL lives in these modules; everything else calls their methods. A second backend
 (PostgreSQL) implements the same repositories over its own engine.
@@ -46,6 +47,7 @@ from hermes.state.outbox import OutboxDB
 from hermes.state.people import PeopleDB
 from hermes.state.reminders import RemindersDB
 from hermes.state.upkeep import UpkeepDB
+from hermes.state.usage import UsageDB
 from hermes.state.vectors import VectorDB
 
 STATE_DB_FILENAME = "state.db"
@@ -87,6 +89,7 @@ class SessionDB:
         self.memory_stores = MemoryStoresDB(self)
         self.upkeep = UpkeepDB(self)
         self.jobs = JobsDB(self)
+        self.usage = UsageDB(self)
         self.reminders = RemindersDB(self)
         self.cluster = ClusterDB(self, threads + 1)  # (and the heartbeat's thread)
         self.dashboard = DashboardDB(self)

@@ -615,6 +615,21 @@ class LogRecord(SQLModel, table=True):
     message: str = ""  # the formatted line's message, with its traceback if any
 
 
+class UsageDay(SQLModel, table=True):
+    """Tokens a person's conversations used on one UTC day with one model (the
+    dashboard's Usage page prices them): added to with each reply."""
+
+    __tablename__ = "usage_days"
+    __table_args__ = (Index("ix_usage_days_user", "user_id", "day"),)
+
+    day: str = Field(primary_key=True)  # YYYY-MM-DD, UTC
+    user_id: str = Field(primary_key=True, foreign_key="users.id", ondelete="CASCADE")
+    model: str = Field(default="", primary_key=True)  # "" before v25 (not recorded)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    calls: int = 0
+
+
 class AuditEntry(SQLModel, table=True):
     """A change an operator made from the dashboard: who, what, when (kept when the
     actor is deleted: the record outlives them)."""

@@ -17,7 +17,7 @@ from sqlmodel import Session, col, select
 
 from hermes.identity import new_user_id, validate_user_id
 from hermes.state import engine as eng
-from hermes.state import postgres
+from hermes.state import postgres, usage
 from hermes.state.memory_log import memory_keys
 from hermes.state.models import (
     ChatSession,
@@ -343,8 +343,8 @@ class PeopleDB(Stamped):
 
         Identities, sessions, messages (their search scope follows through the index
         triggers), memory provenance and undo history (marked done: it describes files
-        that no longer exist), consolidation history, provider writes still waiting and
-        live link codes all move; the higher role and a block
+        that no longer exist), consolidation history, provider writes still waiting,
+        tokens used (added to the other's) and live link codes all move; the higher role and a block
         are kept; `gone` becomes an alias of `keep` (and so do its own aliases).
         """
         validate_user_id(keep)
@@ -390,6 +390,7 @@ class PeopleDB(Stamped):
                 delete(ConsolidationState).where(col(ConsolidationState.user_id) == gone)
             )
             _fold_drops(session, keep, gone)
+            usage.fold(session, keep, gone)
             session.add(UserAlias(old_id=gone, user_id=keep))
             session.flush()
             session.delete(old)

@@ -49,6 +49,7 @@ from sqlmodel import Session, SQLModel
 from hermes import metrics
 from hermes.state import cjk
 from hermes.state.retry import Patience, StateDBError
+from hermes.state.schema import USAGE_BACKFILL
 from hermes.state.search import scope_token, word_document, word_keys
 
 T = TypeVar("T")
@@ -440,8 +441,10 @@ UPGRADES: dict[int, tuple[str, ...]] = {
     22: ("confirmations",),
     23: ("log_records",),
     24: ("job_history",),
+    25: ("usage_days",),
 }
 UPGRADE_STATEMENTS: dict[int, tuple[str, ...]] = {
+    25: (USAGE_BACKFILL,),
     15: (
         *_V15_SEARCH,
         "INSERT INTO search_backlog(message_id) SELECT message_id FROM message_terms "

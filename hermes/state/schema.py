@@ -639,8 +639,32 @@ _V24 = [
     "CREATE INDEX ix_job_history_job ON job_history(job_id, id)",
 ]
 
+# v25: tokens per person, day and model (the dashboard's Usage page); what the sessions
+# counted before is kept, on the day each was last active, its model unknown
+USAGE_BACKFILL = (
+    "INSERT INTO usage_days (day, user_id, model, prompt_tokens, completion_tokens, calls) "
+    "SELECT substr(CAST(s.last_active_at AS TEXT), 1, 10), s.user_id, '', "
+    "sum(s.prompt_tokens), sum(s.completion_tokens), sum((SELECT count(*) FROM messages m "
+    "WHERE m.session_id = s.id AND m.role = 'assistant')) FROM sessions s "
+    "WHERE s.prompt_tokens + s.completion_tokens > 0 "
+    "GROUP BY substr(CAST(s.last_active_at AS TEXT), 1, 10), s.user_id"
+)
+_V25 = [
+    """CREATE TABLE usage_days (
+        day TEXT NOT NULL,
+        user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        model TEXT NOT NULL DEFAULT '',
+        prompt_tokens INTEGER NOT NULL DEFAULT 0,
+        completion_tokens INTEGER NOT NULL DEFAULT 0,
+        calls INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (day, user_id, model)
+    )""",
+    "CREATE INDEX ix_usage_days_user ON usage_days(user_id, day)",
+    USAGE_BACKFILL,
+]
+
 MIGRATIONS: list[list[str]] = [
     _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15,
-    _V16, _V17, _V18, _V19, _V20, _V21, _V22, _V23, _V24,
+    _V16, _V17, _V18, _V19, _V20, _V21, _V22, _V23, _V24, _V25,
 ]  # fmt: skip
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -28,6 +28,7 @@ from hermes.identity import owner_user_id
 from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
 from hermes.state.models import LogRecord, utcnow
+from hermes.state.usage import Usage
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness.chromium import chromium
@@ -267,6 +268,7 @@ def operate(driver: WebDriver, base: str, served: Served, shots: Shots) -> None:
             "memory",
             "sessions",
             "reminders",
+            "usage",
             "scheduler",
             "tools",
             "logs",
@@ -350,6 +352,7 @@ def test_every_page_fits_a_phone_and_a_desktop_with_its_actions_in_reach(
                             NewMessage("user", f"about the garden, part {n}"),
                             NewMessage("assistant", "noted"),
                         ],
+                        usage=Usage(1200 * (i + 1), 80, "a-model-with-a-rather-long-name-v2"),
                     )
                 db.reminders.add(
                     50,

@@ -7,6 +7,7 @@ import time
 
 from hermes.agent.agent import FINAL_ANSWER_NOTE, Agent, Surface, TurnResult
 from hermes.memory.store import Target
+from hermes.state.models import utcnow
 from tests.agent.conftest import Harness, last_user_content
 from tests.fakes.openai_server import Reply
 
@@ -66,6 +67,9 @@ def test_messages_are_persisted_in_openai_shape(harness: Harness) -> None:
     assert json.loads(rows[2].content)["success"] is True
     session = harness.db.conversations.get_session(session_id, harness.user)
     assert session is not None and session.prompt_tokens == 20 and session.completion_tokens == 10
+    (used,) = harness.db.usage.totals("person", utcnow().date())  # the person's day, by model
+    assert (used.key, used.prompt, used.completion, used.calls) == (harness.user, 20, 10, 2)
+    assert used.model == "main-model"  # the configured name, what its price is set by
 
 
 def test_turn_context_rides_on_the_latest_user_message_only(harness: Harness) -> None:

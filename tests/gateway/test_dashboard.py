@@ -33,6 +33,7 @@ from hermes.memory.store import Target
 from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
 from hermes.state.models import LogRecord, PairingRequest, utcnow
+from hermes.state.usage import Usage
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.harness.cli import HERMES, hermes
 from tests.harness.dashboard import PASSWORD, Browser, Served, serve
@@ -53,6 +54,7 @@ GET_PAGES = [
     "/admin/logs/export",
     "/admin/scheduler",
     "/admin/tools",
+    "/admin/usage",
 ]
 POST_ROUTES = [
     "/admin/logout",
@@ -473,6 +475,52 @@ def test_jobs_are_paused_resumed_and_run_from_the_scheduler_page_with_their_hist
         ]
 
     run(home, body)
+
+
+PRICED = "llm:\n  model: small\n  prices:\n    small: {input: 0.5, output: 2.0}\n  currency: EUR\n"
+
+
+def test_usage_counts_tokens_and_cost_per_person_day_and_model(home: Path) -> None:
+    """The Usage page: tokens of each reply, per person (the most first, with their
+    share), per day (a chart) and per model, priced where `llm.prices` names the model
+    (another model's tokens counted, said to have no price); one person's alone."""
+
+    async def body(served: Served, browser: Browser) -> None:
+        db = served.db
+        ada = db.people.user_for_identity("telegram", "11", "Ada")
+        bo = db.people.user_for_identity("discord", "22", "Bo")
+        for user, model, prompt, completion in (
+            (ada, "small", 3_000_000, 500_000),
+            (ada, "small", 1_000_000, 0),
+            (bo, "small", 1_000_000, 250_000),
+            (bo, "other", 40_000, 2_000),
+        ):
+            chat = db.conversations.start_session(user, "telegram", f"k:{user}:{model}")
+            db.conversations.add_messages(
+                chat.id, [NewMessage("assistant", "ok")], usage=Usage(prompt, completion, model)
+            )
+        await browser.login()
+        _, page = await browser.get("/admin/usage")
+        text = html.unescape(page)
+        assert "5,792,000 (5,040,000 sent, 752,000 written)" in text
+        # Ada: 4 M sent x 0.5 + 0.5 M written x 2 = 3.00; Bo: 0.5 + 0.5 = 1.00 (+ unpriced)
+        assert "4.00 EUR" in text and "42,000 tokens of models with no price" in text
+        people = text.split('id="per-person"')[1].split("</table>")[0]
+        assert people.index(">Ada<") < people.index(">Bo<")  # the most first
+        assert "3.00 EUR" in people and "1.00 EUR</td>" not in people and "+ unpriced" in people
+        assert "77.7 %" in people  # Ada's 4.5 M of 5.792 M
+        models = text.split('id="per-model"')[1]
+        assert "<code>other</code>" in models and "no price set" in models
+        today = utcnow().date()
+        assert f"{today:%a %d %b}: 5,792,000 tokens" in text  # the chart's bar for today
+        _, page = await browser.get(f"/admin/usage?days=7&user={bo}")
+        text = html.unescape(page)
+        assert "<h1>Usage: Bo</h1>" in text and "1,292,000 (1,040,000 sent" in text
+        assert 'id="per-person"' not in text
+        _, page = await browser.get("/admin/usage?days=3650&user=u_nobody")  # not offered
+        assert '<option value="30" selected>' in page and "<h1>Usage</h1>" in page
+
+    run(home, body, PRICED)
 
 
 def test_logs_are_filtered_kept_in_the_database_and_exported(home: Path) -> None:

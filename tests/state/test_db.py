@@ -14,6 +14,7 @@ from hermes.state.db import SessionDB
 from hermes.state.memory_log import MemoryEventRecord
 from hermes.state.models import utcnow
 from hermes.state.retry import StateDBError
+from hermes.state.usage import Usage
 
 
 def test_session_lifecycle(db: SessionDB, alice: str) -> None:
@@ -74,13 +75,16 @@ def test_one_message_at_a_time_keeps_the_session_row_in_step(db: SessionDB, alic
     asked = NewMessage("user", "  where is   my\nparcel?", platform_message_id="7:1")
     first = db.conversations.add_messages(chat.id, [asked], usage=None)
     answer = NewMessage("assistant", "On its way.", created_at=later)
-    second = db.conversations.add_messages(chat.id, [answer], usage=(120, 7))
-    again = db.conversations.add_messages(chat.id, [asked], usage=(3, 1))
+    second = db.conversations.add_messages(chat.id, [answer], usage=Usage(120, 7, "m"))
+    again = db.conversations.add_messages(chat.id, [asked], usage=Usage(3, 1, "m"))
     assert isinstance(first[0], int) and isinstance(second[0], int) and again == [None]
     stored = db.conversations.get_session(chat.id, alice)
     assert stored is not None
     assert (stored.message_count, stored.title) == (2, "where is my parcel?")
     assert (stored.prompt_tokens, stored.completion_tokens) == (123, 8)
+    assert [(u.prompt, u.completion, u.calls) for u in db.usage.totals("day", began.date())] == [
+        (123, 8, 2)
+    ]
     moved = stored.last_active_at.replace(tzinfo=None) - later.replace(tzinfo=None)
     assert abs(moved.total_seconds()) < 0.01
     untouched = db.conversations.add_messages(chat.id, [asked])

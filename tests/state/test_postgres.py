@@ -23,6 +23,7 @@ from hermes.state.logs import LogFilter
 from hermes.state.models import Confirmation, LogRecord, Media, utcnow
 from hermes.state.schema import SCHEMA_VERSION
 from hermes.state.search import SearchScope
+from hermes.state.usage import Usage
 from tests.harness.cli import HERMES, hermes
 from tests.harness.postgres import ScratchServer
 from tests.harness.reminders import telegram_reminder
@@ -302,7 +303,7 @@ class InstanceLockHeld:
         self.lock.release()
 
 
-@pytest.mark.parametrize("older", [13, 14, 15, 16, 17, 21, 22, 23])
+@pytest.mark.parametrize("older", [13, 14, 15, 16, 17, 21, 22, 23, 24])
 def test_an_older_postgresql_database_upgrades_in_place(
     home: Path, postgres: ScratchServer, older: int
 ) -> None:
@@ -310,22 +311,28 @@ def test_an_older_postgresql_database_upgrades_in_place(
     before the search keys; 15: before the rows of several gateways; 16: before the
     dashboard's rows and the consolidation log; 17: before the providers' outbox; 21:
     before the confirmations; 22: before the kept log lines; 23: before the scheduler's
-    controls and history) is brought to this version on open; its messages are indexed
-    again for the keys and found, its memory can be written, a lease taken, a dashboard
-    link used, a provider write kept, a question put to a person, a log line kept, a job
-    paused and its run kept."""
+    controls and history; 24: before the tokens per day) is brought to this version on
+    open; its messages are indexed again for the keys and found, its memory can be
+    written, a lease taken, a dashboard link used, a provider write kept, a question
+    put to a person, a log line kept, a job paused and its run kept, the tokens the
+    sessions counted kept per day."""
     name, url = postgres.schema()
     try:
         db = SessionDB.open(home, url)
         user = db.people.ensure_user("u_00000000000000a1").id
         chat = db.conversations.start_session(user, "cli", "cli:dm")
         db.conversations.add_messages(chat.id, [NewMessage("user", "the boat is called Ondine")])
+        db.conversations.add_messages(
+            chat.id, [NewMessage("assistant", "noted")], usage=Usage(120, 12, "m")
+        )
         with db.engine.begin() as conn:  # as the older version left it
-            conn.exec_driver_sql("DROP TABLE job_history")
-            conn.exec_driver_sql(
-                "ALTER TABLE job_schedules DROP COLUMN paused_at, DROP COLUMN paused_by, "
-                "DROP COLUMN run_asked_at, DROP COLUMN run_asked_by"
-            )
+            conn.exec_driver_sql("DROP TABLE usage_days")
+            if older < 24:
+                conn.exec_driver_sql("DROP TABLE job_history")
+                conn.exec_driver_sql(
+                    "ALTER TABLE job_schedules DROP COLUMN paused_at, DROP COLUMN paused_by, "
+                    "DROP COLUMN run_asked_at, DROP COLUMN run_asked_by"
+                )
             if older < 23:
                 conn.exec_driver_sql("DROP TABLE log_records")
             if older < 22:
@@ -350,7 +357,7 @@ def test_an_older_postgresql_database_upgrades_in_place(
         db = SessionDB.open(home, url)
         try:
             assert db.upgraded_from == older and db.upkeep.schema_version() == SCHEMA_VERSION
-            assert db.upkeep.index_search() == 1  # what `hermes sessions reindex` runs
+            assert db.upkeep.index_search() == 2  # what `hermes sessions reindex` runs
             hits = db.conversations.search(SearchScope(user), "boats Ondine")
             assert [h.content for h in hits] == ["the boat is called Ondine"]
             stored = db.memory_stores.read(user, "memory")
@@ -371,6 +378,8 @@ def test_an_older_postgresql_database_upgrades_in_place(
             db.jobs.record_run("maintenance", True, "ran after the upgrade", instance="h:1")
             assert db.jobs.job_schedules()["maintenance"].paused_by == user
             assert [r.summary for r in db.jobs.history("maintenance")] == ["ran after the upgrade"]
+            (used,) = db.usage.totals("person", utcnow().date())
+            assert (used.key, used.prompt, used.completion) == (user, 120, 12)
         finally:
             db.close()
     finally:
