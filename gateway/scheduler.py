@@ -147,6 +147,7 @@ class Scheduler:
         self._recording: set[asyncio.Future[None]] = set()
         self._watching: asyncio.Task[None] | None = None
         self._asked_poll_s = asked_poll_s
+        self.polls = 0  # looks for asked runs done (each ASKED_POLL_S)
         # each running job's start (wall clock, monotonic) and who asked for the run
         self._started: dict[str, tuple[datetime, float, str]] = {}
         self.instance = f"{socket.gethostname()}:{os.getpid()}"
@@ -224,6 +225,7 @@ class Scheduler:
                 job = self._scheduler.get_job(job_id)
                 if job is not None and job_id not in self._started:
                     job.modify(next_run_time=now)
+            self.polls += 1
 
     def _asked_here(self) -> list[str]:
         controls = self.db.jobs.job_schedules()

@@ -327,7 +327,8 @@ def test_an_operator_pauses_a_job_and_asks_for_a_run_that_is_not_due(
             assert "paused" in control(db, config, "memory_pending", "pause", user)
             assert "already paused" in control(db, config, "memory_pending", "pause", user)
             assert "once resumed" in control(db, config, "memory_pending", "run", user)
-            await asyncio.sleep(0.5)  # five polls
+            polled = scheduler.polls  # three looks for asked runs: none started it
+            await until(lambda: scheduler.polls >= polled + 3, "three polls")
             assert db.jobs.history("memory_pending") == []
             status = {s.id: s for s in scheduler.status()}["memory_pending"]
             assert status.paused_by == user and status.run_asked_by == user
