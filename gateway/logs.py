@@ -70,6 +70,12 @@ def turn(named: str = "") -> Iterator[str]:
         _TURN.reset(token)
 
 
+def process_name() -> str:
+    """This process as the dashboard names an instance ("host:pid"): on its kept log
+    lines, its job runs, its claims of reminders and confirmations."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
 class TurnTag(logging.Filter):
     """Puts the current turn's id on the record (`record.turn`, empty outside a turn)."""
 
@@ -236,7 +242,7 @@ class StoredLog(logging.Handler):
         self._wake = threading.Event()
         self._writer: threading.Thread | None = None
         self._stop = False
-        self.instance = f"{socket.gethostname()}:{os.getpid()}"
+        self.instance = process_name()
         self.failures = 0
 
     def emit(self, record: logging.LogRecord) -> None:

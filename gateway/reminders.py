@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import socket
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -63,7 +61,7 @@ class ReminderRunner:
     ) -> None:
         self.db, self.router, self.agent, self.home = db, router, agent, home
         self.clock = clock
-        self.name = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
+        self.name = f"{logs.process_name()}:{id(self):x}"
         self.on_scheduled: Callable[[Reminder], None] | None = None  # exact wake-ups
 
     def register(self) -> None:

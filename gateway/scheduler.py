@@ -26,8 +26,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import os
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -150,7 +148,7 @@ class Scheduler:
         self.polls = 0  # looks for asked runs done (each ASKED_POLL_S)
         # each running job's start (wall clock, monotonic) and who asked for the run
         self._started: dict[str, tuple[datetime, float, str]] = {}
-        self.instance = f"{socket.gethostname()}:{os.getpid()}"
+        self.instance = logs.process_name()
 
     async def start(self) -> None:
         """Start inside the running event loop: each job's timer in memory, its first
@@ -378,28 +376,20 @@ def control(db: SessionDB, config: HermesConfig, job_id: str, what: str, by: str
             "paused or run by hand (a reminder is cancelled on its own)"
         )
     if what == "pause":
-        done = db.jobs.pause(job_id, by)
-        return (
-            f"{job_id} paused: its runs are skipped until resumed"
-            if done
-            else (f"{job_id} was already paused")
-        )
+        if db.jobs.pause(job_id, by):
+            return f"{job_id} paused: its runs are skipped until resumed"
+        return f"{job_id} was already paused"
     if what == "resume":
-        done = db.jobs.resume(job_id)
-        return (
-            f"{job_id} resumed: it runs on its schedule" if done else (f"{job_id} was not paused")
-        )
+        if db.jobs.resume(job_id):
+            return f"{job_id} resumed: it runs on its schedule"
+        return f"{job_id} was not paused"
     if what == "run":
         paused = (row := db.jobs.job_schedules().get(job_id)) is not None and row.paused_at
-        done = db.jobs.ask_run(job_id, by)
         when = (
             "once resumed"
             if paused
             else f"within {ASKED_POLL_S:.0f} s on the gateway whose turn it is"
         )
-        return (
-            f"{job_id} asked to run: it starts {when}"
-            if done
-            else (f"{job_id} was already asked to run: it starts {when}")
-        )
+        asked = "asked" if db.jobs.ask_run(job_id, by) else "was already asked"
+        return f"{job_id} {asked} to run: it starts {when}"
     raise ValueError(f"there is no control {what!r} (pause, resume, run)")

@@ -871,7 +871,6 @@ class Dashboard:
             request,
             me,
             "scheduler.html",
-            job=job if any(j.id == job for j in values["jobs"]) else "",
             may_control=decide(actor, Action.CONTROL_JOBS) is None,
             live=self.parts.runtime is not None,
             **values,
@@ -885,6 +884,7 @@ class Dashboard:
         runs = self.db.jobs.history(known, limit=SCHEDULER_RUNS + 1, before=before)
         people = {s.user.id: person_name(s) for s in self.db.people.users()}
         return {
+            "job": known,
             "jobs": jobs,
             "runs": runs[:SCHEDULER_RUNS],
             "older": runs[SCHEDULER_RUNS - 1].id if len(runs) > SCHEDULER_RUNS else None,

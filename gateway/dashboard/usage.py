@@ -3,8 +3,8 @@ day, per person and per model over a span of UTC days, from state.db's `usage_da
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import date, timedelta
 
 from gateway.dashboard.chart import Chart, daily_chart
@@ -26,7 +26,6 @@ class Sum:
     calls: int = 0
     cost: float = 0.0
     unpriced: int = 0
-    models: set[str] = field(default_factory=set)
 
     @property
     def tokens(self) -> int:
@@ -62,26 +61,14 @@ def report(db: SessionDB, llm: LLMConfig, today: date, days: int, user_id: str =
     """`days` days ending `today` (UTC): everyone's, or one person's."""
     since = today - timedelta(days=days - 1)
     pricing = Pricing(llm)
-    per_day = _sums(db.usage.totals("day", since, user_id), pricing)
-    per_person = _sums(db.usage.totals("person", since, user_id), pricing)
-    by_model = [
-        Used(
-            u.model or pricing.fallback,
-            u.model or pricing.fallback,
-            u.prompt,
-            u.completion,
-            u.calls,
-        )
-        for u in db.usage.totals("person", since, user_id)
-    ]
-    models = _sums(by_model, pricing)
-    total = Sum("all")
-    for one in per_person.values():
-        _add(total, one)
+    per_day = _sums(db.usage.totals("day", since, user_id), pricing, lambda u: u.key)
+    rows = db.usage.totals("person", since, user_id)
+    per_person = _sums(rows, pricing, lambda u: u.key)
+    models = _sums(rows, pricing, lambda u: u.model or pricing.fallback)
     return Report(
         days=days,
         since=since,
-        total=total,
+        total=_sums(rows, pricing, lambda _: "all").get("all", Sum("all")),
         people=sorted(per_person.values(), key=lambda s: (-s.tokens, s.key)),
         models=sorted(models.values(), key=lambda s: -s.tokens),
         chart=daily_chart({k: s.tokens for k, s in per_day.items()}, today, days, "tokens"),
@@ -90,26 +77,17 @@ def report(db: SessionDB, llm: LLMConfig, today: date, days: int, user_id: str =
     )
 
 
-def _sums(rows: Iterable[Used], pricing: Pricing) -> dict[str, Sum]:
+def _sums(rows: Iterable[Used], pricing: Pricing, key: Callable[[Used], str]) -> dict[str, Sum]:
+    """`rows` added up by `key` (a day, a person, a model, or one key for all)."""
     sums: dict[str, Sum] = {}
     for used in rows:
-        one = sums.setdefault(used.key, Sum(used.key))
+        one = sums.setdefault(key(used), Sum(key(used)))
         one.prompt += used.prompt
         one.completion += used.completion
         one.calls += used.calls
-        one.models.add(used.model or pricing.fallback)
         cost = pricing.cost(used)
         if cost is None:
             one.unpriced += used.prompt + used.completion
         else:
             one.cost += cost
     return sums
-
-
-def _add(total: Sum, one: Sum) -> None:
-    total.prompt += one.prompt
-    total.completion += one.completion
-    total.calls += one.calls
-    total.cost += one.cost
-    total.unpriced += one.unpriced
-    total.models |= one.models

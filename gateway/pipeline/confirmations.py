@@ -23,8 +23,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
-import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
@@ -34,6 +32,7 @@ from gateway.admission.session_key import Scope, SessionKey
 from gateway.edge.events import Button, ChatRef, MessageEvent, OutboundMessage
 from gateway.edge.platforms import TERMINAL
 from gateway.edge.ports import PlatformAdapter
+from gateway.logs import process_name
 from gateway.pipeline.delivery import Delivery
 from hermes.buckets import Buckets, Taken
 from hermes.config import MessageConfig
@@ -100,7 +99,7 @@ class Confirmations:
         self.scopes = scopes or {}  # each platform's group scope (per_user unless set)
         # the router's sink: where "I allowed it, go on" goes as the person's message
         self.go_on: Callable[[MessageEvent], Awaitable[None]] | None = None
-        self.name = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
+        self.name = f"{process_name()}:{id(self):x}"
         self._chats = {name: named_target(name, spec) for name, spec in config.chats.items()}
         self._buckets = Buckets(config.per_person_per_hour / 60, config.per_person_burst)
 
