@@ -20,6 +20,7 @@ from gateway.pipeline.media import collect_garbage
 from hermes.agent.conversation import Conversation
 from hermes.llm.client import LLMClient
 from hermes.state.db import SessionDB
+from hermes.state.platform_health import KEPT_DAYS as SPANS_KEPT_DAYS
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +133,8 @@ def _maintain(home: Path) -> str:
             summary += f"; forgot {ended} ended dashboard login(s) and link(s)"
         if forgotten := db.logs.prune(config.logging.stored_levels()):
             summary += f"; forgot {forgotten} log line(s) past their level's keep_days"
+        if spans := db.platform_health.prune():
+            summary += f"; forgot {spans} platform state span(s) older than {SPANS_KEPT_DAYS} days"
         if stale := db.outbox.prune():  # provider writes a service never took in 14 days
             summary += f"; gave up on {stale} memory provider write(s) older than 14 days"
         return summary

@@ -39,10 +39,12 @@ from gateway.dashboard.auth import CredentialsError
 from gateway.dashboard.pages import Dashboard, Parts
 from gateway.edge.http_server import HttpServer, WebhookAdapter
 from gateway.edge.ports import CatchesUp, MenuEntry, PlatformAdapter
+from gateway.logs import process_name
 from gateway.loopwatch import LoopWatch
 from gateway.reminders import ReminderRunner
 from gateway.scheduler import Scheduler
 from gateway.status_file import remove_status_file, write_status_file
+from gateway.uptime import UptimeLog
 from hermes.backoff import Backoff
 from hermes.state.db import SessionDB
 from hermes.state.engine import StateDBError, explain
@@ -67,6 +69,8 @@ class Gateway:
         self.scheduler = Scheduler(
             home, config, db, leader=self.cluster.lead if self.cluster is not None else None
         )
+        # each platform's state over time, for the dashboard's platform health
+        self.uptime = UptimeLog(db, self.cluster.id if self.cluster is not None else process_name())
         http = config.gateway.http
         self.http = HttpServer(
             http.host,
@@ -134,6 +138,7 @@ class Gateway:
         }
         self._refuse_unstartable(problems)
         self.started_wall = datetime.now(UTC)
+        self.uptime.start()
         if self.cluster is not None:
             await self._join_cluster()
         if self.app is not None:  # settle what a crash left between stores and state.db
@@ -447,7 +452,9 @@ class Gateway:
 
     def _publish(self) -> None:
         """What `hermes gateway status` reads: the platforms now, since the start (with
-        several instances, each one's row in the database, renewed with its heartbeat)."""
+        several instances, each one's row in the database, renewed with its heartbeat);
+        and the platforms' states over time (the dashboard's platform health)."""
+        self.uptime.note(self.status())
         if self.cluster is not None:
             self.cluster.publish()
             return
@@ -544,6 +551,7 @@ class Gateway:
                 await adapter.stop()
             except Exception:
                 logger.exception("platform %s did not stop cleanly", name)
+        await self.uptime.close()
         await self.catch_up.flush()  # the next start catches up from here
         await self.http.stop()
         if self.app is not None:

@@ -227,7 +227,7 @@ def test_no_import_cycles() -> None:
 # scheduler runs) sits above the rooms it assembles; the operator's tools above it.
 ROOMS = [
     ("edge",),
-    ("config.py", "logs.py", "loopwatch.py", "scheduler.py"),
+    ("config.py", "logs.py", "loopwatch.py", "scheduler.py", "status_file.py", "instances.py"),
     ("admission",),
     ("commands",),
     ("pipeline",),
@@ -240,8 +240,8 @@ ROOMS = [
         "reminders.py",
         "registry.py",
         "instance.py",
-        "status_file.py",
         "cluster.py",
+        "uptime.py",
     ),
     ("ops",),
     ("cli",),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import Annotated, NoReturn
 
 import typer
 from rich.markup import escape
@@ -13,10 +13,7 @@ from rich.markup import escape
 from gateway.cli.complete import JOBS, LOG_LEVELS
 from gateway.cli.context import EXIT_REFUSED, EXIT_USAGE, CliContext, fail
 from gateway.cli.output import AsJson, new_table, note, print_json, print_table
-from gateway.status_file import GatewayStatus, read_status_file
-
-if TYPE_CHECKING:
-    from hermes.state.cluster import Instance
+from gateway.instances import Gateways, gateways
 
 gateway_app = typer.Typer(help="Run the gateway process.", no_args_is_help=True)
 scheduler_app = typer.Typer(help="Background jobs.", no_args_is_help=True)
@@ -90,130 +87,93 @@ def gateway_status(as_json: AsJson = False) -> None:
     """Whether a gateway is running for this HERMES_HOME, its platforms and uptime (with
     a PostgreSQL database: every gateway instance on it)."""
     ctx = CliContext.load(reading=True)
-    if ctx.config.database.url is not None:
-        _instances_status(ctx, as_json)
-        return
     home = ctx.home
-    found = read_status_file(home)
-    if as_json:
-        instances = [_file_instance(found)] if found is not None else []
-        _print_status(home, "sqlite", instances, inbox=None)
-        raise typer.Exit(0 if found and found.running else EXIT_REFUSED)
-    if found is None:
-        note(f"No gateway is running for {home}.")
-        raise typer.Exit(EXIT_REFUSED)
-    if not found.running:
+    if ctx.config.database.url is not None:
+        db = ctx.open_db()
+        try:
+            found = gateways(home, ctx.config, db)
+        finally:
+            db.close()
+    else:
+        found = gateways(home, ctx.config, None)
+    if as_json:  # one shape on both backends: every instance known, `alive` for each
+        print_json(
+            {
+                "home": str(home),
+                "backend": found.backend,
+                "running": bool(found.alive),
+                "instances": [i.as_json() for i in found.instances],
+                "inbox": found.inbox,
+            }
+        )
+    elif found.backend == "postgresql":
+        _print_instances(found)
+    else:
+        _print_one(home, found)
+    raise typer.Exit(0 if found.alive else EXIT_REFUSED)
+
+
+def _print_one(home: Path, found: Gateways) -> None:
+    if found.stale is not None:
+        stale = found.stale
         note(
             f"[yellow]No gateway is running for {home}[/yellow] (the last one, pid "
-            f"{found.pid}, started {found.started_at:%Y-%m-%d %H:%M} UTC, did not stop cleanly)."
+            f"{stale.pid}, started {stale.started_at:%Y-%m-%d %H:%M} UTC, did not stop cleanly)."
         )
-        raise typer.Exit(EXIT_REFUSED)
-    uptime = datetime.now(UTC) - found.started_at
+        return
+    if not found.alive:
+        note(f"No gateway is running for {home}.")
+        return
+    one = found.alive[0]
+    uptime = datetime.now(UTC) - one.started_at
     note(
-        f"[green]Gateway running[/green] for {home}: pid {found.pid}, up "
-        f"{str(uptime).split('.')[0]} (since {found.started_at:%Y-%m-%d %H:%M} UTC), "
-        f"http {found.http}"
+        f"[green]Gateway running[/green] for {home}: pid {one.pid}, up "
+        f"{str(uptime).split('.')[0]} (since {one.started_at:%Y-%m-%d %H:%M} UTC), "
+        f"http {one.http}"
     )
-    for name, state in found.platforms.items():
+    for name, state in one.platforms.items():
         colour = "green" if state == "connected" else "red"
         note(f"  {name}: [{colour}]{escape(state)}[/{colour}]")
-    if not found.platforms:
+    if not one.platforms:
         note("  no platforms enabled")
 
 
-def _instances_status(ctx: CliContext, as_json: bool) -> None:
+def _print_instances(found: Gateways) -> None:
     """Every gateway instance on the database: host, pid, uptime, heartbeat, platforms,
     the leases it holds (sessions being worked, the leader, a platform's connection)."""
-    db = ctx.open_db()
-    try:
-        lease_s = ctx.config.gateway.cluster.lease_seconds
-        instances = db.cluster.instances(lease_s)
-        waiting = db.cluster.waiting()
-    finally:
-        db.close()
-    alive = [i for i in instances if i.alive]
-    if as_json:
-        rows = [_db_instance(i) for i in instances]
-        _print_status(ctx.home, "postgresql", rows, inbox=waiting)
-        raise typer.Exit(0 if alive else EXIT_REFUSED)
-    if not alive:
-        note(f"No gateway is running on this database ({len(instances)} stopped lately).")
-        raise typer.Exit(EXIT_REFUSED)
+    if not found.alive:
+        note(f"No gateway is running on this database ({len(found.instances)} stopped lately).")
+        return
     now = datetime.now(UTC)
-    note(f"[green]Gateway running[/green]: {len(alive)} instance(s); {waiting} event(s) queued")
-    for found in instances:
-        beat = (now - found.heartbeat_at).total_seconds()
-        platforms = dict(found.info.get("platforms") or {})
-        if not found.alive:  # what it last said, never shown as up or connected now
-            ended = "stopped" if found.stopped_at is not None else "no heartbeat: died"
+    note(
+        f"[green]Gateway running[/green]: {len(found.alive)} instance(s); "
+        f"{found.inbox} event(s) queued"
+    )
+    for one in found.instances:
+        beat = (now - one.heartbeat_at).total_seconds() if one.heartbeat_at else 0.0
+        if not one.alive:  # what it last said, never shown as up or connected now
+            ended = "stopped" if one.stopped_at is not None else "no heartbeat: died"
+            last = one.last_platforms
             note(
-                f"  {escape(found.id)} [red]gone[/red] ({ended}; last heartbeat {beat:.0f} s "
-                f"ago): host {escape(found.host)}, pid {found.pid}"
-                + (f"; last seen: {escape(_listed(platforms))}" if platforms else "")
+                f"  {escape(one.id)} [red]gone[/red] ({ended}; last heartbeat {beat:.0f} s "
+                f"ago): host {escape(one.host)}, pid {one.pid}"
+                + (f"; last seen: {escape(_listed(last))}" if last else "")
             )
             continue
-        sessions = sum(1 for name in found.leases if name.startswith("session:"))
-        held = [name for name in found.leases if not name.startswith("session:")]
-        up = str(now - found.started_at).split(".")[0]
+        up = str(now - one.started_at).split(".")[0]
         note(
-            f"  {escape(found.id)} [green]alive[/green]: host {escape(found.host)}, pid "
-            f"{found.pid}, up {up}, heartbeat {beat:.0f} s ago, http "
-            f"{escape(str(found.info.get('http', '?')))}, sessions leased {sessions}"
-            + (f", holds {', '.join(held)}" if held else "")
+            f"  {escape(one.id)} [green]alive[/green]: host {escape(one.host)}, pid "
+            f"{one.pid}, up {up}, heartbeat {beat:.0f} s ago, http "
+            f"{escape(str(one.http or '?'))}, sessions leased {one.sessions_leased}"
+            + (f", holds {', '.join(one.holds)}" if one.holds else "")
         )
-        for name, platform_state in platforms.items():
+        for name, platform_state in one.platforms.items():
             colour = "green" if platform_state == "connected" else "yellow"
             note(f"    {name}: [{colour}]{escape(str(platform_state))}[/{colour}]")
 
 
-def _listed(platforms: dict[str, object]) -> str:
+def _listed(platforms: dict[str, str]) -> str:
     return ", ".join(f"{name} {state}" for name, state in platforms.items())
-
-
-def _print_status(
-    home: Path, backend: str, instances: list[dict[str, object]], *, inbox: int | None
-) -> None:
-    """`gateway status --json`, one shape on both backends: every instance known (on
-    SQLite the home's one gateway, from its status file), `alive` for each; `inbox`:
-    events waiting in the shared queue (PostgreSQL; null on SQLite, which has none)."""
-    running = any(instance["alive"] for instance in instances)
-    print_json(
-        {
-            "home": str(home),
-            "backend": backend,
-            "running": running,
-            "instances": instances,
-            "inbox": inbox,
-        }
-    )
-
-
-def _instance_row(
-    id_: str, host: str, pid: int, alive: bool, **times_and_info: object
-) -> dict[str, object]:
-    return {"id": id_, "host": host, "pid": pid, "alive": alive, **times_and_info}
-
-
-def _file_instance(found: GatewayStatus) -> dict[str, object]:
-    import socket
-
-    return _instance_row(
-        f"{socket.gethostname()}:{found.pid}", socket.gethostname(), found.pid, found.running,
-        started_at=found.started_at, heartbeat_at=None, stopped_at=None,
-        http=found.http, platforms=found.platforms if found.running else {},
-        last_platforms=found.platforms, leases=[],
-    )  # fmt: skip
-
-
-def _db_instance(found: Instance) -> dict[str, object]:
-    platforms = dict(found.info.get("platforms") or {})
-    return _instance_row(
-        found.id, found.host, found.pid, found.alive,
-        started_at=found.started_at, heartbeat_at=found.heartbeat_at,
-        stopped_at=found.stopped_at, http=found.info.get("http"),
-        platforms=platforms if found.alive else {}, last_platforms=platforms,
-        leases=list(found.leases),
-    )  # fmt: skip
 
 
 @scheduler_app.command("status")

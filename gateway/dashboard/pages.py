@@ -31,7 +31,7 @@ from gateway.admission.people import People
 from gateway.commands.context import RuntimeInfo
 from gateway.commands.memory import provider_line
 from gateway.config import REMOVE, ConfigError, HermesConfig, update_config
-from gateway.dashboard import usage
+from gateway.dashboard import health, usage
 from gateway.dashboard.auth import CredentialsError
 from gateway.dashboard.chart import hourly_chart
 from gateway.dashboard.problems import Problems, bad_state
@@ -46,6 +46,7 @@ from gateway.dashboard.site import (
     form_of,
 )
 from gateway.edge.http_server import Route
+from gateway.instances import gateways
 from gateway.logs import RECENT
 from gateway.scheduler import control, read_status
 from hermes import extras
@@ -60,6 +61,7 @@ from hermes.state.db import SessionDB
 from hermes.state.logs import LogFilter
 from hermes.state.models import LogRecord, MemoryVersion, as_utc
 from hermes.state.people import ROLES
+from hermes.state.platform_health import OPEN_WITHIN
 from hermes.state.search import SearchScope
 from hermes.state.transfer import export_lines, export_markdown
 from hermes.tools import capabilities
@@ -143,6 +145,7 @@ class Dashboard:
             site.route("GET", "/logs", self._logs_page),
             site.route("GET", "/logs/export", self._logs_export),
             site.route("GET", "/usage", self._usage_page),
+            site.route("GET", "/gateways", self._gateways_page),
             site.route("GET", "/scheduler", self._scheduler_page),
             site.route("POST", "/scheduler/control", self._scheduler_control),
             site.route("GET", "/tools", self._tools_page),
@@ -283,7 +286,8 @@ class Dashboard:
         activity = db.conversations.activity(now - timedelta(hours=24))
         runtime = parts.runtime
         states = runtime.adapter_states() if runtime is not None else {}
-        names = sorted(set(states) | set(activity.received) | set(activity.replied))
+        day = {p.name: p for p in self._platform_health(now - timedelta(hours=24), now)}
+        names = sorted(set(states) | set(activity.received) | set(activity.replied) | set(day))
         platforms = [
             {
                 "name": name,
@@ -291,6 +295,7 @@ class Dashboard:
                 "bad": bad_state(state),
                 "received": activity.received.get(name),
                 "replied": activity.replied.get(name),
+                "day": day.get(name),
             }
             for name in names
         ]
@@ -858,6 +863,35 @@ class Dashboard:
             "page_no": page,
             "pages": pages,
         }
+
+    # -- gateways --------------------------------------------------------------------------
+
+    async def _gateways_page(self, request: web.Request, me: Operator) -> web.StreamResponse:
+        asked = request.query.get("span", "")
+        span = asked if asked in health.SPANS else "24h"
+        values = await self._off_loop(lambda: self._gateways_values(span))
+        return self._show(request, me, "gateways.html", span=span, spans=health.SPANS, **values)
+
+    def _gateways_values(self, span: str) -> dict[str, Any]:
+        """The gateway instances (each one's heartbeat, platforms and leases) and each
+        platform's health over `span`: uptime, outages, a strip chart."""
+        parts = self.parts
+        now = datetime.now(UTC)
+        since = now - health.SPANS[span]
+        found = gateways(parts.home, parts.config, self.db)
+        platforms = self._platform_health(since, now)
+        return {
+            "gateways": found,
+            "platforms": platforms,
+            "strips": {p.name: p.strip(since, now) for p in platforms},
+            "since": since,
+            "now": now,
+            "strip": {"width": health.WIDTH, "height": health.HEIGHT},
+        }
+
+    def _platform_health(self, since: datetime, now: datetime) -> list[health.PlatformHealth]:
+        spans = self.db.platform_health.spans(since)
+        return health.health(spans, since, now, open_within=OPEN_WITHIN)
 
     # -- scheduler -------------------------------------------------------------------------
 

@@ -106,6 +106,8 @@ class Site:
         )
         self.templates.filters["when"] = _when
         self.templates.filters["duration"] = duration
+        self.templates.filters["lasting"] = _lasting
+        self.templates.filters["percent"] = _percent
         # what is wrong now, shown on top of every page (the pages set it)
         self.problems: Callable[[], list[Any]] | None = None
         self.set_port(port)
@@ -297,6 +299,24 @@ async def form_of(request: web.Request) -> dict[str, str]:
 
 def _when(moment: Any) -> str:
     return "-" if moment is None else f"{moment:%Y-%m-%d %H:%M} UTC"
+
+
+def _lasting(seconds: float) -> str:
+    """A stretch of time as people say it: "40 s", "12 min", "3 h 5 min", "2 d 4 h"."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    minutes, hours, days = whole // 60 % 60, whole // 3600 % 24, whole // 86400
+    if not hours and not days:
+        return f"{minutes} min"
+    if not days:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+def _percent(share: float) -> str:
+    """0.99996 -> "99.99 %": never rounded up to a whole 100 % that was not."""
+    return "100 %" if share >= 1 else f"{int(share * 10_000) / 100:.2f} %"
 
 
 __all__ = ["COOKIE", "PREFIX", "PROBLEMS", "Operator", "RefusedError", "Site", "form_of"]

@@ -45,6 +45,7 @@ from hermes.state.memory_log import MemoryLogDB
 from hermes.state.memory_stores import MemoryStoresDB
 from hermes.state.outbox import OutboxDB
 from hermes.state.people import PeopleDB
+from hermes.state.platform_health import PlatformHealthDB
 from hermes.state.reminders import RemindersDB
 from hermes.state.upkeep import UpkeepDB
 from hermes.state.usage import UsageDB
@@ -90,6 +91,7 @@ class SessionDB:
         self.upkeep = UpkeepDB(self)
         self.jobs = JobsDB(self)
         self.usage = UsageDB(self)
+        self.platform_health = PlatformHealthDB(self)
         self.reminders = RemindersDB(self)
         self.cluster = ClusterDB(self, threads + 1)  # (and the heartbeat's thread)
         self.dashboard = DashboardDB(self)

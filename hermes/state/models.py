@@ -630,6 +630,28 @@ class UsageDay(SQLModel, table=True):
     calls: int = 0
 
 
+class PlatformSpan(SQLModel, table=True):
+    """A stretch of time one gateway instance saw one platform in one state ("up",
+    "down" with why, "standby": another instance holds its one connection), from `since`
+    to `until`, the last time it was known (renewed every minute while it lasts: after a
+    crash the span ends near the crash, not `ended`). The dashboard's platform health reads them."""
+
+    __tablename__ = "platform_spans"
+    __table_args__ = (
+        _one_of("state", "up", "down", "standby"),
+        Index("ix_platform_spans_until", "until"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    instance: str  # the gateway instance (host:pid, or its cluster id)
+    platform: str
+    state: str
+    detail: str = ""  # why it was down, as its status said when the span began
+    since: datetime
+    until: datetime
+    ended: bool = False  # False: still so when `until` was written (a crash leaves it)
+
+
 class AuditEntry(SQLModel, table=True):
     """A change an operator made from the dashboard: who, what, when (kept when the
     actor is deleted: the record outlives them)."""

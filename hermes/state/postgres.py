@@ -442,6 +442,7 @@ UPGRADES: dict[int, tuple[str, ...]] = {
     23: ("log_records",),
     24: ("job_history",),
     25: ("usage_days",),
+    26: ("platform_spans",),
 }
 UPGRADE_STATEMENTS: dict[int, tuple[str, ...]] = {
     25: (USAGE_BACKFILL,),

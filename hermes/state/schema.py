@@ -663,8 +663,24 @@ _V25 = [
     USAGE_BACKFILL,
 ]
 
+# v26: each platform's state over time, per gateway instance (the dashboard's platform
+# health: uptime and outages)
+_V26 = [
+    """CREATE TABLE platform_spans (
+        id INTEGER PRIMARY KEY,
+        instance TEXT NOT NULL,
+        platform TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('up', 'down', 'standby')),
+        detail TEXT NOT NULL DEFAULT '',
+        since TIMESTAMP NOT NULL,
+        until TIMESTAMP NOT NULL,
+        ended INTEGER NOT NULL DEFAULT 0
+    )""",
+    "CREATE INDEX ix_platform_spans_until ON platform_spans(until)",
+]
+
 MIGRATIONS: list[list[str]] = [
     _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15,
-    _V16, _V17, _V18, _V19, _V20, _V21, _V22, _V23, _V24, _V25,
+    _V16, _V17, _V18, _V19, _V20, _V21, _V22, _V23, _V24, _V25, _V26,
 ]  # fmt: skip
 SCHEMA_VERSION = len(MIGRATIONS)

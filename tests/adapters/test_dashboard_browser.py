@@ -236,6 +236,7 @@ def test_an_admin_runs_the_bot_from_the_dashboard_in_a_real_browser(
 
 
 WIDTHS = (1280, 390)  # a desktop and a phone
+HOUR = timedelta(hours=1)
 
 
 def fits(driver: WebDriver, width: int, page: str) -> None:
@@ -269,6 +270,7 @@ def operate(driver: WebDriver, base: str, served: Served, shots: Shots) -> None:
             "sessions",
             "reminders",
             "usage",
+            "gateways",
             "scheduler",
             "tools",
             "logs",
@@ -315,6 +317,12 @@ def operate(driver: WebDriver, base: str, served: Served, shots: Shots) -> None:
             "maintenance pass"
             in driver.find_element(By.ID, "history").find_element(By.XPATH, "..").text
         )
+        # a platform's outage of the last day, with why
+        driver.get(f"{base}/admin/gateways")
+        health = driver.find_element(By.ID, "health-telegram").find_element(By.XPATH, "..").text
+        assert "1 outage" in health and "NetworkError" in health
+        follow(driver, "7d")
+        fits(driver, width, "gateways over 7 days")
         # the log's errors, filtered, then followed live
         driver.get(f"{base}/admin/logs?level=error&since=1h")
         assert "model call failed" in driver.find_element(By.CSS_SELECTOR, "pre.log").text
@@ -374,6 +382,19 @@ def test_every_page_fits_a_phone_and_a_desktop_with_its_actions_in_reach(
                     )
                 ]
             )
+            now, instance = utcnow(), "a-host-with-a-rather-long-name:123456:abcdef"
+            opened = db.platform_health.record(
+                instance, {"telegram": ("up", ""), "slack": ("up", "")}, {}, now - 20 * HOUR
+            )
+            for hours, why in ((5, "NetworkError: " + "z" * 200), (4, "")):
+                telegram = ("down", why) if why else ("up", "")
+                opened = db.platform_health.record(
+                    instance,
+                    {"telegram": telegram, "slack": ("up", "")},
+                    opened,
+                    now - hours * HOUR,
+                )
+            db.platform_health.record(instance, {}, opened, now - HOUR)
             await asyncio.to_thread(operate, driver, served.base, served, shots)
 
     try:

@@ -50,6 +50,8 @@ GET_PAGES = [
     "/admin/sessions/s_0000000000000000",
     "/admin/sessions/s_0000000000000000/export",
     "/admin/reminders",
+    "/admin/gateways",
+    "/admin/gateways?span=7d",
     "/admin/logs",
     "/admin/logs/export",
     "/admin/scheduler",

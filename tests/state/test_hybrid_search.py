@@ -783,7 +783,18 @@ def test_a_local_models_script_scores_are_what_it_measures(home: Path, model: st
     finally:
         db.close()
     assert measured.keys() == LOCAL[model].coverage.keys()
-    assert all(abs(measured[s] - LOCAL[model].coverage[s]) < 0.02 for s in measured), measured
+    # within one probe sentence of the shipped score: a 4-bit model's kernels differ by
+    # CPU (its SIMD path), and a near tie between two probe sentences may go either way
+    for script, score in measured.items():
+        one = one_probe(len(PROBES[script]))
+        assert abs(score - LOCAL[model].coverage[script]) <= one + 0.011, (script, measured)
+
+
+def one_probe(pairs: int) -> float:
+    """What one sentence matched to its pair or not changes in `scripts.separation`."""
+    trials, p = 2 * pairs, 1.0 / pairs
+    luck = trials * p + 2 * math.sqrt(trials * p * (1 - p))
+    return 1.0 / (trials - luck)
 
 
 def test_the_local_model_leaves_the_process_threads_setting_as_it_was(

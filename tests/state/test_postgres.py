@@ -303,7 +303,7 @@ class InstanceLockHeld:
         self.lock.release()
 
 
-@pytest.mark.parametrize("older", [13, 14, 15, 16, 17, 21, 22, 23, 24])
+@pytest.mark.parametrize("older", [13, 14, 15, 16, 17, 21, 22, 23, 24, 25])
 def test_an_older_postgresql_database_upgrades_in_place(
     home: Path, postgres: ScratchServer, older: int
 ) -> None:
@@ -311,11 +311,11 @@ def test_an_older_postgresql_database_upgrades_in_place(
     before the search keys; 15: before the rows of several gateways; 16: before the
     dashboard's rows and the consolidation log; 17: before the providers' outbox; 21:
     before the confirmations; 22: before the kept log lines; 23: before the scheduler's
-    controls and history; 24: before the tokens per day) is brought to this version on
-    open; its messages are indexed again for the keys and found, its memory can be
-    written, a lease taken, a dashboard link used, a provider write kept, a question
-    put to a person, a log line kept, a job paused and its run kept, the tokens the
-    sessions counted kept per day."""
+    controls and history; 24: before the tokens per day; 25: before the platforms' spans)
+    is brought to this version on open; its messages are indexed again for the keys and
+    found, its memory can be written, a lease taken, a dashboard link used, a provider
+    write kept, a question put to a person, a log line kept, a job paused and its run
+    kept, the tokens the sessions counted kept per day, a platform's state recorded."""
     name, url = postgres.schema()
     try:
         db = SessionDB.open(home, url)
@@ -326,7 +326,9 @@ def test_an_older_postgresql_database_upgrades_in_place(
             chat.id, [NewMessage("assistant", "noted")], usage=Usage(120, 12, "m")
         )
         with db.engine.begin() as conn:  # as the older version left it
-            conn.exec_driver_sql("DROP TABLE usage_days")
+            conn.exec_driver_sql("DROP TABLE platform_spans")
+            if older < 25:
+                conn.exec_driver_sql("DROP TABLE usage_days")
             if older < 24:
                 conn.exec_driver_sql("DROP TABLE job_history")
                 conn.exec_driver_sql(
@@ -380,6 +382,11 @@ def test_an_older_postgresql_database_upgrades_in_place(
             assert [r.summary for r in db.jobs.history("maintenance")] == ["ran after the upgrade"]
             (used,) = db.usage.totals("person", utcnow().date())
             assert (used.key, used.prompt, used.completion) == (user, 120, 12)
+            opened = db.platform_health.record("h:1", {"slack": ("up", "")}, {})
+            db.platform_health.record("h:1", {}, opened)
+            assert [
+                (s.platform, s.ended) for s in db.platform_health.spans(soon - timedelta(hours=2))
+            ] == [("slack", True)]
         finally:
             db.close()
     finally:
