@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import quote, urlsplit
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from gateway.edge.platform_config import (
     AccessConfig,
@@ -545,6 +545,30 @@ def quiet_vendor_sdks() -> None:
 
 def _key(name: str | None, env: Mapping[str, str] | None) -> str | None:
     return secret(name, env) if name else None
+
+
+def env_names(config: HermesConfig) -> dict[str, str]:
+    """Every environment variable the config names for a secret, by where: each `*_env`
+    setting of every section (and of each memory provider's settings), each MCP server's
+    `env` and `headers` value ("llm.api_key_env" -> "OPENAI_API_KEY")."""
+    found: dict[str, str] = {}
+
+    def walk(node: Any, where: str) -> None:
+        if isinstance(node, BaseModel):
+            for field in type(node).model_fields:
+                walk(getattr(node, field), f"{where}.{field}" if where else field)
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, f"{where}.{key}")
+        elif isinstance(node, str) and node and where.endswith("_env"):
+            found[where] = node
+
+    walk(config, "")
+    for name, server in config.mcp.servers.items():
+        for part in ("env", "headers"):
+            for key, value in getattr(server, part).items():
+                found[f"mcp.servers.{name}.{part}.{key}"] = value
+    return found
 
 
 def secret(name: str, env: Mapping[str, str] | None = None) -> str | None:

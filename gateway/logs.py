@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from gateway.config import HermesConfig, secret
+from gateway.config import HermesConfig, env_names, secret
 from gateway.edge.platform_config import platforms
 from hermes.state.models import LogRecord
 
@@ -50,7 +50,8 @@ _GENERAL_SHAPES = (r"\bsk-[\w-]{16,}", r"(?i:bearer)\s+[\w.~+/-]{16,}=*")
 
 
 @functools.cache
-def _shapes() -> re.Pattern[str]:
+def secret_shapes() -> re.Pattern[str]:
+    """What a platform's token, an API key or a bearer credential looks like."""
     platform_shapes = [p.log_secrets for p in platforms().values() if p.log_secrets]
     return re.compile("|".join(f"(?:{shape})" for shape in (*platform_shapes, *_GENERAL_SHAPES)))
 
@@ -87,16 +88,9 @@ class TurnTag(logging.Filter):
 
 
 def secret_values(config: HermesConfig, env: Mapping[str, str] | None = None) -> list[str]:
-    """The values of every secret variable the config names (`*_env` settings)."""
-    names: list[str] = []
-    sections: list[Any] = [config.llm, config.auxiliary]
-    sections += [getattr(config.platforms, name) for name in type(config.platforms).model_fields]
-    for section in sections:
-        for field in type(section).model_fields:
-            value = getattr(section, field)
-            if field.endswith("_env") and isinstance(value, str) and value:
-                names.append(value)
-    return [value for name in names if (value := secret(name, env))]
+    """The values of every secret variable the config names (gateway/config.py
+    `env_names`)."""
+    return [value for name in env_names(config).values() if (value := secret(name, env))]
 
 
 class Redactor(logging.Filter):
@@ -108,7 +102,7 @@ class Redactor(logging.Filter):
     def redact(self, text: str) -> str:
         if self._known is not None:
             text = self._known.sub(MASK, text)
-        return _shapes().sub(MASK, text)
+        return secret_shapes().sub(MASK, text)
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()

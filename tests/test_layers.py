@@ -227,7 +227,15 @@ def test_no_import_cycles() -> None:
 # scheduler runs) sits above the rooms it assembles; the operator's tools above it.
 ROOMS = [
     ("edge",),
-    ("config.py", "logs.py", "loopwatch.py", "scheduler.py", "status_file.py", "instances.py"),
+    (
+        "config.py",
+        "logs.py",
+        "loopwatch.py",
+        "scheduler.py",
+        "status_file.py",
+        "instances.py",
+        "config_edit.py",
+    ),
     ("admission",),
     ("commands",),
     ("pipeline",),

@@ -41,11 +41,13 @@ class Action(StrEnum):
     USE_DASHBOARD = "use the dashboard"
     CHANGE_TOOLS = "change who may use the tools"
     CONTROL_JOBS = "pause or run the scheduler's jobs"
+    EDIT_CONFIG = "change the configuration"
 
 
 # actions that act on the actor alone, or on a stranger (no target person)
 WITHOUT_TARGET = frozenset({Action.DECIDE_PAIRING, Action.USE_DASHBOARD, Action.CONTROL_JOBS})
-OWNERS_ONLY = frozenset({Action.CHANGE_TOOLS})  # for the whole assistant: no target
+# for the whole assistant: no target
+OWNERS_ONLY = frozenset({Action.CHANGE_TOOLS, Action.EDIT_CONFIG})
 SELF_SERVICE = frozenset(
     {
         Action.LINK_CODE,

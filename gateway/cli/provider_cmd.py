@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -98,7 +97,8 @@ def setup(
     holds it, never its value. Checks that the provider can run, then writes config.yaml."""
     import sys
 
-    from gateway.config import ConfigError, provider_settings, update_config
+    from gateway.config import ConfigError
+    from gateway.config_edit import SettingError, apply_provider, plan_provider
     from hermes.providers import registry
 
     ctx = CliContext.load()
@@ -107,36 +107,27 @@ def setup(
     if recall_mode is not None and recall_mode not in RECALL_MODES:
         fail(f"--recall-mode must be {RECALL_MODES.words}", EXIT_USAGE)
     try:
-        fields = registry.config_schema(name, ctx.home)
-    except registry.ProviderError as exc:
+        plan = plan_provider(
+            ctx.home, name, _pairs(values or []), recall_mode, _ask if interactive else None
+        )
+    except SettingError as exc:
         fail(str(exc), EXIT_USAGE)
-    stored = _settings(name, fields, _pairs(values or []), interactive)
-    settings = provider_settings(fields, stored)
-    probe = registry.load(name, settings, ctx.home)()
-    missing = []
-    if not probe.is_available():  # what it lacks, as these settings see it
-        missing = [
-            f"{f.key}: set the environment variable {stored.get(f'{f.key}_env') or f.env_var}"
-            for f in fields
-            if f.secret and f.required and not settings.get(f.key)
-        ]
-        missing.append(probe.unavailable_reason())
-    changes: dict[tuple[str, ...], object] = {
-        ("memory", "provider"): name,
-        ("memory", "providers", name): stored,
-    }
-    if recall_mode is not None:
-        changes[("memory", "recall_mode")] = recall_mode
     try:
-        probe.save_config(settings, ctx.home)
-        path = update_config(ctx.home, changes)
+        path = apply_provider(ctx.home, plan)
     except ConfigError as exc:
         fail(str(exc), EXIT_REFUSED)
     note(f"memory provider {name} selected in {path}")
-    for item in missing:
+    for item in plan.missing:
         note(f"[yellow]still missing:[/yellow] {escape(item)}")
-    if missing:
+    if plan.missing:
         raise typer.Exit(EXIT_REFUSED)
+
+
+def _ask(field: ConfigField) -> object:
+    """A setting not given, asked on the terminal."""
+    question = field.description + (" (name of the env variable)" if field.secret else "")
+    default = field.env_var if field.secret else field.default
+    return typer.prompt(question, default=default if default is not None else "")
 
 
 def _choose(names: list[str], interactive: bool) -> str:
@@ -147,53 +138,18 @@ def _choose(names: list[str], interactive: bool) -> str:
     return str(typer.prompt(f"Provider ({', '.join(names)})"))
 
 
-def _settings(
-    name: str, fields: list[ConfigField], given: dict[str, str], interactive: bool
-) -> dict[str, object]:
-    """What config.yaml will hold for the provider: each field from --set, else asked on
-    a terminal, else its default; a secret as `<key>_env: VARIABLE`."""
-    known = {f.key for f in fields} | {f"{f.key}_env" for f in fields if f.secret}
-    if set(given) - known:
-        fail(f"{name} has no setting {', '.join(sorted(set(given) - known))}", EXIT_USAGE)
-    stored: dict[str, object] = {}
-    for field in fields:
-        key = f"{field.key}_env" if field.secret else field.key
-        value: object = given.get(key, given.get(field.key))
-        if value is None and interactive:
-            question = field.description + (" (name of the env variable)" if field.secret else "")
-            default = field.env_var if field.secret else field.default
-            value = typer.prompt(question, default=default if default is not None else "")
-        if value in (None, "") and field.required and not field.secret:
-            fail(f"{name} needs {field.key} ({field.description}): --set {field.key}=…", EXIT_USAGE)
-        if field.secret and value not in (None, "") and not _ENV_NAME.fullmatch(str(value)):
-            fail(
-                f"{key} takes the NAME of an environment variable, not the secret itself "
-                f"(config.yaml never holds secrets): put the value in the environment "
-                f"(e.g. {field.env_var or 'PROVIDER_API_KEY'}=… in the service's env file) "
-                f"and pass --set {key}={field.env_var or 'PROVIDER_API_KEY'}",
-                EXIT_USAGE,
-            )
-        if not field.secret and (problem := field.problem(value)):
-            fail(problem, EXIT_USAGE)
-        if value not in (None, ""):
-            stored[key] = value
-    return stored
-
-
 @app.command()
 def off() -> None:
     """Back to the built-in memory only (the provider's settings are kept)."""
-    from gateway.config import ConfigError, update_config
+    from gateway.config import ConfigError
+    from gateway.config_edit import built_in_only
 
     ctx = CliContext.load()
     try:
-        path = update_config(ctx.home, {("memory", "provider"): ""})
+        path = built_in_only(ctx.home)
     except ConfigError as exc:
         fail(str(exc), EXIT_REFUSED)
     note(f"built-in memory only ({path}); restart the gateway to apply it")
-
-
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
 def _pairs(items: list[str]) -> dict[str, str]:

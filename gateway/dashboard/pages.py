@@ -35,6 +35,7 @@ from gateway.dashboard import health, usage
 from gateway.dashboard.auth import CredentialsError
 from gateway.dashboard.chart import hourly_chart
 from gateway.dashboard.problems import Problems, bad_state
+from gateway.dashboard.settings import SettingsPages
 from gateway.dashboard.site import (
     COOKIE,
     LOGIN_COOKIE,
@@ -150,18 +151,19 @@ class Dashboard:
             site.route("POST", "/scheduler/control", self._scheduler_control),
             site.route("GET", "/tools", self._tools_page),
             site.route("POST", "/tools/set", self._tools_set),
+            *SettingsPages(self).routes(),
         ]
 
     async def _off_loop(self, work: Callable[[], T]) -> T:
         return await asyncio.to_thread(work)
 
-    def _show(self, request: web.Request, me: Operator, name: str, **values: Any) -> web.Response:
+    def show(self, request: web.Request, me: Operator, name: str, **values: Any) -> web.Response:
         note = self.site.notice(request)
         problems = request.get(PROBLEMS, [])
         page = name.removesuffix(".html")
         return self.site.page(name, me=me, note=note, page=page, problems=problems, **values)
 
-    def _unless_sure(
+    def unless_sure(
         self,
         request: web.Request,
         me: Operator,
@@ -178,7 +180,7 @@ class Dashboard:
             return None
         fields = {k: v for k, v in form.items() if k not in ("csrf", "sure")}
         back = "/" + request.path.removeprefix(PREFIX).strip("/").split("/")[0]
-        return self._show(
+        return self.show(
             request,
             me,
             "confirm.html",
@@ -269,7 +271,7 @@ class Dashboard:
         values = await self._off_loop(self._status_values)
         asked = request.query.get("refresh", "")
         refresh = max(STATUS_REFRESH_S, min(int(asked), 3600)) if asked.isdigit() else 0
-        return self._show(
+        return self.show(
             request,
             me,
             "status.html",
@@ -326,7 +328,7 @@ class Dashboard:
         asked = PeopleQuery.of(request.query)
         values = await self._off_loop(lambda: self._people_values(me, asked))
         code = request.query.get("code", "")[:20]
-        return self._show(request, me, "people.html", roles=ROLES, code=code, **values)
+        return self.show(request, me, "people.html", roles=ROLES, code=code, **values)
 
     def _people_values(self, me: Operator, asked: PeopleQuery) -> dict[str, Any]:
         """One page of the people the filter finds, with what this operator may do to
@@ -378,7 +380,7 @@ class Dashboard:
         if not approve:
             found = await self._off_loop(lambda: self.db.access.pairing(code))
             who = f"{found.platform}:{found.platform_user_id}" if found is not None else code
-            asked = self._unless_sure(
+            asked = self.unless_sure(
                 request,
                 me,
                 form,
@@ -417,7 +419,7 @@ class Dashboard:
             person = await self._off_loop(lambda: self.db.people.get_user(user_id))
             name = (person.display_name if person else "") or user_id
             detail = "The assistant stops answering them on every platform until unblocked."
-            asked = self._unless_sure(
+            asked = self.unless_sure(
                 request, me, form, f"Block {name}?", yes="Block", detail=detail
             )
             if asked is not None:
@@ -464,7 +466,7 @@ class Dashboard:
         older = request.query.get("runs_before", "")
         before = int(older) if older.isdigit() else None
         values = await self._off_loop(lambda: self._memory_values(me, wanted, before))
-        return self._show(request, me, "memory.html", **values)
+        return self.show(request, me, "memory.html", **values)
 
     def _consolidations(
         self, user_id: str, before: int | None, history: list[Any]
@@ -580,7 +582,7 @@ class Dashboard:
             lambda: self._sessions_found(me, wanted, query, vector, page)
         )
         names = {s.user.id: s.user.display_name or s.user.id for s in users}
-        return self._show(
+        return self.show(
             request,
             me,
             "sessions.html",
@@ -650,7 +652,7 @@ class Dashboard:
         shown = [m for m in messages if m.role in ("user", "assistant") and m.content]
         person = await self._off_loop(lambda: self.db.people.get_user(user_id))
         name = (person.display_name if person else "") or user_id
-        return self._show(
+        return self.show(
             request, me, "session.html", chat=chat, messages=shown, user=user_id, owner_name=name
         )
 
@@ -669,7 +671,7 @@ class Dashboard:
             "a copy). Memory is not changed. If they are writing in it now, their next "
             "message starts a new conversation."
         )
-        asked = self._unless_sure(
+        asked = self.unless_sure(
             request, me, form, f"Delete the session “{title}”?", yes="Delete it", detail=detail
         )
         if asked is not None:
@@ -707,7 +709,7 @@ class Dashboard:
         asked = query.get("page", "")
         page = max(1, min(int(asked), 100_000)) if asked.isdigit() else 1
         values = await self._off_loop(lambda: self._reminder_values(me, wanted, text, page))
-        return self._show(request, me, "reminders.html", user=wanted, q=text, **values)
+        return self.show(request, me, "reminders.html", user=wanted, q=text, **values)
 
     def _reminder_values(self, me: Operator, wanted: str, text: str, page: int) -> dict[str, Any]:
         """A page of the live reminders, the next due first, with whose they are (by
@@ -759,7 +761,7 @@ class Dashboard:
         if found is not None:
             await self._may_off_loop(me, Action.CANCEL_REMINDER, found.user_id)
             question = f"Cancel the reminder “{found.text[:80]}”?"
-            asked = self._unless_sure(request, me, form, question, yes="Cancel it")
+            asked = self.unless_sure(request, me, form, question, yes="Cancel it")
             if asked is not None:
                 return asked
         gone = await self._off_loop(lambda: self.db.reminders.cancel(reminder_id))
@@ -792,7 +794,7 @@ class Dashboard:
 
     async def _tools_page(self, request: web.Request, me: Operator) -> web.StreamResponse:
         actor = self.people.party_of(me.user_id, me.role)
-        return self._show(
+        return self.show(
             request,
             me,
             "tools.html",
@@ -843,7 +845,7 @@ class Dashboard:
         number = query.get("page", "")
         page = max(1, min(int(number), 100_000)) if number.isdigit() else 1
         values = await self._off_loop(lambda: self._usage_values(days, user, page))
-        return self._show(request, me, "usage.html", days=days, spans=usage.SPANS, **values)
+        return self.show(request, me, "usage.html", days=days, spans=usage.SPANS, **values)
 
     def _usage_values(self, days: int, user: str, page: int) -> dict[str, Any]:
         """Tokens and cost over `days` days: per day (a chart), per person (a page of
@@ -870,7 +872,7 @@ class Dashboard:
         asked = request.query.get("span", "")
         span = asked if asked in health.SPANS else "24h"
         values = await self._off_loop(lambda: self._gateways_values(span))
-        return self._show(request, me, "gateways.html", span=span, spans=health.SPANS, **values)
+        return self.show(request, me, "gateways.html", span=span, spans=health.SPANS, **values)
 
     def _gateways_values(self, span: str) -> dict[str, Any]:
         """The gateway instances (each one's heartbeat, platforms and leases) and each
@@ -901,7 +903,7 @@ class Dashboard:
         before = int(asked) if asked.isdigit() else None
         values = await self._off_loop(lambda: self._scheduler_values(job, before))
         actor = self.people.party_of(me.user_id, me.role)
-        return self._show(
+        return self.show(
             request,
             me,
             "scheduler.html",
@@ -997,7 +999,7 @@ class Dashboard:
         lines, older = await self._off_loop(lambda: self._log_lines(asked))
         follow = request.query.get("follow") == "1" and asked.before is None
         here = {k: v for k, v in asked.address().items() if k != "before"}
-        return self._show(
+        return self.show(
             request,
             me,
             "logs.html",

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from PIL import Image
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.wait import WebDriverWait
@@ -273,6 +274,7 @@ def operate(driver: WebDriver, base: str, served: Served, shots: Shots) -> None:
             "gateways",
             "scheduler",
             "tools",
+            "settings",
             "logs",
         )
         for page in pages:
@@ -317,6 +319,17 @@ def operate(driver: WebDriver, base: str, served: Served, shots: Shots) -> None:
             "maintenance pass"
             in driver.find_element(By.ID, "history").find_element(By.XPATH, "..").text
         )
+        # config.yaml edited in place, saved, then the edit put back after the question
+        driver.get(f"{base}/admin/settings")
+        editor = driver.find_element(By.ID, "config-text")
+        editor.send_keys(Keys.CONTROL, Keys.END)
+        editor.send_keys(f"\nsessions:\n  retention_days: {width}\n")
+        go(driver, driver.find_element(By.ID, "save-config"))
+        assert "sessions.retention_days" in note(driver), note(driver)
+        fits(driver, width, "settings saved")
+        go(driver, driver.find_element(By.ID, "restore-config"))
+        go(driver, driver.find_element(By.ID, "sure"))
+        assert note(driver).startswith("Previous config.yaml put back"), note(driver)
         # a platform's outage of the last day, with why
         driver.get(f"{base}/admin/gateways")
         health = driver.find_element(By.ID, "health-telegram").find_element(By.XPATH, "..").text

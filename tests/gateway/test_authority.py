@@ -45,6 +45,7 @@ WITHOUT_TARGET = {
     Action.USE_DASHBOARD: ADMINS,
     Action.CHANGE_TOOLS: {"owner", "home"},
     Action.CONTROL_JOBS: ADMINS,
+    Action.EDIT_CONFIG: {"owner", "home"},
 }
 
 

@@ -57,6 +57,8 @@ GET_PAGES = [
     "/admin/scheduler",
     "/admin/tools",
     "/admin/usage",
+    "/admin/settings",
+    "/admin/settings?provider=mem0",
 ]
 POST_ROUTES = [
     "/admin/logout",
@@ -70,6 +72,9 @@ POST_ROUTES = [
     "/admin/reminders/cancel",
     "/admin/scheduler/control",
     "/admin/tools/set",
+    "/admin/settings/provider",
+    "/admin/settings/config",
+    "/admin/settings/restore",
     "/admin/sessions/s_0000000000000000/delete",
 ]
 
