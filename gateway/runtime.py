@@ -201,6 +201,7 @@ class Gateway:
             self,
             tools_table=app.agent.tools_table,  # changed on the Tools page: live
             tool_groups=app.agent.tool_groups,
+            mcp=app.agent.mcp,  # its servers' states, started on the Tools page's ask
         )
         try:
             self.dashboard = Dashboard(parts, self.http.port)

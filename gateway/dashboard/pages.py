@@ -66,6 +66,7 @@ from hermes.state.platform_health import OPEN_WITHIN
 from hermes.state.search import SearchScope
 from hermes.state.transfer import export_lines, export_markdown
 from hermes.tools import capabilities
+from hermes.tools.mcp import McpHub
 from hermes.tools.session_search import snippet
 
 logger = logging.getLogger(__name__)
@@ -109,6 +110,7 @@ class Parts:
     # a change is config.yaml's alone) and the tool groups it has
     tools_table: dict[str, list[str]] | None = None
     tool_groups: list[str] | None = None
+    mcp: McpHub | None = None  # the running agent's MCP servers (None: no gateway runs here)
 
 
 class Dashboard:
@@ -151,6 +153,7 @@ class Dashboard:
             site.route("POST", "/scheduler/control", self._scheduler_control),
             site.route("GET", "/tools", self._tools_page),
             site.route("POST", "/tools/set", self._tools_set),
+            site.route("POST", "/tools/mcp-check", self._mcp_check),
             *SettingsPages(self).routes(),
         ]
 
@@ -792,6 +795,29 @@ class Dashboard:
             for group in [*present, *named]
         ]
 
+    def _mcp_rows(self) -> list[dict[str, Any]]:
+        """Each MCP server configured: where it runs, its state in the running gateway
+        (running with its tools, failed and why, not started yet: started at its first
+        use), who may use its tools."""
+        parts, hub = self.parts, self.parts.mcp
+        states = hub.states() if hub is not None else {}
+        table = parts.tools_table if parts.tools_table is not None else parts.config.tools
+        rows = []
+        for name, server in sorted(parts.config.mcp.servers.items()):
+            where = server.url or " ".join([server.command or "", *server.args])
+            state = states.get(name, "no gateway runs here") if hub is not None else ""
+            rows.append(
+                {
+                    "name": name,
+                    "where": where,
+                    "state": state or "no gateway runs in this process",
+                    "bad": state.startswith(("failed", "not configured")),
+                    "tools": hub.listed(name) if hub is not None else [],
+                    "who": capabilities.describe(capabilities.who_may(f"mcp:{name}", table)),
+                }
+            )
+        return rows
+
     async def _tools_page(self, request: web.Request, me: Operator) -> web.StreamResponse:
         actor = self.people.party_of(me.user_id, me.role)
         return self.show(
@@ -799,9 +825,31 @@ class Dashboard:
             me,
             "tools.html",
             rows=self._tool_rows(),
+            servers=self._mcp_rows(),
             may_change=decide(actor, Action.CHANGE_TOOLS) is None,
             live=self.parts.tools_table is not None,
         )
+
+    async def _mcp_check(self, request: web.Request, me: Operator) -> web.StreamResponse:
+        """Start one MCP server now (as its first use would) and say how it went: its
+        tools, or why it did not start."""
+        actor = self.people.party_of(me.user_id, me.role)
+        if (refused := decide(actor, Action.CHANGE_TOOLS)) is not None:
+            raise RefusedError(403, f"Not allowed: {refused}.")
+        form = await form_of(request)
+        name, hub = form.get("server", ""), self.parts.mcp
+        if hub is None:
+            return self.site.redirect(
+                "/tools", "No gateway runs in this process: hermes mcp test NAME checks a server."
+            )
+        if name not in hub.names:
+            return self.site.redirect("/tools", "No such MCP server.")
+        found = await hub.tools(name)
+        state = hub.states().get(name, "")
+        if found:
+            listed = ", ".join(t.name for t in found)
+            return self.site.redirect("/tools", f"MCP server {name}: {state}: {listed}.")
+        return self.site.redirect("/tools", f"MCP server {name} did not start: {state}.")
 
     async def _tools_set(self, request: web.Request, me: Operator) -> web.StreamResponse:
         """Who may use one tool group: written to config.yaml (validated, comments kept)

@@ -179,6 +179,12 @@ class McpHub:
         found.update({name: f"not configured: {why}" for name, why in self.problems.items()})
         return dict(sorted(found.items()))
 
+    def listed(self, server: str) -> list[str]:
+        """The tools a running server offers (names as the server gives them; [] when it
+        is not running), without starting it."""
+        link = self._links.get(server)
+        return [t.name for t in link.tools] if link is not None and link.client else []
+
     async def tools(self, server: str) -> list[McpTool]:
         """The server's tools, starting it if needed ([] when it cannot run now)."""
         link = self._links.get(server)

@@ -6,6 +6,7 @@ list the model is offered is what is checked, and a call is checked again as it 
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import secrets
 import subprocess
@@ -16,13 +17,14 @@ from typing import Any
 import pytest
 
 from gateway.app import build_app
-from gateway.config import ConfigError, parse_config
+from gateway.config import ConfigError, load_config, mcp_servers, parse_config
 from gateway.reminders import ReminderRunner
 from hermes.fence import fenced
 from hermes.identity import owner_user_id
 from hermes.places import Surface
 from hermes.state.db import SessionDB
 from hermes.tools import capabilities as caps
+from hermes.tools.mcp import McpHub
 from hermes.tools.schedule import ScheduleTool
 from tests.apps import app_config
 from tests.fakes.openai_server import FakeOpenAI, Reply
@@ -472,3 +474,54 @@ def test_the_owners_mcp_tools_answer_the_owner_only(home: Path, fake_llm: FakeOp
     assert [offered(r) for r in fake_llm.requests if "mcp_notes_find_note" in offered(r)]
     running = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True, check=False)
     assert running.stdout.strip() == "", "the server's process ended with the gateway"
+
+
+def test_the_tools_page_shows_each_mcp_servers_state_and_starts_one_on_request(
+    home: Path,
+) -> None:
+    """Two servers in config.yaml, one that starts (the real SDK server) and one whose
+    program does not exist: not started until asked; the owner's check starts the first
+    and lists its tools, the second says why it failed; an admin sees, cannot start."""
+    tag = secrets.token_hex(8)
+    notes = {
+        "command": sys.executable,
+        "args": ["-m", "tests.fakes.mcp_server", "stdio", tag],
+        "cwd": str(Path(__file__).resolve().parents[2]),
+        "include": ["find_note", "fail"],
+    }
+    servers = {"notes": notes, "broken": {"command": "/nonexistent/mcp-x"}}
+    config_text = json.dumps({"gateway": {"http": {"port": 0}}, "mcp": {"servers": servers}})
+
+    async def body() -> tuple[str, str, str, str, int]:
+        async with serve(home) as served:
+            (home / "config.yaml").write_text(config_text)
+            config = load_config(home)
+            served.dashboard.parts.config = config
+            launches, problems = mcp_servers(config, {"PATH": "/usr/bin:/bin"})
+            hub = McpHub(launches, problems)
+            served.dashboard.parts.mcp = hub
+            served.dashboard.parts.tools_table = {}
+            try:
+                owner = await _login_as(served, "home")
+                _, before = await owner.get("/admin/tools")
+                _, started = await owner.post("/admin/tools/mcp-check", {"server": "notes"})
+                _, failed = await owner.post("/admin/tools/mcp-check", {"server": "broken"})
+                await owner.close()
+                served.db.people.ensure_user(_id("admin"), role="admin")
+                admin = await _login_as(served, "admin")
+                _, seen = await admin.get("/admin/tools")
+                status, _ = await admin.post("/admin/tools/mcp-check", {"server": "notes"})
+                await admin.close()
+            finally:
+                await hub.close()
+            return before, started, failed, seen, status
+
+    before, started, failed, seen, status = asyncio.run(body())
+    rows = before.split('id="mcp-title"', 1)[1]
+    assert "<code>notes</code>" in rows and "not started" in rows and ">owners<" in rows
+    assert "MCP server notes: running (2 tools): find_note, fail." in html.unescape(started)
+    assert "find_note, fail" in started.split('id="mcp-title"', 1)[1]
+    assert "MCP server broken did not start: failed:" in html.unescape(failed)
+    assert '<tr class="bad">' in failed.split('id="mcp-title"', 1)[1]
+    assert "running (2 tools)" in seen and 'action="/admin/tools/mcp-check"' not in seen
+    assert status == 403
