@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 
@@ -419,8 +420,7 @@ class Dashboard:
         user_id, blocked = form.get("user", ""), form.get("blocked") == "yes"
         await self._may_off_loop(me, Action.BLOCK, user_id)
         if blocked:
-            person = await self._off_loop(lambda: self.db.people.get_user(user_id))
-            name = (person.display_name if person else "") or user_id
+            name = await self._off_loop(lambda: name_of(self.db, user_id))
             detail = "The assistant stops answering them on every platform until unblocked."
             asked = self.unless_sure(
                 request, me, form, f"Block {name}?", yes="Block", detail=detail
@@ -521,6 +521,7 @@ class Dashboard:
         return {
             "last_change": _change_of(last) if last is not None else "",
             "users": users,
+            "person_names": {s.user.id: person_name(s) for s in users},
             "user_id": user_id,
             "stores": stores,
             "history": history,
@@ -584,7 +585,7 @@ class Dashboard:
         users, found, more = await self._off_loop(
             lambda: self._sessions_found(me, wanted, query, vector, page)
         )
-        names = {s.user.id: s.user.display_name or s.user.id for s in users}
+        names = {s.user.id: person_name(s) for s in users}
         return self.show(
             request,
             me,
@@ -653,8 +654,7 @@ class Dashboard:
     async def _session_page(self, request: web.Request, me: Operator) -> web.StreamResponse:
         chat, messages, user_id = await self._off_loop(lambda: self._conversation(request, me))
         shown = [m for m in messages if m.role in ("user", "assistant") and m.content]
-        person = await self._off_loop(lambda: self.db.people.get_user(user_id))
-        name = (person.display_name if person else "") or user_id
+        name = await self._off_loop(lambda: name_of(self.db, user_id))
         return self.show(
             request, me, "session.html", chat=chat, messages=shown, user=user_id, owner_name=name
         )
@@ -1114,6 +1114,14 @@ class PeopleQuery:
         found = {"q": self.text, "role": self.role, "access": self.access, "sort": self.sort}
         found = {k: v for k, v in found.items() if v and not (k == "sort" and v == "seen")}
         return {**found, "page": str(self.page)}
+
+
+def name_of(db: SessionDB, user_id: str) -> str:
+    """`person_name` of one person, by id (the id itself when there is no such person)."""
+    user = db.people.get_user(user_id)
+    if user is None:
+        return user_id
+    return person_name(SimpleNamespace(user=user, identities=db.people.identities_of(user_id)))
 
 
 def person_name(summary: Any) -> str:

@@ -1116,3 +1116,28 @@ def test_a_notice_in_a_link_someone_sent_is_not_shown(home: Path) -> None:
         assert browser.note() == f"{other} is now admin."
 
     run(home, body)
+
+
+def test_a_person_without_a_name_is_called_by_their_account_everywhere(home: Path) -> None:
+    """Made by `hermes users role telegram:42 admin` before their first message: no name
+    of their own; the Block question, their session and the lists say telegram:42."""
+
+    async def body(served: Served, browser: Browser) -> list[str]:
+        db = served.db
+        nameless = "u_00000000000000b7"
+        db.people.ensure_user(nameless)
+        db.people.ensure_identity("telegram", "42", nameless)
+        chat = db.conversations.start_session(nameless, "telegram", "telegram:dm:42")
+        db.conversations.add_messages(chat.id, [NewMessage("user", "hello")])
+        await browser.login()
+        await browser.get("/admin/people")
+        _, asked = await browser.post("/admin/people/block", {"user": nameless, "blocked": "yes"})
+        _, session = await browser.get(f"/admin/sessions/{chat.id}?user={nameless}")
+        _, sessions = await browser.get("/admin/sessions")
+        _, memory = await browser.get(f"/admin/memory?user={nameless}")
+        return [asked, session, sessions, memory]
+
+    asked, session, sessions, memory = run(home, body)
+    assert "Block telegram:42?" in asked
+    for page in (session, sessions, memory):
+        assert "telegram:42" in page
