@@ -22,6 +22,7 @@ from gateway.cli import (
     reminders_cmd,
     sessions_cmd,
     tools_cmd,
+    usage_cmd,
     users_cmd,
 )
 
@@ -118,6 +119,7 @@ app.add_typer(dashboard_cmd.app, name="dashboard")
 app.command("chat")(chat_cmd.chat)
 app.command("init")(init_cmd.init)
 app.command("doctor")(doctor_cmd.doctor)
+app.command("usage")(usage_cmd.usage)
 
 
 def _plain_help(command: Any, parent: typer.Context | None = None) -> None:

@@ -1141,3 +1141,38 @@ def test_a_person_without_a_name_is_called_by_their_account_everywhere(home: Pat
     assert "Block telegram:42?" in asked
     for page in (session, sessions, memory):
         assert "telegram:42" in page
+
+
+def test_hermes_usage_says_what_the_usage_page_says(home: Path) -> None:
+    """`hermes usage`: the same totals, per person and model, priced, for the shell and as
+    JSON; one person's with --user; a person who does not exist is refused."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text(PRICED)
+    db = SessionDB.open(home)
+    try:
+        ada = db.people.user_for_identity("telegram", "11", "Ada")
+        bo = db.people.user_for_identity("discord", "22", "Bo")
+        for user, model, prompt, completion in (
+            (ada, "small", 3_000_000, 500_000),
+            (bo, "other", 40_000, 2_000),
+        ):
+            chat = db.conversations.start_session(user, "telegram", f"k:{user}:{model}")
+            db.conversations.add_messages(
+                chat.id, [NewMessage("assistant", "ok")], usage=Usage(prompt, completion, model)
+            )
+    finally:
+        db.close()
+    shown = hermes("usage", home=home)
+    assert shown.returncode == 0, shown.stderr
+    assert "3,542,000 tokens (3,040,000 sent, 502,000 written)" in shown.stdout
+    assert "2.50 EUR" in shown.stdout and "Ada" in shown.stdout and "no price set" in shown.stdout
+    found = json.loads(hermes("usage", "--days", "7", "--json", home=home).stdout)
+    assert found["currency"] == "EUR" and found["total"]["tokens"] == 3_542_000
+    assert [(p["name"], p["tokens"]) for p in found["people"]] == [
+        ("Ada", 3_500_000),
+        ("Bo", 42_000),
+    ]
+    one = json.loads(hermes("usage", "--user", "discord:22", "--json", home=home).stdout)
+    assert one["total"]["tokens"] == 42_000
+    refused = hermes("usage", "--user", "telegram:999", home=home)
+    assert refused.returncode != 0 and "no user" in refused.stderr
