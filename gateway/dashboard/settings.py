@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from aiohttp import web
 
@@ -36,15 +36,39 @@ from hermes.identity import owner_user_id
 from hermes.providers import registry
 
 if TYPE_CHECKING:
-    from gateway.dashboard.pages import Dashboard
+    from gateway.admission.people import People
+    from gateway.dashboard.site import Site
 
 T = TypeVar("T")
 RECALL_MODES = ("hybrid", "context", "tools")
 APPLIED = "the gateway uses it from its next start (systemctl restart hermes, or stop and run it)"
 
 
+class Host(Protocol):
+    """What these pages use of the dashboard (gateway/dashboard/pages.py `Dashboard`)."""
+
+    parts: Any
+    site: Site
+    people: People
+
+    def show(
+        self, request: web.Request, me: Operator, name: str, **values: Any
+    ) -> web.Response: ...
+
+    def unless_sure(
+        self,
+        request: web.Request,
+        me: Operator,
+        form: dict[str, str],
+        question: str,
+        *,
+        yes: str,
+        detail: str = "",
+    ) -> web.Response | None: ...
+
+
 class SettingsPages:
-    def __init__(self, dashboard: Dashboard) -> None:
+    def __init__(self, dashboard: Host) -> None:
         self.dashboard = dashboard
         self.parts, self.site = dashboard.parts, dashboard.site
 
