@@ -24,6 +24,18 @@ from tests.harness.wait import until
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
+async def started(home: Path) -> tuple[SessionDB, Gateway, Browser]:
+    """The home's gateway started (Telegram's token in its environment), and a browser
+    for its dashboard, the owner's password set."""
+    db = SessionDB.open(home)
+    owner = owner_user_id(home)
+    db.people.ensure_user(owner, role="owner", display_name="Olive")
+    Credentials.load(home).set_password(owner, PASSWORD)
+    gateway = Gateway(home, load_config(home), db, env={"HERMES_TEST_TG_TOKEN": "123:ABC"})
+    await gateway.start()
+    return db, gateway, Browser(f"http://127.0.0.1:{gateway.http.port}")
+
+
 def test_a_platform_down_is_a_problem_on_every_page_until_it_connects(
     home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
 ) -> None:
@@ -32,13 +44,7 @@ def test_a_platform_down_is_a_problem_on_every_page_until_it_connects(
         telegram.faults.append(Fault("getMe", status=502, description="Bad Gateway"))
 
     async def scenario() -> None:
-        db = SessionDB.open(home)
-        owner = owner_user_id(home)
-        db.people.ensure_user(owner, role="owner", display_name="Olive")
-        Credentials.load(home).set_password(owner, PASSWORD)
-        gateway = Gateway(home, load_config(home), db, env={"HERMES_TEST_TG_TOKEN": "123:ABC"})
-        await gateway.start()
-        browser = Browser(f"http://127.0.0.1:{gateway.http.port}")
+        db, gateway, browser = await started(home)
         try:
             await browser.login()
             _, page = await browser.get("/admin/people")
@@ -72,13 +78,7 @@ def test_an_outage_stays_on_the_gateways_page_after_the_platform_is_back(
         telegram.faults.append(Fault("getMe", status=502, description="Bad Gateway"))
 
     async def scenario() -> None:
-        db = SessionDB.open(home)
-        owner = owner_user_id(home)
-        db.people.ensure_user(owner, role="owner", display_name="Olive")
-        Credentials.load(home).set_password(owner, PASSWORD)
-        gateway = Gateway(home, load_config(home), db, env={"HERMES_TEST_TG_TOKEN": "123:ABC"})
-        await gateway.start()
-        browser = Browser(f"http://127.0.0.1:{gateway.http.port}")
+        db, gateway, browser = await started(home)
         try:
             await browser.login()
             await until(lambda: telegram.sent("setMyCommands"), "telegram connected", 60)
