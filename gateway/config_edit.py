@@ -27,6 +27,7 @@ from gateway.config import (
     update_config,
 )
 from gateway.logs import secret_shapes, secret_values
+from hermes.memory.scanner import find_secret
 from hermes.providers import registry
 
 if TYPE_CHECKING:
@@ -78,12 +79,18 @@ def secret_problems(
                 "remove it (config.yaml holds the variable's name only)"
             )
             break
-    if secret_shapes().search(text) and not problems:
-        line = next(n for n, ln in enumerate(text.splitlines(), 1) if secret_shapes().search(ln))
-        problems.append(
-            f"line {line} holds what looks like an API key or token: config.yaml never holds "
-            "secrets (put it in the environment, and the variable's name in a *_env setting)"
-        )
+    if not problems:  # a credential by its shape: the log redactor's and the memory guard's
+        for number, line in enumerate(text.splitlines(), 1):
+            found = find_secret(line)
+            if found is not None or secret_shapes().search(line):
+                what = found.reason if found is not None else "an API key or token"
+                problems.append(
+                    f"line {number} holds what looks like a credential ({what}): config.yaml "
+                    "never holds "
+                    "secrets (put it in the environment, and the variable's name in a *_env "
+                    "setting)"
+                )
+                break
     return problems
 
 

@@ -93,7 +93,12 @@ def test_an_owner_edits_config_yaml_keeping_its_comments_and_the_change_is_audit
         ("sessions:\n  retention_days: -3\n", "retention_days"),
         ("llm:\n  api_key_env: sk-proj-Abc123def456ghi789jkl\n", "takes the NAME"),
         ("llm:\n  api_key_env: OPENAI API KEY\n", "takes the NAME"),
-        ("# key: sk-live-0123456789abcdefABCDEF\n", "looks like an API key"),
+        ("# key: sk-live-0123456789abcdefABCDEF\n", "looks like a credential"),
+        ("# deploy with ghp_0123456789abcdefABCDEF0123456789abcd\n", "a credential (GitHub token)"),
+        (
+            "# aws AKIAIOSFODNN7EXAMPLE wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n",
+            "looks like a credential",
+        ),
         (
             "mcp:\n  servers:\n    notes:\n      url: https://notes.example/mcp\n"
             "      headers:\n        Authorization: Bearer abcdefghijklmnop1234\n",
@@ -117,7 +122,14 @@ def test_a_config_that_would_not_load_or_holds_a_secret_is_refused_and_kept_in_t
     assert editor_text(page) == COMMENTED + change  # the operator's text is not lost
     assert (home / "config.yaml").read_text() == COMMENTED
     assert not (home / "config.yaml.previous").exists()
-    for secret in ("sk-proj-Abc123", "sk-live-0123", "abcdefghijklmnop1234", "AAHdqTcv"):
+    for secret in (
+        "sk-proj-Abc123",
+        "sk-live-0123",
+        "abcdefghijklmnop1234",
+        "AAHdqTcv",
+        "ghp_0",
+        "AKIA",
+    ):
         error = page.split('id="error"', 1)[1].split("</p>", 1)[0]
         assert secret not in error  # the refusal never repeats the secret
 
