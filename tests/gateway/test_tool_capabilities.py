@@ -448,7 +448,12 @@ def test_the_owners_mcp_tools_answer_the_owner_only(home: Path, fake_llm: FakeOp
     async def body(app: Any, adapter: FakeAdapter, db: SessionDB, ids: dict[str, str]) -> list[str]:
         fake_llm.responder = model
         # the owner's first use of the server waits for their yes
-        asked = await ask(adapter, dm("olga", "what's my bike lock code?"))
+        await ask(adapter, dm("olga", "what's my bike lock code?"))
+        await until(  # the question goes first, the turn's reply after it
+            lambda: any("once they press Allow" in t for t in adapter.texts()),
+            "the turn's reply after its question",
+        )
+        asked = "\n".join(adapter.texts())
         at, question = next((i, s.message) for i, s in enumerate(adapter.sent) if s.message.buttons)
         assert "Allow the notes tools?" in question.text and question.buttons is not None
         allow = question.buttons[0]
