@@ -24,7 +24,6 @@ class UptimeLog:
         self._changed = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
-        self.writes = 0
 
     def note(self, statuses: dict[str, str]) -> None:
         """The platforms' states now, as `hermes gateway status` says them (on the event
@@ -60,6 +59,5 @@ class UptimeLog:
             self._open = await self.db.run(
                 self.db.platform_health.record, self.instance, dict(states), dict(self._open)
             )
-            self.writes += 1
         except Exception as exc:  # the next change or renewal tries again
             logger.warning("platform states not recorded: %s: %s", type(exc).__name__, exc)

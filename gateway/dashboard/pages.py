@@ -805,12 +805,12 @@ class Dashboard:
         rows = []
         for name, server in sorted(parts.config.mcp.servers.items()):
             where = server.url or " ".join([server.command or "", *server.args])
-            state = states.get(name, "no gateway runs here") if hub is not None else ""
+            state = states.get(name, "not started") if hub else "no gateway runs in this process"
             rows.append(
                 {
                     "name": name,
                     "where": where,
-                    "state": state or "no gateway runs in this process",
+                    "state": state,
                     "bad": state.startswith(("failed", "not configured")),
                     "tools": hub.listed(name) if hub is not None else [],
                     "who": capabilities.describe(capabilities.who_may(f"mcp:{name}", table)),

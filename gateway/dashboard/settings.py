@@ -9,8 +9,8 @@ its next start (the Tools page's changes, from the next turn)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from gateway.admission.people import People
     from gateway.dashboard.site import Site
 
-T = TypeVar("T")
 RECALL_MODES = ("hybrid", "context", "tools")
 APPLIED = "the gateway uses it from its next start (systemctl restart hermes, or stop and run it)"
 
@@ -81,23 +80,19 @@ class SettingsPages:
             site.route("POST", "/settings/restore", self._restore),
         ]
 
-    async def _off_loop(self, work: Callable[[], T]) -> T:
-        return await asyncio.to_thread(work)
-
-    def _may_change(self, me: Operator) -> bool:
-        actor = self.dashboard.people.party_of(me.user_id, me.role)
-        return decide(actor, Action.EDIT_CONFIG) is None
+    def _refused(self, me: Operator) -> str | None:
+        """Why `me` may not change the settings (None: they may)."""
+        return decide(self.dashboard.people.party_of(me.user_id, me.role), Action.EDIT_CONFIG)
 
     def _check(self, me: Operator) -> None:
-        actor = self.dashboard.people.party_of(me.user_id, me.role)
-        if (refused := decide(actor, Action.EDIT_CONFIG)) is not None:
+        if (refused := self._refused(me)) is not None:
             raise RefusedError(403, f"Not allowed: {refused}.")
 
     # -- the page ----------------------------------------------------------------------------
 
     async def _page(self, request: web.Request, me: Operator) -> web.StreamResponse:
         chosen = request.query.get("provider", "")[:64]
-        values = await self._off_loop(lambda: self._values(chosen))
+        values = await asyncio.to_thread(lambda: self._values(chosen))
         return self._show(request, me, **values)
 
     def _show(
@@ -105,7 +100,12 @@ class SettingsPages:
     ) -> web.Response:
         values.setdefault("error", "")
         return self.dashboard.show(
-            request, me, "settings.html", status=status, may_change=self._may_change(me), **values
+            request,
+            me,
+            "settings.html",
+            status=status,
+            may_change=self._refused(me) is None,
+            **values,
         )
 
     def _values(self, chosen: str, text: str | None = None) -> dict[str, Any]:
@@ -167,17 +167,17 @@ class SettingsPages:
         home = self.parts.home
         if not name:
             try:
-                await self._off_loop(lambda: built_in_only(home))
+                await asyncio.to_thread(lambda: built_in_only(home))
             except ConfigError as exc:
                 return self.site.redirect("/settings", f"Not changed: {exc}.")
             await self.site.audit(me, "config", "memory.provider", "built-in memory only")
             return self.site.redirect("/settings", f"Built-in memory only: {APPLIED}.")
         given = _given(form, ("csrf", "provider", "recall_mode"))
         try:
-            plan: ProviderPlan = await self._off_loop(
+            plan: ProviderPlan = await asyncio.to_thread(
                 lambda: plan_provider(home, name, given, mode)
             )
-            await self._off_loop(lambda: apply_provider(home, plan))
+            await asyncio.to_thread(lambda: apply_provider(home, plan))
         except ConfigError as exc:  # (a SettingError too: a setting given wrong)
             return self.site.redirect("/settings", f"Not changed: {exc}.", provider=name)
         detail = ", ".join(f"{k}={v}" for k, v in plan.stored.items())
@@ -197,9 +197,9 @@ class SettingsPages:
         form = await form_of(request)
         text, seen = form.get("text", ""), form.get("seen", "")
         try:
-            changed = await self._off_loop(lambda: save_text(self.parts.home, text, seen))
+            changed = await asyncio.to_thread(lambda: save_text(self.parts.home, text, seen))
         except ConfigError as exc:
-            values = await self._off_loop(lambda: self._values("", text))
+            values = await asyncio.to_thread(lambda: self._values("", text))
             return self._show(request, me, 422, error=f"Not saved: {exc}", **values)
         if not changed:
             return self.site.redirect("/settings", "Nothing changed.")
@@ -223,7 +223,7 @@ class SettingsPages:
         if asked is not None:
             return asked
         try:
-            changed = await self._off_loop(lambda: restore_previous(self.parts.home))
+            changed = await asyncio.to_thread(lambda: restore_previous(self.parts.home))
         except ConfigError as exc:
             return self.site.redirect("/settings", f"Not put back: {exc}.")
         keys = ", ".join(changed) or "nothing"
