@@ -1,7 +1,7 @@
 """The dashboard on a large home: every page's server time and size.
 
     .venv/bin/python bench/dashboard_pages.py [--people 100] [--sessions 10000]
-        [--reminders 300] [--log-lines 3000] [--rounds 7] [--postgres URL]
+        [--reminders 300] [--log-lines 3000] [--rounds 7] [--postgres URL] [--only TEXT]
 
 Builds a home of `--people` people (each with two linked accounts and memory), spread
 `--sessions` sessions of 4 messages over them, live reminders, kept warnings and errors
@@ -39,6 +39,7 @@ from hermes.identity import owner_user_id
 from hermes.state.conversations import NewMessage
 from hermes.state.db import SessionDB
 from hermes.state.models import LogRecord, Reminder, utcnow
+from hermes.state.platform_health import OpenSpan
 from hermes.state.reminders import new_reminder_id
 from hermes.state.usage import Usage
 
@@ -109,10 +110,23 @@ def build(home: Path, args: argparse.Namespace) -> tuple[SessionDB, list[str]]:
                 db.usage.add(user_id, Usage(1000 + i, 100 + day, model), day=when)
     for n in range(600):
         db.jobs.record_run(("maintenance", "idle_sessions")[n % 2], n % 9 != 0, f"run {n}")
+    for instance in ("gw-a", "gw-b"):  # 30 days of platform health: a state change hourly
+        opened: dict[str, OpenSpan] = {}
+        for hour in range(30 * 24, 0, -1):
+            states = {
+                name: ("down", "HTTP 502") if (hour + k) % 17 == 0 else ("up", "")
+                for k, name in enumerate(("telegram", "discord", "slack"))
+            }
+            if instance == "gw-b":
+                states["discord"] = ("standby", "")
+            at = now - timedelta(hours=hour)
+            opened = db.platform_health.record(instance, states, opened, at)
+    db.upkeep.index_search()  # as a home that has run a day leaves it: searched, and
+    db.upkeep.maintenance()  # the daily upkeep done (statistics, merged indexes)
     return db, people
 
 
-async def measure(home: Path, db: SessionDB, people: list[str], rounds: int) -> None:
+async def measure(home: Path, db: SessionDB, people: list[str], rounds: int, only: str) -> None:
     config = load_config(home)
     owner = owner_user_id(home)
     memory = build_memory(home, config, db, None)
@@ -151,7 +165,11 @@ async def measure(home: Path, db: SessionDB, people: list[str], rounds: int) -> 
         "/admin/logs",
         "/admin/logs?level=warning&since=24h",
         "/admin/logs?level=error&since=7d&q=502",
+        "/admin/gateways",
+        "/admin/gateways?span=30d",
+        "/admin/settings",
     ]
+    pages = [page for page in pages if only in page]
     async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as client:
         async with client.get(base + "/admin/login") as response:
             nonce = re.search(r'name="nonce" value="([^"]+)"', await response.text())
@@ -185,6 +203,7 @@ def main() -> None:
     parser.add_argument("--log-lines", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--postgres", default=None)
+    parser.add_argument("--only", default="", help="measure only the pages whose path has this")
     args = parser.parse_args()
     scratch = ""
     if args.postgres:  # a schema of its own, dropped after: the database is left as found
@@ -200,7 +219,7 @@ def main() -> None:
             f"{args.sessions} sessions, {args.reminders} reminders, {args.log_lines} log lines"
         )
         try:
-            asyncio.run(measure(home, db, people, args.rounds))
+            asyncio.run(measure(home, db, people, args.rounds, args.only))
         finally:
             db.close()
             if scratch:

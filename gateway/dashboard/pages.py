@@ -64,7 +64,6 @@ from hermes.state.logs import LogFilter
 from hermes.state.models import LogRecord, MemoryVersion, as_utc
 from hermes.state.people import ROLES
 from hermes.state.platform_health import OPEN_WITHIN
-from hermes.state.search import SearchScope
 from hermes.state.transfer import export_lines, export_markdown
 from hermes.tools import capabilities
 from hermes.tools.mcp import McpHub
@@ -603,19 +602,20 @@ class Dashboard:
         self, me: Operator, wanted: str, query: str, vector: Any, page: int
     ) -> tuple[list[Any], list[dict[str, Any]], bool]:
         """One page of sessions, best first, across the people the reader may read
-        (`People.may`): with a query, ranked together by their best message's score
-        (each person's search is run only for the people the index says have a match,
-        so none is left out and none searched for nothing); without one, the most
-        recently active. Also: whether a next page has more."""
+        (`authority.decide`, weighed on the listing's rows and the role checked for
+        this request): with a query, ranked together by their best message's score
+        (`search_people`); without one, the most recently active. Also: whether a next
+        page has more."""
         users = self.db.people.users()
         if wanted:
             readable = [wanted]
         else:
-            may = self.people.may
+            actor, party_of = self.people.party_of(me.user_id, me.role), self.people.party_of
             readable = [
                 s.user.id
                 for s in users
-                if may(me.user_id, Action.READ_CONVERSATIONS, s.user.id) is None
+                if decide(actor, Action.READ_CONVERSATIONS, party_of(s.user.id, s.user.role))
+                is None
             ]
         first = (page - 1) * SESSIONS_PAGE
         conversations = self.db.conversations
@@ -626,16 +626,18 @@ class Dashboard:
             shown = [_listed(row, row.last_active_at, []) for row in rows[:SESSIONS_PAGE]]
             return users, shown, len(rows) > SESSIONS_PAGE
         ranked: list[tuple[float, str, list[Any]]] = []
-        for user_id in sorted(conversations.people_matching(query, readable)):
-            hits = conversations.search(SearchScope(user_id), query, HITS_PER_PERSON, vector=vector)
+        found = conversations.search_people(readable, query, HITS_PER_PERSON, vector)
+        for user_id, hits in sorted(found.items()):
             grouped: dict[str, list[Any]] = {}
             for hit in hits:
                 grouped.setdefault(hit.session_id, []).append(hit)
             ranked += [(group[0].score, user_id, group) for group in grouped.values()]
         ranked.sort(key=lambda item: -item[0])
+        page_of = ranked[first : first + SESSIONS_PAGE]
+        chats = conversations.sessions_of([(group[0].session_id, who) for _, who, group in page_of])
         shown = []
-        for _score, user_id, group in ranked[first : first + SESSIONS_PAGE]:
-            chat = conversations.get_session(group[0].session_id, user_id)
+        for _score, _user_id, group in page_of:
+            chat = chats.get(group[0].session_id)
             if chat is None:  # gone since the search
                 continue
             lines = [f"{h.role}: {snippet(h.content, h.terms, 90)}" for h in group[:3]]

@@ -7,6 +7,7 @@ import hashlib
 import json
 import secrets
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -40,6 +41,7 @@ from hermes.text import valid_text
 
 TITLE_CHARS = 60
 MEDIA_SETTLE = timedelta(hours=1)  # unreferenced bytes younger than this are kept
+SEARCH_THREADS = 2  # a search across people on PostgreSQL: connections at once (measured)
 
 
 def new_session_id() -> str:
@@ -137,6 +139,16 @@ class ConversationDB:
         with eng.reading(self.engine) as session:
             row = session.get(ChatSession, session_id)
             return row if row is not None and row.user_id == user_id else None
+
+    def sessions_of(self, owned: Sequence[tuple[str, str]]) -> dict[str, ChatSession]:
+        """`get_session` for many (session id, user id) pairs in one read: by id, each
+        session that exists and belongs to its pair's user."""
+        if not owned:
+            return {}
+        wanted = dict(owned)
+        with eng.reading(self.engine) as session:
+            rows = session.exec(select(ChatSession).where(col(ChatSession.id).in_(wanted)))
+            return {row.id: row for row in rows if row.user_id == wanted[row.id]}
 
     def turn_outcome(self, session_key: str, platform_message_id: str) -> TurnOutcome:
         """How far the turn of a platform message got, for a gateway taking over from
@@ -413,6 +425,37 @@ class ConversationDB:
             return self._search_in(
                 conn, scope=scope, query=query, limit=limit, vector=vector, ranking=ranking
             )
+
+    def search_people(
+        self, user_ids: Sequence[str], query: str, limit: int, vector: QueryVector | None = None
+    ) -> dict[str, list[MessageHit]]:
+        """Each of these people's own search for `query` (as `search` ranks it, with
+        their own statistics), for a page across people: only the people with a match
+        are searched (`people_matching`), in one snapshot; on PostgreSQL over a few
+        pooled connections at once (each search is a few round trips, so a hundred
+        people one after another wait mostly on the network)."""
+        wanted = sorted(self.people_matching(query, list(user_ids)))
+        if not wanted:
+            return {}
+
+        def some(group: list[str]) -> dict[str, list[MessageHit]]:
+            with eng.reading(self.engine) as session:
+                conn = session.connection()
+                return {
+                    user_id: self._search_in(
+                        conn, scope=SearchScope(user_id), query=query, limit=limit, vector=vector
+                    )
+                    for user_id in group
+                }
+
+        if self.engine.dialect.name != "postgresql" or len(wanted) < 2 * SEARCH_THREADS:
+            return some(wanted)
+        groups = [wanted[i::SEARCH_THREADS] for i in range(SEARCH_THREADS)]
+        with ThreadPoolExecutor(SEARCH_THREADS, thread_name_prefix="search") as pool:
+            found: dict[str, list[MessageHit]] = {}
+            for part in pool.map(some, groups):
+                found |= part
+        return found
 
     def people_matching(self, query: str, user_ids: list[str]) -> set[str]:
         """Which of these people have any message matching `query` (search.py's

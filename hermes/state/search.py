@@ -245,6 +245,17 @@ def scope_token(user_id: str) -> str:
 PEOPLE_BATCH = 100  # people whose CJK or stem terms one lookup names
 
 
+# Which keys (a person's scope token with a term) the index has, each looked up in the GIN
+# index on its own and the first row enough: `keys && array` of a hundred people's keys
+# was planned as a scan of every row, comparing each row's keys with the whole array.
+_PEOPLE_MATCHING = text(
+    "SELECT q.i FROM unnest(CAST(:keys AS text[])) WITH ORDINALITY AS q(key, i) "
+    "WHERE EXISTS (SELECT 1 FROM message_terms WHERE keys @> ARRAY[q.key]) UNION ALL "
+    "SELECT q.i + :n FROM unnest(CAST(:cjk AS text[])) WITH ORDINALITY AS q(key, i) "
+    "WHERE EXISTS (SELECT 1 FROM message_terms WHERE cjk @> ARRAY[q.key])"
+)
+
+
 def people_with_matches(conn: Connection, raw: str, user_ids: list[str]) -> set[str]:
     """Which of these people have at least one message the word or CJK index matches
     for `raw` (any of its terms): the ones a search across people needs to rank, found
@@ -265,13 +276,14 @@ def people_with_matches(conn: Connection, raw: str, user_ids: list[str]) -> set[
             )
             found |= {row[0] for row in conn.execute(text(sql), {"t": phrase})}
         for batch in batches:
-            keys = [f"{token}:{term}" for token in batch for term in simple]
-            cjk = [token + term for token in batch for term in parsed.cjk]
-            sql = (
-                "SELECT DISTINCT scope FROM message_terms WHERE keys && CAST(:keys AS text[]) "
-                "OR cjk && CAST(:cjk AS text[])"
-            )
-            found |= {row[0] for row in conn.execute(text(sql), {"keys": keys, "cjk": cjk})}
+            pairs = [(token, f"{token}:{term}") for token in batch for term in simple]
+            pairs += [(token, token + term) for token in batch for term in parsed.cjk]
+            params = {
+                "keys": [key for _token, key in pairs[: len(batch) * len(simple)]],
+                "cjk": [key for _token, key in pairs[len(batch) * len(simple) :]],
+                "n": len(batch) * len(simple),
+            }
+            found |= {pairs[row[0] - 1][0] for row in conn.execute(_PEOPLE_MATCHING, params)}
         return {tokens[token] for token in found if token in tokens}
     people: set[str] = set()
     if parsed.words:  # every person's postings: the people are read from the rows

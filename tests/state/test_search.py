@@ -316,3 +316,36 @@ def test_the_people_with_a_match_are_found_in_one_lookup(db: SessionDB) -> None:
     assert matching('"blue heron"', everyone) == {"u_00000000000000b2"}
     assert matching("river", everyone[:2]) == {"u_00000000000000b2"}  # only those asked
     assert matching("volcano", everyone) == set()
+    # a word and a CJK term at once: each person found by the lookup that matched them
+    assert matching("heron 東京", everyone) == {
+        "u_00000000000000b1",
+        "u_00000000000000b2",
+        "u_00000000000000b4",
+    }
+
+
+def test_a_search_across_people_is_each_persons_own_search(db: SessionDB) -> None:
+    """`search_people` (the dashboard's Sessions search): for every person with a match,
+    exactly what their own `search` finds (enough people that PostgreSQL spreads them
+    over its threads), nobody without one, nobody not asked about; `sessions_of` reads
+    the sessions found, and none under another person's id."""
+    people = [f"u_{n:016x}" for n in range(1, 14)]
+    sessions = {}
+    for n, user_id in enumerate(people):
+        db.people.ensure_user(user_id)
+        chat = db.conversations.start_session(user_id, "telegram", f"telegram:dm:{n}")
+        sessions[user_id] = chat.id
+        said = f"the otter swam {n} times" if n % 4 else "nothing about rivers today"
+        db.conversations.add_messages(chat.id, [NewMessage("user", said)])
+    found = db.conversations.search_people(people[:-1], "otter", 5)
+    expected = {p for n, p in enumerate(people[:-1]) if n % 4}
+    assert set(found) == expected
+    for user_id in expected:
+        own = db.conversations.search(SearchScope(user_id), "otter", 5)
+        assert [(h.message_id, h.score) for h in found[user_id]] == [
+            (h.message_id, h.score) for h in own
+        ]
+    assert db.conversations.search_people(people, "volcano", 5) == {}
+    pairs = [(sessions[p], p) for p in people[:3]] + [(sessions[people[4]], people[5])]
+    assert set(db.conversations.sessions_of(pairs)) == {sessions[p] for p in people[:3]}
+    assert db.conversations.sessions_of([]) == {}
