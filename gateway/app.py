@@ -63,6 +63,7 @@ if TYPE_CHECKING:  # steps 3 to 6 are imported by build_app itself: a CLI comman
     from gateway.pipeline.router import Router, RouterPolicy
     from hermes.agent.agent import Agent
     from hermes.embedder import Embedder
+    from hermes.llm.metering import Meter
     from hermes.llm.types import ChatModel
     from hermes.state.db import SessionDB
     from hermes.tools.mcp import McpHub
@@ -176,10 +177,11 @@ def build_app(
         endpoint = main_endpoint(config, env)
         if endpoint is None:
             raise ConfigError("no model is configured (llm.base_url, llm.model)")
-        main = LLMClient(endpoint)
+        meter = usage_meter(db)
+        main = LLMClient(endpoint, meter)
         clients.append(main)
-        search_model = _side_client(config, SideTask.SESSION_SEARCH, env, clients)
-        memory_model = _side_client(config, SideTask.MEMORY, env, clients)
+        search_model = _side_client(config, SideTask.SESSION_SEARCH, env, clients, meter)
+        memory_model = _side_client(config, SideTask.MEMORY, env, clients, meter)
         model = main
     if provider is None:  # the gateway needs it: a provider that cannot load stops it here
         provider = provider_factory(home, config, env)
@@ -284,16 +286,39 @@ def search_policy(config: HermesConfig) -> SummaryPolicy:
 
 
 def side_model(
-    config: HermesConfig, task: SideTask, env: Mapping[str, str] | None = None
+    config: HermesConfig,
+    task: SideTask,
+    env: Mapping[str, str] | None = None,
+    db: SessionDB | None = None,
 ) -> LLMClient | None:
     """A client for a side task's model (the caller closes it), None when no model is
-    configured: what the CLI and the scheduler's jobs run consolidation with."""
+    configured: what the CLI and the scheduler's jobs run consolidation with. With `db`,
+    the tokens of calls made for a person are counted there (`usage_meter`)."""
     endpoint = side_endpoint(config, task, env)
-    return LLMClient(endpoint) if endpoint is not None else None
+    if endpoint is None:
+        return None
+    return LLMClient(endpoint, usage_meter(db) if db is not None else None)
+
+
+def usage_meter(db: SessionDB) -> Meter:
+    """What a client counts a person's side calls with (hermes/llm/metering.py): their
+    tokens by day and model, beside their turns' (the Usage page, `hermes usage`),
+    written on the database's executor."""
+
+    from hermes.state.usage import Usage
+
+    async def meter(user_id: str, prompt: int, completion: int, model: str) -> None:
+        await db.run(db.usage.add, user_id, Usage(prompt, completion, model))
+
+    return meter
 
 
 def _side_client(
-    config: HermesConfig, task: SideTask, env: Mapping[str, str] | None, clients: list[LLMClient]
+    config: HermesConfig,
+    task: SideTask,
+    env: Mapping[str, str] | None,
+    clients: list[LLMClient],
+    meter: Meter,
 ) -> LLMClient:
     """The side task's client, shared with any of `clients` (the main one first) that
     has the same endpoint; a new one is added to them."""
@@ -302,7 +327,7 @@ def _side_client(
         if endpoint is None or client.endpoint == endpoint:
             return client
     assert endpoint is not None
-    client = LLMClient(endpoint)
+    client = LLMClient(endpoint, meter)
     clients.append(client)
     return client
 

@@ -34,7 +34,7 @@ def _opened(home: Path) -> tuple[HermesConfig, SessionDB]:
 async def _resources(home: Path) -> AsyncIterator[tuple[HermesConfig, SessionDB, LLMClient | None]]:
     """The home's config, state.db and memory model, opened and closed off the loop."""
     config, db = await asyncio.to_thread(_opened, home)
-    model = side_model(config, SideTask.MEMORY)
+    model = side_model(config, SideTask.MEMORY, db=db)
     try:
         yield config, db, model
     finally:

@@ -129,13 +129,14 @@ class CliContext:
         model = side_model(self.config, SideTask.SESSION_SEARCH)
         return LLMSummarizer(model) if model is not None else None
 
-    def auxiliary_model(self) -> LLMClient | None:
+    def auxiliary_model(self, db: SessionDB) -> LLMClient | None:
         """The model for memory's side tasks (consolidation, the guard's judge), chosen
-        as the gateway chooses it (gateway.app.side_model)."""
+        as the gateway chooses it (gateway.app.side_model), its tokens counted in `db`
+        for the person they were spent for."""
         from gateway.app import side_model
         from gateway.config import SideTask
 
-        return side_model(self.config, SideTask.MEMORY)
+        return side_model(self.config, SideTask.MEMORY, db=db)
 
     def summary_policy(self) -> SummaryPolicy:
         from gateway.app import search_policy

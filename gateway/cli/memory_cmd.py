@@ -135,7 +135,7 @@ def pending(
 
 
 async def _settle(ctx: CliContext, db: SessionDB) -> PendingReport:
-    async with ctx.memory_at_work(db, ctx.auxiliary_model()) as service:
+    async with ctx.memory_at_work(db, ctx.auxiliary_model(db)) as service:
         return await service.settle_pending()
 
 
@@ -257,7 +257,8 @@ def _run(user: str | None, as_json: bool, **args: str) -> None:
 
 
 async def _apply(ctx: CliContext, user_id: str, args: dict[str, str]) -> ToolOutcome:
-    async with ctx.memory_at_work(ctx.open_db(), ctx.auxiliary_model()) as service:
+    db = ctx.open_db()
+    async with ctx.memory_at_work(db, ctx.auxiliary_model(db)) as service:
         return await service.apply(user_id, args, actor="user")
 
 
@@ -308,7 +309,7 @@ def consolidate(
 
     ctx = CliContext.load()
     db = ctx.open_db()
-    model = ctx.auxiliary_model()
+    model = ctx.auxiliary_model(db)
     users = None if all_users else [ctx.user_id(user)]
 
     runs = asyncio.run(_consolidate(ctx, db, model, users, force))

@@ -27,6 +27,7 @@ from hermes.agent.toolbox import Tool, ToolBox
 from hermes.config import AgentConfig
 from hermes.embedder import Embedder
 from hermes.llm.client import LLMError
+from hermes.llm.metering import charged_to, uncharged
 from hermes.llm.types import ChatModel, ModelReply
 from hermes.memory.service import MemoryService
 from hermes.memory.tool import MEMORY_TOOL_SCHEMA
@@ -193,7 +194,10 @@ class Agent:
         as it is written (and a note while tools run); the result is the same. `images`
         (data URLs) go with this message as image parts, in this turn's requests only
         (what is stored and searched is `text`)."""
-        with metrics.TURN_SECONDS.labels(surface.platform).time():
+        # what the turn's side calls spend (compression, memory review, the guard's
+        # judge, search summaries) is the session's person's; its replies are counted
+        # with the messages they are stored with (_persist), not by the meter
+        with metrics.TURN_SECONDS.labels(surface.platform).time(), charged_to(conv.user_id):
             return await self._turn(
                 conv,
                 valid_text(text),  # a transcript, a document's text, the terminal's bytes
@@ -566,10 +570,11 @@ class Agent:
         if note:
             messages.append({"role": "user", "content": note})
         schemas = tools.schemas if tools else None
-        if on_text is None:
-            reply = await self.model.chat(messages, schemas)
-        else:
-            reply = await self.model.chat(messages, schemas, on_text=on_text)
+        with uncharged():  # counted with the messages it is stored with (_persist)
+            if on_text is None:
+                reply = await self.model.chat(messages, schemas)
+            else:
+                reply = await self.model.chat(messages, schemas, on_text=on_text)
         conv.mark_sent(reply.prompt_tokens)
         return reply
 
@@ -675,7 +680,10 @@ class Agent:
         if not tools.schemas:  # memory is not among the person's tools
             return
         snapshot = self.memory_of(conv.user_id).snapshot()
-        await review.run(conv, model=self.aux_model or self.model, tools=tools, snapshot=snapshot)
+        with charged_to(conv.user_id):  # after a turn, or from the idle-sessions job
+            await review.run(
+                conv, model=self.aux_model or self.model, tools=tools, snapshot=snapshot
+            )
 
     async def _compress(self, conv: Conversation, surface: Surface) -> None:
         note = (

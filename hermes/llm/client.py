@@ -16,7 +16,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hermes import metrics
+from hermes.llm import metering
 from hermes.llm.endpoint import Endpoint
+from hermes.llm.metering import Meter
 from hermes.llm.types import ModelReply, ToolCall
 from hermes.text import valid_text
 
@@ -66,8 +68,9 @@ class LLMError(Exception):
 
 
 class LLMClient:
-    def __init__(self, endpoint: Endpoint) -> None:
+    def __init__(self, endpoint: Endpoint, meter: Meter | None = None) -> None:
         self.endpoint = endpoint
+        self.meter = meter  # counts the tokens of calls made for a person (metering.py)
         self._sdk_client: openai.AsyncOpenAI | None = None
 
     @property
@@ -119,7 +122,12 @@ class LLMClient:
     ) -> Any:
         """One chat completion (the SDK's ChatCompletion object)."""
         async with self._deadline():
-            return await self._complete(messages, tools, temperature, max_tokens)
+            completion = await self._complete(messages, tools, temperature, max_tokens)
+        usage = getattr(completion, "usage", None)
+        await self._charge(
+            getattr(usage, "prompt_tokens", 0), getattr(usage, "completion_tokens", 0)
+        )
+        return completion
 
     async def _complete(
         self,
@@ -165,16 +173,29 @@ class LLMClient:
         is always one complete answer, never the broken-off part. Both together finish
         within the endpoint's deadline, or LLMError says the model is not answering."""
         model = self.endpoint.model
+        reply = None
         async with self._deadline():
             if on_text is not None:
-                streamed = await self._stream(messages, tools, temperature, on_text)
-                if streamed is not None:
-                    return dataclasses.replace(streamed, model=model)
-            completion = await self._complete(messages, tools, temperature, None)
+                reply = await self._stream(messages, tools, temperature, on_text)
+            if reply is None:
+                completion = await self._complete(messages, tools, temperature, None)
+                try:
+                    reply = _reply(completion)
+                except (AttributeError, TypeError, IndexError, KeyError):  # JSON's shape
+                    raise LLMError(NOT_A_COMPLETION) from None
+        await self._charge(reply.prompt_tokens, reply.completion_tokens)
+        return dataclasses.replace(reply, model=model)
+
+    async def _charge(self, prompt: int | None, completion: int | None) -> None:
+        """Count a call's tokens for the person it was made for (metering.py), when
+        there is one and the endpoint said what it used. Counting never fails a call."""
+        who = metering.payer()
+        if who is None or self.meter is None or not (prompt or completion):
+            return
         try:
-            return dataclasses.replace(_reply(completion), model=model)
-        except (AttributeError, TypeError, IndexError, KeyError):  # JSON of the wrong shape
-            raise LLMError(NOT_A_COMPLETION) from None
+            await self.meter(who, prompt or 0, completion or 0, self.endpoint.model)
+        except Exception as exc:
+            logger.warning("tokens of a call for %s not counted: %s", who, exc)
 
     @contextlib.asynccontextmanager
     async def _deadline(self) -> AsyncIterator[None]:

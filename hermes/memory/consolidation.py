@@ -27,6 +27,7 @@ from typing import Any
 
 from hermes.config import ConsolidationConfig
 from hermes.llm.client import LLMError
+from hermes.llm.metering import charged_to
 from hermes.llm.types import ChatModel
 from hermes.memory import entries as fmt
 from hermes.memory.fidelity import is_instruction, meaning_changes
@@ -109,7 +110,8 @@ async def consolidate(
     with store.consolidation_claim() as acquired:
         if not acquired:
             return Outcome("busy", "another consolidation of this store is running")
-        outcome = await _consolidate_locked(memory, store, db, model, config, force=force)
+        with charged_to(memory.user_id):  # the model's tokens are the store's person's
+            outcome = await _consolidate_locked(memory, store, db, model, config, force=force)
     await db.run(_record, db, memory.user_id, target, outcome, config)
     return outcome
 

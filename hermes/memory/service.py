@@ -34,6 +34,7 @@ from typing import Any, cast
 from hermes import metrics
 from hermes.config import MemoryConfig
 from hermes.identity import validate_user_id
+from hermes.llm.metering import charged_to
 from hermes.llm.types import ChatModel
 from hermes.memory import entries as fmt
 from hermes.memory import sweep
@@ -193,7 +194,7 @@ class MemoryService:
     ) -> ToolOutcome:
         """A memory-tool operation (add / replace / remove) for `user_id`; `context`
         goes to the guard's model with it (hermes/tools/taint.py)."""
-        verdict = await self._judge(args, context)
+        verdict = await self._judge(user_id, args, context)
         if verdict is not None and verdict.finding is not None:
             metrics.MEMORY_REJECTIONS.labels("scan").inc()
             error = (
@@ -253,7 +254,9 @@ class MemoryService:
             self.request_check(user_id)
         return outcome
 
-    async def _judge(self, args: Mapping[str, Any], context: str = "") -> Verdict | None:
+    async def _judge(
+        self, user_id: str, args: Mapping[str, Any], context: str = ""
+    ) -> Verdict | None:
         """The model's verdict on new text, off the store's lock (it calls a model); None
         when there is nothing for it to judge: no judge, a removal, or text the rules
         refuse anyway (they run again under the lock, with the store's neighbours). A
@@ -267,7 +270,8 @@ class MemoryService:
         if ruled is not None and not ruled.quoted:
             return None
         started = time.perf_counter()
-        verdict = await self.judge.check(content, context=context)
+        with charged_to(user_id):  # its tokens are the writing person's
+            verdict = await self.judge.check(content, context=context)
         metrics.MEMORY_JUDGE_SECONDS.observe(time.perf_counter() - started)
         return verdict
 
@@ -287,7 +291,7 @@ class MemoryService:
         for held in due:
             assert held.id is not None
             args = json.loads(held.args)
-            verdict = await self._judge(args) if self.judge is not None else None
+            verdict = await self._judge(held.user_id, args) if self.judge is not None else None
             if verdict is not None and verdict.unavailable is not None:
                 self.db.memory_log.settle_pending(held.id, verdict.unavailable)
                 report.waiting += 1

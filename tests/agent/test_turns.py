@@ -67,8 +67,11 @@ def test_messages_are_persisted_in_openai_shape(harness: Harness) -> None:
     assert json.loads(rows[2].content)["success"] is True
     session = harness.db.conversations.get_session(session_id, harness.user)
     assert session is not None and session.prompt_tokens == 20 and session.completion_tokens == 10
-    (used,) = harness.db.usage.totals("person", utcnow().date())  # the person's day, by model
-    assert (used.key, used.prompt, used.completion, used.calls) == (harness.user, 20, 10, 2)
+    # the person's day, by model: the turn's two replies and the memory guard's judgement
+    # of their write (a side call, metered for them: hermes/llm/metering.py), 10+5 each
+    assert len(harness.fake.judge_requests) == 1
+    (used,) = harness.db.usage.totals("person", utcnow().date())
+    assert (used.key, used.prompt, used.completion, used.calls) == (harness.user, 30, 15, 3)
     assert used.model == "main-model"  # the configured name, what its price is set by
 
 

@@ -102,14 +102,17 @@ def off_the_loop(job: Callable[[str], Awaitable[str]], home: Path) -> str:
 def test_jobs_do_their_work_off_the_loop(home: Path, fake_llm: FakeOpenAI) -> None:
     configure(home, fake_llm)
     path = fill_store(home)
+    db = SessionDB.open(home)
+    user = owner_user_id(home)
+    db.people.ensure_user(user)
     fake_llm.default = good_proposal()
     assert off_the_loop(jobs.consolidation_check, home) == "applied: 1"
     assert len(fmt.parse(path.read_text())) == CONSOLIDATED
     assert off_the_loop(jobs.consolidation_check, home) == "all stores under the threshold"
     assert off_the_loop(jobs.memory_pending, home) == "no held writes"
-    db = SessionDB.open(home)
-    user = owner_user_id(home)
-    db.people.ensure_user(user)
+    # the consolidation's tokens are the store's person's (the Usage page, hermes usage)
+    (used,) = db.usage.totals("person", utcnow().date())
+    assert (used.key, used.model, used.prompt, used.completion, used.calls) == (user, "m", 10, 5, 1)
     old = db.conversations.start_session(
         user, "telegram", "k", started_at=utcnow() - timedelta(hours=9)
     )
@@ -119,6 +122,8 @@ def test_jobs_do_their_work_off_the_loop(home: Path, fake_llm: FakeOpenAI) -> No
     fresh = db.conversations.start_session(user, "cli", "k2")
     fake_llm.default = Reply(text="nothing")
     assert off_the_loop(jobs.idle_sessions, home) == "finalized 1 idle session(s)"
+    (used,) = db.usage.totals("person", utcnow().date())  # and the idle session's review
+    assert (used.key, used.calls) == (user, 2)
     ended = db.conversations.get_session(old.id, user)
     assert ended is not None and ended.end_reason == "idle"
     still = db.conversations.get_session(fresh.id, user)

@@ -283,3 +283,48 @@ def test_retries_of_a_plain_call_are_inside_the_deadline_too(fake_llm: FakeOpenA
     fake_llm.push(*[Reply(text="late", delay=0.4)] * 4)
     with pytest.raises(LLMError, match=r"within 0.5 s"):
         ask(client(fake_llm, timeout=0.3, max_retries=3, deadline=0.5))
+
+
+def test_side_calls_are_metered_for_the_person_they_are_made_for(
+    fake_llm: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The client's meter gets each call's tokens with the person `charged_to` names
+    (streamed or not, `chat` or `text`, and in a task started inside); a call for nobody
+    or inside `uncharged` is not metered; a meter that fails does not fail the call."""
+    from hermes.llm.metering import charged_to, uncharged
+
+    counted: list[tuple[str, int, int, str]] = []
+    broken = False
+
+    async def meter(user_id: str, prompt: int, completion: int, model: str) -> None:
+        if broken:
+            raise OSError("disk full")
+        counted.append((user_id, prompt, completion, model))
+
+    llm = client(fake_llm)
+    llm.meter = meter
+    fake_llm.default = Reply(text="fine", prompt_tokens=7, completion_tokens=3)
+    hello = [{"role": "user", "content": "hi"}]
+
+    async def go() -> str:
+        nonlocal broken
+        try:
+            await llm.chat(hello)  # nobody's
+            with charged_to("u_a"):
+                await llm.chat(hello)
+                await llm.chat(hello, on_text=lambda _text: None)  # streamed
+                await llm.text(hello)
+                with uncharged():
+                    await llm.chat(hello)  # counted elsewhere (a turn's reply)
+                with charged_to("u_b"):
+                    await asyncio.create_task(llm.chat(hello))
+            broken = True
+            with charged_to("u_a"):
+                return (await llm.chat(hello)).content or ""
+        finally:
+            await llm.close()
+
+    assert asyncio.run(go()) == "fine"
+    a, b = ("u_a", 7, 3, "fake-model"), ("u_b", 7, 3, "fake-model")
+    assert counted == [a, a, a, b]
+    assert "tokens of a call for u_a not counted: disk full" in caplog.text
