@@ -126,7 +126,9 @@ def build(home: Path, args: argparse.Namespace) -> tuple[SessionDB, list[str]]:
     return db, people
 
 
-async def measure(home: Path, db: SessionDB, people: list[str], rounds: int, only: str) -> None:
+async def serve_dashboard(home: Path, db: SessionDB, people: list[str]) -> tuple[HttpServer, str]:
+    """The dashboard served as `hermes dashboard` serves it, on loopback, the first five
+    people given memory, the owner a password: the server and its address."""
     config = load_config(home)
     owner = owner_user_id(home)
     memory = build_memory(home, config, db, None)
@@ -141,7 +143,11 @@ async def measure(home: Path, db: SessionDB, people: list[str], rounds: int, onl
         server.add(route)
     await server.start()
     dashboard.site.set_port(server.port)
-    base = f"http://127.0.0.1:{server.port}"
+    return server, f"http://127.0.0.1:{server.port}"
+
+
+async def measure(home: Path, db: SessionDB, people: list[str], rounds: int, only: str) -> None:
+    server, base = await serve_dashboard(home, db, people)
     session = db.conversations.list_sessions(people[0], limit=1)[0]
     pages = [
         "/admin/status",

@@ -408,31 +408,32 @@ class Dashboard:
         if role not in ROLES:
             raise RefusedError(400, "Unknown role.")
         await self._may_off_loop(me, Action.SET_ROLE, user_id, role=role)
-        refused = self.people.set_role(user_id, role, by=me.user_id)
+        refused = await self._off_loop(lambda: self.people.set_role(user_id, role, by=me.user_id))
         if refused is not None:
             return self.site.redirect("/people", f"Not changed: {refused}.")
         await self.site.audit(me, "role", user_id, role)
-        return self.site.redirect("/people", f"{user_id} is now {role}.")
+        name = await self._off_loop(lambda: name_of(self.db, user_id))
+        return self.site.redirect("/people", f"{name} is now {role}.")
 
     async def _block(self, request: web.Request, me: Operator) -> web.StreamResponse:
         form = await form_of(request)
         user_id, blocked = form.get("user", ""), form.get("blocked") == "yes"
         await self._may_off_loop(me, Action.BLOCK, user_id)
+        name = await self._off_loop(lambda: name_of(self.db, user_id))
         if blocked:
-            name = await self._off_loop(lambda: name_of(self.db, user_id))
             detail = "The assistant stops answering them on every platform until unblocked."
             asked = self.unless_sure(
                 request, me, form, f"Block {name}?", yes="Block", detail=detail
             )
             if asked is not None:
                 return asked
-        refused = self.people.set_blocked(user_id, blocked=blocked, by=me.user_id)
+        refused = await self._off_loop(
+            lambda: self.people.set_blocked(user_id, blocked=blocked, by=me.user_id)
+        )
         if refused is not None:
             return self.site.redirect("/people", f"Not changed: {refused}.")
         await self.site.audit(me, "block" if blocked else "unblock", user_id)
-        return self.site.redirect(
-            "/people", f"{user_id} is {'blocked' if blocked else 'unblocked'}."
-        )
+        return self.site.redirect("/people", f"{name} is {'blocked' if blocked else 'unblocked'}.")
 
     async def _link_code(self, request: web.Request, me: Operator) -> web.StreamResponse:
         """A link code for the operator's own account (to link it with their other

@@ -1113,7 +1113,7 @@ def test_a_notice_in_a_link_someone_sent_is_not_shown(home: Path) -> None:
         served.db.people.ensure_user(other, display_name="Bo")
         await browser.get("/admin/people")
         await browser.post("/admin/people/role", {"user": other, "role": "admin"})
-        assert browser.note() == f"{other} is now admin."
+        assert browser.note() == "Bo is now admin."  # by name, not by id
 
     run(home, body)
 
