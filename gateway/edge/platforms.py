@@ -11,6 +11,7 @@ PACKAGES: dict[str, str] = {
     "telegram": "adapters.telegram",
     "discord": "adapters.discord",
     "slack": "adapters.slack",
+    "mattermost": "adapters.mattermost",
     "cli": "adapters.cli",  # the terminal: always installed, never in config.yaml
 }
 TERMINAL = "cli"  # `hermes chat`'s platform
