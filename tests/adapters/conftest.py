@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.fakes.discord_server import FakeDiscord
+from tests.fakes.mattermost_server import FakeMattermost
 from tests.fakes.slack_server import FakeSlack
 from tests.fakes.telegram_server import FakeTelegram
 
@@ -28,5 +29,12 @@ def slack() -> Iterator[FakeSlack]:
 @pytest.fixture
 def discord_fake() -> Iterator[FakeDiscord]:
     server = FakeDiscord().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def mattermost() -> Iterator[FakeMattermost]:
+    server = FakeMattermost().start()
     yield server
     server.stop()

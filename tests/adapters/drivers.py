@@ -26,6 +26,9 @@ import pytest
 
 from gateway.edge.ports import MenuEntry, PlatformAdapter
 from tests.fakes.discord_server import DiscordFault, FakeDiscord
+from tests.fakes.mattermost_server import TOKEN as MATTERMOST_TOKEN
+from tests.fakes.mattermost_server import FakeMattermost
+from tests.fakes.mattermost_server import Fault as MattermostFault
 from tests.fakes.slack_server import FakeSlack, SlackFault
 from tests.fakes.telegram_server import FakeTelegram, Fault
 
@@ -42,6 +45,7 @@ class Driver:
     # is one), [1] a second person (a member), [2] and [3] strangers
     users: ClassVar[tuple[str, str, str, str]]
     records_refused: ClassVar[bool] = True  # `texts` includes a send refused with a 429
+    durations: ClassVar[bool] = True  # the platform says how long a voice note is
     env: ClassVar[dict[str, str]] = {}
 
     def __init__(self, fake: Any = None) -> None:
@@ -546,7 +550,121 @@ class CliDriver(Driver):
         return self.texts()  # one message per reply, its final text
 
 
-DRIVERS: tuple[type[Driver], ...] = (TelegramDriver, SlackDriver, DiscordDriver, CliDriver)
+class MattermostDriver(Driver):
+    """Mattermost's REST API and websocket (tests/fakes/mattermost_server.py). Its
+    approval buttons need the gateway's address known before it starts (actions_url):
+    not driven here yet, so the approval suite does not run on it."""
+
+    name, fixture, limit = "mattermost", "mattermost", 16_383
+    users = (
+        "a1ice000000000000000000000",
+        "b0b00000000000000000000000",
+        "s7ranger000000000000000000",
+        "s8ranger000000000000000000",
+    )
+    env: ClassVar[dict[str, str]] = {"MATTERMOST_TOKEN": MATTERMOST_TOKEN}
+    durations = False  # a file's info has no length: a recording is measured once read
+    fake: FakeMattermost
+
+    def adapter(self, menu: list[MenuEntry]) -> PlatformAdapter:
+        from adapters.mattermost.adapter import MattermostAdapter
+
+        return MattermostAdapter(self.fake.url, MATTERMOST_TOKEN)
+
+    def config(self) -> dict[str, Any]:
+        return {"url": self.fake.url}
+
+    def ready(self) -> None:
+        self.fake.wait_connected()
+
+    def dm_of(self, user: str) -> str:
+        return f"dm-{user}"
+
+    def say(self, user: str, text: str) -> Any:
+        return self.fake.say(user, text)
+
+    def redeliver(self, delivery: Any) -> None:
+        self.fake.redeliver(str(delivery))
+
+    def _share(self, text: str, name: str, mime: str, data: bytes, size: int | None = None) -> None:
+        file = (name, mime, data) if size is None else (name, mime, data, size)
+        self.fake.say(self.users[0], text, files=[file])
+
+    def send_photo(self, user: str) -> None:
+        self.fake.say(user, "", files=[("cat.png", "image/png", b"")])
+        self.fake.files.clear()  # the server no longer has it: nothing to fetch
+
+    def photo(self, data: bytes, caption: str) -> None:
+        self._share(caption, "p.jpg", "image/jpeg", data)
+
+    def voice(self, data: bytes, seconds: float) -> None:
+        self._share("", "voice.ogg", "audio/ogg", data)
+
+    def document(self, data: bytes, name: str, mime: str, size: int | None = None) -> None:
+        self._share("", name, mime, data, size)
+
+    def texts(self) -> list[str]:
+        return [
+            str(body.get("message", ""))
+            for method, path, body in list(self.fake.calls)
+            if method == "POST" and path == "/api/v4/posts"
+        ]
+
+    def texts_to(self, chat: str) -> list[str]:
+        return [
+            str(body.get("message", ""))
+            for method, path, body in list(self.fake.calls)
+            if method == "POST" and path == "/api/v4/posts" and body.get("channel_id") == chat
+        ]
+
+    def shown(self) -> list[str]:
+        return [str(p["message"]) for p in self.fake.bot_posts()]
+
+    def message_text(self, chat: str, message: str) -> str:
+        post = self.fake.posts.get(message)
+        return str(post["message"]) if post is not None else ""
+
+    def edit_times(self) -> list[float]:
+        return list(self.fake.edit_times)
+
+    def edit_texts(self) -> list[str]:
+        return [
+            str(body.get("message", ""))
+            for method, path, body in list(self.fake.calls)
+            if method == "PUT" and path.endswith("/patch")
+        ]
+
+    def render(self, text: str) -> str:
+        return text  # Mattermost shows Markdown as it is written
+
+    def downloads(self) -> int:
+        return self.fake.downloads
+
+    def fail_next_send(self, seconds: float) -> None:
+        self.fake.faults.append(MattermostFault("/api/v4/posts", 429, int(seconds), "POST"))
+
+    def fail_next_send_5xx(self) -> None:
+        self.fake.faults.append(MattermostFault("/api/v4/posts", 502, None, "POST"))
+
+    def fault_next_edit(self) -> None:
+        self.fake.faults.append(MattermostFault("/api/v4/posts/", 429, 1, "PUT"))
+
+    def break_downloads(self) -> None:
+        self.fake.broken_downloads = True
+
+    def drop(self) -> None:
+        before = self.fake.connections
+        self.fake.drop()
+        self.fake.wait_connected(before + 1, 30)
+
+
+DRIVERS: tuple[type[Driver], ...] = (
+    TelegramDriver,
+    SlackDriver,
+    DiscordDriver,
+    MattermostDriver,
+    CliDriver,
+)
 SERVED = tuple(d for d in DRIVERS if d.fixture is not None)  # the platforms with a server
 
 
@@ -560,9 +678,13 @@ def needs(*abilities: str, fixture: str = "platform") -> pytest.MarkDecorator:
     return pytest.mark.parametrize(fixture, platforms_with(*abilities), indirect=True)
 
 
+def by_name(name: str) -> type[Driver]:
+    return next(d for d in DRIVERS if d.name == name)
+
+
 def driver_for(request: pytest.FixtureRequest) -> Driver:
     """The driver named by a parametrized fixture's param, its fake started."""
-    cls = next(d for d in DRIVERS if d.name == request.param)
+    cls = by_name(request.param)
     return cls(request.getfixturevalue(cls.fixture) if cls.fixture else None)
 
 
@@ -572,8 +694,10 @@ __all__ = [
     "CliDriver",
     "DiscordDriver",
     "Driver",
+    "MattermostDriver",
     "SlackDriver",
     "TelegramDriver",
+    "by_name",
     "driver_for",
     "needs",
     "platforms_with",

@@ -284,11 +284,17 @@ def test_a_message_waiting_at_start_is_answered(
         platform.say(platform.users[0], "am I early?")  # waiting in getUpdates already
 
     async def body() -> list[str]:
-        if platform.name == "slack":
+        if platform.name in ("slack", "mattermost"):
             await say(platform, "am I early?")  # the first frame after connecting
         return await until(1, platform.texts)
 
     assert run(home, fake_llm, platform, body) == ["good morning"]
+
+
+# Abilities a platform's driver does not have yet (issue #46: Mattermost's approval
+# buttons need the gateway's address before it starts, which these suites' gateways do
+# not have: its press path is tested in tests/adapters/test_mattermost.py only).
+NOT_YET: dict[str, set[str]] = {"mattermost": {"press", "buttons"}}
 
 
 def test_every_platform_with_a_server_has_every_ability() -> None:
@@ -302,6 +308,9 @@ def test_every_platform_with_a_server_has_every_ability() -> None:
     ]
     assert len(abilities) > 20
     served = [d.name for d in SERVED]
-    assert platforms_with(*abilities) == served and sorted(served) == sorted(CONFIGURED)
+    assert sorted(served) == sorted(CONFIGURED)
+    for driver in SERVED:  # what a platform cannot do yet is listed, and nothing else
+        missing = {a for a in abilities if not driver.can(a)}
+        assert missing == NOT_YET.get(driver.name, set()), (driver.name, missing)
     assert CliDriver.can("adapter", "say", "texts", "shown")
     assert not CliDriver.can("texts_to") and not CliDriver.can("send_photo")

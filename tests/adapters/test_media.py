@@ -15,7 +15,7 @@ from sqlalchemy import text
 
 from gateway.pipeline.media import collect_garbage
 from hermes.state.db import SessionDB
-from tests.adapters.drivers import Driver, TelegramDriver, driver_for, platforms_with
+from tests.adapters.drivers import Driver, TelegramDriver, by_name, driver_for, platforms_with
 from tests.adapters.harness import run_gateway
 from tests.apps import app_config
 from tests.fakes.documents import pdf
@@ -177,9 +177,16 @@ def test_a_voice_note_is_transcribed_into_the_message_and_searchable(
     db.close()
 
 
+@pytest.fixture(params=[d for d in platforms_with("voice") if by_name(d).durations])
+def timed(request: pytest.FixtureRequest) -> Driver:
+    """A platform that says a voice note's length before it is downloaded."""
+    return driver_for(request)
+
+
 def test_a_long_recording_is_refused_before_downloading_a_failed_transcription_asks_for_text(
-    home: Path, fake_llm: FakeOpenAI, side: Driver
+    home: Path, fake_llm: FakeOpenAI, timed: Driver
 ) -> None:
+    side = timed
     fake_llm.transcribe_script.append(Reply(status=500))
 
     async def body() -> None:

@@ -108,9 +108,10 @@ async def ask(side: Driver, user: str, text: str, answer: str) -> str:
 
 async def press(side: Driver, user: str, label: str, outcome: str) -> str:
     """`user` answers the bot's last question in their chat with its button `label` (on
-    the terminal: types its command); what the question (or the answer) says then."""
-    if isinstance(side, CliDriver):
-        question = next(t for t in reversed(side.texts()) if "/confirm" in t)
+    the terminal, and a platform whose messages carry no buttons here: types its
+    command); what the question (or the answer) says then."""
+    if isinstance(side, CliDriver) or not side.can("press"):
+        question = next(t for t in reversed(said(side, user)) if "/confirm" in t)
         yes, no = TYPED.findall(question)
         return await ask(side, user, yes if label in ("Allow", "Send") else no, outcome)
     chat = side.dm_of(user)

@@ -25,6 +25,7 @@ import itertools
 import json
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,7 @@ class Fault:
     path: str  # the request path's start, e.g. "/api/v4/posts"
     status: int = 429
     retry_after: int | None = 1
+    method: str = ""  # only requests of this method (any: "")
 
 
 @dataclass
@@ -60,6 +62,8 @@ class FakeMattermost(AioFake):
     connections: int = 0
     presses: list[tuple[int, Any]] = field(default_factory=list)  # (status, answer)
     edit_times: list[float] = field(default_factory=list)
+    broken_downloads: bool = False  # every file read answers 500
+    downloads: int = 0
 
     def __post_init__(self) -> None:
         self._sockets: list[web.WebSocketResponse] = []
@@ -93,7 +97,7 @@ class FakeMattermost(AioFake):
         channel_type: str = "D",
         root_id: str = "",
         mentions: list[str] | None = None,
-        files: list[tuple[str, str, bytes]] = (),  # type: ignore[assignment]
+        files: Sequence[tuple[Any, ...]] = (),
         live: bool = True,
     ) -> str:
         """`user` posts `text` (a DM with the bot unless `channel`); the post's id. With
@@ -102,9 +106,10 @@ class FakeMattermost(AioFake):
         channel = channel or f"dm-{user}"
         self.channels[channel] = channel_type
         infos = []
-        for name, mime, data in files:
+        for name, mime, data, *declared in files:  # (name, mime, data[, the size said])
             file_id = f"f{next(self._ids):025d}"
-            info = {"id": file_id, "name": name, "mime_type": mime, "size": len(data)}
+            size = declared[0] if declared else len(data)
+            info = {"id": file_id, "name": name, "mime_type": mime, "size": size}
             self.files[file_id] = (data, info)
             infos.append(info)
         post = self._store(user, channel, text, root_id, [i["id"] for i in infos])
@@ -137,6 +142,18 @@ class FakeMattermost(AioFake):
     def drop(self) -> None:
         """Close every websocket (the clients reconnect)."""
         self._server.call(self._close_all())
+
+    def wait_connected(self, count: int = 1, timeout: float = 10) -> None:
+        """Until `count` websocket connections have been authenticated in all."""
+        deadline = time.monotonic() + timeout
+        while self.connections < count:
+            assert time.monotonic() < deadline, f"{self.connections} websocket connections"
+            time.sleep(0.02)
+
+    def redeliver(self, post_id: str) -> None:
+        """The post's `posted` event again (a server that sends an event twice)."""
+        post = self.posts[post_id]
+        self._server.call(self._broadcast(post, str(post["user_id"]), None))
 
     # -- what the bot sees -------------------------------------------------------------------
 
@@ -185,7 +202,7 @@ class FakeMattermost(AioFake):
         body = await request.text() if request.can_read_body else ""
         self.calls.append((request.method, request.path, json.loads(body) if body else None))
         for fault in list(self.faults):
-            if request.path.startswith(fault.path):
+            if request.path.startswith(fault.path) and fault.method in ("", request.method):
                 self.faults.remove(fault)
                 headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after else {}
                 if fault.status == 429:
@@ -254,7 +271,10 @@ class FakeMattermost(AioFake):
         return web.json_response({"id": channel, "type": "D"}, status=201)
 
     async def _file(self, request: web.Request) -> web.Response:
+        self.downloads += 1
         found = self.files.get(request.match_info["file"])
+        if self.broken_downloads:
+            return _error(500, "app.file.read.app_error", "Unable to read the file")
         if found is None:
             return _error(404, "app.file.get.app_error", "Unable to get the file")
         data, info = found
