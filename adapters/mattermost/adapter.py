@@ -43,7 +43,7 @@ from gateway.edge.events import (
     UserRef,
 )
 from gateway.edge.http_server import Route
-from gateway.edge.ports import Capabilities, ChatMark, DownloadError, EventSink
+from gateway.edge.ports import Capabilities, ChatMark, DownloadError, EventSink, bounded
 
 logger = logging.getLogger(__name__)
 
@@ -416,14 +416,10 @@ class MattermostAdapter:
             async with self._session().get(f"{self.api}/files/{attachment.ref}") as response:
                 if response.status != 200:
                     raise DownloadError(f"Mattermost answered HTTP {response.status} for the file.")
-                data = bytearray()
-                async for piece in response.content.iter_chunked(64 * 1024):
-                    data += piece
-                    if len(data) > max_bytes:
-                        raise DownloadError.too_big(len(data), max_bytes)
+                data = await bounded(response.content.iter_chunked(64 * 1024), max_bytes)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise DownloadError(f"The download failed ({type(exc).__name__}).") from None
-        return bytes(data)
+        return data
 
     # -- button presses ------------------------------------------------------------------------
 

@@ -35,7 +35,7 @@ from gateway.edge.events import (
     UserRef,
 )
 from gateway.edge.http_server import Route
-from gateway.edge.ports import Capabilities, DownloadError, EventSink
+from gateway.edge.ports import Capabilities, DownloadError, EventSink, bounded
 
 logger = logging.getLogger(__name__)
 _SLACK_TIMESTAMP = re.compile(r"[0-9]{1,12}")
@@ -352,11 +352,7 @@ class SlackAdapter:
             ):
                 if response.status != 200:
                     raise DownloadError(f"Slack answered HTTP {response.status} for the file.")
-                data = bytearray()
-                async for piece in response.content.iter_chunked(64 * 1024):
-                    data += piece
-                    if len(data) > max_bytes:
-                        raise DownloadError.too_big(len(data), max_bytes)
+                data = await bounded(response.content.iter_chunked(64 * 1024), max_bytes)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise DownloadError(f"The download failed ({type(exc).__name__}).") from None
         if (
@@ -364,7 +360,7 @@ class SlackAdapter:
             and attachment.mime != "text/html"
         ):
             raise DownloadError("Slack sent a login page instead of the file (files:read scope?).")
-        return bytes(data)
+        return data
 
     async def direct_chat(self, platform_user_id: str) -> ChatRef | None:
         """conversations.open: the DM channel with that user (D...)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -19,6 +19,17 @@ class DownloadError(Exception):
         return cls(
             f"That file is {size / 1e6:.1f} MB; I can take files up to {limit / 1e6:.0f} MB."
         )
+
+
+async def bounded(pieces: AsyncIterator[bytes], max_bytes: int) -> bytes:
+    """A download's bytes, read piece by piece and stopped as soon as they pass
+    `max_bytes` (DownloadError.too_big): a platform's size can be missing or wrong."""
+    data = bytearray()
+    async for piece in pieces:
+        data += piece
+        if len(data) > max_bytes:
+            raise DownloadError.too_big(len(data), max_bytes)
+    return bytes(data)
 
 
 @dataclass(frozen=True, slots=True)
