@@ -126,8 +126,6 @@ class CatchUp:
     async def _missed(self, adapter: CatchesUp) -> list[MessageEvent]:
         since = utcnow() - WINDOW
         marks = await self.db.run(self.db.marks.recent, adapter.name, since, MOST_CHATS)
-        if not marks:
-            return []
         chats = [
             ChatMark(
                 ChatRef(m.chat_id, ChatType(m.chat_type), m.thread_id), m.message_id, m.position

@@ -102,8 +102,9 @@ def _words(identifier: str) -> set[str]:
 def _mentions(path: Path, name: str) -> list[str]:
     """Where the code of `path` names platform `name`: a string that is the name or
     starts a dotted or config key with it, or an identifier with it as a word (not for
-    the terminal's "cli", a word the operator's CLI shares). Docstrings, comments and
-    prose in messages do not count."""
+    names that are words of code too: the terminal's "cli", which the operator's CLI
+    shares, and "matrix", a search's vectors). Docstrings, comments and prose in
+    messages do not count."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     docstrings = {
         id(node.body[0].value)
@@ -121,7 +122,7 @@ def _mentions(path: Path, name: str) -> list[str]:
             text = node.value.lower()
             if text == name or text.startswith((f"{name}.", f"{name}:", f"{name}_")):
                 found.append(f"{path.name}:{node.lineno} {node.value!r}")
-        elif name == "cli":
+        elif name in ("cli", "matrix"):
             continue
         elif isinstance(node, ast.Name) and name in _words(node.id):
             found.append(f"{path.name}:{node.lineno} {node.id}")

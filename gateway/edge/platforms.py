@@ -12,6 +12,7 @@ PACKAGES: dict[str, str] = {
     "discord": "adapters.discord",
     "slack": "adapters.slack",
     "mattermost": "adapters.mattermost",
+    "matrix": "adapters.matrix",
     "cli": "adapters.cli",  # the terminal: always installed, never in config.yaml
 }
 TERMINAL = "cli"  # `hermes chat`'s platform

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.fakes.discord_server import FakeDiscord
+from tests.fakes.matrix_server import FakeMatrix
 from tests.fakes.mattermost_server import FakeMattermost
 from tests.fakes.slack_server import FakeSlack
 from tests.fakes.telegram_server import FakeTelegram
@@ -36,5 +37,12 @@ def discord_fake() -> Iterator[FakeDiscord]:
 @pytest.fixture
 def mattermost() -> Iterator[FakeMattermost]:
     server = FakeMattermost().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def matrix() -> Iterator[FakeMatrix]:
+    server = FakeMatrix().start()
     yield server
     server.stop()

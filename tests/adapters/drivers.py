@@ -26,6 +26,12 @@ import pytest
 
 from gateway.edge.ports import MenuEntry, PlatformAdapter
 from tests.fakes.discord_server import DiscordFault, FakeDiscord
+from tests.fakes.matrix_server import BOT as MATRIX_BOT
+from tests.fakes.matrix_server import BUTTONS as MATRIX_BUTTONS
+from tests.fakes.matrix_server import TOKEN as MATRIX_TOKEN
+from tests.fakes.matrix_server import FakeMatrix
+from tests.fakes.matrix_server import Fault as MatrixFault
+from tests.fakes.matrix_server import user as matrix_user
 from tests.fakes.mattermost_server import TOKEN as MATTERMOST_TOKEN
 from tests.fakes.mattermost_server import FakeMattermost
 from tests.fakes.mattermost_server import Fault as MattermostFault
@@ -658,11 +664,137 @@ class MattermostDriver(Driver):
         self.fake.wait_connected(before + 1, 30)
 
 
+class MatrixDriver(Driver):
+    """A homeserver's client-server API (tests/fakes/matrix_server.py), through
+    matrix-nio. Buttons are numbered keys: a press is a reaction with the key."""
+
+    name, fixture, limit = "matrix", "matrix", 16_000
+    users = (
+        matrix_user("alice"),
+        matrix_user("bob"),
+        matrix_user("stranger1"),
+        matrix_user("stranger2"),
+    )
+    env: ClassVar[dict[str, str]] = {"MATRIX_ACCESS_TOKEN": MATRIX_TOKEN}
+    fake: FakeMatrix
+    SEND = "/send/m.room.message/"
+
+    def adapter(self, menu: list[MenuEntry]) -> PlatformAdapter:
+        from adapters.matrix.adapter import MatrixAdapter
+
+        return MatrixAdapter(self.fake.url, MATRIX_BOT, MATRIX_TOKEN)
+
+    def config(self) -> dict[str, Any]:
+        return {"homeserver": self.fake.url, "user_id": MATRIX_BOT}
+
+    def ready(self) -> None:
+        self.fake.wait_synced()
+        for known in self.users[:2]:  # the admin and the member have talked to the bot
+            self.fake.dm(known)
+
+    def dm_of(self, user: str) -> str:
+        return self.fake.dm(user, make=False)  # the bot may be the one to open it
+
+    def say(self, user: str, text: str) -> Any:
+        return self.fake.say(user, text)
+
+    def redeliver(self, delivery: Any) -> None:
+        self.fake.redeliver(str(delivery))
+
+    def send_photo(self, user: str) -> None:
+        self.fake.say(user, "", file=("cat.png", "image/png", b""))
+        self.fake.media.clear()  # the homeserver no longer has it: nothing to fetch
+
+    def photo(self, data: bytes, caption: str) -> None:
+        self.fake.say(self.users[0], caption, file=("p.jpg", "image/jpeg", data))
+
+    def voice(self, data: bytes, seconds: float) -> None:
+        voice = ("voice.ogg", "audio/ogg", data, len(data), int(seconds * 1000), True)
+        self.fake.say(self.users[0], "", file=voice)
+
+    def document(self, data: bytes, name: str, mime: str, size: int | None = None) -> None:
+        self.fake.say(
+            self.users[0], "", file=(name, mime, data, len(data) if size is None else size)
+        )
+
+    def press(self, chat: str, message: str, command: str, user: str) -> None:
+        sent = self.fake.event(message)["content"].get(MATRIX_BUTTONS) or []  # as first sent:
+        key = next(b["key"] for b in sent if b["command"] == command)  # a key stays pressable
+        self.fake.react(user, chat, message, key)
+
+    def _sent(self, chat: str = "") -> list[dict[str, Any]]:
+        """What the bot asked to post (refused requests included), edits left out."""
+        return [
+            body
+            for method, path, body in list(self.fake.calls)
+            if method == "PUT"
+            and self.SEND in path
+            and (not chat or f"/rooms/{chat}/" in path)
+            and ((body or {}).get("m.relates_to") or {}).get("rel_type") != "m.replace"
+        ]
+
+    def texts(self) -> list[str]:
+        return [str(body.get("body", "")) for body in self._sent()]
+
+    def texts_to(self, chat: str) -> list[str]:
+        return [str(body.get("body", "")) for body in self._sent(chat)]
+
+    def shown(self) -> list[str]:
+        return [str(e["content"].get("body", "")) for e in self.fake.shown()]
+
+    def message_text(self, chat: str, message: str) -> str:
+        return self.fake.text_of(message)
+
+    def buttons(self, chat: str) -> list[Button]:
+        return [
+            (str(event["event_id"]), str(b["label"]), str(b["command"]))
+            for event in self.fake.shown(chat)
+            for b in event["content"].get(MATRIX_BUTTONS) or []
+        ]
+
+    def edit_times(self) -> list[float]:
+        return list(self.fake.edit_times)
+
+    def edit_texts(self) -> list[str]:
+        return [
+            str(((body or {}).get("m.new_content") or {}).get("body", ""))
+            for method, path, body in list(self.fake.calls)
+            if method == "PUT"
+            and self.SEND in path
+            and ((body or {}).get("m.relates_to") or {}).get("rel_type") == "m.replace"
+        ]
+
+    def render(self, text: str) -> str:
+        return text  # the body is the Markdown as written (its HTML beside it)
+
+    def downloads(self) -> int:
+        return self.fake.downloads
+
+    def fail_next_send(self, seconds: float) -> None:
+        fault = MatrixFault(self.SEND, 429, int(seconds * 1000), "PUT", edits=False)
+        self.fake.faults.append(fault)
+
+    def fail_next_send_5xx(self) -> None:
+        self.fake.faults.append(MatrixFault(self.SEND, 502, None, "PUT", edits=False))
+
+    def fault_next_edit(self) -> None:
+        self.fake.faults.append(MatrixFault(self.SEND, 429, 1000, "PUT", edits=True))
+
+    def break_downloads(self) -> None:
+        self.fake.broken_downloads = True
+
+    def drop(self) -> None:
+        before = self.fake.syncs
+        self.fake.drop()
+        self.fake.wait_synced(before + 1, 30)
+
+
 DRIVERS: tuple[type[Driver], ...] = (
     TelegramDriver,
     SlackDriver,
     DiscordDriver,
     MattermostDriver,
+    MatrixDriver,
     CliDriver,
 )
 SERVED = tuple(d for d in DRIVERS if d.fixture is not None)  # the platforms with a server
@@ -694,6 +826,7 @@ __all__ = [
     "CliDriver",
     "DiscordDriver",
     "Driver",
+    "MatrixDriver",
     "MattermostDriver",
     "SlackDriver",
     "TelegramDriver",
