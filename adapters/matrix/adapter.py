@@ -74,6 +74,7 @@ EVENT_BYTES = 60_000  # past this the HTML is left out (the body alone is sent)
 SYNC_TIMEOUT_MS = 30_000
 UNREAD_LIMIT = 20  # the latest messages of each room the first sync brings
 UNREAD_WINDOW_MS = 24 * 3600 * 1000  # of those, the ones this recent may be unanswered
+MARKS_COMPLETE_BELOW = 200  # gateway/catch_up.py MOST_CHATS: fewer marks are all of them
 FIRST_FILTER = {"room": {"timeline": {"limit": UNREAD_LIMIT}}, "presence": {"not_types": ["*"]}}
 FILTER = {"room": {"timeline": {"limit": 50}}, "presence": {"not_types": ["*"]}}
 RECONNECT_FIRST_S, RECONNECT_MAX_S = 1.0, 30.0
@@ -504,7 +505,7 @@ class MatrixAdapter:
                 for item in page.chunk:
                     raw = getattr(item, "source", None) or {}
                     event = to_event(raw, mark.chat.id, mark.chat.type, self.bot_id)
-                    if event is not None and event.order >= mark.order:
+                    if event is not None:  # the stream's order is the truth, not clocks
                         events.append(event)
                 position = page.end if page.chunk and page.end != position else None
             found.extend(events[:most])
@@ -516,6 +517,8 @@ class MatrixAdapter:
         last UNREAD_WINDOW_MS among the first sync's latest. A room read since then has a
         mark newer than those, so nothing is answered twice."""
         unread, self._unread = self._unread, {}
+        if len(marked) >= MARKS_COMPLETE_BELOW:  # the marks may be cut short
+            return []
         since = int(time.time() * 1000) - UNREAD_WINDOW_MS
         found: list[MessageEvent] = []
         for room_id, events in unread.items():

@@ -27,6 +27,7 @@ import json
 import logging
 import re
 import secrets
+import time
 from typing import Any
 
 import aiohttp
@@ -53,6 +54,8 @@ PERMANENT = {400, 401, 403, 404, 413}
 RECONNECT_FIRST_S, RECONNECT_MAX_S = 1.0, 30.0
 GIVE_UP_AFTER = 8  # failed connection attempts in a row: "lost" (the gateway restarts it)
 HISTORY_PAGE = 200  # the API's largest page
+UNREAD_WINDOW_MS = 24 * 3600 * 1000  # unmarked channels' posts this recent are unread
+MARKS_COMPLETE_BELOW = 200  # gateway/catch_up.py MOST_CHATS: fewer marks are all of them
 
 
 def _kind(mime: str) -> str:
@@ -294,28 +297,55 @@ class MattermostAdapter:
     async def missed(self, marks: list[ChatMark], most: int) -> list[MessageEvent]:
         """Each chat's posts after its mark (`since` its creation time, newer first in
         the answer's `order`), oldest first, at most `most`; edits of older posts are
-        not new messages. A chat that cannot be read any more is skipped."""
-        found: list[MessageEvent] = []
+        not new messages. A chat that cannot be read any more is skipped. The bot's
+        channels without a recent mark are read too (`_never_read`)."""
+        found = await self._never_read({m.chat.id for m in marks}, most, len(marks))
         for mark in marks:
-            try:
-                page = await self._call(
-                    "GET", f"/channels/{mark.chat.id}/posts", params={"since": str(mark.order)}
-                )
-            except MattermostError as exc:
-                if exc.status in (403, 404):
-                    logger.info("mattermost: cannot read channel %s: %s", mark.chat.id, exc)
-                    continue
-                raise
-            posts = (page or {}).get("posts") or {}
-            newer = sorted(
-                (p for p in posts.values() if int(p.get("create_at") or 0) > mark.order),
-                key=lambda p: (int(p.get("create_at") or 0), str(p.get("id"))),
-            )
             code = {ChatType.DM: "D", ChatType.GROUP: "G"}.get(mark.chat.type, "O")
-            for post in newer[:most]:
-                event = to_event(post, self.bot_id, self.bot_name, code)
-                if event is not None:
-                    found.append(event)
+            found.extend(await self._posts_since(mark.chat.id, code, mark.order, most))
+        return found
+
+    async def _posts_since(
+        self, channel: str, code: str, since: int, most: int
+    ) -> list[MessageEvent]:
+        """The channel's posts created after `since` (ms), oldest first, at most `most`
+        ([] for a channel the bot cannot read)."""
+        try:
+            page = await self._call(
+                "GET", f"/channels/{channel}/posts", params={"since": str(since)}
+            )
+        except MattermostError as exc:
+            if exc.status in (403, 404):
+                logger.info("mattermost: cannot read channel %s: %s", channel, exc)
+                return []
+            raise
+        posts = (page or {}).get("posts") or {}
+        newer = sorted(
+            (p for p in posts.values() if int(p.get("create_at") or 0) > since),
+            key=lambda p: (int(p.get("create_at") or 0), str(p.get("id"))),
+        )
+        events = (to_event(p, self.bot_id, self.bot_name, code) for p in newer)
+        return [e for e in events if e is not None][:most]
+
+    async def _never_read(self, marked: set[str], most: int, marks: int) -> list[MessageEvent]:
+        """The posts of the last UNREAD_WINDOW_MS in the bot's channels that have no
+        mark (a person's first message, sent while no gateway listened): a channel read
+        in that time has a mark, so nothing is answered twice. Skipped when the marks
+        may be cut short (as many as the gateway passes at most)."""
+        if marks >= MARKS_COMPLETE_BELOW:
+            return []
+        since = int(time.time() * 1000) - UNREAD_WINDOW_MS
+        channels: dict[str, dict[str, Any]] = {}
+        for team in await self._call("GET", "/users/me/teams") or []:
+            listed = await self._call("GET", f"/users/me/teams/{team['id']}/channels") or []
+            channels.update((str(c["id"]), c) for c in listed)  # DMs are in every team's
+        found: list[MessageEvent] = []
+        for channel_id, channel in channels.items():
+            if channel_id in marked or int(channel.get("last_post_at") or 0) <= since:
+                continue
+            code = str(channel.get("type") or "O")
+            self._channel_types[channel_id] = code
+            found.extend(await self._posts_since(channel_id, code, since, most))
         return found
 
     # -- sending ---------------------------------------------------------------------------

@@ -39,6 +39,10 @@ ASK_AGAIN = (
     "I was interrupted while answering this (a restart on my side) and lost my reply. "
     "Could you send it again?"
 )
+# a message answered this long after it was written (caught up after a restart, or
+# waiting while the gateway was down) gets a line saying so before its answer
+LATE_AFTER_S = 600.0
+LATE_NOTE = "You wrote this {ago} ago, while I was offline; answering now."
 NO_TEXT_REPLY = (
     "I can read text messages (and captions on photos and files), but I can't open "
     "{what} yet. Could you describe it in words?"
@@ -173,6 +177,9 @@ class Turns:
         if event.text.startswith("/") and prepared is None:
             await self._command(first)
             return
+        if (late := late_by(event)) is not None:
+            note = LATE_NOTE.format(ago=ago(late))
+            await self.delivery.deliver(adapter, event.chat, note, event.message_id)
         started = time.monotonic()
         if prepared is not None:
             text = prepared.text
@@ -291,6 +298,23 @@ class Turns:
         if interval is None or not self._streams(adapter.name):
             return None
         return StreamedReply(adapter, event.chat, event.message_id, self.delivery, interval)
+
+
+def late_by(event: MessageEvent, now: float | None = None) -> float | None:
+    """How long ago the message was written, when that is past LATE_AFTER_S."""
+    if not event.sent_at:  # unknown (None, or 0 from a platform that has none)
+        return None
+    waited = (time.time() if now is None else now) - event.sent_at
+    return waited if waited > LATE_AFTER_S else None
+
+
+def ago(seconds: float) -> str:
+    """'12 minutes', '3 hours', '2 days': the largest whole unit."""
+    for unit, size in (("day", 86_400), ("hour", 3_600), ("minute", 60)):
+        if seconds >= size:
+            count = int(seconds // size)
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    return f"{int(seconds)} seconds"
 
 
 async def keep_typing(adapter: PlatformAdapter, chat: ChatRef) -> None:

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import pytest
 
 from gateway.edge.ports import MenuEntry, PlatformAdapter
+from tests.adapters.harness import SERVED_AT
 from tests.fakes.discord_server import DiscordFault, FakeDiscord
 from tests.fakes.matrix_server import BOT as MATRIX_BOT
 from tests.fakes.matrix_server import BUTTONS as MATRIX_BUTTONS
@@ -558,8 +559,8 @@ class CliDriver(Driver):
 
 class MattermostDriver(Driver):
     """Mattermost's REST API and websocket (tests/fakes/mattermost_server.py). Its
-    approval buttons need the gateway's address known before it starts (actions_url):
-    not driven here yet, so the approval suite does not run on it."""
+    buttons' presses are POSTed by the server to the adapter's route, served beside the
+    gateway (its address known once it listens: `ready`)."""
 
     name, fixture, limit = "mattermost", "mattermost", 16_383
     users = (
@@ -575,13 +576,35 @@ class MattermostDriver(Driver):
     def adapter(self, menu: list[MenuEntry]) -> PlatformAdapter:
         from adapters.mattermost.adapter import MattermostAdapter
 
-        return MattermostAdapter(self.fake.url, MATTERMOST_TOKEN)
+        self._adapter = MattermostAdapter(
+            self.fake.url, MATTERMOST_TOKEN, actions_url="http://127.0.0.1:0/mattermost/actions"
+        )
+        return self._adapter
 
     def config(self) -> dict[str, Any]:
         return {"url": self.fake.url}
 
+    _adapter: Any = None  # the adapter this driver built (a gateway from config has its own)
+
     def ready(self) -> None:
         self.fake.wait_connected()
+        if self._adapter is not None and (served := SERVED_AT.get(None)) is not None:
+            self._adapter.actions_url = f"{served}/mattermost/actions"
+
+    def press(self, chat: str, message: str, command: str, user: str) -> None:
+        actions = self.fake.first_actions[message]
+        index = next(
+            n for n, a in enumerate(actions) if a["integration"]["context"]["command"] == command
+        )
+        self.fake.press(message, index, user, wait=False)  # called on the gateway's loop
+
+    def buttons(self, chat: str) -> list[Button]:
+        return [
+            (str(post["id"]), str(action["name"]), str(action["integration"]["context"]["command"]))
+            for post in self.fake.bot_posts(chat)
+            for attachment in (post.get("props") or {}).get("attachments") or []
+            for action in attachment.get("actions") or []
+        ]
 
     def dm_of(self, user: str) -> str:
         return f"dm-{user}"

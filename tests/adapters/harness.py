@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from gateway.app import App, build_app
 from gateway.config import HermesConfig
+from gateway.edge.http_server import HttpServer, WebhookAdapter
 from gateway.edge.ports import MenuEntry, PlatformAdapter
 from hermes.state.db import SessionDB
 from hermes.state.loopguard import GUARD
@@ -19,6 +20,8 @@ from tests.harness.wait import until
 
 T = TypeVar("T")
 RUNNING: ContextVar[App] = ContextVar("running_app")  # the app a test body runs beside
+# where the adapters' own routes (button presses pushed by a platform) are served
+SERVED_AT: ContextVar[str] = ContextVar("served_at")
 
 
 def settled() -> int:
@@ -55,6 +58,12 @@ def run_gateway(
         app = build_app(home, config or whole, db)
         RUNNING.set(app)
         adapters = [make(app.commands.menu()) for make in (make_adapter, *others)]
+        server = HttpServer("127.0.0.1", 0, dict)  # as the gateway serves them
+        for adapter in adapters:
+            for route in adapter.routes() if isinstance(adapter, WebhookAdapter) else ():
+                server.add(route)
+        await server.start()
+        SERVED_AT.set(f"http://127.0.0.1:{server.port}")
         for adapter in adapters:
             app.router.attach(adapter)
             await adapter.start(app.router.handle)
@@ -70,6 +79,7 @@ def run_gateway(
         finally:
             for adapter in adapters:
                 await adapter.stop()
+            await server.stop()
             await app.router.stop()
             await app.close()
             db.close()

@@ -291,10 +291,8 @@ def test_a_message_waiting_at_start_is_answered(
     assert run(home, fake_llm, platform, body) == ["good morning"]
 
 
-# Abilities a platform's driver does not have yet (issue #46: Mattermost's approval
-# buttons need the gateway's address before it starts, which these suites' gateways do
-# not have: its press path is tested in tests/adapters/test_mattermost.py only).
-NOT_YET: dict[str, set[str]] = {"mattermost": {"press", "buttons"}}
+# Abilities a platform's driver does not have yet (none now)
+NOT_YET: dict[str, set[str]] = {}
 
 
 def test_every_platform_with_a_server_has_every_ability() -> None:

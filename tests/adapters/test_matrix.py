@@ -61,7 +61,17 @@ def test_a_dm_and_a_mention_in_a_room_become_events_and_replies_go_where_they_be
             root = await said(matrix, ALICE, "start", room=room, mentions=[BOT])
             await said(matrix, ALICE, "and in the thread", room=room, thread=root, mentions=[BOT])
             await arrived(events, 5)
-            dm, chatting, named, intentional, threaded = events
+            by_text = {e.text: e for e in events}  # one sync's rooms come in any order
+            dm, chatting, named, intentional, threaded = (
+                by_text[t]
+                for t in (
+                    "hello",
+                    "just chatting",
+                    "what time is it?",
+                    "start",
+                    "and in the thread",
+                )
+            )
             assert dm.chat == ChatRef(matrix.dm(ALICE), ChatType.DM) and dm.text == "hello"
             assert not chatting.mentioned and chatting.chat.type is ChatType.GROUP
             assert named.mentioned and named.text == "what time is it?"

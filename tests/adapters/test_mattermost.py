@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 
@@ -202,7 +203,8 @@ def test_after_the_websocket_drops_it_reconnects_and_the_posts_meanwhile_are_cau
             assert [e.message_id for e in caught] == missed  # oldest first, not the mark, not ours
             assert [e.message_id for e in await adapter.missed([mark], 2)] == missed[:2]
             gone = ChatMark(ChatRef("nowhere", ChatType.CHANNEL), "x", 0)
-            assert await adapter.missed([gone], 10) == []
+            ids = [e.message_id for e in await adapter.missed([gone, mark], 10)]
+            assert ids == missed  # the channel it cannot read is skipped
 
     run(body)
 
@@ -250,5 +252,24 @@ def test_a_wrong_token_fails_the_start_and_whoami_says_who_the_bot_is(fake: Fake
         finally:
             await adapter.stop()
         assert ("POST", "/api/v4/channels/direct", [BOT, ALICE]) in fake.calls
+
+    run(body)
+
+
+def test_a_first_message_in_a_channel_never_read_is_caught_up_from_the_last_day(
+    fake: FakeMattermost,
+) -> None:
+    """No mark: the bot's channels (by team) whose last post is recent are read from a
+    day back; a channel with a mark is read from its mark only."""
+    old = int(time.time() * 1000) - 2 * 24 * 3_600_000
+    fake.say(BOB, "too old to answer", live=False, at=old)
+    fake.say(BOB, "hello, first time", live=False)
+
+    async def body() -> None:
+        async with running(fake) as (adapter, _events, _):
+            caught = await adapter.missed([], 10)
+            assert [(e.text, e.chat.type) for e in caught] == [("hello, first time", ChatType.DM)]
+            marked = ChatMark(caught[0].chat, caught[0].message_id, caught[0].order)
+            assert await adapter.missed([marked], 10) == []  # marked: nothing twice
 
     run(body)

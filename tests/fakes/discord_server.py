@@ -76,12 +76,19 @@ class FakeDiscord(AioFake):
         self.sync_started = threading.Event()
         self._sockets: list[web.WebSocketResponse] = []
         self._seq = itertools.count(1)
-        self._ids = itertools.count(1000)
+        self._last_id = 0
         app = web.Application()
         app.router.add_route("*", "/api/v10/{tail:.*}", self._rest)
         app.router.add_get("/gateway", self._socket)
         app.router.add_get("/attachments/{tail:.*}", self._cdn)
         self._server = AioThread(app)
+
+    def _snowflake(self) -> str:
+        """A new id as Discord makes them: the milliseconds since its epoch (2015) in the
+        high bits, so a message's id says when it was sent."""
+        now = (int(time.time() * 1000) - 1_420_070_400_000) << 22
+        self._last_id = max(self._last_id + 1, now)
+        return str(self._last_id)
 
     @property
     def api_base(self) -> str:
@@ -106,7 +113,7 @@ class FakeDiscord(AioFake):
     ) -> dict[str, Any]:
         """A person's message: in the channel's history, and pushed to the connected
         gateway session (`live`), as Discord does."""
-        message_id = str(next(self._ids))
+        message_id = self._snowflake()
         data: dict[str, Any] = {
             "id": message_id,
             "channel_id": channel or (GUILD_CHANNEL if guild else f"6{user[1:]}"),
@@ -160,7 +167,7 @@ class FakeDiscord(AioFake):
         data: dict[str, Any] = {"id": "1", "name": name, "type": 1}
         if text is not None:
             data["options"] = [{"name": "text", "type": 3, "value": text}]
-        interaction_id = str(next(self._ids))
+        interaction_id = self._snowflake()
         self.dispatch(
             "INTERACTION_CREATE",
             {
@@ -193,7 +200,7 @@ class FakeDiscord(AioFake):
         self, channel: str, message_id: str, custom_id: str, user: str = "700000000000000001"
     ) -> str:
         """A press of a button under the bot's message (a component interaction)."""
-        interaction_id = str(next(self._ids))
+        interaction_id = self._snowflake()
         message = {
             **self._bot_message(channel, self.messages.get((channel, message_id), "")),
             "id": message_id,
@@ -233,7 +240,7 @@ class FakeDiscord(AioFake):
         self, data: bytes, name: str, content_type: str, *, size: int | None = None, **extra: Any
     ) -> dict[str, Any]:
         """A file users can attach: its object for a message's `attachments`."""
-        attachment_id = str(next(self._ids))
+        attachment_id = self._snowflake()
         path = f"{attachment_id}/{name}"
         self.files[path] = data
         return {
@@ -387,7 +394,7 @@ class FakeDiscord(AioFake):
                 [
                     {
                         **c,
-                        "id": str(next(self._ids)),
+                        "id": self._snowflake(),
                         "application_id": APP_ID,
                         "version": "1",
                         "type": 1,
@@ -463,7 +470,7 @@ class FakeDiscord(AioFake):
 
     def _bot_message(self, channel_id: str, content: str) -> dict[str, Any]:
         return {
-            "id": str(next(self._ids)),
+            "id": self._snowflake(),
             "channel_id": channel_id,
             "content": content,
             "author": {

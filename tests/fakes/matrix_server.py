@@ -161,6 +161,7 @@ class FakeMatrix(AioFake):
         thread: str = "",
         reply_to: str = "",
         file: tuple[Any, ...] | None = None,
+        at: int | None = None,
     ) -> str:
         """`person` writes `text` (in their DM with the bot unless `room`); the event id.
         `file` is (name, mime, data[, declared size[, duration ms[, voice]]]): an
@@ -194,7 +195,7 @@ class FakeMatrix(AioFake):
             relates["m.in_reply_to"] = {"event_id": reply_to}
         if relates:
             content["m.relates_to"] = relates
-        return self._server.call(self._append(room, person, "m.room.message", content))
+        return self._server.call(self._append(room, person, "m.room.message", content, at=at))
 
     def react(self, person: str, room: str, event_id: str, key: str) -> str:
         content = {"m.relates_to": {"rel_type": "m.annotation", "event_id": event_id, "key": key}}
@@ -283,6 +284,7 @@ class FakeMatrix(AioFake):
         *,
         state_key: Any = None,
         redacts: str = "",
+        at: int | None = None,
     ) -> str:
         room = self.rooms.get(room_id)
         if room is not None and sender != BOT and room.members.get(sender) != "join":
@@ -292,7 +294,7 @@ class FakeMatrix(AioFake):
             "type": kind,
             "event_id": f"${next(self._ids):012d}{kind.replace('.', '')[:8]}",
             "sender": sender,
-            "origin_server_ts": self._clock,
+            "origin_server_ts": self._clock if at is None else at,  # at: written then (ms)
             "content": content,
             "room_id": room_id,
             "unsigned": {},

@@ -37,6 +37,7 @@ from tests.fakes.aio_thread import AioFake, AioThread
 TOKEN = "b0tt0ken0000000000000000aa"
 BOT = "b0t00000000000000000000000"  # the bot's user id (26 characters, as real ids)
 BOT_NAME = "hermes"
+TEAM = "t3am0000000000000000000000"
 
 
 def _id(n: int) -> str:
@@ -64,6 +65,7 @@ class FakeMattermost(AioFake):
     edit_times: list[float] = field(default_factory=list)
     broken_downloads: bool = False  # every file read answers 500
     downloads: int = 0
+    first_actions: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # post: buttons
 
     def __post_init__(self) -> None:
         self._sockets: list[web.WebSocketResponse] = []
@@ -78,6 +80,8 @@ class FakeMattermost(AioFake):
         app.router.add_delete(f"{api}/posts/{{post}}", self._delete)
         app.router.add_get(f"{api}/channels/{{channel}}/posts", self._since)
         app.router.add_post(f"{api}/channels/direct", self._direct)
+        app.router.add_get(f"{api}/users/me/teams", self._teams)
+        app.router.add_get(f"{api}/users/me/teams/{{team}}/channels", self._my_channels)
         app.router.add_get(f"{api}/files/{{file}}", self._file)
         app.router.add_get(f"{api}/websocket", self._socket)
         self._server = AioThread(app)
@@ -99,6 +103,7 @@ class FakeMattermost(AioFake):
         mentions: list[str] | None = None,
         files: Sequence[tuple[Any, ...]] = (),
         live: bool = True,
+        at: int | None = None,
     ) -> str:
         """`user` posts `text` (a DM with the bot unless `channel`); the post's id. With
         `live`, the websocket's clients are told (else it is only stored: posted while no
@@ -112,18 +117,21 @@ class FakeMattermost(AioFake):
             info = {"id": file_id, "name": name, "mime_type": mime, "size": size}
             self.files[file_id] = (data, info)
             infos.append(info)
-        post = self._store(user, channel, text, root_id, [i["id"] for i in infos])
+        post = self._store(user, channel, text, root_id, [i["id"] for i in infos], at)
         post["metadata"] = {"files": infos} if infos else {}
         if live:
             self._server.call(self._broadcast(post, user, mentions))
         return str(post["id"])
 
-    def press(self, post_id: str, index: int, user: str) -> tuple[int, Any]:
+    def press(
+        self, post_id: str, index: int, user: str, *, wait: bool = True
+    ) -> tuple[int, Any] | None:
         """`user` presses the post's button `index`: the server POSTs the action's
         context to its integration URL (as Mattermost does); the gateway's status and
-        answer."""
+        answer (without `wait`: sent, and its answer kept in `presses` when it comes, for
+        a caller on the gateway's own loop)."""
         post = self.posts[post_id]
-        action = post["props"]["attachments"][0]["actions"][index]
+        action = self.first_actions[post_id][index]
         body = {
             "user_id": user,
             "user_name": user,
@@ -135,9 +143,11 @@ class FakeMattermost(AioFake):
             "data_source": "",
             "context": action["integration"]["context"],
         }
-        result = self._server.call(self._post_to(action["integration"]["url"], body))
-        self.presses.append(result)
-        return result
+        pushed = self._post_to(action["integration"]["url"], body)
+        if not wait:
+            asyncio.run_coroutine_threadsafe(pushed, self._server.loop)
+            return None
+        return self._server.call(pushed)
 
     def drop(self) -> None:
         """Close every websocket (the clients reconnect)."""
@@ -169,10 +179,19 @@ class FakeMattermost(AioFake):
 
     # -- the server ------------------------------------------------------------------------
 
-    def _store(
-        self, user: str, channel: str, text: str, root: str, file_ids: list[str]
+    def _store(  # noqa: PLR0917
+        self,
+        user: str,
+        channel: str,
+        text: str,
+        root: str,
+        file_ids: list[str],
+        at: int | None = None,
     ) -> dict[str, Any]:
+        """A new post (`at`: written then, in ms, instead of now)."""
         self._clock = max(self._clock + 1, int(time.time() * 1000))
+        if at is not None:
+            self._clock = at
         post = {
             "id": _id(next(self._ids)),
             "create_at": self._clock,
@@ -210,6 +229,13 @@ class FakeMattermost(AioFake):
                 return _error(fault.status, "api.context.rate_limit", "Too many requests", headers)
         return await handler(request)
 
+    def _keep_actions(self, post: dict[str, Any]) -> None:
+        """The post's first buttons, kept after an edit removes them: a second tap sent
+        before the client saw the edit still arrives (a double tap)."""
+        for attachment in (post.get("props") or {}).get("attachments") or []:
+            if attachment.get("actions"):
+                self.first_actions.setdefault(str(post["id"]), list(attachment["actions"]))
+
     async def _me(self, _request: web.Request) -> web.Response:
         return web.json_response({"id": BOT, "username": BOT_NAME, "is_bot": True})
 
@@ -226,6 +252,7 @@ class FakeMattermost(AioFake):
             BOT, channel, str(body.get("message") or ""), str(body.get("root_id") or ""), []
         )
         post["props"] = body.get("props") or {}
+        self._keep_actions(post)
         await self._broadcast(post, BOT, None)
         return web.json_response(_for_clients(post), status=201)
 
@@ -238,6 +265,7 @@ class FakeMattermost(AioFake):
             post["message"] = body["message"]
         if "props" in body:
             post["props"] = body["props"]
+            self._keep_actions(post)
         post["edit_at"] = post["update_at"] = int(time.time() * 1000)
         self.edit_times.append(time.monotonic())
         return web.json_response(_for_clients(post))
@@ -263,6 +291,27 @@ class FakeMattermost(AioFake):
                 "posts": {p["id"]: _for_clients(p) for p in changed},
             }
         )
+
+    async def _teams(self, _request: web.Request) -> web.Response:
+        return web.json_response([{"id": TEAM, "name": "team", "display_name": "Team"}])
+
+    async def _my_channels(self, request: web.Request) -> web.Response:
+        """The bot's channels, each with the time of its last post (DMs in every team's)."""
+        if request.match_info["team"] != TEAM:
+            return _error(403, "api.context.permissions.app_error", "No permission")
+        listed = []
+        for channel, kind in self.channels.items():
+            times = [int(p["create_at"]) for p in self.posts.values() if p["channel_id"] == channel]
+            listed.append(
+                {
+                    "id": channel,
+                    "type": kind,
+                    "team_id": "" if kind in ("D", "G") else TEAM,
+                    "name": channel,
+                    "last_post_at": max(times, default=0),
+                }
+            )
+        return web.json_response(listed)
 
     async def _direct(self, request: web.Request) -> web.Response:
         users = sorted(await request.json())
@@ -347,7 +396,9 @@ class FakeMattermost(AioFake):
     async def _post_to(self, url: str, body: dict[str, Any]) -> tuple[int, Any]:
         async with aiohttp.ClientSession() as session, session.post(url, json=body) as response:
             text = await response.text()
-            return response.status, json.loads(text) if text else None
+            result = response.status, json.loads(text) if text else None
+        self.presses.append(result)
+        return result
 
 
 def _for_clients(post: dict[str, Any]) -> dict[str, Any]:
