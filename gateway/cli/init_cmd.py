@@ -30,7 +30,9 @@ if TYPE_CHECKING:
     from gateway.config import HermesConfig
     from gateway.edge.platform_config import Setup
 
-ACCOUNT = re.compile(rf"({'|'.join(PLATFORMS.values)}):([\w.-]{{1,64}})")
+# an account id as each platform spells it: digits, letters, or a Matrix id
+# ("@you:example.org", colons included): anything without spaces
+ACCOUNT = re.compile(rf"({'|'.join(PLATFORMS.values)}):(\S{{1,255}})")
 
 MODEL_SECTION = """\
 # Hermes configuration, written by `hermes init`. Every key and its default:

@@ -511,7 +511,7 @@ class DiscordDriver(Driver):
 
     def break_downloads(self) -> None:
         self.fake.broken_downloads.update(self.fake.files)
-        self.fake.broken_downloads.update(f"{n}/report.txt" for n in range(1000, 1100))
+        self.fake.broken_names.add("report.txt")  # one sent later, whatever its id
 
     def drop(self) -> None:
         before = len(self.fake.identifies) + self.fake.resumes

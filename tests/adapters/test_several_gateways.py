@@ -27,6 +27,10 @@ from hermes.state.db import SessionDB
 from hermes.state.models import utcnow
 from tests.fakes.balancer import Balancer
 from tests.fakes.discord_server import FakeDiscord
+from tests.fakes.matrix_server import BOT as MATRIX_BOT
+from tests.fakes.matrix_server import FakeMatrix
+from tests.fakes.matrix_server import user as matrix_user
+from tests.fakes.mattermost_server import FakeMattermost
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.slack_server import FakeSlack
 from tests.fakes.telegram_server import FakeTelegram
@@ -628,3 +632,71 @@ def test_a_rolling_restart_under_traffic_loses_nothing_and_keeps_each_chat_in_or
     wait_for(fleet.settled, lambda: f"turns still running: {fleet.dump()}", 60)
     for chat in chats:
         assert answers(chat) == [f"re c{chat}m{n}" for n in range(per_chat)], answers(chat)
+
+
+def test_matrix_and_mattermost_are_leased_and_taken_over_with_what_came_meanwhile(
+    *,
+    fleet: Fleet,
+    fake_llm: FakeOpenAI,
+    fakes: Platforms,
+    balancer: Balancer,
+    matrix: FakeMatrix,
+    mattermost: FakeMattermost,
+) -> None:
+    """Both declared leased: one instance syncs Matrix and one holds Mattermost's
+    websocket; when the holder of both is killed, the other takes both over and answers
+    what was written while no instance listened, once (from the marks in PostgreSQL)."""
+    names = ["gw1", "gw2"]
+    sections = (
+        f"  matrix:\n    enabled: true\n    homeserver: {matrix.url}\n"
+        f"    user_id: '{MATRIX_BOT}'\n"
+        f"  mattermost:\n    enabled: true\n    url: {mattermost.url}\n"
+    )
+    configure(fleet, names, fake_llm, fakes, balancer, only_telegram=True, extra=sections)
+    fake_llm.responder = echo
+    try:
+        leased_and_taken_over(fleet, names, balancer, matrix, mattermost)
+    finally:
+        fleet.stop_all()  # before the fakes stop (their fixtures end before the fleet's)
+
+
+def leased_and_taken_over(
+    fleet: Fleet,
+    names: list[str],
+    balancer: Balancer,
+    matrix: FakeMatrix,
+    mattermost: FakeMattermost,
+) -> None:
+    start_fleet(fleet, names, balancer)
+    ann, bob = matrix_user("ann"), "b0b00000000000000000000000"
+
+    def holder(platform: str) -> str | None:
+        found = [i for i in fleet.instances() if i.alive and f"platform:{platform}" in i.leases]
+        assert len(found) <= 1, fleet.dump()  # never two at once
+        return next((n for n in names if found and fleet.procs[n].pid == found[0].pid), None)
+
+    wait_for(lambda: holder("matrix") is not None and holder("mattermost") is not None,
+             lambda: f"no lease holders: {fleet.dump()}", 60)  # fmt: skip
+    mattermost.wait_connected()
+
+    def answered() -> list[str]:
+        on_matrix = [str(e["content"].get("body")) for e in matrix.sent(matrix.dm(ann))]
+        return on_matrix + mattermost.texts(f"dm-{bob}")
+
+    matrix.say(ann, "hello c1m0")
+    mattermost.say(bob, "hello c2m0")
+    wait_for(lambda: len(answered()) >= 2, lambda: f"{answered()}; {fleet.dump()}", 60)
+    victim = holder("matrix")
+    assert victim is not None
+    fleet.kill(victim)
+    if holder("mattermost") == victim:  # killed too: nobody listens until the take-over
+        mattermost.say(bob, "meanwhile c2m1", live=False)
+    else:
+        mattermost.say(bob, "meanwhile c2m1")
+    matrix.say(ann, "meanwhile c1m1")  # no instance syncs now
+    wait_for(lambda: len(answered()) >= 4, lambda: f"{answered()}; {fleet.dump()}", 90)
+    wait_for(fleet.settled, lambda: f"turns still running: {fleet.dump()}", 60)
+    time.sleep(1.0)  # nothing more comes
+    assert sorted(answered()) == ["re c1m0", "re c1m1", "re c2m0", "re c2m1"]
+    survivor = next(n for n in names if n != victim)
+    assert holder("matrix") == survivor and holder("mattermost") == survivor

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -49,9 +50,9 @@ def test_channel_mention_arrives_twice_and_is_answered_once_in_thread(
     home: Path, fake_llm: FakeOpenAI, slack: FakeSlack
 ) -> None:
     fake_llm.default = Reply(text="on it")
+    ts = f"{time.time():.6f}"  # now (an old ts would be answered as late)
 
     async def body() -> list[dict[str, Any]]:
-        ts = "1700000001.000100"
         text = f"<@{BOT_USER}> can you help?"
         await asyncio.to_thread(slack.message, text, channel="C1", channel_type="channel", ts=ts)
         await asyncio.to_thread(slack.message, text, channel="C1", ts=ts, event_type="app_mention")
@@ -62,7 +63,7 @@ def test_channel_mention_arrives_twice_and_is_answered_once_in_thread(
         return await until_posted(slack, 1)
 
     posted = run(home, fake_llm, slack, body)
-    assert len(posted) == 1 and posted[0]["thread_ts"] == "1700000001.000100"
+    assert len(posted) == 1 and posted[0]["thread_ts"] == ts
     assert len(fake_llm.requests) == 1
     assert fake_llm.requests[0]["messages"][-1]["content"].startswith("can you help?")
 

@@ -67,7 +67,8 @@ class FakeDiscord(AioFake):
     timeline: list[tuple[str, float]] = field(default_factory=list)  # ("PATCH /x", monotonic)
     files: dict[str, bytes] = field(default_factory=dict)  # CDN path: data
     downloads: list[str] = field(default_factory=list)
-    broken_downloads: set[str] = field(default_factory=set)
+    broken_downloads: set[str] = field(default_factory=set)  # paths that answer 500
+    broken_names: set[str] = field(default_factory=set)  # file names that do (any id)
     sync_delay: float = 0.0  # how long a command sync (PUT .../commands) takes to answer
     history: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # channel: oldest first
     gone_channels: set[str] = field(default_factory=set)  # answered 404 Unknown Channel
@@ -256,7 +257,7 @@ class FakeDiscord(AioFake):
     async def _cdn(self, request: web.Request) -> web.Response:
         path = request.match_info["tail"]
         self.downloads.append(path)
-        if path in self.broken_downloads:
+        if path in self.broken_downloads or path.rsplit("/", 1)[-1] in self.broken_names:
             return web.Response(status=500, text="broken")
         if path not in self.files:
             return web.Response(status=404)

@@ -99,6 +99,7 @@ class FakeMatrix(AioFake):
         self._clock = int(time.time() * 1000)
         self._changed: asyncio.Condition | None = None
         self._epoch = 0  # bumped by drop(): the open syncs fail
+        self._stopping = False
         app = web.Application(middlewares=[self._auth])
         r = app.router
         r.add_get(f"{CLIENT}/account/whoami", self._whoami)
@@ -122,6 +123,7 @@ class FakeMatrix(AioFake):
         return f"http://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
+        self._stopping = True  # every sync from now on fails at once
         self._server.call(self._wake(epoch=True))  # the open long polls end now
         super().stop()
 
@@ -359,6 +361,8 @@ class FakeMatrix(AioFake):
         except (ValueError, KeyError, TypeError):
             limit = 10
         epoch = self._epoch
+        if self._stopping:
+            return web.Response(status=502, text="Bad Gateway")
         while self.paused and self._epoch == epoch:
             await asyncio.sleep(0.02)
         if self.down > 0:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import itertools
 import json
 import time
 from collections import deque
@@ -55,7 +54,7 @@ class FakeSlack(AioFake):
 
     def __post_init__(self) -> None:
         self._sockets: list[web.WebSocketResponse] = []
-        self._ts = itertools.count(1)
+        self._last_ts = 0  # microseconds: a message's ts is when it was sent, unique
         app = web.Application()
         app.router.add_post("/api/{method}", self._api)
         app.router.add_get("/link", self._socket)
@@ -63,6 +62,12 @@ class FakeSlack(AioFake):
         self._server = AioThread(app)
 
     # -- lifecycle -------------------------------------------------------------------------
+
+    def _next_ts(self) -> str:
+        """A new message's ts as Slack makes it: the time it was sent ("seconds.micros"),
+        unique and growing."""
+        self._last_ts = max(self._last_ts + 1, int(time.time() * 1_000_000))
+        return f"{self._last_ts // 1_000_000}.{self._last_ts % 1_000_000:06d}"
 
     @property
     def api_base(self) -> str:
@@ -84,7 +89,7 @@ class FakeSlack(AioFake):
         retry_attempt: int = 0,
         files: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
-        ts = ts or f"1700000000.{next(self._ts):06d}"
+        ts = ts or self._next_ts()
         event: dict[str, Any] = {
             "type": event_type,
             "user": user,
@@ -281,7 +286,7 @@ class FakeSlack(AioFake):
             self.messages[key] = str(params.get("text"))
             return {"ok": True, "channel": key[0], "ts": key[1], "text": params.get("text")}
         if method == "chat.postMessage":
-            ts = f"1800000000.{next(self._ts):06d}"
+            ts = self._next_ts()
             self.messages[(str(params.get("channel")), ts)] = str(params.get("text"))
             self.posts.append((str(params.get("channel")), ts, params))
             return {

@@ -136,3 +136,26 @@ def test_none_means_no_key_as_the_flag_and_the_question_say(home: Path) -> None:
     assert "api_key_env: null" in (home / "config.yaml").read_text()
     shown = hermes("init", "--help").stdout
     assert "'none' for a model without one" in " ".join(shown.split()).replace("│ ", "")
+
+
+def test_matrix_and_mattermost_accounts_are_taken_as_each_platform_spells_them(
+    home: Path,
+) -> None:
+    """A Matrix id has colons ("@you:example.org"), a Mattermost id 26 letters."""
+    done = hermes(
+        "init", "--gateway", "--base-url", "http://127.0.0.1:11434/v1", "--model", "m",
+        "--api-key-env", "", "-p", "matrix,mattermost",
+        "--allow", "matrix:@you:example.org", "--allow", "mattermost:a1b2c3d4e5f6g7h8i9j0k1l2m3",
+        home=home,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    config = load_config(home)
+    assert config.platforms.matrix.allowed_users == ["@you:example.org"]
+    assert config.platforms.matrix.user_id.startswith("@") and config.platforms.matrix.homeserver
+    assert config.platforms.mattermost.allowed_users == ["a1b2c3d4e5f6g7h8i9j0k1l2m3"]
+    assert "MATRIX_ACCESS_TOKEN" in done.stdout and "MATTERMOST_TOKEN" in done.stdout
+    spaced = hermes(
+        "init", "--gateway", "--force", "--base-url", "http://127.0.0.1:11434/v1", "--model", "m",
+        "--api-key-env", "", "-p", "matrix", "--allow", "matrix:@a b:x", home=home,
+    )  # fmt: skip
+    assert spaced.returncode != 0 and "expected PLATFORM:ID" in spaced.stderr, spaced.stderr

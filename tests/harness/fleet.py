@@ -20,6 +20,8 @@ from hermes.state.cluster import Instance
 from hermes.state.db import SessionDB
 from tests.fakes.balancer import Balancer
 from tests.fakes.discord_server import FakeDiscord
+from tests.fakes.matrix_server import TOKEN as MATRIX_TOKEN
+from tests.fakes.mattermost_server import TOKEN as MATTERMOST_TOKEN
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_server import FakeSlack
 from tests.fakes.telegram_server import FakeTelegram
@@ -27,6 +29,7 @@ from tests.harness.cli import HERMES
 
 TG_HOOK_SECRET = "tg-hook-secret"
 SLACK_SIGNING = "slack-signing-secret"
+
 ENV = {
     "HERMES_TEST_TG_TOKEN": "123:ABC",
     "HERMES_TEST_TG_HOOK": TG_HOOK_SECRET,
@@ -34,6 +37,8 @@ ENV = {
     "HERMES_TEST_SLACK_SIGNING": SLACK_SIGNING,
     "HERMES_TEST_SLACK_APP": "xapp-fleet",
     "HERMES_TEST_DISCORD": "discord-fleet-token",
+    "MATRIX_ACCESS_TOKEN": MATRIX_TOKEN,
+    "MATTERMOST_TOKEN": MATTERMOST_TOKEN,
 }
 
 
