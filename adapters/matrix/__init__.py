@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from gateway.edge.platform_config import Credential, Platform, PlatformConfig, Setup, Sharing
@@ -23,6 +24,11 @@ class MatrixConfig(PlatformConfig):
     # allowed_chats), "direct" (also anyone's direct chat, so a stranger can ask for a
     # pairing code), "anyone"; the others are declined
     invites: Literal["allowed", "direct", "anyone"] = "allowed"
+    # end-to-end encrypted rooms (the matrix-e2e extra): the bot's device keys are kept
+    # in the folder `store` (e.g. /var/lib/hermes/matrix-keys), readable by the gateway
+    # alone; lose it and people's clients see a new, unverified device
+    encryption: bool = False
+    store: str | None = None
 
 
 def _credentials(_config: MatrixConfig) -> list[Credential]:
@@ -38,6 +44,18 @@ def _build(
         raise ValueError("platforms.matrix.homeserver must be an address (https://...)")
     if not USER_ID.match(config.user_id):
         raise ValueError("platforms.matrix.user_id must be the bot's Matrix id (@name:server)")
+    store = None
+    if config.encryption:
+        import nio.crypto  # noqa: PLC0415 - the e2e extra's libraries
+
+        if not nio.crypto.ENCRYPTION_ENABLED:
+            raise ImportError("encryption needs the matrix-e2e extra: pip install '.[matrix-e2e]'")
+        if not config.store:
+            raise ValueError(
+                "platforms.matrix.store: a folder for the bot's encryption keys "
+                "(e.g. /var/lib/hermes/matrix-keys) is needed with encryption: true"
+            )
+        store = Path(config.store).expanduser()
     return MatrixAdapter(
         config.homeserver,
         config.user_id,
@@ -45,6 +63,7 @@ def _build(
         allowed_users=config.allowed_users,
         allowed_chats=config.allowed_chats,
         invites=config.invites,
+        store=store,
     )
 
 
@@ -68,6 +87,8 @@ PLATFORM = Platform(
     user_id: "@hermes:example.org"            # the bot's account
     token_env: MATRIX_ACCESS_TOKEN            # that account's access token
     invites: allowed                          # or: direct (strangers may ask to pair)
+    # encryption: true                        # encrypted rooms (pip install '.[matrix-e2e]')
+    # store: /var/lib/hermes/matrix-keys      # where the bot's device keys are kept
     allowed_users: {allowed}    # Matrix ids, "@you:example.org"
 """,
         account_hint='your Matrix id ("@you:example.org", in your client\'s settings)',

@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import re
 import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import aiohttp
@@ -53,6 +55,8 @@ from nio import (
     SyncResponse,
     WhoamiResponse,
 )
+from nio.crypto.attachments import decrypt_attachment
+from nio.exceptions import EncryptionError, LocalProtocolError, OlmTrustError
 
 from adapters.matrix.render import to_html
 from gateway.edge.events import (
@@ -86,6 +90,7 @@ NUMBER = re.compile(r"^\s*([1-9])(?:\ufe0f?\u20e3)?\s*$")
 VOICE = ("org.matrix.msc3245.voice", "org.matrix.msc1767.audio")
 PERMANENT = {"M_FORBIDDEN", "M_NOT_FOUND", "M_UNKNOWN_TOKEN", "M_MISSING_TOKEN", "M_TOO_LARGE"}
 Invites = Literal["allowed", "direct", "anyone"]
+ENCRYPTED = "encrypted:"  # an attachment's ref: an encrypted file's JSON follows
 
 
 def _relation(content: dict[str, Any]) -> dict[str, Any]:
@@ -136,9 +141,14 @@ def mentioned(content: dict[str, Any], bot_id: str, bot_name: str) -> tuple[bool
 
 
 def _attachment(content: dict[str, Any]) -> Attachment | None:
+    """The file a message carries: its `url`, or in an encrypted room its `file` (the
+    address with the key to decrypt it: the ref is that JSON, ENCRYPTED before it)."""
     url = content.get("url")
-    if not isinstance(url, str) or not url.startswith("mxc://"):
-        return None  # an encrypted file (content.file) or no file
+    file = content.get("file")
+    if isinstance(file, dict) and str(file.get("url") or "").startswith("mxc://"):
+        url = ENCRYPTED + json.dumps(file)
+    elif not isinstance(url, str) or not url.startswith("mxc://"):
+        return None
     given = content.get("info")
     info: dict[str, Any] = given if isinstance(given, dict) else {}
     mime = str(info.get("mimetype") or "")
@@ -210,7 +220,7 @@ def to_event(
 
 def _media_path(mxc: str) -> str:
     server, _, media = mxc.removeprefix("mxc://").partition("/")
-    if not server or not media or "/" in media:
+    if not server or not media or "/" in media or not mxc.startswith("mxc://"):
         raise DownloadError("Matrix gave a file address I cannot read.")
     return f"/_matrix/client/v1/media/download/{server}/{media}"
 
@@ -227,6 +237,7 @@ class MatrixAdapter:
         allowed_users: Sequence[str] = (),
         allowed_chats: Sequence[str] = (),
         invites: Invites = "allowed",
+        store: Path | None = None,
     ) -> None:
         self.homeserver = homeserver.rstrip("/")
         self.bot_id = user_id
@@ -235,6 +246,9 @@ class MatrixAdapter:
         self._allowed_users = set(allowed_users)
         self._allowed_chats = set(allowed_chats)
         self._invites = invites
+        # end-to-end encryption: the device's keys live here (None: encrypted rooms are
+        # not read; the bot says so once in each)
+        self._store = store
         self.capabilities = Capabilities(
             max_length=MAX_BYTES,
             length=lambda text: len(text.encode("utf-8")),
@@ -260,8 +274,15 @@ class MatrixAdapter:
     def _client(self) -> AsyncClient:
         # nio retries 429s and timeouts forever by default: the gateway's delivery
         # decides about a refused send instead (it knows the chat's other replies)
-        config = AsyncClientConfig(max_limit_exceeded=0, max_timeouts=0, request_timeout=45)
-        client = AsyncClient(self.homeserver, self.bot_id, config=config)
+        config = AsyncClientConfig(
+            max_limit_exceeded=0,
+            max_timeouts=0,
+            request_timeout=45,
+            encryption_enabled=self._store is not None,
+            store_sync_tokens=False,  # the marks say where to catch up from
+        )
+        store = str(self._store) if self._store is not None else ""
+        client = AsyncClient(self.homeserver, self.bot_id, config=config, store_path=store)
         client.access_token = self._token
         return client
 
@@ -283,6 +304,13 @@ class MatrixAdapter:
                 f"the token is {who.user_id}'s, not {self.bot_id}'s (platforms.matrix.user_id)"
             )
         self.client.user_id, self.client.device_id = who.user_id, who.device_id or ""
+        if self._store is not None and self.client.olm is None:
+            if not who.device_id:
+                raise MatrixError("the homeserver names no device for this token (encryption)")
+            self._store.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # the device's keys, made at the first start and kept: the same token is the
+            # same device, so people's clients keep trusting it across restarts
+            self.client.restore_login(who.user_id, who.device_id, self._token)
         return who
 
     async def start(self, sink: EventSink) -> None:
@@ -295,6 +323,7 @@ class MatrixAdapter:
         if not isinstance(first, SyncResponse):
             raise MatrixError.of(first)
         self._sink = sink
+        await self._keys()
         await self._on_sync(first, live=False)
         self._state = "connected"
         self._task = asyncio.create_task(self._sync_loop())
@@ -345,6 +374,7 @@ class MatrixAdapter:
                 continue
             wait, failures = RECONNECT_FIRST_S, 0
             self._state = "connected"
+            await self._keys()
             await self._on_sync(response, live=True)
 
     async def _on_sync(self, response: SyncResponse, *, live: bool) -> None:
@@ -363,6 +393,23 @@ class MatrixAdapter:
                     self._unread.setdefault(room_id, []).append(raw)
             if live and info.timeline.limited:
                 self._unseen_gap = True  # more came than one sync holds: catch up
+
+    async def _keys(self) -> None:
+        """With encryption: upload this device's keys, learn the others', claim one-time
+        keys and send the room keys waiting (what nio's sync_forever does after a sync)."""
+        client = self.client
+        if client.olm is None:
+            return
+        try:
+            if client.should_upload_keys:
+                await client.keys_upload()
+            if client.should_query_keys:
+                await client.keys_query()
+            if client.should_claim_keys:
+                await client.keys_claim(client.get_users_for_key_claiming())
+            await client.send_to_device_messages()
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:  # the next sync retries
+            logger.warning("matrix: the encryption keys' exchange failed: %s", _why(exc))
 
     def _note_direct(self, room_id: str, raw: dict[str, Any]) -> None:
         content = raw.get("content") or {}
@@ -414,8 +461,8 @@ class MatrixAdapter:
                 target, key = str(relates.get("event_id") or ""), str(relates.get("key") or "")
                 await self._press(room_id, raw, target, key)
             return
-        if kind == "m.room.encrypted":
-            await self._cannot_read(room_id)
+        if kind == "m.room.encrypted":  # not decrypted: no keys for it (yet)
+            await self._cannot_read(room_id, raw)
             return
         event = to_event(raw, room_id, self._chat_type(room_id), self.bot_id, self.bot_name)
         if event is None:
@@ -427,19 +474,28 @@ class MatrixAdapter:
                 return
         await self._sink(event)
 
-    async def _cannot_read(self, room_id: str) -> None:
+    async def _cannot_read(self, room_id: str, raw: dict[str, Any]) -> None:
         """Say once per room (and run) that its encrypted messages cannot be read."""
         if room_id in self._told_encrypted:
             return
         self._told_encrypted.add(room_id)
-        logger.warning("matrix: %s is end-to-end encrypted: its messages cannot be read", room_id)
-        content = {
-            "msgtype": "m.notice",
-            "body": "This room is end-to-end encrypted, and I cannot read encrypted "
-            "messages. Please talk to me in a room without encryption.",
-        }
+        if self.client.olm is not None:
+            logger.warning("matrix: a message in %s could not be decrypted (no keys)", room_id)
+            text = (
+                "I could not decrypt a message here (my device was not given its keys). "
+                "Could you send it again?"
+            )
+        else:
+            logger.warning("matrix: %s is end-to-end encrypted: encryption is off", room_id)
+            text = (
+                "This room is end-to-end encrypted, and I am not set up to read encrypted "
+                "messages. Please talk to me in a room without encryption."
+            )
+        content = {"msgtype": "m.notice", "body": text}
         with contextlib.suppress(Exception):
-            await self.client.room_send(room_id, "m.room.message", content)
+            await self.client.room_send(
+                room_id, "m.room.message", content, ignore_unverified_devices=True
+            )
 
     # -- buttons ---------------------------------------------------------------------------
 
@@ -576,11 +632,15 @@ class MatrixAdapter:
 
     async def _send_event(self, room_id: str, kind: str, content: dict[str, Any]) -> SendResult:
         try:
-            sent = await self.client.room_send(room_id, kind, content, tx_id=str(uuid.uuid4()))
+            sent = await self.client.room_send(  # encrypted where the room is (with keys)
+                room_id, kind, content, tx_id=str(uuid.uuid4()), ignore_unverified_devices=True
+            )
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:  # it may be posted
             return SendResult(
                 False, error=f"outcome unknown: {type(exc).__name__}: {exc}", outcome_unknown=True
             )
+        except (LocalProtocolError, OlmTrustError, EncryptionError) as exc:  # never sent
+            return SendResult(False, error=f"cannot encrypt for this room: {exc}")
         if not isinstance(sent, RoomSendResponse):
             return MatrixError.of(sent).result()
         return SendResult(True, (sent.event_id,))
@@ -668,7 +728,9 @@ class MatrixAdapter:
         token, stopped past `max_bytes`."""
         if attachment.size is not None and attachment.size > max_bytes:
             raise DownloadError.too_big(attachment.size, max_bytes)
-        url = self.homeserver + _media_path(attachment.ref)
+        encrypted = _encrypted_file(attachment.ref)
+        mxc = str(encrypted["url"]) if encrypted is not None else attachment.ref
+        url = self.homeserver + _media_path(mxc)
         if self._http is None or self._http.closed:
             self._http = aiohttp.ClientSession(
                 headers={"Authorization": f"Bearer {self._token}"},
@@ -678,9 +740,17 @@ class MatrixAdapter:
             async with self._http.get(url) as response:
                 if response.status != 200:
                     raise DownloadError(f"Matrix answered HTTP {response.status} for the file.")
-                return await bounded(response.content.iter_chunked(64 * 1024), max_bytes)
+                data = await bounded(response.content.iter_chunked(64 * 1024), max_bytes)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise DownloadError(f"The download failed ({type(exc).__name__}).") from None
+        if encrypted is None:
+            return data
+        try:  # AES-CTR: the plaintext is as long as the ciphertext
+            key, sha = encrypted["key"]["k"], encrypted["hashes"]["sha256"]
+            return bytes(decrypt_attachment(data, key, sha, encrypted["iv"]))
+        except (KeyError, TypeError, ValueError, EncryptionError) as exc:
+            why = type(exc).__name__
+            raise DownloadError(f"The file could not be decrypted ({why}).") from None
 
 
 def _stripped(event: Any) -> dict[str, Any]:
@@ -692,6 +762,19 @@ def _stripped(event: Any) -> dict[str, Any]:
         "sender": getattr(event, "sender", ""),
         "content": getattr(event, "content", None) or {},
     }
+
+
+def _encrypted_file(ref: str) -> dict[str, Any] | None:
+    """An encrypted file's `file` object, from its attachment's ref (None: plain)."""
+    if not ref.startswith(ENCRYPTED):
+        return None
+    try:
+        found = json.loads(ref.removeprefix(ENCRYPTED))
+    except ValueError:
+        raise DownloadError("Matrix gave a file address I cannot read.") from None
+    if not isinstance(found, dict):
+        raise DownloadError("Matrix gave a file address I cannot read.")
+    return found
 
 
 def _why(exc: Exception) -> str:

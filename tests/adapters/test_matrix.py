@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
+from nio import AsyncClient, AsyncClientConfig, RoomSendResponse, SyncResponse
+from nio.crypto.attachments import encrypt_attachment
 
 from adapters.matrix import MatrixConfig
 from adapters.matrix.adapter import KEYS, MatrixAdapter, MatrixError, mentioned, to_event
@@ -375,5 +378,117 @@ def test_a_sync_that_skipped_events_has_the_gateway_catch_up(matrix: FakeMatrix)
             await until(lambda: adapter._unseen_gap, "the gap went unnoticed")
             assert (await adapter.connection()).startswith("reconnecting")  # said once
             assert await adapter.connection() == "connected"
+
+    run(body)
+
+
+def test_an_encrypted_dm_is_read_and_answered_encrypted(matrix: FakeMatrix, tmp_path: Path) -> None:
+    """With encryption on, the bot is a device with its own keys: a person's client
+    (matrix-nio with its crypto, as Element would) shares its room key with it, the bot
+    reads the message and its reply goes out encrypted; the person's client decrypts it.
+    A restarted bot is the same device (its keys kept in the store)."""
+    dm = matrix.dm(ALICE)
+    matrix.encrypt(dm)
+
+    async def body() -> None:
+        person = AsyncClient(
+            matrix.url,
+            ALICE,
+            store_path=str(tmp_path / "alice"),
+            config=AsyncClientConfig(encryption_enabled=True, store_sync_tokens=False),
+        )
+        (tmp_path / "alice").mkdir()
+        person.restore_login(ALICE, "ALICEPHONE", matrix.client(ALICE, "ALICEPHONE"))
+        try:
+            await person.keys_upload()
+            adapter = MatrixAdapter(matrix.url, BOT, TOKEN, store=tmp_path / "bot")
+            events: list[MessageEvent] = []
+
+            async def sink(event: MessageEvent) -> None:
+                events.append(event)
+
+            await adapter.start(sink)
+            try:
+                await person.sync(timeout=0)
+                content = {"msgtype": "m.text", "body": "a secret hello"}
+                sent = await person.room_send(
+                    dm, "m.room.message", content, ignore_unverified_devices=True
+                )
+                assert isinstance(sent, RoomSendResponse), sent
+                assert matrix.event(sent.event_id)["type"] == "m.room.encrypted"
+                await arrived(events, 1)
+                assert events[0].text == "a secret hello" and events[0].chat.type is ChatType.DM
+                reply = await adapter.send(OutboundMessage(events[0].chat, "a secret answer"))
+                assert reply.ok, reply.error
+                assert matrix.event(reply.message_ids[0])["type"] == "m.room.encrypted"
+                shown: list[str] = []
+                for _ in range(20):
+                    synced = await person.sync(timeout=0)
+                    if isinstance(synced, SyncResponse) and dm in synced.rooms.join:
+                        timeline = synced.rooms.join[dm].timeline.events
+                        shown += [str(getattr(e, "body", "")) for e in timeline]
+                    if "a secret answer" in shown:
+                        break
+                    await asyncio.sleep(0.1)
+                assert "a secret answer" in shown
+            finally:
+                await adapter.stop()
+            device = matrix.device_keys[BOT]
+            again = MatrixAdapter(matrix.url, BOT, TOKEN, store=tmp_path / "bot")
+            await again.start(sink)
+            await again.stop()
+            assert matrix.device_keys[BOT] == device  # the same device, the same keys
+        finally:
+            await person.close()
+
+    run(body)
+
+
+def test_encryption_needs_a_folder_for_the_keys(matrix: FakeMatrix, tmp_path: Path) -> None:
+    from adapters.matrix import PLATFORM
+
+    values = {"token_env": TOKEN}
+    config = MatrixConfig(homeserver=matrix.url, user_id=BOT, encryption=True)
+    with pytest.raises(ValueError, match="store"):
+        PLATFORM.build(config, values, [], False)
+    keys = tmp_path / "keys"
+    built = PLATFORM.build(config.model_copy(update={"store": str(keys)}), values, [], False)
+    assert isinstance(built, MatrixAdapter)
+
+    async def body() -> None:
+        await built.start(lambda _event: asyncio.sleep(0))
+        await built.stop()
+
+    run(body)
+    assert keys.stat().st_mode & 0o777 == 0o700 and any(keys.iterdir())  # the device's keys
+
+
+def test_a_file_in_an_encrypted_room_is_fetched_and_decrypted(matrix: FakeMatrix) -> None:
+    """An encrypted room's file: the repository holds ciphertext; the message's `file`
+    carries the key, the IV and the hash, and a wrong hash is refused."""
+    ciphertext, keys = encrypt_attachment(b"%PDF-1.4 the secret report")
+    matrix.media["sealed"] = (ciphertext, "application/octet-stream")
+    file = {"url": "mxc://hermes.test/sealed", "v": "v2", **keys}
+    raw = {
+        "type": "m.room.message",
+        "event_id": "$f",
+        "sender": ALICE,
+        "origin_server_ts": 1,
+        "content": {"msgtype": "m.file", "body": "report.pdf", "file": file,
+                    "info": {"mimetype": "application/pdf", "size": len(ciphertext)}},
+    }  # fmt: skip
+    event = to_event(raw, "!r:hermes.test", ChatType.DM, BOT)
+    assert event is not None
+    (attachment,) = event.attachments
+    forged = {**file, "hashes": {"sha256": "AAAA"}}
+    raw["content"]["file"] = forged
+    tampered = to_event(raw, "!r:hermes.test", ChatType.DM, BOT)
+    assert tampered is not None
+
+    async def body() -> None:
+        async with running(matrix) as (adapter, _events):
+            assert await adapter.download(attachment, 10_000) == b"%PDF-1.4 the secret report"
+            with pytest.raises(DownloadError, match="decrypted"):
+                await adapter.download(tampered.attachments[0], 10_000)
 
     run(body)

@@ -45,6 +45,8 @@ TOKEN = "syt_aGVybWVz_fakeBotToken_0a1b2c"
 DEVICE = "HERMESBOT"
 BUTTONS = "org.hermes.buttons"  # where the adapter keeps a message's buttons (its content)
 CLIENT = "/_matrix/client/v3"
+ME = web.RequestKey("me", str)  # who a request's token is
+DEVICE_KEY = web.RequestKey("device", str)  # and on which device
 MEDIA = "/_matrix/client/v1/media"
 
 
@@ -100,6 +102,12 @@ class FakeMatrix(AioFake):
         self._changed: asyncio.Condition | None = None
         self._epoch = 0  # bumped by drop(): the open syncs fail
         self._stopping = False
+        self.tokens: dict[str, tuple[str, str]] = {TOKEN: (BOT, DEVICE)}  # token: (user, device)
+        self.device_keys: dict[str, dict[str, Any]] = {}  # user: {device: signed keys}
+        self._one_time: dict[tuple[str, str], dict[str, Any]] = {}  # (user, device): keys
+        self._to_device: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self._lists_changed: dict[str, set[str]] = {}  # user: whose devices changed
+        self._device_stream = 0  # bumped by every to-device message and key upload
         app = web.Application(middlewares=[self._auth])
         r = app.router
         r.add_get(f"{CLIENT}/account/whoami", self._whoami)
@@ -114,6 +122,11 @@ class FakeMatrix(AioFake):
         r.add_get(f"{CLIENT}/rooms/{{room}}/messages", self._messages)
         r.add_get(f"{CLIENT}/rooms/{{room}}/event/{{event}}", self._event)
         r.add_post(f"{CLIENT}/createRoom", self._create_room)
+        r.add_get(f"{CLIENT}/rooms/{{room}}/joined_members", self._joined_members)
+        r.add_post(f"{CLIENT}/keys/upload", self._keys_upload)
+        r.add_post(f"{CLIENT}/keys/query", self._keys_query)
+        r.add_post(f"{CLIENT}/keys/claim", self._keys_claim)
+        r.add_put(f"{CLIENT}/sendToDevice/{{type}}/{{txn}}", self._send_to_device)
         r.add_get(f"{MEDIA}/download/{{server}}/{{media}}", self._download)
         r.add_get(f"{MEDIA}/download/{{server}}/{{media}}/{{name}}", self._download)
         self._server = AioThread(app)
@@ -128,6 +141,21 @@ class FakeMatrix(AioFake):
         super().stop()
 
     # -- what people do ----------------------------------------------------------------------
+
+    def client(self, person: str, device: str) -> str:
+        """An access token for `person`'s client on `device` (a person's own client,
+        matrix-nio in the tests, e.g. to write encrypted messages)."""
+        token = f"syt_{person[1:].split(':', maxsplit=1)[0]}_{device}"
+        self.tokens[token] = (person, device)
+        return token
+
+    def encrypt(self, room_id: str) -> None:
+        """Turn end-to-end encryption on in the room (its m.room.encryption state)."""
+        content = {"algorithm": "m.megolm.v1.aes-sha2"}
+        creator = self.rooms[room_id].inviter
+        self._server.call(
+            self._append(room_id, creator, "m.room.encryption", content, state_key="")
+        )
 
     def dm(self, person: str, *, make: bool = True) -> str:
         """The direct room of `person` and the bot: the first room of those two alone
@@ -331,8 +359,10 @@ class FakeMatrix(AioFake):
         given = request.headers.get("Authorization", "")
         if not given:
             return _error(401, "M_MISSING_TOKEN", "Missing access token")
-        if given != f"Bearer {TOKEN}":
+        who = self.tokens.get(given.removeprefix("Bearer "))
+        if who is None:
             return _error(401, "M_UNKNOWN_TOKEN", "Invalid access token passed.")
+        request[ME], request[DEVICE_KEY] = who
         body = await request.text() if request.can_read_body else ""
         try:
             parsed = json.loads(body) if body else None
@@ -349,12 +379,15 @@ class FakeMatrix(AioFake):
                 return _error(fault.status, "M_UNKNOWN", "Internal server error")
         return await handler(request)
 
-    async def _whoami(self, _request: web.Request) -> web.Response:
-        return web.json_response({"user_id": BOT, "device_id": DEVICE, "is_guest": False})
+    async def _whoami(self, request: web.Request) -> web.Response:
+        me, device = request[ME], request[DEVICE_KEY]
+        return web.json_response({"user_id": me, "device_id": device, "is_guest": False})
 
     async def _sync(self, request: web.Request) -> web.Response:
         since_token = request.query.get("since")
-        since = int(since_token[1:]) if since_token else None
+        # "s<room stream>_<to-device stream>": a token changes with either (as a real
+        # one does: nio ignores a sync whose next_batch it has seen)
+        since = int(since_token[1:].split("_")[0]) if since_token else None
         wait = int(request.query.get("timeout", "0")) / 1000
         try:
             limit = int(json.loads(request.query.get("filter", "{}"))["room"]["timeline"]["limit"])
@@ -368,26 +401,36 @@ class FakeMatrix(AioFake):
         if self.down > 0:
             self.down -= 1
             return web.Response(status=502, text="Bad Gateway")
-        if since is not None and len(self.stream) <= since and wait > 0:
+        me, device = request[ME], request[DEVICE_KEY]
+
+        def news() -> bool:
+            return (
+                len(self.stream) > since  # type: ignore[operator]
+                or self._epoch != epoch
+                or bool(self._to_device.get((me, device)) or self._lists_changed.get(me))
+            )
+
+        if since is not None and not news() and wait > 0:
             async with self._condition():
                 await _wait_for(
                     self._condition(),
-                    lambda: len(self.stream) > since or self._epoch != epoch,
+                    news,
                     wait,
                 )
         if self._epoch != epoch:
             return web.Response(status=502, text="Bad Gateway")
-        self.syncs += 1
-        return web.json_response(self._sync_body(since, limit))
+        if request[ME] == BOT:
+            self.syncs += 1
+        return web.json_response(self._sync_body(request[ME], request[DEVICE_KEY], since, limit))
 
-    def _sync_body(self, since: int | None, limit: int) -> dict[str, Any]:
+    def _sync_body(self, me: str, device: str, since: int | None, limit: int) -> dict[str, Any]:
         now = len(self.stream)
         join: dict[str, Any] = {}
         invite: dict[str, Any] = {}
         leave: dict[str, Any] = {}
         for room_id, room in self.rooms.items():
-            membership = room.members.get(BOT)
-            changed = room.changed.get(BOT, 0)
+            membership = room.members.get(me)
+            changed = room.changed.get(me, 0)
             fresh = since is None or changed > since
             positions = [n for n, e in enumerate(self.stream[:now], 1) if e["room_id"] == room_id]
             if membership == "join":
@@ -424,12 +467,15 @@ class FakeMatrix(AioFake):
                 invite[room_id] = {"invite_state": {"events": stripped}}
             elif membership == "leave" and fresh and since is not None:
                 leave[room_id] = {"timeline": {"events": []}}
+        counts = {"signed_curve25519": len(self._one_time.get((me, device), {}))}
         return {
-            "next_batch": f"s{now}",
+            "next_batch": f"s{now}_{self._device_stream}",
             "rooms": {"join": join, "invite": invite, "leave": leave},
             "account_data": {"events": []},
             "presence": {"events": []},
-            "to_device": {"events": []},
+            "to_device": {"events": self._to_device.pop((me, device), [])},
+            "device_lists": {"changed": sorted(self._lists_changed.pop(me, set())), "left": []},
+            "device_one_time_keys_count": counts,
         }
 
     def _state(self, room_id: str) -> list[dict[str, Any]]:
@@ -442,7 +488,7 @@ class FakeMatrix(AioFake):
 
     def _joined(self, request: web.Request) -> Room | web.Response:
         room = self.rooms.get(request.match_info["room"])
-        if room is None or room.members.get(BOT) != "join":
+        if room is None or room.members.get(request[ME]) != "join":
             return _error(403, "M_FORBIDDEN", "You are not in this room.")
         return room
 
@@ -450,7 +496,7 @@ class FakeMatrix(AioFake):
         room = self._joined(request)
         if isinstance(room, web.Response):
             return room
-        txn = request.match_info["txn"]
+        txn = f"{request[ME]}/{request.match_info['txn']}"
         if txn in self._txns:
             return web.json_response({"event_id": self._txns[txn]})
         content = await request.json()
@@ -458,7 +504,7 @@ class FakeMatrix(AioFake):
         relates = content.get("m.relates_to") or {}
         if relates.get("rel_type") == "m.replace":
             self.edit_times.append(time.monotonic())
-        event_id = await self._append(request.match_info["room"], BOT, kind, content)
+        event_id = await self._append(request.match_info["room"], request[ME], kind, content)
         self._txns[txn] = event_id
         return web.json_response({"event_id": event_id})
 
@@ -466,16 +512,20 @@ class FakeMatrix(AioFake):
         room = self._joined(request)
         if isinstance(room, web.Response):
             return room
-        txn = request.match_info["txn"]
+        txn = f"{request[ME]}/{request.match_info['txn']}"
         if txn in self._txns:
             return web.json_response({"event_id": self._txns[txn]})
         target = self._events.get(request.match_info["event"])
         if target is None:
             return _error(404, "M_NOT_FOUND", "Event not found.")
-        if target["sender"] != BOT:
+        if target["sender"] != request[ME]:
             return _error(403, "M_FORBIDDEN", "You cannot redact this event.")
         event_id = await self._append(
-            request.match_info["room"], BOT, "m.room.redaction", {}, redacts=target["event_id"]
+            request.match_info["room"],
+            request[ME],
+            "m.room.redaction",
+            {},
+            redacts=target["event_id"],
         )
         target["redacted"] = _client(self._events[event_id])
         target["content"] = {}
@@ -489,16 +539,17 @@ class FakeMatrix(AioFake):
     async def _join(self, request: web.Request) -> web.Response:
         room_id = request.match_info["room"]
         room = self.rooms.get(room_id)
-        if room is None or room.members.get(BOT) not in ("invite", "join"):
+        me = request[ME]
+        if room is None or room.members.get(me) not in ("invite", "join"):
             return _error(403, "M_FORBIDDEN", "You are not invited to this room.")
-        if room.members[BOT] != "join":
-            await self._member(room_id, BOT, "join")
+        if room.members[me] != "join":
+            await self._member(room_id, me, "join")
         return web.json_response({"room_id": room_id})
 
     async def _leave(self, request: web.Request) -> web.Response:
         room_id = request.match_info["room"]
         if room_id in self.rooms:
-            await self._member(room_id, BOT, "leave")
+            await self._member(room_id, request[ME], "leave")
         return web.json_response({})
 
     def _position(self, event_id: str) -> int:
@@ -531,7 +582,11 @@ class FakeMatrix(AioFake):
         start = request.query.get("from", "")
         forward = request.query.get("dir", "b") == "f"
         limit = min(int(request.query.get("limit", "10")), 1000)
-        at = int(start[1:]) if start[:1] in ("t", "s") else (0 if forward else len(self.stream))
+        at = (
+            int(start[1:].split("_")[0])
+            if start[:1] in ("t", "s")
+            else (0 if forward else len(self.stream))
+        )
         positions = [n for n, e in enumerate(self.stream, 1) if e["room_id"] == room_id]
         later = [n for n in positions if (n > at if forward else n <= at)]
         page = later[:limit] if forward else list(reversed(later))[:limit]
@@ -561,6 +616,63 @@ class FakeMatrix(AioFake):
         for person in body.get("invite") or []:
             await self._member(room_id, str(person), "invite", by=BOT)
         return web.json_response({"room_id": room_id})
+
+    async def _joined_members(self, request: web.Request) -> web.Response:
+        room = self._joined(request)
+        if isinstance(room, web.Response):
+            return room
+        joined = {u: {"display_name": u[1:].split(":")[0], "avatar_url": None}
+                  for u, m in room.members.items() if m == "join"}  # fmt: skip
+        return web.json_response({"joined": joined})
+
+    async def _keys_upload(self, request: web.Request) -> web.Response:
+        me, device = request[ME], request[DEVICE_KEY]
+        body = await request.json()
+        if body.get("device_keys"):
+            self.device_keys.setdefault(me, {})[device] = body["device_keys"]
+            for person, _device in self.tokens.values():  # everyone may share a room
+                self._lists_changed.setdefault(person, set()).add(me)
+            self._device_stream += 1
+            await self._wake()
+        keys = self._one_time.setdefault((me, device), {})
+        keys.update(body.get("one_time_keys") or {})
+        return web.json_response({"one_time_key_counts": {"signed_curve25519": len(keys)}})
+
+    async def _keys_query(self, request: web.Request) -> web.Response:
+        asked = (await request.json()).get("device_keys") or {}
+        found = {
+            person: {
+                d: keys
+                for d, keys in self.device_keys.get(person, {}).items()
+                if not devices or d in devices
+            }
+            for person, devices in asked.items()
+        }
+        return web.json_response({"device_keys": found, "failures": {}})
+
+    async def _keys_claim(self, request: web.Request) -> web.Response:
+        asked = (await request.json()).get("one_time_keys") or {}
+        claimed: dict[str, dict[str, Any]] = {}
+        for person, devices in asked.items():
+            for device, algorithm in devices.items():
+                keys = self._one_time.get((person, device), {})
+                key_id = next((k for k in keys if k.startswith(f"{algorithm}:")), None)
+                if key_id is not None:
+                    claimed.setdefault(person, {})[device] = {key_id: keys.pop(key_id)}
+        return web.json_response({"one_time_keys": claimed, "failures": {}})
+
+    async def _send_to_device(self, request: web.Request) -> web.Response:
+        kind, sender = request.match_info["type"], request[ME]
+        messages = (await request.json()).get("messages") or {}
+        for person, devices in messages.items():
+            for device, content in devices.items():
+                targets = self.device_keys.get(person, {}) if device == "*" else [device]
+                for target in targets:
+                    event = {"type": kind, "sender": sender, "content": content}
+                    self._to_device.setdefault((person, target), []).append(event)
+        self._device_stream += 1
+        await self._wake()
+        return web.json_response({})
 
     async def _download(self, request: web.Request) -> web.Response:
         self.downloads += 1
