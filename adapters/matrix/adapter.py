@@ -36,7 +36,7 @@ import re
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,6 +46,7 @@ from nio import (
     AsyncClientConfig,
     ErrorResponse,
     MessageDirection,
+    ProfileGetDisplayNameResponse,
     RoomContextResponse,
     RoomCreateResponse,
     RoomGetEventResponse,
@@ -112,7 +113,7 @@ def _strip_fallback(text: str) -> str:
     lines = text.split("\n")
     while lines and lines[0].startswith(">"):
         lines.pop(0)
-    return "\n".join(lines).lstrip("\n") if len(lines) else text
+    return "\n".join(lines).lstrip("\n")
 
 
 def mentioned(content: dict[str, Any], bot_id: str, bot_name: str) -> tuple[bool, str]:
@@ -319,6 +320,10 @@ class MatrixAdapter:
         if self.client.client_session is None or self.client.client_session.closed:
             self.client = self._client()
         await self._whoami()
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError, OSError):
+            named = await self.client.get_displayname(self.bot_id)  # "Hermes: ..." mentions
+            if isinstance(named, ProfileGetDisplayNameResponse) and named.displayname:
+                self.bot_name = named.displayname
         first = await self.client.sync(timeout=0, sync_filter=FIRST_FILTER)
         if not isinstance(first, SyncResponse):
             raise MatrixError.of(first)
@@ -379,7 +384,8 @@ class MatrixAdapter:
 
     async def _on_sync(self, response: SyncResponse, *, live: bool) -> None:
         for room_id, info in response.rooms.invite.items():
-            await self._invited(room_id, [_stripped(e) for e in info.invite_state])
+            with self._one_event(room_id):
+                await self._invited(room_id, [_stripped(e) for e in info.invite_state])
         for room_id, info in response.rooms.join.items():
             for event in info.timeline.events:
                 raw = getattr(event, "source", None)
@@ -388,11 +394,21 @@ class MatrixAdapter:
                 if raw.get("type") == "m.room.member":
                     self._note_direct(room_id, raw)
                 elif live:
-                    await self._on_event(room_id, raw)
+                    with self._one_event(room_id):
+                        await self._on_event(room_id, raw)
                 else:
                     self._unread.setdefault(room_id, []).append(raw)
             if live and info.timeline.limited:
                 self._unseen_gap = True  # more came than one sync holds: catch up
+
+    @contextlib.contextmanager
+    def _one_event(self, room_id: str) -> Iterator[None]:
+        """An event whose handling needs the homeserver (a join, a press read back) and
+        fails on the way is logged and skipped: the sync loop goes on."""
+        try:
+            yield
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            logger.warning("matrix: an event in %s could not be handled: %s", room_id, _why(exc))
 
     async def _keys(self) -> None:
         """With encryption: upload this device's keys, learn the others', claim one-time
@@ -462,7 +478,7 @@ class MatrixAdapter:
                 await self._press(room_id, raw, target, key)
             return
         if kind == "m.room.encrypted":  # not decrypted: no keys for it (yet)
-            await self._cannot_read(room_id, raw)
+            await self._cannot_read(room_id)
             return
         event = to_event(raw, room_id, self._chat_type(room_id), self.bot_id, self.bot_name)
         if event is None:
@@ -474,7 +490,7 @@ class MatrixAdapter:
                 return
         await self._sink(event)
 
-    async def _cannot_read(self, room_id: str, raw: dict[str, Any]) -> None:
+    async def _cannot_read(self, room_id: str) -> None:
         """Say once per room (and run) that its encrypted messages cannot be read."""
         if room_id in self._told_encrypted:
             return
@@ -665,6 +681,8 @@ class MatrixAdapter:
             reacted = await self._send_event(room_id, "m.reaction", {"m.relates_to": relates})
             if reacted.ok:
                 self._reactions.setdefault(message_id, []).extend(reacted.message_ids)
+        for old in list(self._reactions)[: max(0, len(self._reactions) - 1000)]:
+            del self._reactions[old]  # (dicts keep their order: the oldest go first)
 
     async def edit(self, chat: ChatRef, message_id: str, message: OutboundMessage) -> SendResult:
         """A replacement event (`m.replace`): clients show its `m.new_content`."""

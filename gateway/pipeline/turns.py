@@ -300,11 +300,13 @@ class Turns:
         return StreamedReply(adapter, event.chat, event.message_id, self.delivery, interval)
 
 
-def late_by(event: MessageEvent, now: float | None = None) -> float | None:
-    """How long ago the message was written, when that is past LATE_AFTER_S."""
+def late_by(event: MessageEvent) -> float | None:
+    """How long before the gateway received it the message was written, when that is
+    past LATE_AFTER_S (the gateway was down, or its platform not connected; a message
+    that only waited in its chat's line behind a long turn is not late)."""
     if not event.sent_at:  # unknown (None, or 0 from a platform that has none)
         return None
-    waited = (time.time() if now is None else now) - event.sent_at
+    waited = event.received_at.timestamp() - event.sent_at
     return waited if waited > LATE_AFTER_S else None
 
 

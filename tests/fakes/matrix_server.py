@@ -40,7 +40,7 @@ from tests.fakes.aio_thread import AioFake, AioThread
 
 SERVER = "hermes.test"
 BOT = f"@hermes:{SERVER}"
-BOT_NAME = "Hermes"
+BOT_NAME = "Hermes Assistant"  # the bot's display name
 TOKEN = "syt_aGVybWVz_fakeBotToken_0a1b2c"
 DEVICE = "HERMESBOT"
 BUTTONS = "org.hermes.buttons"  # where the adapter keeps a message's buttons (its content)
@@ -57,7 +57,7 @@ def user(name: str) -> str:
 @dataclass
 class Fault:
     path: str  # a part of the request path, e.g. "/send/m.room.message"
-    status: int = 429
+    status: int = 429  # 0: the connection drops
     retry_after_ms: int | None = 1000
     method: str = ""  # only requests of this method (any: "")
     edits: bool | None = None  # only edits (True), only new messages (False), any (None)
@@ -122,6 +122,7 @@ class FakeMatrix(AioFake):
         r.add_get(f"{CLIENT}/rooms/{{room}}/messages", self._messages)
         r.add_get(f"{CLIENT}/rooms/{{room}}/event/{{event}}", self._event)
         r.add_post(f"{CLIENT}/createRoom", self._create_room)
+        r.add_get(f"{CLIENT}/profile/{{user}}/displayname", self._displayname)
         r.add_get(f"{CLIENT}/rooms/{{room}}/joined_members", self._joined_members)
         r.add_post(f"{CLIENT}/keys/upload", self._keys_upload)
         r.add_post(f"{CLIENT}/keys/query", self._keys_query)
@@ -355,7 +356,9 @@ class FakeMatrix(AioFake):
         await self._member(room_id, BOT, bot, by=creator if bot == "invite" else "")
 
     @web.middleware
-    async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
+    async def _auth(  # noqa: PLR0911 - one answer per way a request is refused
+        self, request: web.Request, handler: Any
+    ) -> web.StreamResponse:
         given = request.headers.get("Authorization", "")
         if not given:
             return _error(401, "M_MISSING_TOKEN", "Missing access token")
@@ -372,6 +375,10 @@ class FakeMatrix(AioFake):
         for fault in list(self.faults):
             if fault.matches(request.method, request.path, parsed):
                 self.faults.remove(fault)
+                if fault.status == 0:  # the connection drops before any answer
+                    if request.transport is not None:
+                        request.transport.abort()
+                    return web.Response(status=500)
                 if fault.status == 429:
                     wait = fault.retry_after_ms or 1000
                     headers = {"Retry-After": str(math.ceil(wait / 1000))}
@@ -616,6 +623,12 @@ class FakeMatrix(AioFake):
         for person in body.get("invite") or []:
             await self._member(room_id, str(person), "invite", by=BOT)
         return web.json_response({"room_id": room_id})
+
+    async def _displayname(self, request: web.Request) -> web.Response:
+        person = request.match_info["user"]
+        if person == BOT:
+            return web.json_response({"displayname": BOT_NAME})
+        return web.json_response({"displayname": person[1:].split(":")[0]})
 
     async def _joined_members(self, request: web.Request) -> web.Response:
         room = self._joined(request)

@@ -1034,7 +1034,11 @@ def test_hermes_dashboard_serves_a_home_with_no_gateway_until_interrupted(home: 
             assert response.status == 200 and "No dashboard password is set." in page
         finally:
             process.send_signal(signal.SIGINT)
-            code = process.wait(timeout=20)
+            try:
+                code = process.wait(timeout=20)
+            except subprocess.TimeoutExpired:  # (a shell's background job ignores SIGINT)
+                process.kill()  # fail, never hang
+                raise
     assert code == 0
 
 
