@@ -74,7 +74,7 @@ def test_what_was_written_while_the_gateway_was_down_is_answered_at_its_next_sta
     configure(home, fake_llm, side)
 
     def respond(body: dict[str, Any]) -> Reply:
-        said = re.findall(r"ann-\d|bob-first", json.dumps(body["messages"][-1]["content"]))
+        said = re.findall(r"ann-\d|bob-\w+", json.dumps(body["messages"][-1]["content"]))
         return Reply(text="re " + said[-1])
 
     fake_llm.responder = respond
@@ -95,24 +95,32 @@ def test_what_was_written_while_the_gateway_was_down_is_answered_at_its_next_sta
     say(side, ann, "ann-3")
     say(side, bob, "bob-first", at=now - 2 * HOUR_MS)  # his first words, two hours ago
 
+    before = connections(side)
     proc = start(home, **side.env)
     try:
-        wait(lambda: len(answers(ann)) >= 3 and len(answers(bob)) >= 2, "not caught up", proc)
-        time.sleep(1.0)  # nothing more comes
+        # a live message in each chat after the catch-up: each chat's line is in order,
+        # so its answer comes after every answer of what was caught up (and any double)
+        wait(lambda: connections(side) > before, "never connected", proc)
+        side.say(ann, "ann-4")
+        side.say(bob, "bob-2")
+        wait(lambda: "re ann-4" in answers(ann) and "re bob-2" in answers(bob), "no answer", proc)
     finally:
         err = stop(proc)
-    assert answers(ann) == ["re ann-1", "re ann-2", "re ann-3"], err  # once, in order
-    late, answer = answers(bob)
+    assert answers(ann) == ["re ann-1", "re ann-2", "re ann-3", "re ann-4"], err  # once, in order
+    late, answer, live = answers(bob)
     assert late.startswith("You wrote this 2 hours ago") and answer == "re bob-first"
+    assert live == "re bob-2"  # not late: received at once
 
     before = connections(side)
     proc = start(home, **side.env)  # a third start: nothing is answered again
     try:
         wait(lambda: connections(side) > before, "never connected", proc)
-        time.sleep(2.0)  # its catch-up has run
+        side.say(ann, "ann-5")
+        side.say(bob, "bob-3")
+        wait(lambda: "re ann-5" in answers(ann) and "re bob-3" in answers(bob), "no answer", proc)
     finally:
         stop(proc)
-    assert len(answers(ann)) == 3 and len(answers(bob)) == 2
+    assert answers(ann)[4:] == ["re ann-5"] and answers(bob)[3:] == ["re bob-3"]
 
 
 def connections(side: Driver) -> int:
