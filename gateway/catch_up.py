@@ -5,8 +5,8 @@ session replays nothing: what was sent while the gateway restarted, or while ano
 instance took the connection's lease over from one that died, never arrives by
 itself. So the gateway notes the last message read in each chat (`platform_marks`, each
 second's notes in one write, and at the stop), and whenever the platform connects
-it asks the adapter for what came after each chat's mark (chats read within WINDOW, the
-latest MOST_CHATS, at most MOST_PER_CHAT messages each) and hands those to the router
+it asks the adapter for what came after each chat's mark (chats read within CATCH_UP_WINDOW,
+the latest MOST_MARKS, at most MOST_PER_CHAT messages each) and hands those to the router
 as if they had just arrived: once (intake drops what it has seen; with several
 gateways the database does), and in order (live messages that arrive meanwhile wait
 behind them).
@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import timedelta
 
 from gateway.edge.events import ChatRef, MessageEvent
-from gateway.edge.ports import CatchesUp, ChatMark, EventSink
+from gateway.edge.ports import CATCH_UP_WINDOW, MOST_MARKS, CatchesUp, ChatMark, EventSink
 from hermes.places import ChatType
 from hermes.state.db import SessionDB
 from hermes.state.marks import Mark
@@ -29,8 +28,6 @@ from hermes.state.retry import StateDBError
 logger = logging.getLogger(__name__)
 
 FLUSH_S = 1.0  # marks are written this often (and at the stop)
-WINDOW = timedelta(days=1)  # chats read within it are caught up
-MOST_CHATS = 200
 MOST_PER_CHAT = 100
 CATCH_UP_TIMEOUT_S = 60.0  # live messages wait behind a catch-up at most this long
 
@@ -124,8 +121,8 @@ class CatchUp:
             )
 
     async def _missed(self, adapter: CatchesUp) -> list[MessageEvent]:
-        since = utcnow() - WINDOW
-        marks = await self.db.run(self.db.marks.recent, adapter.name, since, MOST_CHATS)
+        since = utcnow() - CATCH_UP_WINDOW
+        marks = await self.db.run(self.db.marks.recent, adapter.name, since, MOST_MARKS)
         chats = [
             ChatMark(
                 ChatRef(m.chat_id, ChatType(m.chat_type), m.thread_id), m.message_id, m.position

@@ -69,7 +69,15 @@ from gateway.edge.events import (
     SendResult,
     UserRef,
 )
-from gateway.edge.ports import Capabilities, ChatMark, DownloadError, EventSink, bounded
+from gateway.edge.ports import (
+    CATCH_UP_WINDOW,
+    MOST_MARKS,
+    Capabilities,
+    ChatMark,
+    DownloadError,
+    EventSink,
+    bounded,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +86,6 @@ MAX_BYTES = 16_000  # a message's Markdown, in UTF-8 bytes (an event is at most 
 EVENT_BYTES = 60_000  # past this the HTML is left out (the body alone is sent)
 SYNC_TIMEOUT_MS = 30_000
 UNREAD_LIMIT = 20  # the latest messages of each room the first sync brings
-UNREAD_WINDOW_MS = 24 * 3600 * 1000  # of those, the ones this recent may be unanswered
-MARKS_COMPLETE_BELOW = 200  # gateway/catch_up.py MOST_CHATS: fewer marks are all of them
 FIRST_FILTER = {"room": {"timeline": {"limit": UNREAD_LIMIT}}, "presence": {"not_types": ["*"]}}
 FILTER = {"room": {"timeline": {"limit": 50}}, "presence": {"not_types": ["*"]}}
 RECONNECT_FIRST_S, RECONNECT_MAX_S = 1.0, 30.0
@@ -586,12 +592,12 @@ class MatrixAdapter:
     def _never_read(self, marked: set[str], most: int) -> list[MessageEvent]:
         """The first catch-up after a start also answers the rooms without a recent mark
         (a person's first message, sent while no gateway ran): their messages of the
-        last UNREAD_WINDOW_MS among the first sync's latest. A room read since then has a
+        last CATCH_UP_WINDOW among the first sync's latest. A room read since then has a
         mark newer than those, so nothing is answered twice."""
         unread, self._unread = self._unread, {}
-        if len(marked) >= MARKS_COMPLETE_BELOW:  # the marks may be cut short
+        if len(marked) >= MOST_MARKS:  # the marks may be cut short
             return []
-        since = int(time.time() * 1000) - UNREAD_WINDOW_MS
+        since = int((time.time() - CATCH_UP_WINDOW.total_seconds()) * 1000)
         found: list[MessageEvent] = []
         for room_id, events in unread.items():
             if room_id in marked:

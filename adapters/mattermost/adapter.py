@@ -44,7 +44,15 @@ from gateway.edge.events import (
     UserRef,
 )
 from gateway.edge.http_server import Route
-from gateway.edge.ports import Capabilities, ChatMark, DownloadError, EventSink, bounded
+from gateway.edge.ports import (
+    CATCH_UP_WINDOW,
+    MOST_MARKS,
+    Capabilities,
+    ChatMark,
+    DownloadError,
+    EventSink,
+    bounded,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +62,6 @@ PERMANENT = {400, 401, 403, 404, 413}
 RECONNECT_FIRST_S, RECONNECT_MAX_S = 1.0, 30.0
 GIVE_UP_AFTER = 8  # failed connection attempts in a row: "lost" (the gateway restarts it)
 HISTORY_PAGE = 200  # the API's largest page
-UNREAD_WINDOW_MS = 24 * 3600 * 1000  # unmarked channels' posts this recent are unread
-MARKS_COMPLETE_BELOW = 200  # gateway/catch_up.py MOST_CHATS: fewer marks are all of them
 
 
 def _kind(mime: str) -> str:
@@ -328,13 +334,13 @@ class MattermostAdapter:
         return [e for e in events if e is not None][:most]
 
     async def _never_read(self, marked: set[str], most: int, marks: int) -> list[MessageEvent]:
-        """The posts of the last UNREAD_WINDOW_MS in the bot's channels that have no
+        """The posts of the last CATCH_UP_WINDOW in the bot's channels that have no
         mark (a person's first message, sent while no gateway listened): a channel read
         in that time has a mark, so nothing is answered twice. Skipped when the marks
         may be cut short (as many as the gateway passes at most)."""
-        if marks >= MARKS_COMPLETE_BELOW:
+        if marks >= MOST_MARKS:
             return []
-        since = int(time.time() * 1000) - UNREAD_WINDOW_MS
+        since = int((time.time() - CATCH_UP_WINDOW.total_seconds()) * 1000)
         channels: dict[str, dict[str, Any]] = {}
         for team in await self._call("GET", "/users/me/teams") or []:
             listed = await self._call("GET", f"/users/me/teams/{team['id']}/channels") or []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Protocol, runtime_checkable
 
 from gateway.edge.events import Attachment, ChatRef, MessageEvent, OutboundMessage, SendResult
@@ -144,6 +145,13 @@ class ChatMark:
     chat: ChatRef
     message_id: str
     order: int
+
+
+# What the gateway asks a platform that catches up about: the chats read within
+# CATCH_UP_WINDOW, the latest MOST_MARKS of them. Fewer marks than that are every chat
+# read within the window: a chat of the platform without one was not read in it.
+CATCH_UP_WINDOW = timedelta(days=1)
+MOST_MARKS = 200
 
 
 @runtime_checkable

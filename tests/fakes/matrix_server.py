@@ -499,13 +499,20 @@ class FakeMatrix(AioFake):
             return _error(403, "M_FORBIDDEN", "You are not in this room.")
         return room
 
+    def _transaction(self, request: web.Request) -> tuple[str, web.Response | None]:
+        """The request's transaction (per client) and, when it was done already, the
+        answer it had: a retried request does not post twice."""
+        txn = f"{request[ME]}/{request.match_info['txn']}"
+        done = self._txns.get(txn)
+        return txn, None if done is None else web.json_response({"event_id": done})
+
     async def _send(self, request: web.Request) -> web.Response:
         room = self._joined(request)
         if isinstance(room, web.Response):
             return room
-        txn = f"{request[ME]}/{request.match_info['txn']}"
-        if txn in self._txns:
-            return web.json_response({"event_id": self._txns[txn]})
+        txn, done = self._transaction(request)
+        if done is not None:
+            return done
         content = await request.json()
         kind = request.match_info["type"]
         relates = content.get("m.relates_to") or {}
@@ -519,9 +526,9 @@ class FakeMatrix(AioFake):
         room = self._joined(request)
         if isinstance(room, web.Response):
             return room
-        txn = f"{request[ME]}/{request.match_info['txn']}"
-        if txn in self._txns:
-            return web.json_response({"event_id": self._txns[txn]})
+        txn, done = self._transaction(request)
+        if done is not None:
+            return done
         target = self._events.get(request.match_info["event"])
         if target is None:
             return _error(404, "M_NOT_FOUND", "Event not found.")
