@@ -49,7 +49,9 @@ def seed(home: Path, side: Driver) -> None:
 
 def run(home: Path, fake_llm: FakeOpenAI, side: Driver, body: Callable[[], Awaitable[Any]]) -> Any:
     seed(home, side)
-    config = app_config(fake_llm, access={"allow_all": False, "pairing": True})
+    config = app_config(
+        fake_llm, access={"allow_all": False, "pairing": True}, gateway={"streaming": False}
+    )
     return run_gateway(home, fake_llm, side.adapter, body, side.ready, config=config)
 
 
