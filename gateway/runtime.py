@@ -38,7 +38,7 @@ from gateway.config import (
 from gateway.dashboard.auth import CredentialsError
 from gateway.dashboard.pages import Dashboard, Parts
 from gateway.edge.http_server import HttpServer, WebhookAdapter
-from gateway.edge.ports import CatchesUp, MenuEntry, PlatformAdapter
+from gateway.edge.ports import CatchesUp, MenuEntry, PlatformAdapter, ServesOnStandby
 from gateway.logs import process_name
 from gateway.loopwatch import LoopWatch
 from gateway.reminders import ReminderRunner
@@ -86,6 +86,7 @@ class Gateway:
         self.links: dict[str, str] = {}  # a started platform's connection, when not "connected"
         self._bound: set[str] = set()  # platforms whose webhook routes the server holds
         self.standby: dict[str, str] = {}  # a leased platform another instance holds: why
+        self.serving: dict[str, PlatformAdapter] = {}  # of those, the ones taking pushes here
         self.catch_up = CatchUp(db)  # what a platform that does not redeliver sent meanwhile
         self.checks = 0  # rounds of connection checks done (each every SUPERVISE_S)
         self.exit_code = 0
@@ -216,7 +217,7 @@ class Gateway:
         connection another instance holds waits for its lease."""
         for name, adapter in built.items():
             if name in leased and not self._hold(name):
-                self._tasks.append(asyncio.create_task(self._wait_for_lease(name, adapter)))
+                await self._stand_by(name, adapter)
             elif not await self._start_platform(name, adapter):
                 self.retrying[name] = "retrying"
                 self._tasks.append(asyncio.create_task(self._retry(name, adapter)))
@@ -317,6 +318,20 @@ class Gateway:
         self.standby[name] = f"standby: the connection is held by {holder}"
         return False
 
+    async def _stand_by(self, name: str, adapter: PlatformAdapter) -> None:
+        """Another instance holds `name`'s connection: take what is pushed here meanwhile
+        (when the platform can: ServesOnStandby), and wait for the lease."""
+        if isinstance(adapter, ServesOnStandby):
+            assert self.app is not None
+            self.app.router.attach(adapter)
+            try:
+                await adapter.serve(self.app.router.handle)
+                self.serving[name] = adapter
+            except Exception as exc:  # the connection's holder answers what it can
+                logger.warning("platform %s cannot take pushed requests here: %r", name, exc)
+                self.app.router.detach(name)
+        self._tasks.append(asyncio.create_task(self._wait_for_lease(name, adapter)))
+
     async def _wait_for_lease(self, name: str, adapter: PlatformAdapter) -> None:
         """A leased platform held elsewhere: try for its lease every third of the lease
         time; once it is ours (its holder died or stopped), connect."""
@@ -350,7 +365,8 @@ class Gateway:
                 await self.app.router.shared.hand_back(name)
             with contextlib.suppress(Exception):
                 await adapter.stop()
-            self._tasks.append(asyncio.create_task(self._wait_for_lease(name, self._build(name))))
+            # a webhook's routes are bound to the adapter they were made by: it stays
+            await self._stand_by(name, adapter if name in self._bound else self._build(name))
             self._publish()
 
     def _instance_info(self) -> dict[str, object]:
@@ -371,6 +387,7 @@ class Gateway:
         router = self.app.router
         logger.debug("starting platform %s", name)
         router.attach(adapter)
+        self.serving.pop(name, None)  # start() adds the connection to what serve() did
         catches_up = isinstance(adapter, CatchesUp)
         if catches_up:  # what arrives during the start waits behind what was missed
             self.catch_up.hold(name)
@@ -547,7 +564,7 @@ class Gateway:
             await self.app.router.stop(self.config.gateway.stop_grace_seconds)
         if self.cluster is not None:  # what was taken and not worked goes back, leases freed
             await self.cluster.stop()
-        for name, adapter in list(self.adapters.items()):
+        for name, adapter in [*self.adapters.items(), *self.serving.items()]:
             try:
                 await adapter.stop()
             except Exception:

@@ -193,6 +193,12 @@ class MattermostAdapter:
             me = await self._call("GET", "/users/me")
             self.bot_id, self.bot_name = str(me["id"]), str(me.get("username") or "")
 
+    async def serve(self, sink: EventSink) -> None:
+        """Another instance holds the websocket: take the presses POSTed here (the
+        balancer picks any instance) and send, over REST, without a websocket."""
+        await self._identify()
+        self._sink = sink
+
     async def start(self, sink: EventSink) -> None:
         await self._identify()
         self._sink = sink
@@ -210,6 +216,7 @@ class MattermostAdapter:
                 await task
 
     async def stop(self) -> None:
+        self._sink = None
         await self.stop_intake()
         if self._http is not None:
             await self._http.close()
@@ -477,7 +484,7 @@ class MattermostAdapter:
             return web.json_response({"error": "not a button of this gateway"}, status=403)
         if self._sink is None:
             return web.json_response({"ephemeral_text": "Starting: press again in a moment."})
-        channel_type = self._channel_types.get(channel_id, "O")
+        channel_type = await self._channel_type(channel_id)
         event = MessageEvent(
             platform="mattermost",
             event_id=f"press:{post_id}:{body.get('trigger_id') or secrets.token_hex(8)}",
@@ -491,6 +498,18 @@ class MattermostAdapter:
         )
         await self._sink(event)
         return web.json_response({})  # the message is updated when the command is decided
+
+    async def _channel_type(self, channel_id: str) -> str:
+        """The channel's type ("D" a DM, "G" a group DM, "O"/"P" channels): known from
+        its posts, else asked (a press on an instance whose websocket saw none)."""
+        if channel_id not in self._channel_types:
+            try:
+                channel = await self._call("GET", f"/channels/{channel_id}")
+                self._channel_types[channel_id] = str(channel.get("type") or "O")
+            except (MattermostError, aiohttp.ClientError, TimeoutError, AttributeError) as exc:
+                logger.warning("mattermost: the channel %s is unknown: %s", channel_id, exc)
+                return "O"
+        return self._channel_types[channel_id]
 
 
 class MattermostError(Exception):

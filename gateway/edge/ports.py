@@ -137,6 +137,20 @@ class LocalChat(PlatformAdapter, Protocol):
         streamed to the terminal passes through `on_partial` as it is written."""
 
 
+@runtime_checkable
+class ServesOnStandby(PlatformAdapter, Protocol):
+    """A leased platform whose pushed requests (its webhook routes: a button's press
+    POSTed to whichever instance the balancer picks) may reach an instance that does
+    not hold its connection, and which sends without that connection (a REST API). On
+    such an instance the gateway calls `serve` instead of waiting idle: what is pushed
+    there is taken (the session's lease decides who answers) and may be answered from
+    there; `start`, once the lease is this instance's, adds the connection."""
+
+    async def serve(self, sink: EventSink) -> None:
+        """Take pushed requests into `sink`, and be ready to send, without connecting.
+        Raises what the SDK raises (the gateway then leaves it waiting for the lease)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ChatMark:
     """The last message read in a chat: `message_id` and `order` as the adapter gave

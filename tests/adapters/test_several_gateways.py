@@ -671,9 +671,7 @@ def leased_and_taken_over(
     ann, bob = matrix_user("ann"), "b0b00000000000000000000000"
 
     def holder(platform: str) -> str | None:
-        found = [i for i in fleet.instances() if i.alive and f"platform:{platform}" in i.leases]
-        assert len(found) <= 1, fleet.dump()  # never two at once
-        return next((n for n in names if found and fleet.procs[n].pid == found[0].pid), None)
+        return lease_holder(fleet, names, platform)
 
     wait_for(lambda: holder("matrix") is not None and holder("mattermost") is not None,
              lambda: f"no lease holders: {fleet.dump()}", 60)  # fmt: skip
@@ -708,3 +706,75 @@ def leased_and_taken_over(
     assert on_matrix == ["re c1m0", "re c1m1", "re c1m2"]
     assert mattermost.texts(f"dm-{bob}") == ["re c2m0", "re c2m1", "re c2m2"]
     assert holder("matrix") == survivor
+
+
+def lease_holder(fleet: Fleet, names: list[str], platform: str) -> str | None:
+    """Which of `names` holds `platform`'s connection lease now (never two at once)."""
+    found = [i for i in fleet.instances() if i.alive and f"platform:{platform}" in i.leases]
+    assert len(found) <= 1, fleet.dump()
+    return next((n for n in names if found and fleet.procs[n].pid == found[0].pid), None)
+
+
+def test_a_mattermost_press_reaching_the_instance_without_the_websocket_is_taken(
+    *,
+    fleet: Fleet,
+    fake_llm: FakeOpenAI,
+    fakes: Platforms,
+    balancer: Balancer,
+    mattermost: FakeMattermost,
+) -> None:
+    """A button's press is POSTed to the actions URL, which a balancer sends to any
+    instance: the one that does not hold the websocket takes it (here: an admin approves
+    a stranger's pairing) instead of asking to press again."""
+    names = ["gw1", "gw2"]
+    section = (
+        f"  mattermost:\n    enabled: true\n    url: {mattermost.url}\n"
+        f"    actions_url: {balancer.url}/mattermost/actions\n"
+    )
+    configure(
+        fleet, names, fake_llm, fakes, balancer, only_telegram=True, extra=section,
+        access="  allow_all: false\n  pairing: true\n",
+    )  # fmt: skip
+    admin, stranger = "a1ice000000000000000000000", "s7ranger000000000000000000"
+    db = SessionDB.open(fleet.home("probe"), fleet.database_url)
+    try:
+        db.people.ensure_user("u_00000000000000ad", role="admin", display_name="Ann Admin")
+        db.people.ensure_identity("mattermost", admin, "u_00000000000000ad")
+    finally:
+        db.close()
+    fake_llm.responder = echo
+    try:
+        urls = dict(zip(names, start_fleet(fleet, names, balancer), strict=True))
+        wait_for(lambda: lease_holder(fleet, names, "mattermost") is not None, fleet.dump, 60)
+        mattermost.wait_connected()
+        standby = next(n for n in names if n != lease_holder(fleet, names, "mattermost"))
+        mattermost.say(stranger, "hello, may I?")
+
+        def asked() -> list[str]:
+            return [str(p["id"]) for p in mattermost.bot_posts(f"dm-{admin}")
+                    if str(p["id"]) in mattermost.first_actions]  # fmt: skip
+
+        wait_for(
+            lambda: bool(asked()), lambda: f"no buttons: {mattermost.texts(f'dm-{admin}')}", 60
+        )
+        (message,) = asked()
+        approve = next(
+            n
+            for n, action in enumerate(mattermost.first_actions[message])
+            if action["integration"]["context"]["command"].startswith("/admin approve")
+        )
+        pressed = mattermost.press(message, approve, admin, to=urls[standby])
+        assert pressed is not None and pressed[0] == 200, pressed
+        assert "press again" not in json.dumps(pressed[1]), pressed
+        wait_for(
+            lambda: "Approved by" in str(mattermost.posts[message]["message"]),
+            lambda: f"not approved: {mattermost.posts[message]['message']}; {fleet.dump()}",
+            60,
+        )
+        wait_for(
+            lambda: any("approved" in t for t in mattermost.texts(f"dm-{stranger}")),
+            lambda: f"the stranger was not told: {mattermost.texts(f'dm-{stranger}')}",
+            60,
+        )
+    finally:
+        fleet.stop_all()

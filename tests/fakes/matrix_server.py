@@ -246,7 +246,7 @@ class FakeMatrix(AioFake):
         self.down = 2
         self._server.call(self._wake(epoch=True))
 
-    def wait_synced(self, count: int = 1, timeout: float = 10) -> None:
+    def wait_synced(self, count: int = 1, timeout: float = 60) -> None:
         """Until `count` syncs have been answered in all."""
         deadline = time.monotonic() + timeout
         while self.syncs < count:

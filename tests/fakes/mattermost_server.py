@@ -10,7 +10,8 @@ a JSON *string*, with `channel_type` (D, G, O, P), `sender_name` ("@name") and
 created with POST /posts (201), changed with PUT /posts/{id}/patch, removed with DELETE
 /posts/{id}; GET /channels/{id}/posts?since=<ms> answers `{"order": [...], "posts":
 {...}}` with the posts changed since then, newest first in `order`; files are read with
-GET /files/{id}; POST /channels/direct makes the DM channel of two users. Like the real
+GET /files/{id}; GET /channels/{id} answers the channel (its `type`); POST
+/channels/direct makes the DM channel of two users. Like the real
 server, a post's interactive buttons keep their integration URL and context here: what
 clients get has them stripped, and a press (`press`) is POSTed by the server to the
 integration URL with the context. Faults: 429 with Retry-After on the next calls of a
@@ -28,6 +29,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
@@ -78,6 +80,7 @@ class FakeMattermost(AioFake):
         app.router.add_post(f"{api}/posts", self._create)
         app.router.add_put(f"{api}/posts/{{post}}/patch", self._patch)
         app.router.add_delete(f"{api}/posts/{{post}}", self._delete)
+        app.router.add_get(f"{api}/channels/{{channel}}", self._channel)
         app.router.add_get(f"{api}/channels/{{channel}}/posts", self._since)
         app.router.add_post(f"{api}/channels/direct", self._direct)
         app.router.add_get(f"{api}/users/me/teams", self._teams)
@@ -124,7 +127,7 @@ class FakeMattermost(AioFake):
         return str(post["id"])
 
     def press(
-        self, post_id: str, index: int, user: str, *, wait: bool = True
+        self, post_id: str, index: int, user: str, *, wait: bool = True, to: str | None = None
     ) -> tuple[int, Any] | None:
         """`user` presses the post's button `index`: the server POSTs the action's
         context to its integration URL (as Mattermost does); the gateway's status and
@@ -143,7 +146,10 @@ class FakeMattermost(AioFake):
             "data_source": "",
             "context": action["integration"]["context"],
         }
-        pushed = self._post_to(action["integration"]["url"], body)
+        url = str(action["integration"]["url"])
+        if to is not None:  # the balancer in front of the URL picked the instance at `to`
+            url = to + urlsplit(url).path
+        pushed = self._post_to(url, body)
         if not wait:
             asyncio.run_coroutine_threadsafe(pushed, self._server.loop)
             return None
@@ -153,7 +159,7 @@ class FakeMattermost(AioFake):
         """Close every websocket (the clients reconnect)."""
         self._server.call(self._close_all())
 
-    def wait_connected(self, count: int = 1, timeout: float = 10) -> None:
+    def wait_connected(self, count: int = 1, timeout: float = 60) -> None:
         """Until `count` websocket connections have been authenticated in all."""
         deadline = time.monotonic() + timeout
         while self.connections < count:
@@ -295,23 +301,29 @@ class FakeMattermost(AioFake):
     async def _teams(self, _request: web.Request) -> web.Response:
         return web.json_response([{"id": TEAM, "name": "team", "display_name": "Team"}])
 
+    def _channel_of(self, channel: str) -> dict[str, Any]:
+        """A channel as the API answers it (the fields read here)."""
+        kind = self.channels[channel]
+        times = [int(p["create_at"]) for p in self.posts.values() if p["channel_id"] == channel]
+        return {
+            "id": channel,
+            "type": kind,
+            "team_id": "" if kind in ("D", "G") else TEAM,
+            "name": channel,
+            "last_post_at": max(times, default=0),
+        }
+
+    async def _channel(self, request: web.Request) -> web.Response:
+        channel = request.match_info["channel"]
+        if channel not in self.channels:
+            return _error(404, "app.channel.get.existing.app_error", "Unable to find channel.")
+        return web.json_response(self._channel_of(channel))
+
     async def _my_channels(self, request: web.Request) -> web.Response:
         """The bot's channels, each with the time of its last post (DMs in every team's)."""
         if request.match_info["team"] != TEAM:
             return _error(403, "api.context.permissions.app_error", "No permission")
-        listed = []
-        for channel, kind in self.channels.items():
-            times = [int(p["create_at"]) for p in self.posts.values() if p["channel_id"] == channel]
-            listed.append(
-                {
-                    "id": channel,
-                    "type": kind,
-                    "team_id": "" if kind in ("D", "G") else TEAM,
-                    "name": channel,
-                    "last_post_at": max(times, default=0),
-                }
-            )
-        return web.json_response(listed)
+        return web.json_response([self._channel_of(channel) for channel in self.channels])
 
     async def _direct(self, request: web.Request) -> web.Response:
         users = sorted(await request.json())

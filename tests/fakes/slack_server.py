@@ -225,7 +225,7 @@ class FakeSlack(AioFake):
     def posted(self) -> list[dict[str, Any]]:
         return [p for m, p in self.calls if m == "chat.postMessage"]
 
-    def wait_connected(self, count: int = 1, timeout: float = 20) -> None:
+    def wait_connected(self, count: int = 1, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while self.connections < count or not self._sockets:
             assert time.monotonic() < deadline, "the app never connected over Socket Mode"

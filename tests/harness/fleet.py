@@ -63,9 +63,10 @@ def fleet_config(
     slack_mode: str = "http",
     memory: str = "  review_interval: 0\n",
     gateway: str = "",
+    access: str = "  allow_all: true\n",
 ) -> None:
-    """A fleet member's config.yaml; `memory` and `gateway`: the lines of those sections
-    (the gateway's besides its HTTP server and cluster settings)."""
+    """A fleet member's config.yaml; `memory`, `access` and `gateway`: the lines of those
+    sections (the gateway's besides its HTTP server and cluster settings)."""
     home.mkdir(parents=True, exist_ok=True)
     others = (
         ""
@@ -82,7 +83,7 @@ def fleet_config(
         f"llm:\n  base_url: {llm.base_url}\n  model: m\n  max_retries: 0\n  timeout: 30\n"
         + (f"database:\n  url: '{database_url}'\n" if database_url else "")
         + f"memory:\n{memory}"
-        "access:\n  allow_all: true\n"
+        + f"access:\n{access}"
         f"gateway:\n  streaming: false\n{gateway}  http:\n    port: 0\n"
         f"  cluster:\n    lease_seconds: {lease_s}\n    poll_seconds: 0.2\n"
         "platforms:\n"

@@ -15,7 +15,9 @@ commands' own `python -c` runs, so `sys.path` is the same): it listens on the Un
 PATH. A request is one JSON object (args, env, cwd) with three file descriptors beside
 it (SCM_RIGHTS: stdin, stdout, stderr). For each, a waiter process is forked, which
 forks the command and answers "<pid>\\n" at once, then "<exit status>\\n" when it ends
-(the waiter waits, so several commands run at once, as subprocesses would).
+(the waiter waits, so several commands run at once, as subprocesses would). A request
+naming a `script` runs that file as `python SCRIPT ARGS` would, instead of the command
+line (the crash tests' workers, started dozens of times each).
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ import json
 import os
 import pkgutil
 import random
+import runpy
 import signal
 import socket
 import sys
 from typing import Any
 
-PRELOAD = ("gateway.cli", "hermes.state.db", "hermes.config")
+PRELOAD = ("gateway.cli", "hermes.state.db", "hermes.config", "hermes.memory.tool")
+SCRIPT: str | None = None  # in a forked process: the script its request names, if any
 
 
 def _preload() -> None:
@@ -93,11 +97,17 @@ def _become(request: dict[str, Any], fds: list[int]) -> None:
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
     random.seed()  # not the same numbers as every other command
-    sys.argv = ["-c", *request["args"]]
+    global SCRIPT
+    SCRIPT = request.get("script")
+    sys.argv = [SCRIPT, *request["args"]] if SCRIPT else ["-c", *request["args"]]
 
 
 def main(path: str) -> None:
     serve(path)
+    if SCRIPT is not None:  # `python SCRIPT ARGS`: its folder first on the path
+        sys.path.insert(0, os.path.dirname(SCRIPT))
+        runpy.run_path(SCRIPT, run_name="__main__")
+        return
     from gateway.cli.main import main as hermes_main
 
     hermes_main()

@@ -17,6 +17,7 @@ from hermes.memory import entries as fmt
 from hermes.memory.store import MemoryStore, Target
 from hermes.memory.user_memory import UserMemory
 from hermes.state.db import SessionDB
+from tests.harness.cli import Forked
 from tests.memory.stores import backend_of, stored
 
 WORKER = str(Path(__file__).with_name("store_worker.py"))
@@ -68,10 +69,7 @@ def test_sigkill_mid_write_leaves_old_or_new_never_torn(tmp_path: Path) -> None:
     rng = random.Random(7)
     kills = mid_write = 0
     for _ in range(25):
-        with subprocess.Popen(
-            [sys.executable, WORKER, "rewrite", str(path), str(size)], stdout=subprocess.PIPE
-        ) as proc:
-            assert proc.stdout is not None
+        with Forked(WORKER, "rewrite", str(path), str(size)) as proc:
             proc.stdout.readline()  # one write is done: the file exists from here on
             time.sleep(rng.uniform(0.0, 0.05))
             proc.send_signal(signal.SIGKILL)
@@ -106,13 +104,7 @@ def test_sigkill_between_file_and_record_leaves_no_unexplained_change(
     user_id = owner_user_id(home)
     rng = random.Random(7)
     for _ in range(30):
-        with subprocess.Popen(
-            [sys.executable, WORKER, writer, str(home), user_id, database_url or "-"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        ) as proc:
-            assert proc.stdout is not None
+        with Forked(WORKER, writer, str(home), user_id, database_url or "-") as proc:
             assert proc.stdout.readline(), "the writer did not start"
             time.sleep(rng.uniform(0.0, 0.05))
             proc.send_signal(signal.SIGKILL)

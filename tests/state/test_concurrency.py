@@ -15,6 +15,7 @@ from sqlalchemy import text
 from hermes.identity import new_user_id
 from hermes.state.db import SessionDB
 from hermes.state.search import SearchScope
+from tests.harness.cli import Forked
 from tests.state.db_worker import open_db
 
 WORKER = str(Path(__file__).with_name("db_worker.py"))
@@ -77,15 +78,11 @@ def test_sigkilled_writer_loses_no_committed_row(tmp_path: Path, database_url: s
     committed: list[int] = []
     rng = random.Random(3)
     for _ in range(12):
-        with subprocess.Popen(
-            [sys.executable, WORKER, "crash", path, user], stdout=subprocess.PIPE, text=True
-        ) as proc:
-            assert proc.stdout is not None
+        with Forked(WORKER, "crash", path, user) as proc:
             committed.append(int(proc.stdout.readline()))
             time.sleep(rng.uniform(0.01, 0.15))
             proc.send_signal(signal.SIGKILL)
-            out, _ = proc.communicate()
-            committed += [int(line) for line in out.split()]
+            committed += [int(line) for line in proc.stdout.read().split()]
         fresh = open_db(path)
         assert fresh.upkeep.integrity_check() == "ok"
         with fresh.engine.connect() as conn:
