@@ -348,10 +348,10 @@ class MattermostAdapter:
         if marks >= MOST_MARKS:
             return []
         since = int((time.time() - CATCH_UP_WINDOW.total_seconds()) * 1000)
-        channels: dict[str, dict[str, Any]] = {}
-        for team in await self._call("GET", "/users/me/teams") or []:
-            listed = await self._call("GET", f"/users/me/teams/{team['id']}/channels") or []
-            channels.update((str(c["id"]), c) for c in listed)  # DMs are in every team's
+        # every channel of the bot in every team, and its DMs (a bot in no team has
+        # those too): the server sends the whole list (Mattermost 6.1 and later)
+        listed = await self._call("GET", "/users/me/channels") or []
+        channels = {str(c["id"]): c for c in listed}
         found: list[MessageEvent] = []
         for channel_id, channel in channels.items():
             if channel_id in marked or int(channel.get("last_post_at") or 0) <= since:

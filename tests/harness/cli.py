@@ -125,22 +125,28 @@ _ZYGOTE = _Zygote()
 class Forked:
     """`python SCRIPT ARGS` as a process of its own, forked from the command line's
     forking server (its imports done: starting is a tenth of a new interpreter's time),
-    as `subprocess.Popen(..., stdout=PIPE, stderr=DEVNULL, text=True)` would be: `stdout`
-    to read, `pid`, `send_signal`, `wait`."""
+    as `subprocess.Popen(..., stdout=PIPE, stderr=DEVNULL or PIPE, text=True)` would be:
+    `stdout` (and with `stderr`, `stderr`) to read, `pid`, `send_signal`, `wait`."""
 
-    def __init__(self, script: str, *args: str) -> None:
-        read, write = os.open(os.devnull, os.O_RDWR), -1
+    def __init__(self, script: str, *args: str, stderr: bool = False) -> None:
+        null = os.open(os.devnull, os.O_RDWR)
+        out, out_w = os.pipe()
+        err, err_w = os.pipe() if stderr else (-1, null)
         try:
-            out, write = os.pipe()
             request = {"args": list(args), "script": script, "env": dict(os.environ),
                        "cwd": os.getcwd()}  # fmt: skip
-            self._conn, self.pid = _ZYGOTE.spawn(request, [read, write, read])
+            self._conn, self.pid = _ZYGOTE.spawn(request, [null, out_w, err_w])
         finally:
-            os.close(read)
-            if write >= 0:
-                os.close(write)
+            for fd in {null, out_w, err_w}:
+                os.close(fd)
         self.stdout = os.fdopen(out, "r")
+        self.stderr = os.fdopen(err, "r") if stderr else None
         self.returncode: int | None = None
+
+    def communicate(self) -> tuple[str, str]:
+        """Everything it writes, once it has ended (its output is small: read in turn)."""
+        with self:
+            return self.stdout.read(), self.stderr.read() if self.stderr is not None else ""
 
     def send_signal(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -157,6 +163,8 @@ class Forked:
 
     def __exit__(self, *_exc: object) -> None:
         self.stdout.close()
+        if self.stderr is not None:
+            self.stderr.close()
         self.wait()
 
 

@@ -152,22 +152,14 @@ def test_concurrent_link_chains_leave_every_entry_with_the_survivor(tmp_path: Pa
             code_y = db.access.create_link_code(ids["y"]).code
         finally:
             db.close()
-        start = f"{time.time() + 2.5 + rng.uniform(0, 0.01):.6f}"
+        start = f"{time.time() + 1.0 + rng.uniform(0, 0.01):.6f}"  # all three at once
         runs = [
-            [WORKER, "link", str(home), code_x, "slack:U1", ids["y"], start],
-            [WORKER, "link", str(home), code_y, "discord:9", ids["z"], start],
-            [WORKER, "remember", str(home), ids["z"], "12", start],
+            ["link", str(home), code_x, "slack:U1", ids["y"], start],
+            ["link", str(home), code_y, "discord:9", ids["z"], start],
+            ["remember", str(home), ids["z"], "12", start],
         ]
-        procs = [
-            subprocess.Popen(
-                [sys.executable, *args],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for args in runs
-        ]
-        outputs = [proc.communicate(timeout=120) for proc in procs]
+        procs = [Forked(WORKER, *args, stderr=True) for args in runs]
+        outputs = [proc.communicate() for proc in procs]
         for proc, (_, err) in zip(procs, outputs, strict=True):
             assert proc.returncode == 0, err
         assert all(out.startswith("True") for out, _ in outputs[:2]), outputs
