@@ -315,7 +315,8 @@ class Gateway:
             self.standby.pop(name, None)
             return True
         holder = self.cluster.holder(platform_lease(name)) or "another instance"
-        self.standby[name] = f"standby: the connection is held by {holder}"
+        pushed = "; what is pushed here is taken" if name in self.serving else ""
+        self.standby[name] = f"standby: the connection is held by {holder}{pushed}"
         return False
 
     async def _stand_by(self, name: str, adapter: PlatformAdapter) -> None:
@@ -327,6 +328,8 @@ class Gateway:
             try:
                 await adapter.serve(self.app.router.handle)
                 self.serving[name] = adapter
+                said = self.standby.get(name, "standby: the connection is held elsewhere")
+                self.standby[name] = f"{said}; what is pushed here is taken"
             except Exception as exc:  # the connection's holder answers what it can
                 logger.warning("platform %s cannot take pushed requests here: %r", name, exc)
                 self.app.router.detach(name)

@@ -232,6 +232,26 @@ def _media_path(mxc: str) -> str:
     return f"/_matrix/client/v1/media/download/{server}/{media}"
 
 
+def _key_store() -> type[Any]:
+    """nio's key store (SQLite), committing without waiting for the disk: nio writes it
+    on the event loop as it reads a sync (device lists, sessions, room keys), and a
+    commit that waits for fsync stalls every chat of the gateway meanwhile. In WAL mode
+    with synchronous=NORMAL a commit is a write to the log, synced at checkpoints: a
+    killed process loses nothing; a machine losing power may lose the last keys, which
+    the devices share again when a message cannot be decrypted."""
+    from nio.store import DefaultStore  # noqa: PLC0415 - the e2e extra (peewee)
+    from peewee import SqliteDatabase  # noqa: PLC0415 - the e2e extra
+
+    class KeyStore(DefaultStore):  # type: ignore[misc]
+        def _create_database(self) -> SqliteDatabase:
+            pragmas = {"foreign_keys": 1, "secure_delete": 1}
+            return SqliteDatabase(
+                self.database_path, pragmas={**pragmas, "journal_mode": "wal", "synchronous": 1}
+            )
+
+    return KeyStore
+
+
 class MatrixAdapter:
     name = "matrix"
 
@@ -287,6 +307,7 @@ class MatrixAdapter:
             request_timeout=45,
             encryption_enabled=self._store is not None,
             store_sync_tokens=False,  # the marks say where to catch up from
+            **({"store": _key_store()} if self._store is not None else {}),
         )
         store = str(self._store) if self._store is not None else ""
         client = AsyncClient(self.homeserver, self.bot_id, config=config, store_path=store)

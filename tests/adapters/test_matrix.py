@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -435,6 +436,10 @@ def test_an_encrypted_dm_is_read_and_answered_encrypted(matrix: FakeMatrix, tmp_
                 assert "a secret answer" in shown
             finally:
                 await adapter.stop()
+            # nio commits its keys on the event loop: without waiting for the disk
+            (keys,) = (tmp_path / "bot").glob("*.db")
+            with sqlite3.connect(keys) as conn:
+                assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
             device = matrix.device_keys[BOT]
             again = MatrixAdapter(matrix.url, BOT, TOKEN, store=tmp_path / "bot")
             await again.start(sink)
