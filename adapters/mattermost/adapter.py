@@ -195,8 +195,8 @@ class MattermostAdapter:
 
     async def serve(self, sink: EventSink) -> None:
         """Another instance holds the websocket: take the presses POSTed here (the
-        balancer picks any instance) and send, over REST, without a websocket."""
-        await self._identify()
+        balancer picks any instance) and send, over REST, without a websocket (who the
+        bot is, asked when a DM is opened: a server down now is not a failure here)."""
         self._sink = sink
 
     async def start(self, sink: EventSink) -> None:
