@@ -124,6 +124,10 @@ class Cluster:
         process does not keep its sessions."""
         every = self.lease_s / 3
         while not self._stopping.wait(every):
+            # asked every beat, renewed or not: a loop that ran again (a stall, a
+            # suspended process) is seen alive at the next beat, which renews, finds
+            # what was lost meanwhile and lets the runtime give it up
+            self._ask_alive()
             if time.monotonic() - self._alive_at > self.lease_s - every:
                 logger.warning("the event loop is stalled: not renewing this instance's leases")
                 continue
@@ -137,6 +141,14 @@ class Cluster:
             if self._loop is not None:
                 with contextlib.suppress(RuntimeError):  # the loop closed: stopping
                     self._loop.call_soon_threadsafe(self._beaten, held)
+
+    def _ask_alive(self) -> None:
+        if self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: stopping
+                self._loop.call_soon_threadsafe(self._answer_alive)
+
+    def _answer_alive(self) -> None:
+        self._alive_at = time.monotonic()
 
     def _beaten(self, held: set[str]) -> None:
         """On the loop, after each heartbeat: it is alive; what to show next time; the

@@ -8,6 +8,7 @@ deliveries to a second instance; nothing is patched."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import threading
@@ -715,6 +716,66 @@ def lease_holder(fleet: Fleet, names: list[str], platform: str) -> str | None:
     return next((n for n in names if found and fleet.procs[n].pid == found[0].pid), None)
 
 
+ADMIN, STRANGER = "a1ice000000000000000000000", "s7ranger000000000000000000"
+
+
+def pairing_fleet(
+    fleet: Fleet, names: list[str], *, fake_llm: FakeOpenAI, fakes: Platforms,
+    balancer: Balancer, mattermost: FakeMattermost,
+) -> dict[str, str]:  # fmt: skip
+    """`names` on Mattermost with buttons through the balancer, pairing on and ADMIN an
+    admin there; started: their base URLs by name."""
+    section = (
+        f"  mattermost:\n    enabled: true\n    url: {mattermost.url}\n"
+        f"    actions_url: {balancer.url}/mattermost/actions\n"
+    )
+    configure(
+        fleet, names, fake_llm, fakes, balancer, only_telegram=True, extra=section,
+        access="  allow_all: false\n  pairing: true\n",
+    )  # fmt: skip
+    db = SessionDB.open(fleet.home("probe"), fleet.database_url)
+    try:
+        db.people.ensure_user("u_00000000000000ad", role="admin", display_name="Ann Admin")
+        db.people.ensure_identity("mattermost", ADMIN, "u_00000000000000ad")
+    finally:
+        db.close()
+    fake_llm.responder = echo
+    urls = dict(zip(names, start_fleet(fleet, names, balancer), strict=True))
+    wait_for(lambda: lease_holder(fleet, names, "mattermost") is not None, fleet.dump, 60)
+    return urls
+
+
+def approved_by_a_press_at(fleet: Fleet, mattermost: FakeMattermost, url: str) -> None:
+    """A stranger asks to be let in; the admin presses Approve, the press POSTed to the
+    instance at `url`: it is taken there (never "press again"), and decided."""
+    mattermost.say(STRANGER, "hello, may I?")
+
+    def asked() -> list[str]:
+        return [str(p["id"]) for p in mattermost.bot_posts(f"dm-{ADMIN}")
+                if str(p["id"]) in mattermost.first_actions]  # fmt: skip
+
+    wait_for(lambda: bool(asked()), lambda: f"no buttons: {mattermost.texts(f'dm-{ADMIN}')}", 60)
+    (message,) = asked()
+    approve = next(
+        n
+        for n, action in enumerate(mattermost.first_actions[message])
+        if action["integration"]["context"]["command"].startswith("/admin approve")
+    )
+    pressed = mattermost.press(message, approve, ADMIN, to=url)
+    assert pressed is not None and pressed[0] == 200, pressed
+    assert "press again" not in json.dumps(pressed[1]), pressed
+    wait_for(
+        lambda: "Approved by" in str(mattermost.posts[message]["message"]),
+        lambda: f"not approved: {mattermost.posts[message]['message']}; {fleet.dump()}",
+        60,
+    )
+    wait_for(
+        lambda: any("approved" in t for t in mattermost.texts(f"dm-{STRANGER}")),
+        lambda: f"the stranger was not told: {mattermost.texts(f'dm-{STRANGER}')}",
+        60,
+    )
+
+
 def test_a_mattermost_press_reaching_the_instance_without_the_websocket_is_taken(
     *,
     fleet: Fleet,
@@ -727,54 +788,59 @@ def test_a_mattermost_press_reaching_the_instance_without_the_websocket_is_taken
     instance: the one that does not hold the websocket takes it (here: an admin approves
     a stranger's pairing) instead of asking to press again."""
     names = ["gw1", "gw2"]
-    section = (
-        f"  mattermost:\n    enabled: true\n    url: {mattermost.url}\n"
-        f"    actions_url: {balancer.url}/mattermost/actions\n"
-    )
-    configure(
-        fleet, names, fake_llm, fakes, balancer, only_telegram=True, extra=section,
-        access="  allow_all: false\n  pairing: true\n",
-    )  # fmt: skip
-    admin, stranger = "a1ice000000000000000000000", "s7ranger000000000000000000"
-    db = SessionDB.open(fleet.home("probe"), fleet.database_url)
     try:
-        db.people.ensure_user("u_00000000000000ad", role="admin", display_name="Ann Admin")
-        db.people.ensure_identity("mattermost", admin, "u_00000000000000ad")
-    finally:
-        db.close()
-    fake_llm.responder = echo
-    try:
-        urls = dict(zip(names, start_fleet(fleet, names, balancer), strict=True))
-        wait_for(lambda: lease_holder(fleet, names, "mattermost") is not None, fleet.dump, 60)
+        urls = pairing_fleet(
+            fleet, names, fake_llm=fake_llm, fakes=fakes, balancer=balancer, mattermost=mattermost
+        )
         mattermost.wait_connected()
         standby = next(n for n in names if n != lease_holder(fleet, names, "mattermost"))
-        mattermost.say(stranger, "hello, may I?")
+        approved_by_a_press_at(fleet, mattermost, urls[standby])
+    finally:
+        fleet.stop_all()
 
-        def asked() -> list[str]:
-            return [str(p["id"]) for p in mattermost.bot_posts(f"dm-{admin}")
-                    if str(p["id"]) in mattermost.first_actions]  # fmt: skip
+
+def test_an_instance_that_lost_the_mattermost_lease_stands_by_and_takes_presses(
+    *,
+    fleet: Fleet,
+    fake_llm: FakeOpenAI,
+    fakes: Platforms,
+    balancer: Balancer,
+    mattermost: FakeMattermost,
+) -> None:
+    """The websocket's holder stalls past its lease (SIGSTOP): the other instance takes
+    the lease and connects; the stalled one, running again, finds its lease lost,
+    disconnects and stands by, and still takes the presses sent to it."""
+    names = ["gw1", "gw2"]
+    try:
+        urls = pairing_fleet(
+            fleet, names, fake_llm=fake_llm, fakes=fakes, balancer=balancer, mattermost=mattermost
+        )
+        mattermost.wait_connected()
+        stalled = lease_holder(fleet, names, "mattermost")
+        assert stalled is not None
+        other = next(n for n in names if n != stalled)
+        os.kill(fleet.procs[stalled].pid, signal.SIGSTOP)
+        try:
+            wait_for(
+                lambda: lease_holder(fleet, names, "mattermost") == other,
+                lambda: f"not taken over by {other}: {fleet.dump()}",
+                60,
+            )
+            mattermost.wait_connected(2)
+        finally:
+            os.kill(fleet.procs[stalled].pid, signal.SIGCONT)
+
+        def standing_by() -> bool:
+            mine = [i for i in fleet.instances() if i.pid == fleet.procs[stalled].pid]
+            said = str(mine[0].info.get("platforms", {}).get("mattermost", "")) if mine else ""
+            return said.startswith("standby") and "pushed here is taken" in said
 
         wait_for(
-            lambda: bool(asked()), lambda: f"no buttons: {mattermost.texts(f'dm-{admin}')}", 60
-        )
-        (message,) = asked()
-        approve = next(
-            n
-            for n, action in enumerate(mattermost.first_actions[message])
-            if action["integration"]["context"]["command"].startswith("/admin approve")
-        )
-        pressed = mattermost.press(message, approve, admin, to=urls[standby])
-        assert pressed is not None and pressed[0] == 200, pressed
-        assert "press again" not in json.dumps(pressed[1]), pressed
-        wait_for(
-            lambda: "Approved by" in str(mattermost.posts[message]["message"]),
-            lambda: f"not approved: {mattermost.posts[message]['message']}; {fleet.dump()}",
+            standing_by,
+            lambda: f"{stalled} not on standby: {[i.info for i in fleet.instances()]}",
             60,
         )
-        wait_for(
-            lambda: any("approved" in t for t in mattermost.texts(f"dm-{stranger}")),
-            lambda: f"the stranger was not told: {mattermost.texts(f'dm-{stranger}')}",
-            60,
-        )
+        assert lease_holder(fleet, names, "mattermost") == other  # never two at once
+        approved_by_a_press_at(fleet, mattermost, urls[stalled])
     finally:
         fleet.stop_all()
