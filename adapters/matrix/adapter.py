@@ -240,14 +240,13 @@ def _key_store() -> type[Any]:
     killed process loses nothing; a machine losing power may lose the last keys, which
     the devices share again when a message cannot be decrypted."""
     from nio.store import DefaultStore  # noqa: PLC0415 - the e2e extra (peewee)
-    from peewee import SqliteDatabase  # noqa: PLC0415 - the e2e extra
 
     class KeyStore(DefaultStore):  # type: ignore[misc]
-        def _create_database(self) -> SqliteDatabase:
-            pragmas = {"foreign_keys": 1, "secure_delete": 1}
-            return SqliteDatabase(
-                self.database_path, pragmas={**pragmas, "journal_mode": "wal", "synchronous": 1}
-            )
+        def _create_database(self) -> Any:
+            database = super()._create_database()  # peewee's SqliteDatabase, nio's pragmas
+            pragmas = {"foreign_keys": 1, "secure_delete": 1, "journal_mode": "wal"}
+            database.init(self.database_path, pragmas={**pragmas, "synchronous": 1})
+            return database
 
     return KeyStore
 
