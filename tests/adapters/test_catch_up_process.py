@@ -20,6 +20,7 @@ import yaml
 from tests.adapters.drivers import Driver, driver_for
 from tests.adapters.test_gateway_process import start
 from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.harness.wait import wait_until
 
 HOUR_MS = 3_600_000
 
@@ -44,13 +45,15 @@ def configure(home: Path, fake_llm: FakeOpenAI, side: Driver) -> None:
 def wait(
     check: Callable[[], object], what: str, proc: subprocess.Popen[str], timeout: float = 30
 ) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert proc.poll() is None, (
-            f"the gateway exited: {proc.stderr.read() if proc.stderr else ''}"
-        )
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
+    """`wait_until`, failing at once with its stderr should the gateway exit."""
+
+    def running_and() -> object:
+        if proc.poll() is not None:  # its stderr is whole once it has exited
+            said = proc.stderr.read() if proc.stderr else ""
+            raise AssertionError(f"the gateway exited: {said}")
+        return check()
+
+    wait_until(running_and, what, timeout)
 
 
 def stop(proc: subprocess.Popen[str]) -> str:
@@ -95,31 +98,32 @@ def test_what_was_written_while_the_gateway_was_down_is_answered_at_its_next_sta
     say(side, ann, "ann-3")
     say(side, bob, "bob-first", at=now - 2 * HOUR_MS)  # his first words, two hours ago
 
-    before = connections(side)
-    proc = start(home, **side.env)
-    try:
-        # a live message in each chat after the catch-up: each chat's line is in order,
-        # so its answer comes after every answer of what was caught up (and any double)
-        wait(lambda: connections(side) > before, "never connected", proc)
-        side.say(ann, "ann-4")
-        side.say(bob, "bob-2")
-        wait(lambda: "re ann-4" in answers(ann) and "re bob-2" in answers(bob), "no answer", proc)
-    finally:
-        err = stop(proc)
+    def restart_and_say(ann_says: str, bob_says: str) -> str:
+        """A start, then a live message in each chat once it connects: each chat's line is
+        in order, so its answer comes after every answer of what was caught up (and any
+        double); its stderr, after a clean stop."""
+        before = connections(side)
+        proc = start(home, **side.env)
+        try:
+            wait(lambda: connections(side) > before, "never connected", proc)
+            side.say(ann, ann_says)
+            side.say(bob, bob_says)
+            wait(
+                lambda: f"re {ann_says}" in answers(ann) and f"re {bob_says}" in answers(bob),
+                "no answer",
+                proc,
+            )
+        finally:
+            err = stop(proc)
+        return err
+
+    err = restart_and_say("ann-4", "bob-2")
     assert answers(ann) == ["re ann-1", "re ann-2", "re ann-3", "re ann-4"], err  # once, in order
     late, answer, live = answers(bob)
     assert late.startswith("You wrote this 2 hours ago") and answer == "re bob-first"
     assert live == "re bob-2"  # not late: received at once
 
-    before = connections(side)
-    proc = start(home, **side.env)  # a third start: nothing is answered again
-    try:
-        wait(lambda: connections(side) > before, "never connected", proc)
-        side.say(ann, "ann-5")
-        side.say(bob, "bob-3")
-        wait(lambda: "re ann-5" in answers(ann) and "re bob-3" in answers(bob), "no answer", proc)
-    finally:
-        stop(proc)
+    restart_and_say("ann-5", "bob-3")  # a third start: nothing is answered again
     assert answers(ann)[4:] == ["re ann-5"] and answers(bob)[3:] == ["re bob-3"]
 
 
