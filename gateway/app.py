@@ -164,6 +164,7 @@ def build_app(
     from gateway.admission.people import People
     from gateway.commands.table import Commands
     from gateway.pipeline.confirmations import Confirmations
+    from gateway.pipeline.files_out import FileDesk
     from gateway.pipeline.media import MediaIntake
     from gateway.pipeline.router import Router
     from hermes.agent.agent import Agent
@@ -231,6 +232,7 @@ def build_app(
         scopes=router.intake.policy.scopes,
     )
     agent.courier = agent.asker = commands.confirmations = router.confirmations = confirmations
+    agent.filer = FileDesk(router.delivery, router.adapters, config.media.max_sent_file_kb * 1024)
     confirmations.go_on = router.handle
     return App(home, config, db, people, agent, commands, router, clients, embedder)
 

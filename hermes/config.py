@@ -130,7 +130,7 @@ class TranscriptionConfig(Section):
 
 
 class MediaConfig(Section):
-    """Photos, voice notes and files people send."""
+    """Photos, voice notes and files people send, and files the assistant sends."""
 
     max_download_mb: float = Field(default=20.0, gt=0, le=200)  # checked before downloading
     max_image_side: int = Field(default=1568, ge=128, le=8192)  # downscaled to fit
@@ -142,6 +142,8 @@ class MediaConfig(Section):
     max_images_per_message: int = Field(default=4, ge=1, le=20)  # the rest get a note
     max_pdf_pages: int = Field(default=100, ge=1, le=5000)  # pages read, then it stops
     document_seconds: float = Field(default=20.0, gt=0, le=600)  # one document's reading
+    # a file the assistant writes and sends (send_file), below the platform's own limit
+    max_sent_file_kb: int = Field(default=1024, ge=1, le=51_200)
 
 
 class AuxiliaryTaskConfig(Section):

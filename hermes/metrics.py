@@ -30,6 +30,9 @@ MESSAGES_RECEIVED = Counter(
 MESSAGES_SENT = Counter(
     "hermes_messages_sent", "Reply messages (parts) delivered", ["platform"], registry=REGISTRY
 )
+FILES_SENT = Counter(
+    "hermes_files_sent", "Files the assistant wrote and sent", ["platform"], registry=REGISTRY
+)
 STREAM_EDITS = Counter(
     "hermes_stream_edits",
     "Edits of a message that shows a reply as it is streamed",
@@ -152,6 +155,7 @@ __all__ = [
     "DB_LOCK_WAIT_SECONDS",
     "DELIVERIES_FAILED",
     "EVENT_LOOP_LAG",
+    "FILES_SENT",
     "MEMORY_JUDGE_SECONDS",
     "MEMORY_REJECTIONS",
     "MEMORY_WRITES",

@@ -3,7 +3,9 @@
 The chat loop (gateway/cli/chat_cmd.py) reads a line and awaits `ask(text)`, which
 pushes it into the router's sink as a message from the local owner and resolves with
 the reply the router sends back for it. Cancelling `ask` (Ctrl-C) sends `/stop`, which
-cancels the running turn in the router; the message itself is already saved.
+cancels the running turn in the router; the message itself is already saved. A file
+the assistant sends is saved in the directory the chat was started in (never over an
+existing file: "notes (1).md"), and where it went is shown as a notice.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ import itertools
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from gateway.edge.events import (
     Attachment,
     ChatRef,
     ChatType,
     MessageEvent,
+    OutboundFile,
     OutboundMessage,
     SendResult,
     UserRef,
@@ -33,9 +37,15 @@ class CliAdapter:
     name = "cli"
     # the terminal renders the Markdown itself and has no length limit worth chunking at
     # a terminal shows it all, unsplit, and redraws a streamed reply as fast as it comes
-    capabilities = Capabilities(max_length=sys.maxsize, edit_interval_s=0.1, buttons=False)
+    capabilities = Capabilities(
+        max_length=sys.maxsize,
+        edit_interval_s=0.1,
+        buttons=False,
+        max_file_bytes=sys.maxsize,  # a file on the disk: the tool's own limit applies
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, files_dir: Path | None = None) -> None:
+        self.files_dir = files_dir or Path.cwd()  # where files the assistant sends go
         self._sink: EventSink | None = None
         self._waiting: dict[str, asyncio.Future[Answer]] = {}
         self._partial: dict[str, Callable[[str], None]] = {}
@@ -112,10 +122,25 @@ class CliAdapter:
             future = self._waiting.get(asked)
             if future is not None and not future.done():
                 future.set_result(Answer(message.text, message.failed))
-            elif future is None and (self.on_notice is None or not self.on_notice(message.text)):
-                # nobody waits for it (a reminder; the turn a typed yes goes on with)
-                self.notices.append(message.text)  # shown next
+            elif future is None:  # nobody waits for it (a reminder; the turn a typed yes
+                self._notice(message.text)  # goes on with)
         return SendResult(True, (asked or f"notice-{len(self.notices)}",))
+
+    async def send_file(self, file: OutboundFile) -> SendResult:
+        """The file saved in `files_dir` under its name (a free one: never over a file
+        that is there), and a notice saying where."""
+        try:
+            path = await asyncio.to_thread(_save, self.files_dir, file.name, file.data)
+        except OSError as exc:
+            return SendResult(False, error=f"could not save {file.name}: {exc.strerror or exc}")
+        lines = [file.caption] if file.caption else []
+        self._notice("\n".join([*lines, f"📎 Saved {file.name} to {path}"]))
+        return SendResult(True, (str(path),))
+
+    def _notice(self, text: str) -> None:
+        """Shown now if the chat loop can, else with the next answer."""
+        if self.on_notice is None or not self.on_notice(text):
+            self.notices.append(text)
 
     def take_notices(self) -> list[str]:
         taken, self.notices = self.notices, []
@@ -129,3 +154,25 @@ class CliAdapter:
 
     async def typing(self, chat: ChatRef) -> None:
         """The chat loop shows its own spinner."""
+
+
+def _save(folder: Path, name: str, data: bytes) -> Path:
+    """`data` written to a new file `name` in `folder` ("name (1).ext" and so on when it
+    is taken): created exclusively, so nothing there is ever overwritten."""
+    stem, dot, extension = name.rpartition(".")
+    if not stem:
+        stem, dot, extension = name, "", ""
+    for number in range(1000):
+        candidate = folder / (name if number == 0 else f"{stem} ({number}){dot}{extension}")
+        try:
+            out = candidate.open("xb")
+        except FileExistsError:
+            continue
+        try:
+            with out:
+                out.write(data)
+        except OSError:  # a full disk: no half a file left behind
+            candidate.unlink(missing_ok=True)
+            raise
+        return candidate
+    raise FileExistsError(f"{name} and 999 numbered copies are there already")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -26,6 +27,7 @@ from gateway.edge.events import (
     ChatRef,
     ChatType,
     MessageEvent,
+    OutboundFile,
     OutboundMessage,
     SendResult,
     UserRef,
@@ -160,7 +162,12 @@ def _view(buttons: tuple[Button, ...] | None) -> discord.ui.View | None:
 class DiscordAdapter:
     name = "discord"
     # message edits: 5 per 5 s in a channel (discord.py waits out a 429 by itself)
-    capabilities = Capabilities(max_length=2000, edit_interval_s=1.0, group_edit_interval_s=1.5)
+    capabilities = Capabilities(
+        max_length=2000,
+        edit_interval_s=1.0,
+        group_edit_interval_s=1.5,
+        max_file_bytes=10 * 1024 * 1024,  # an upload without a server's boost
+    )
 
     def __init__(
         self,
@@ -339,30 +346,35 @@ class DiscordAdapter:
         await self.client.http.send_typing(int(chat.id))
 
     async def send(self, message: OutboundMessage) -> SendResult:
-        channel = self.client.get_partial_messageable(int(message.chat.id))
-        reference = None
-        if message.reply_to_id:
-            reference = discord.MessageReference(
-                message_id=int(message.reply_to_id.rsplit(":", 1)[-1]),
-                channel_id=int(message.chat.id),
-                fail_if_not_exists=False,
-            )
         extra: dict[str, Any] = {}
-        if reference is not None:
-            extra["reference"] = reference
         if (view := _view(message.buttons)) is not None:
             extra["view"] = view
-        try:
-            sent = await channel.send(
-                message.text, allowed_mentions=discord.AllowedMentions.none(), **extra
+        return await self._post(message.chat, message.reply_to_id, content=message.text, **extra)
+
+    async def send_file(self, file: OutboundFile) -> SendResult:
+        """The file as the message's attachment (multipart), the caption its content."""
+        upload = discord.File(io.BytesIO(file.data), filename=file.name)
+        return await self._post(
+            file.chat, file.reply_to_id, content=file.caption or None, file=upload
+        )
+
+    async def _post(self, chat: ChatRef, reply_to_id: str | None, **fields: Any) -> SendResult:
+        channel = self.client.get_partial_messageable(int(chat.id))
+        if reply_to_id:
+            fields["reference"] = discord.MessageReference(
+                message_id=int(reply_to_id.rsplit(":", 1)[-1]),
+                channel_id=int(chat.id),
+                fail_if_not_exists=False,
             )
+        try:
+            sent = await channel.send(allowed_mentions=discord.AllowedMentions.none(), **fields)
         except discord.HTTPException as exc:
             return _refused(exc)
         except (aiohttp.ClientError, TimeoutError) as exc:  # it may have been posted
             return SendResult(
                 False, error=f"outcome unknown: {type(exc).__name__}: {exc}", outcome_unknown=True
             )
-        return SendResult(True, (f"{message.chat.id}:{sent.id}",))
+        return SendResult(True, (f"{chat.id}:{sent.id}",))
 
     async def edit(self, chat: ChatRef, message_id: str, message: OutboundMessage) -> SendResult:
         """PATCH the message (safe to repeat: an unknown outcome is retryable here)."""

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import logging
 import re
@@ -54,6 +55,7 @@ from nio import (
     RoomPreset,
     RoomSendResponse,
     SyncResponse,
+    UploadResponse,
     WhoamiResponse,
 )
 from nio.crypto.attachments import decrypt_attachment
@@ -65,6 +67,7 @@ from gateway.edge.events import (
     ChatRef,
     ChatType,
     MessageEvent,
+    OutboundFile,
     OutboundMessage,
     SendResult,
     UserRef,
@@ -98,6 +101,7 @@ VOICE = ("org.matrix.msc3245.voice", "org.matrix.msc1767.audio")
 PERMANENT = {"M_FORBIDDEN", "M_NOT_FOUND", "M_UNKNOWN_TOKEN", "M_MISSING_TOKEN", "M_TOO_LARGE"}
 Invites = Literal["allowed", "direct", "anyone"]
 ENCRYPTED = "encrypted:"  # an attachment's ref: an encrypted file's JSON follows
+MAX_UPLOAD = 50 * 1024 * 1024  # Synapse's default max_upload_size (M_TOO_LARGE above)
 
 
 def _relation(content: dict[str, Any]) -> dict[str, Any]:
@@ -282,6 +286,7 @@ class MatrixAdapter:
             # say to lift it for the bot's account, else long replies wait on 429s
             edit_interval_s=1.0,
             group_edit_interval_s=2.0,
+            max_file_bytes=MAX_UPLOAD,
         )
         self._sink: EventSink | None = None
         self._task: asyncio.Task[None] | None = None
@@ -696,6 +701,42 @@ class MatrixAdapter:
         if result.ok and content.get(BUTTONS):
             await self._offer(message.chat.id, result.message_ids[0], content[BUTTONS])
         return result
+
+    async def send_file(self, file: OutboundFile) -> SendResult:
+        """The file uploaded to the content repository (encrypted first in an encrypted
+        room: its keys go in the event, which is itself encrypted), then an `m.file`
+        message with the caption as its body. An upload that fails posted nothing."""
+        room = self.client.rooms.get(file.chat.id)
+        encrypt = room is not None and room.encrypted
+        if encrypt and self.client.olm is None:
+            return SendResult(False, error="cannot encrypt for this room: encryption is off")
+        try:
+            uploaded, keys = await self.client.upload(
+                io.BytesIO(file.data),
+                content_type=file.mime,
+                filename=file.name,
+                encrypt=encrypt,
+                filesize=len(file.data),
+            )
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            return SendResult(False, error=f"{type(exc).__name__}: {exc}", retryable=True)
+        if not isinstance(uploaded, UploadResponse):
+            return MatrixError.of(uploaded).result()
+        info = {"mimetype": file.mime, "size": len(file.data)}
+        content: dict[str, Any] = {
+            "msgtype": "m.file",
+            "body": file.caption or file.name,  # a caption differs from the file name
+            "filename": file.name,
+            "info": info,
+            "m.mentions": {},
+        }
+        if keys:
+            content["file"] = {"url": uploaded.content_uri, "mimetype": file.mime, **keys}
+        else:
+            content["url"] = uploaded.content_uri
+        if file.reply_to_id:
+            content["m.relates_to"] = {"m.in_reply_to": {"event_id": file.reply_to_id}}
+        return await self._send_event(file.chat.id, "m.room.message", content)
 
     async def _offer(self, room_id: str, message_id: str, buttons: list[dict[str, str]]) -> None:
         """Remember a message's buttons and put their keys under it to tap."""

@@ -39,6 +39,7 @@ from gateway.edge.events import (
     ChatRef,
     ChatType,
     MessageEvent,
+    OutboundFile,
     OutboundMessage,
     SendResult,
     UserRef,
@@ -151,6 +152,7 @@ class MattermostAdapter:
             edit_interval_s=1.0,  # the server's rate limit: 10 a second per user by default
             group_edit_interval_s=1.0,
             buttons=actions_url is not None,
+            max_file_bytes=100 * 1024 * 1024,  # the server's FileSettings.MaxFileSize default
         )
         # signs the buttons' commands: from the token, so every gateway of this bot (and
         # this one after a restart) takes the presses of buttons any of them made
@@ -387,20 +389,40 @@ class MattermostAdapter:
         return hmac.new(self._key, command.encode(), hashlib.sha256).hexdigest()
 
     async def send(self, message: OutboundMessage) -> SendResult:
-        chat = message.chat
-        root = chat.thread_id
-        if root is None and chat.type is not ChatType.DM and message.reply_to_id:
-            root = message.reply_to_id  # in channels: in the message's thread
-        body: dict[str, Any] = {
-            "channel_id": chat.id,
-            "message": message.as_sent(str),
-            "root_id": root or "",
-        }
+        body: dict[str, Any] = {"message": message.as_sent(str)}
         props = self._props(message.buttons)
         if props:
             body["props"] = props
+        return await self._post(message.chat, message.reply_to_id, body)
+
+    async def send_file(self, file: OutboundFile) -> SendResult:
+        """POST /files (multipart: the channel and the file), then a post carrying its
+        id with the caption as its message. An upload that fails posted nothing: it is
+        safe to make again."""
+        form = aiohttp.FormData()
+        form.add_field("channel_id", file.chat.id)
+        form.add_field("files", file.data, filename=file.name, content_type=file.mime)
         try:
-            post = await self._call("POST", "/posts", json=body)
+            uploaded = await self._call("POST", "/files", data=form)
+        except MattermostError as exc:
+            return exc.result()
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            return SendResult(False, error=f"{type(exc).__name__}: {exc}", retryable=True)
+        ids = [str(info["id"]) for info in uploaded.get("file_infos") or []]
+        body = {"message": file.caption, "file_ids": ids}
+        return await self._post(file.chat, file.reply_to_id, body)
+
+    async def _post(
+        self, chat: ChatRef, reply_to_id: str | None, body: dict[str, Any]
+    ) -> SendResult:
+        """POST /posts into `chat` (in channels: in the thread of the message answered)."""
+        root = chat.thread_id
+        if root is None and chat.type is not ChatType.DM and reply_to_id:
+            root = reply_to_id
+        try:
+            post = await self._call(
+                "POST", "/posts", json={"channel_id": chat.id, "root_id": root or "", **body}
+            )
         except MattermostError as exc:
             return exc.result()
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:  # it may be posted

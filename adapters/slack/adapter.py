@@ -20,7 +20,7 @@ from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
 from slack_bolt.request.async_request import AsyncBoltRequest
-from slack_sdk.errors import SlackApiError
+from slack_sdk.errors import SlackApiError, SlackRequestError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.render import to_slack_mrkdwn
@@ -30,6 +30,7 @@ from gateway.edge.events import (
     ChatRef,
     ChatType,
     MessageEvent,
+    OutboundFile,
     OutboundMessage,
     SendResult,
     UserRef,
@@ -197,6 +198,7 @@ class SlackAdapter:
         reorder_window_s=0.15,
         edit_interval_s=1.0,  # chat.update is Tier 3 (about 50 a minute)
         group_edit_interval_s=1.5,
+        max_file_bytes=1024 * 1024 * 1024,  # files_upload_v2 takes up to 1 GB
     )
 
     def __init__(
@@ -382,9 +384,7 @@ class SlackAdapter:
 
     async def send(self, message: OutboundMessage) -> SendResult:
         chat = message.chat
-        thread = chat.thread_id
-        if thread is None and chat.type is not ChatType.DM and message.reply_to_id:
-            thread = message.reply_to_id.rsplit(":", 1)[-1]  # answer in the message's thread
+        thread = _thread(chat, message.reply_to_id)
         try:
             text = message.as_sent(to_slack_mrkdwn)
             response = await self.client.chat_postMessage(
@@ -401,6 +401,30 @@ class SlackAdapter:
                 False, error=f"outcome unknown: {type(exc).__name__}: {exc}", outcome_unknown=True
             )
         return SendResult(True, (f"{chat.id}:{response['ts']}",))
+
+    async def send_file(self, file: OutboundFile) -> SendResult:
+        """files_upload_v2 (an external upload: a URL asked for, the bytes POSTed there,
+        the upload completed into the chat with the caption as its comment)."""
+        chat = file.chat
+        try:
+            response = await self.client.files_upload_v2(
+                channel=chat.id,
+                file=file.data,
+                filename=file.name,
+                title=file.name,
+                initial_comment=file.caption or None,
+                thread_ts=_thread(chat, file.reply_to_id),
+            )
+        except SlackApiError as exc:
+            return _refused(exc)
+        except SlackRequestError as exc:  # the bytes were refused: nothing was shared
+            return SendResult(False, error=f"upload refused: {exc}", retryable=True)
+        except Exception as exc:  # a dropped connection: it may have been shared
+            return SendResult(
+                False, error=f"outcome unknown: {type(exc).__name__}: {exc}", outcome_unknown=True
+            )
+        shared = response.get("files") or [{}]
+        return SendResult(True, (f"{chat.id}:{shared[0].get('id', '')}",))
 
     async def edit(self, chat: ChatRef, message_id: str, message: OutboundMessage) -> SendResult:
         """chat.update (safe to repeat: an unknown outcome is retryable here)."""
@@ -424,6 +448,14 @@ class SlackAdapter:
         except Exception as exc:
             return SendResult(False, error=f"{type(exc).__name__}: {exc}", retryable=True)
         return SendResult(True, (message_id,))
+
+
+def _thread(chat: ChatRef, reply_to_id: str | None) -> str | None:
+    """Where a message goes: the chat's thread, or the thread of the message it answers
+    in a channel."""
+    if chat.thread_id is None and chat.type is not ChatType.DM and reply_to_id:
+        return reply_to_id.rsplit(":", 1)[-1]
+    return chat.thread_id
 
 
 def _refused(exc: SlackApiError) -> SendResult:

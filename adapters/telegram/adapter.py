@@ -24,6 +24,7 @@ from telegram import (
     BotCommand,
     InlineKeyboardButton,
     InlineKeyboardMarkup,
+    InputFile,
     ReplyParameters,
     Update,
 )
@@ -47,6 +48,7 @@ from gateway.edge.events import (
     ChatRef,
     ChatType,
     MessageEvent,
+    OutboundFile,
     OutboundMessage,
     SendResult,
     UserRef,
@@ -59,6 +61,7 @@ T = TypeVar("T")
 
 SEND_CONNECTIONS = 8
 BOT_DOWNLOAD_LIMIT = 20 * 1000 * 1000  # getFile serves files up to 20 MB
+BOT_UPLOAD_LIMIT = 50 * 1000 * 1000  # sendDocument takes files up to 50 MB
 POOL_TIMEOUT_S = 30.0  # waiting for a free connection is not a failure
 FINISH_IN_FLIGHT_S = 5.0  # at a stop, requests already sent get this long to end
 SENDS_LOST_AFTER_S = 120.0  # every send failing this long: the platform is restarted
@@ -266,6 +269,7 @@ class TelegramAdapter:
         render=to_telegram_html,
         edit_interval_s=1.0,
         group_edit_interval_s=3.0,
+        max_file_bytes=BOT_UPLOAD_LIMIT,
     )
 
     def __init__(
@@ -464,21 +468,36 @@ class TelegramAdapter:
 
     async def _send(self, message: OutboundMessage, text: str, mode: str | None) -> SendResult:
         chat = message.chat
-        reply = None
-        if message.reply_to_id:
-            reply = ReplyParameters(
-                int(message.reply_to_id.rsplit(":", 1)[-1]), allow_sending_without_reply=True
-            )
         sent = await _outcome(
             self.app.bot.send_message(
                 int(chat.id),
                 text,
                 parse_mode=mode,
-                reply_parameters=reply,
+                reply_parameters=_reply(message.reply_to_id),
                 message_thread_id=int(chat.thread_id) if chat.thread_id else None,
                 reply_markup=_keyboard(message.buttons),
             )
         )
+        if isinstance(sent, SendResult):
+            return self._sent(sent)
+        return self._sent(SendResult(True, (f"{chat.id}:{sent.message_id}",)))
+
+    async def send_file(self, file: OutboundFile) -> SendResult:
+        """sendDocument (multipart), the caption as plain text."""
+        chat = file.chat
+        try:
+            sent = await _outcome(
+                self.app.bot.send_document(
+                    int(chat.id),
+                    InputFile(file.data, filename=file.name),
+                    caption=file.caption or None,
+                    reply_parameters=_reply(file.reply_to_id),
+                    message_thread_id=int(chat.thread_id) if chat.thread_id else None,
+                    disable_content_type_detection=True,
+                )
+            )
+        except BadRequest as exc:
+            return SendResult(False, error=f"rejected: {exc}")
         if isinstance(sent, SendResult):
             return self._sent(sent)
         return self._sent(SendResult(True, (f"{chat.id}:{sent.message_id}",)))
@@ -523,6 +542,12 @@ class TelegramAdapter:
         except BadRequest as exc:
             return SendResult(False, error=f"rejected: {exc}")
         return done if isinstance(done, SendResult) else SendResult(True, (message_id,))
+
+
+def _reply(reply_to_id: str | None) -> ReplyParameters | None:
+    if not reply_to_id:
+        return None
+    return ReplyParameters(int(reply_to_id.rsplit(":", 1)[-1]), allow_sending_without_reply=True)
 
 
 async def _outcome(call: Awaitable[T]) -> T | SendResult:

@@ -112,6 +112,19 @@ class OutboundMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class OutboundFile:
+    """A file the bot sends (the assistant wrote it: hermes/tools/files.py checked its
+    name, type and size): uploaded as a document, `caption` (plain text) with it."""
+
+    chat: ChatRef
+    name: str
+    mime: str
+    data: bytes = field(repr=False)
+    caption: str = ""
+    reply_to_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SendResult:
     ok: bool
     message_ids: tuple[str, ...] = ()
@@ -174,6 +187,7 @@ __all__ = [
     "ChatRef",
     "ChatType",
     "MessageEvent",
+    "OutboundFile",
     "OutboundMessage",
     "SendResult",
     "UserRef",

@@ -7,7 +7,14 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol, runtime_checkable
 
-from gateway.edge.events import Attachment, ChatRef, MessageEvent, OutboundMessage, SendResult
+from gateway.edge.events import (
+    Attachment,
+    ChatRef,
+    MessageEvent,
+    OutboundFile,
+    OutboundMessage,
+    SendResult,
+)
 
 EventSink = Callable[[MessageEvent], Awaitable[None]]
 
@@ -48,6 +55,8 @@ class Capabilities:
     edit_interval_s: float | None = None
     group_edit_interval_s: float | None = None  # in groups and channels (stricter limits)
     buttons: bool = True  # shows buttons under a message (the terminal does not)
+    # the largest file the bot may upload (bytes), for an adapter that `SendsFiles`
+    max_file_bytes: int = 0
 
     def edit_interval(self, group: bool) -> float | None:
         if self.edit_interval_s is None:
@@ -149,6 +158,15 @@ class ServesOnStandby(PlatformAdapter, Protocol):
     async def serve(self, sink: EventSink) -> None:
         """Take pushed requests into `sink`, and be ready to send, without connecting.
         Raises what the SDK raises (the gateway then leaves it waiting for the lease)."""
+
+
+@runtime_checkable
+class SendsFiles(PlatformAdapter, Protocol):
+    """A platform the assistant can send files to (up to `capabilities.max_file_bytes`)."""
+
+    async def send_file(self, file: OutboundFile) -> SendResult:
+        """Upload `file` into its chat as a document, with its caption; a SendResult as
+        `send` gives (retryable, retry_after, outcome_unknown)."""
 
 
 @dataclass(frozen=True, slots=True)

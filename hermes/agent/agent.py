@@ -42,6 +42,8 @@ from hermes.state.search import SearchScope
 from hermes.state.usage import Usage
 from hermes.text import valid_text
 from hermes.tools.capabilities import Holder, granted, groups, holder_of, may_use
+from hermes.tools.files import SCHEMA as FILE_SCHEMA
+from hermes.tools.files import Filer, FileRefusedError, written_file
 from hermes.tools.mcp import McpHub, McpTool
 from hermes.tools.message import Asker, Courier, Target, own_targets
 from hermes.tools.message import schema as message_schema
@@ -149,6 +151,7 @@ class Agent:
     mcp: McpHub | None = None  # the owner's MCP servers (mcp.servers, the mcp extra)
     courier: Courier | None = None  # `message`: the gateway sends to other chats
     asker: Asker | None = None  # asks a person to confirm with a button
+    filer: Filer | None = None  # `send_file`: the gateway uploads files into the chat
     vision: str = "auto"  # llm.vision: on | off | auto (until the endpoint refuses images)
     vision_refused: bool = False
     _reviews: dict[str, asyncio.Task[None]] = field(default_factory=dict, repr=False)
@@ -303,6 +306,7 @@ class Agent:
             provider=bool(self.providers.name),
             web=self.web is not None,
             message=self.courier is not None,
+            files=self.filer is not None,
             mcp_servers=self.mcp.names if self.mcp is not None else (),
             chats=list(self.courier.chats) if self.courier is not None else (),
         )
@@ -405,6 +409,8 @@ class Agent:
         tools += [self._mcp_tool(t, taint, holder.user_id, surface) for t in mcp_tools]
         if self.courier is not None:
             tools += self._message_tool(self.courier, holder, surface)
+        if self.filer is not None and (limit := self.filer.limit(surface)) is not None:
+            tools.append(self._file_tool(self.filer, surface, limit))
         allowed = granted(holder, {t.group for t in tools}, self.tools_table)
         return ToolBox(
             [t for t in tools if t.group in allowed],
@@ -497,6 +503,19 @@ class Agent:
 
         schema = message_schema(own, named)
         return [Tool("message", schema, send, "sending that…", "message")]
+
+    @staticmethod
+    def _file_tool(filer: Filer, surface: Surface, limit: int) -> Tool:
+        """`send_file` into the chat of `surface` (files of at most `limit` bytes)."""
+
+        async def send(args: dict[str, Any]) -> dict[str, Any]:
+            try:
+                file = written_file(args, limit)
+            except FileRefusedError as exc:
+                return {"success": False, "error": str(exc)}
+            return await filer.send(surface, file)
+
+        return Tool("send_file", FILE_SCHEMA, send, "writing the file…", "files")
 
     def _provider_tool(self, user_id: str, schema: dict[str, Any]) -> Tool:
         name = str(schema["function"]["name"])

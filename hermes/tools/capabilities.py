@@ -5,7 +5,8 @@ in its owner's name).
 Tools come in groups (a capability): `memory`, `session_search`, `schedule`, `provider`
 (the memory provider's tools), `web` (web_search, web_fetch), `message` (to the
 person's own linked accounts), `message:<name>` for each chat the owner named in
-`message.chats`, and `mcp:<server>` for each MCP server the owner plugs in.
+`message.chats`, `files` (send_file: files the assistant writes, sent in the chat
+it is talking in), and `mcp:<server>` for each MCP server the owner plugs in.
 config.yaml's `tools:` section says who may use each group, as a list of:
 - a role: that role and every higher one (`user` < `admin` < `owner`), so `[user]` is
   everyone admitted and `[admin]` is admins and owners;
@@ -45,6 +46,7 @@ BUILT_IN: dict[str, tuple[tuple[str, ...], str]] = {
     "provider": (("user",), "The memory provider's own tools"),
     "web": (("owner",), "Search the web and read pages and PDFs"),
     "message": (("user",), "Send messages to your other linked chats"),
+    "files": (("user",), "Send you files it writes (a table, notes, an event)"),
 }
 MCP_DEFAULT: tuple[str, ...] = ("owner",)
 MESSAGE_PREFIX = "message:"  # a chat the owner named (message.chats): the owner alone
@@ -76,13 +78,14 @@ def groups(
     provider: bool,
     web: bool,
     message: bool = True,
+    files: bool = True,
     mcp_servers: Iterable[str] = (),
     chats: Iterable[str] = (),
 ) -> list[str]:
     """The groups an assistant has: the built-in ones (`provider` with a memory provider
     configured, `web` with the web extra installed), one per named chat and one per MCP
     server."""
-    present = {"provider": provider, "web": web, "message": message}
+    present = {"provider": provider, "web": web, "message": message, "files": files}
     names = [g for g in BUILT_IN if present.get(g, True)]
     names += [f"{MESSAGE_PREFIX}{chat}" for chat in chats if message]
     return names + [f"{MCP_PREFIX}{server}" for server in mcp_servers]

@@ -18,8 +18,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -146,6 +149,11 @@ class Driver:
     def downloads(self) -> int:
         raise NotImplementedError
 
+    def files(self, user: str) -> list[tuple[str, bytes, str]]:
+        """The files the bot sent in `user`'s direct chat, in order: (name, the bytes as
+        the platform stored them, caption)."""
+        raise NotImplementedError
+
     # -- how the platform misbehaves ----------------------------------------------------
 
     def fail_next_send(self, seconds: float) -> None:
@@ -160,6 +168,10 @@ class Driver:
         raise NotImplementedError
 
     def break_downloads(self) -> None:
+        raise NotImplementedError
+
+    def fail_next_upload(self) -> None:
+        """The next file upload is refused with a 429 asking to wait 1 s."""
         raise NotImplementedError
 
     def drop(self) -> None:
@@ -246,9 +258,15 @@ class TelegramDriver(Driver):
     def downloads(self) -> int:
         return len(self.fake.downloads)
 
+    def files(self, user: str) -> list[tuple[str, bytes, str]]:
+        return [(n, data, c) for chat, n, _, data, c in self.fake.documents if str(chat) == user]
+
     def fail_next_send(self, seconds: float) -> None:
         fault = Fault("sendMessage", 429, "Too Many Requests", retry_after=int(seconds))
         self.fake.faults.append(fault)
+
+    def fail_next_upload(self) -> None:
+        self.fake.faults.append(Fault("sendDocument", 429, "Too Many Requests", retry_after=1))
 
     def fail_next_send_5xx(self) -> None:
         self.fake.faults.append(Fault("sendMessage", 502, "Bad Gateway"))
@@ -367,9 +385,16 @@ class SlackDriver(Driver):
     def downloads(self) -> int:
         return len(self.fake.downloads)
 
+    def files(self, user: str) -> list[tuple[str, bytes, str]]:
+        chat = self.dm_of(user)
+        return [(name, data, note) for c, name, data, note, _ in self.fake.shared if c == chat]
+
     def fail_next_send(self, seconds: float) -> None:
         fault = SlackFault("chat.postMessage", 429, "ratelimited", retry_after=int(seconds))
         self.fake.faults.append(fault)
+
+    def fail_next_upload(self) -> None:
+        self.fake.faults.append(SlackFault("files.getUploadURLExternal", 429, "ratelimited", 1))
 
     def fail_next_send_5xx(self) -> None:
         fault = SlackFault("chat.postMessage", 502, "bad_gateway", retry_after=None)
@@ -500,8 +525,20 @@ class DiscordDriver(Driver):
     def downloads(self) -> int:
         return len(self.fake.downloads)
 
+    def files(self, user: str) -> list[tuple[str, bytes, str]]:
+        chat = self.dm_of(user)
+        return [
+            (str(f["filename"]), f["data"], str(p.get("content") or ""))
+            for p in list(self.fake.posted)
+            if p["channel_id"] == chat
+            for f in p.get("files") or ()
+        ]
+
     def fail_next_send(self, seconds: float) -> None:
         self.fake.faults.append(DiscordFault("/messages", 429, seconds))
+
+    def fail_next_upload(self) -> None:
+        self.fake.faults.append(DiscordFault("/messages", 429, 1.0, method="POST"))
 
     def fail_next_send_5xx(self) -> None:
         self.fake.faults.append(DiscordFault("/messages", 502, 0))
@@ -521,13 +558,15 @@ class DiscordDriver(Driver):
 
 class CliDriver(Driver):
     """The terminal: the local owner types a line and reads the reply (`hermes chat`);
-    it has no server, no second person and no files."""
+    it has no server and no second person; files the assistant sends are saved in a
+    folder of its own (as in the directory `hermes chat` was started in)."""
 
     name, limit = "cli", sys.maxsize
     users = ("local", "local", "local", "local")
 
     def __init__(self, fake: Any = None) -> None:
         super().__init__(fake)
+        self.folder = Path(tempfile.mkdtemp(prefix="hermes-cli-files-"))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._adapter: Any = None
         self._answers: list[str] = []
@@ -536,7 +575,7 @@ class CliDriver(Driver):
     def adapter(self, menu: list[MenuEntry]) -> PlatformAdapter:
         from adapters.cli.adapter import CliAdapter
 
-        self._loop, self._adapter = asyncio.get_running_loop(), CliAdapter()
+        self._loop, self._adapter = asyncio.get_running_loop(), CliAdapter(self.folder)
         return self._adapter  # type: ignore[no-any-return]
 
     def say(self, user: str, text: str) -> Any:
@@ -555,6 +594,18 @@ class CliDriver(Driver):
 
     def shown(self) -> list[str]:
         return self.texts()  # one message per reply, its final text
+
+    def files(self, user: str) -> list[tuple[str, bytes, str]]:
+        """The files saved, oldest first; the caption is the notice's first line when
+        the notice has two (caption, then where the file went)."""
+        found = []
+        for notice in self.texts():
+            *caption, last = notice.split("\n")
+            saved = re.fullmatch(r"📎 Saved (.+) to (.+)", last)
+            if saved is not None:
+                path = Path(saved.group(2))
+                found.append((path.name, path.read_bytes(), "\n".join(caption)))
+        return found
 
 
 class MattermostDriver(Driver):
@@ -669,8 +720,14 @@ class MattermostDriver(Driver):
     def downloads(self) -> int:
         return self.fake.downloads
 
+    def files(self, user: str) -> list[tuple[str, bytes, str]]:
+        return [(n, data, text) for n, _, data, text in self.fake.sent_files(self.dm_of(user))]
+
     def fail_next_send(self, seconds: float) -> None:
         self.fake.faults.append(MattermostFault("/api/v4/posts", 429, int(seconds), "POST"))
+
+    def fail_next_upload(self) -> None:
+        self.fake.faults.append(MattermostFault("/api/v4/files", 429, 1, "POST"))
 
     def fail_next_send_5xx(self) -> None:
         self.fake.faults.append(MattermostFault("/api/v4/posts", 502, None, "POST"))
@@ -793,9 +850,20 @@ class MatrixDriver(Driver):
     def downloads(self) -> int:
         return self.fake.downloads
 
+    def files(self, user: str) -> list[tuple[str, bytes, str]]:
+        found = []
+        for content in self.fake.sent_files(self.dm_of(user)):
+            name = str(content.get("filename") or content["body"])
+            caption = str(content["body"]) if content["body"] != name else ""
+            found.append((name, content["data"], caption))
+        return found
+
     def fail_next_send(self, seconds: float) -> None:
         fault = MatrixFault(self.SEND, 429, int(seconds * 1000), "PUT", edits=False)
         self.fake.faults.append(fault)
+
+    def fail_next_upload(self) -> None:
+        self.fake.faults.append(MatrixFault("/media/v3/upload", 429, 1000, "POST"))
 
     def fail_next_send_5xx(self) -> None:
         self.fake.faults.append(MatrixFault(self.SEND, 502, None, "PUT", edits=False))

@@ -4,7 +4,7 @@ table: a member's question is searched and the page found is read; the owner's f
 use of an MCP server waits for their Allow (a button; typed on the terminal), the turn
 then goes on and the server's tool answers the owner, and it is never offered to a
 member; `message` reaches the person's linked account on another platform once, after
-their Send.
+their Send; a file the assistant writes (`send_file`) arrives in the chat once.
 """
 
 from __future__ import annotations
@@ -22,10 +22,18 @@ import pytest
 from hermes.fence import fenced
 from hermes.identity import owner_user_id
 from hermes.state.db import SessionDB
-from tests.adapters.drivers import SERVED, CliDriver, Driver, driver_for, platforms_with
+from tests.adapters.drivers import (
+    SERVED,
+    CliDriver,
+    Driver,
+    TelegramDriver,
+    driver_for,
+    platforms_with,
+)
 from tests.adapters.harness import run_gateway, settled, until_settled
 from tests.apps import app_config
 from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.telegram_server import FakeTelegram
 from tests.fakes.web_site import ARTICLE_TEXT, WebSite
 from tests.gateway.test_message_tool import sends
 from tests.harness.wait import until
@@ -249,3 +257,87 @@ def _driver(request: pytest.FixtureRequest, name: str) -> Driver:
     cls = next(d for d in SERVED if d.name == name)
     assert cls.fixture is not None
     return cls(request.getfixturevalue(cls.fixture))
+
+
+@pytest.fixture(params=platforms_with("say", "files", "fail_next_upload"))
+def sender(request: pytest.FixtureRequest) -> Driver:
+    return driver_for(request)
+
+
+def writes_a_file(name: str, content: str, caption: str = "") -> Any:
+    """The model: calls send_file when it is offered, then says how it went."""
+
+    def model(request: dict[str, Any]) -> Reply:
+        last = request["messages"][-1]
+        if last["role"] == "tool":
+            result = json.loads(last["content"])
+            if result.get("success"):
+                return Reply(text=f"Sent {result['sent']} ({result['size']}).")
+            return Reply(text=f"Not sent: {result['error']}")
+        if "send_file" not in offered(request):
+            return Reply(text="Not sent: I cannot send files here.")
+        args = {"name": name, "content": content, **({"caption": caption} if caption else {})}
+        return Reply.tool_call("send_file", args)
+
+    return model
+
+
+def test_the_assistant_writes_a_file_and_it_arrives_in_the_chat_once(
+    home: Path, fake_llm: FakeOpenAI, sender: Driver
+) -> None:
+    """A member asks for a file: the model's send_file is uploaded through the platform's
+    real SDK into their chat (Telegram sendDocument, Discord's multipart message,
+    Slack's external upload, Mattermost POST /files, Matrix's content repository; the
+    terminal saves it), byte for byte as UTF-8, with its caption, once although the
+    first upload was refused with a 429; the reply follows, and the call stays in the
+    conversation."""
+    person = sender.users[1]
+    content = "item,cost,note\nrent,900,\ncoffee,3.5,café ☕ 東京\n"
+    fake_llm.responder = writes_a_file("budget.csv", content, "Your budget")
+
+    async def body() -> str:
+        sender.fail_next_upload()
+        return await ask(sender, person, "put my budget in a file", "Sent ")
+
+    answer = run(home, fake_llm, body, sender)
+    size = len(content.encode())
+    assert answer == f"Sent budget.csv ({size} bytes)."
+    assert sender.files(person) == [("budget.csv", content.encode(), "Your budget")]
+    db = SessionDB.open(home)
+    try:
+        user = db.people.user_for_identity(sender.name, person)
+        assert user is not None
+        [session] = db.conversations.list_sessions(user)
+        calls = [m for m in db.conversations.messages(session.id, user) if m.role == "tool"]
+    finally:
+        db.close()
+    assert len(calls) == 1 and '"sent": "budget.csv"' in calls[0].content
+
+
+def test_a_file_the_tool_does_not_send_is_refused_in_words_and_nothing_is_uploaded(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
+) -> None:
+    """An HTML page (active content when opened) and a name with a folder are refused
+    before any upload; a member is not offered the tool where `tools.files` is for
+    admins."""
+    side = TelegramDriver(telegram)
+    answers = []
+
+    async def body() -> None:
+        fake_llm.responder = writes_a_file("page.html", "<script>alert(1)</script>")
+        answers.append(await ask(side, side.users[0], "make me a page", "Not sent"))
+        fake_llm.responder = writes_a_file("../../.bashrc.txt", "echo hi")
+        answers.append(await ask(side, side.users[0], "write my bashrc", "Not sent"))
+
+    run(home, fake_llm, body, side)
+    assert "'page.html' is not a text format I send" in answers[0]
+    assert "not a plain file name" in answers[1]
+    assert telegram.documents == [] and telegram.sent("sendDocument") == []
+
+    async def member() -> str:
+        fake_llm.responder = writes_a_file("notes.md", "# Notes")
+        return await ask(side, side.users[1], "notes please", "Not sent")
+
+    answer = run(home, fake_llm, member, side, tools={"files": ["admin"]})
+    assert answer == "Not sent: I cannot send files here."
+    assert telegram.documents == []

@@ -1,8 +1,10 @@
 """A local Discord: REST API and gateway websocket, in its own thread, for discord.py.
 
 REST: GET /users/@me, /oauth2/applications/@me, /gateway(/bot); POST
-/channels/{id}/messages (recorded), PATCH and DELETE /channels/{id}/messages/{id} (on the
-bot's messages; `messages` holds what each shows now), /channels/{id}/typing; GET
+/channels/{id}/messages (recorded; with files: multipart, `payload_json` and `files[n]`,
+the bytes kept under each of the record's `files`), PATCH and DELETE
+/channels/{id}/messages/{id} (on the bot's messages; `messages` holds what each shows
+now), /channels/{id}/typing; GET
 /channels/{id}/messages, a channel's history (people's messages and the bot's) with
 `limit` (1-100, 50 by default), `after` (the messages right after it) or `before`, newest
 first as Discord answers, message objects without `guild_id` as the REST API gives them.
@@ -28,6 +30,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from tests.fakes.aio_thread import AioFake, AioThread
+from tests.fakes.http_base import FormPart, form_data
 
 BOT_ID = "900000000000000001"
 APP_ID = "900000000000000002"
@@ -431,9 +434,17 @@ class FakeDiscord(AioFake):
         if tail.endswith("/messages") and request.method == "GET":
             return self._history(tail.split("/")[2], request.query)
         if tail.endswith("/messages") and request.method == "POST":
-            payload = json.loads(body or b"{}")
+            uploads: list[dict[str, Any]] = []
+            if request.content_type == "multipart/form-data":  # files: payload_json + files[n]
+                form = form_data(body, request.headers["Content-Type"])
+                payload = json.loads(form.pop("payload_json").data)
+                uploads = [self._attachment(part) for part in form.values()]
+            else:
+                payload = json.loads(body or b"{}")
             channel_id = tail.split("/")[2]
-            message = self._bot_message(channel_id, payload.get("content", ""))
+            message = self._bot_message(channel_id, payload.get("content") or "")
+            message["attachments"] = [{k: v for k, v in a.items() if k != "data"} for a in uploads]
+            payload["files"] = uploads
             self.posted.append({"channel_id": channel_id, "message_id": message["id"], **payload})
             self.messages[(channel_id, message["id"])] = message["content"]
             self.history.setdefault(channel_id, []).append(message)
@@ -468,6 +479,21 @@ class FakeDiscord(AioFake):
         else:
             page = kept[-limit:]
         return _json(list(reversed(page)))
+
+    def _attachment(self, part: FormPart) -> dict[str, Any]:
+        """An uploaded file as the message's attachment object (its bytes under "data",
+        for the tests: the API does not answer with them)."""
+        attachment_id = self._snowflake()
+        url = f"http://127.0.0.1:{self.port}/attachments/{attachment_id}/{part.filename}"
+        return {
+            "id": attachment_id,
+            "filename": part.filename,
+            "size": len(part.data),
+            "url": url,
+            "proxy_url": url,
+            "content_type": part.content_type,
+            "data": part.data,
+        }
 
     def _bot_message(self, channel_id: str, content: str) -> dict[str, Any]:
         return {

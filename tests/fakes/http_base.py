@@ -6,8 +6,44 @@ import contextlib
 import json
 import socket
 import threading
+from dataclasses import dataclass
+from email import policy
+from email.parser import BytesParser
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+
+@dataclass(frozen=True)
+class FormPart:
+    """One field of a multipart/form-data body: a file's has its file name and type."""
+
+    data: bytes
+    filename: str | None = None
+    content_type: str | None = None
+
+    @property
+    def text(self) -> str:
+        return self.data.decode()
+
+
+def form_data(body: bytes, content_type: str) -> dict[str, FormPart]:
+    """A multipart/form-data body's fields by name (RFC 7578), read with the standard
+    library's MIME parser as a server would: the boundary from `content_type`."""
+    message = BytesParser(policy=policy.HTTP).parsebytes(
+        f"Content-Type: {content_type}\r\n\r\n".encode() + body
+    )
+    if not message.is_multipart():
+        raise ValueError(f"not a multipart body: {content_type}")
+    fields: dict[str, FormPart] = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if not isinstance(name, str):
+            raise ValueError("a form field without a name")
+        payload = part.get_payload(decode=True)
+        data = payload if isinstance(payload, bytes) else b""
+        typed = part.get("Content-Type")
+        fields[name] = FormPart(data, part.get_filename(), typed and part.get_content_type())
+    return fields
 
 
 class JsonHandler(BaseHTTPRequestHandler):

@@ -10,7 +10,8 @@ stripped `invite_state`, and left rooms; events are sent with PUT
 `/rooms/{id}/send/{type}/{txnId}` (the same transaction id gives the same event: a
 retried request posts once), redacted with PUT `/rooms/{id}/redact/{event}/{txnId}`;
 `/rooms/{id}/context/{event}` and `/rooms/{id}/messages` paginate with `from` / `dir` /
-`limit` (`end` omitted past the last event); media is read with GET
+`limit` (`end` omitted past the last event); media is uploaded with POST
+`/_matrix/media/v3/upload` and read with GET
 `/_matrix/client/v1/media/download/{server}/{id}` (authenticated media). Errors carry
 `errcode` and `error`; a 429 `M_LIMIT_EXCEEDED` has `retry_after_ms` and a `Retry-After`
 header.
@@ -48,6 +49,7 @@ CLIENT = "/_matrix/client/v3"
 ME = web.RequestKey("me", str)  # who a request's token is
 DEVICE_KEY = web.RequestKey("device", str)  # and on which device
 MEDIA = "/_matrix/client/v1/media"
+UPLOAD = "/_matrix/media/v3/upload"  # uploads stay on the media API (spec v1.11)
 
 
 def user(name: str) -> str:
@@ -92,6 +94,7 @@ class FakeMatrix(AioFake):
     broken_downloads: bool = False
     downloads: int = 0
     down: int = 0  # the next syncs that answer 502
+    max_upload: int = 50 * 1024 * 1024  # bytes: larger uploads answer 413 M_TOO_LARGE
     paused: bool = False  # syncs wait (unanswered) while it is set
 
     def __post_init__(self) -> None:
@@ -129,6 +132,7 @@ class FakeMatrix(AioFake):
         r.add_post(f"{CLIENT}/keys/claim", self._keys_claim)
         r.add_put(f"{CLIENT}/sendToDevice/{{type}}/{{txn}}", self._send_to_device)
         r.add_get(f"{MEDIA}/download/{{server}}/{{media}}", self._download)
+        r.add_post(UPLOAD, self._upload)
         r.add_get(f"{MEDIA}/download/{{server}}/{{media}}/{{name}}", self._download)
         self._server = AioThread(app)
 
@@ -366,11 +370,14 @@ class FakeMatrix(AioFake):
         if who is None:
             return _error(401, "M_UNKNOWN_TOKEN", "Invalid access token passed.")
         request[ME], request[DEVICE_KEY] = who
-        body = await request.text() if request.can_read_body else ""
-        try:
-            parsed = json.loads(body) if body else None
-        except ValueError:
-            return _error(400, "M_NOT_JSON", "Content not JSON.")
+        if request.path == UPLOAD:  # a file's bytes: recorded by their size
+            parsed: Any = {"size": request.content_length}
+        else:
+            body = await request.text() if request.can_read_body else ""
+            try:
+                parsed = json.loads(body) if body else None
+            except ValueError:
+                return _error(400, "M_NOT_JSON", "Content not JSON.")
         self.calls.append((request.method, request.path, parsed))
         for fault in list(self.faults):
             if fault.matches(request.method, request.path, parsed):
@@ -385,6 +392,31 @@ class FakeMatrix(AioFake):
                     return _error(429, "M_LIMIT_EXCEEDED", "Too Many Requests", headers, wait)
                 return _error(fault.status, "M_UNKNOWN", "Internal server error")
         return await handler(request)
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        """POST /_matrix/media/v3/upload?filename=…: the body is the file (its type in
+        Content-Type); answers its `content_uri`."""
+        data = await request.read()
+        if len(data) > self.max_upload:
+            return _error(413, "M_TOO_LARGE", "Cannot upload files larger than the limit")
+        media_id = f"m{next(self._ids):08d}"
+        self.media[media_id] = (data, request.headers.get("Content-Type", ""))
+        return web.json_response({"content_uri": f"mxc://{SERVER}/{media_id}"})
+
+    def sent_files(self, room: str = "") -> list[dict[str, Any]]:
+        """The bot's m.file messages (in `room`), oldest first: their content, with the
+        uploaded bytes under "data" (still encrypted where the room is)."""
+        found = []
+        for event in self.stream:
+            content = event.get("content") or {}
+            if event.get("sender") != BOT or content.get("msgtype") != "m.file":
+                continue
+            if room and event.get("room_id") != room:
+                continue
+            url = str(content.get("url") or (content.get("file") or {}).get("url") or "")
+            data, _ = self.media.get(url.rsplit("/", 1)[-1], (b"", ""))
+            found.append({**content, "data": data})
+        return found
 
     async def _whoami(self, request: web.Request) -> web.Response:
         me, device = request[ME], request[DEVICE_KEY]

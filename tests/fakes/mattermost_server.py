@@ -7,10 +7,11 @@ error body otherwise); the websocket at /api/v4/websocket takes an
 a `hello` event; a post is broadcast as a `posted` event whose `data.post` is the post as
 a JSON *string*, with `channel_type` (D, G, O, P), `sender_name` ("@name") and
 `mentions` (a JSON string of user ids, only when someone was mentioned). Posts are
-created with POST /posts (201), changed with PUT /posts/{id}/patch, removed with DELETE
-/posts/{id}; GET /channels/{id}/posts?since=<ms> answers `{"order": [...], "posts":
-{...}}` with the posts changed since then, newest first in `order`; files are read with
-GET /files/{id}; GET /channels/{id} answers the channel (its `type`); POST
+created with POST /posts (201; `file_ids` attach files the bot uploaded with POST /files,
+multipart/form-data with `channel_id` and `files`), changed with PUT /posts/{id}/patch,
+removed with DELETE /posts/{id}; GET /channels/{id}/posts?since=<ms> answers `{"order":
+[...], "posts": {...}}` with the posts changed since then, newest first in `order`;
+files are read with GET /files/{id}; GET /channels/{id} answers the channel (its `type`); POST
 /channels/direct makes the DM channel of two users. Like the real
 server, a post's interactive buttons keep their integration URL and context here: what
 clients get has them stripped, and a press (`press`) is POSTed by the server to the
@@ -35,6 +36,7 @@ import aiohttp
 from aiohttp import web
 
 from tests.fakes.aio_thread import AioFake, AioThread
+from tests.fakes.http_base import form_data
 
 TOKEN = "b0tt0ken0000000000000000aa"
 BOT = "b0t00000000000000000000000"  # the bot's user id (26 characters, as real ids)
@@ -85,6 +87,7 @@ class FakeMattermost(AioFake):
         app.router.add_post(f"{api}/channels/direct", self._direct)
         app.router.add_get(f"{api}/users/me/channels", self._my_channels)
         app.router.add_get(f"{api}/files/{{file}}", self._file)
+        app.router.add_post(f"{api}/files", self._upload)
         app.router.add_get(f"{api}/websocket", self._socket)
         self._server = AioThread(app)
 
@@ -223,8 +226,11 @@ class FakeMattermost(AioFake):
             return _error(
                 401, "api.context.session_expired.app_error", "Invalid or expired session"
             )
-        body = await request.text() if request.can_read_body else ""
-        self.calls.append((request.method, request.path, json.loads(body) if body else None))
+        body = await request.read() if request.can_read_body else b""
+        if request.content_type == "application/json":
+            self.calls.append((request.method, request.path, json.loads(body) if body else None))
+        else:  # an upload: its size
+            self.calls.append((request.method, request.path, len(body)))
         for fault in list(self.faults):
             if request.path.startswith(fault.path) and fault.method in ("", request.method):
                 self.faults.remove(fault)
@@ -253,9 +259,13 @@ class FakeMattermost(AioFake):
         channel = str(body.get("channel_id") or "")
         if channel not in self.channels:
             return _error(403, "api.context.permissions.app_error", "No permission")
+        ids = [str(i) for i in body.get("file_ids") or [] if self._attachable(str(i), channel)]
         post = self._store(
-            BOT, channel, str(body.get("message") or ""), str(body.get("root_id") or ""), []
+            BOT, channel, str(body.get("message") or ""), str(body.get("root_id") or ""), ids
         )
+        post["metadata"] = {"files": [self.files[i][1] for i in ids]} if ids else {}
+        for file_id in ids:
+            self.files[file_id][1]["post_id"] = post["id"]
         post["props"] = body.get("props") or {}
         self._keep_actions(post)
         await self._broadcast(post, BOT, None)
@@ -325,6 +335,56 @@ class FakeMattermost(AioFake):
         channel = f"dm-{users[0] if users[1] == BOT else users[1]}"
         self.channels[channel] = "D"
         return web.json_response({"id": channel, "type": "D"}, status=201)
+
+    def _attachable(self, file_id: str, channel: str) -> bool:
+        """A file the bot uploaded to `channel` and no post carries yet (the server
+        leaves out any other id a post names)."""
+        found = self.files.get(file_id)
+        if found is None:
+            return False
+        info = found[1]
+        mine = info.get("user_id") == BOT and info.get("channel_id") == channel
+        return mine and not info.get("post_id")
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        """POST /files: multipart/form-data with `channel_id` and one or more `files`;
+        201 with their `file_infos` (attached to a post by its `file_ids`)."""
+        form = form_data(await request.read(), request.headers["Content-Type"])
+        channel = form["channel_id"].text if "channel_id" in form else ""
+        if channel not in self.channels:
+            return _error(403, "api.context.permissions.app_error", "No permission")
+        infos = []
+        for upload in [p for k, p in form.items() if k.startswith("files")]:
+            if upload.filename is None:
+                return _error(400, "api.file.upload_file.bad_parse.app_error", "Not a file")
+            data, name = upload.data, upload.filename
+            file_id = f"f{next(self._ids):025d}"
+            info = {
+                "id": file_id,
+                "user_id": BOT,
+                "channel_id": channel,
+                "post_id": "",
+                "name": name,
+                "extension": name.rsplit(".", 1)[-1] if "." in name else "",
+                "size": len(data),
+                "mime_type": upload.content_type,
+                "create_at": int(time.time() * 1000),
+            }
+            self.files[file_id] = (data, info)
+            infos.append(info)
+        if not infos:
+            return _error(400, "api.file.upload_file.bad_parse.app_error", "No files")
+        return web.json_response({"file_infos": infos, "client_ids": []}, status=201)
+
+    def sent_files(self, channel: str = "") -> list[tuple[str, str, bytes, str]]:
+        """The files the bot posted (in `channel`): name, MIME type, bytes, the post's text."""
+        found = []
+        for post in self.posts.values():
+            if post["user_id"] == BOT and (not channel or post["channel_id"] == channel):
+                for file_id in post["file_ids"]:
+                    data, info = self.files[file_id]
+                    found.append((str(info["name"]), str(info["mime_type"]), data, post["message"]))
+        return found
 
     async def _file(self, request: web.Request) -> web.Response:
         self.downloads += 1

@@ -2,8 +2,11 @@
 
 The real slack_sdk / slack-bolt talk to it: `auth.test`, `apps.connections.open` (gives
 the ws:// URL), `chat.postMessage`, `chat.update` and `chat.delete` (on the bot's
-messages; `messages` holds what each shows now); events are pushed as `events_api` envelopes and the
-acks recorded. Faults: 429 with Retry-After, dropped websocket (the client reconnects).
+messages; `messages` holds what each shows now), an external file upload as
+slack_sdk's files_upload_v2 makes it (`files.getUploadURLExternal`, the bytes POSTed to
+the upload URL, `files.completeUploadExternal` sharing it: kept in `shared`); events
+are pushed as `events_api` envelopes and the acks recorded. Faults: 429 with
+Retry-After, dropped websocket (the client reconnects).
 """
 
 from __future__ import annotations
@@ -51,6 +54,10 @@ class FakeSlack(AioFake):
     downloads: list[tuple[str, str]] = field(default_factory=list)  # (path, Authorization)
     broken_downloads: set[str] = field(default_factory=set)
     pusher: Pusher | None = None  # HTTP mode: see events_to
+    # files the bot shared (files.completeUploadExternal): channel, name, data, the
+    # initial comment, thread_ts
+    shared: list[tuple[str, str, bytes, str, str | None]] = field(default_factory=list)
+    uploads: dict[str, dict[str, Any]] = field(default_factory=dict)  # file id: upload
 
     def __post_init__(self) -> None:
         self._sockets: list[web.WebSocketResponse] = []
@@ -59,6 +66,7 @@ class FakeSlack(AioFake):
         app.router.add_post("/api/{method}", self._api)
         app.router.add_get("/link", self._socket)
         app.router.add_get("/files/{tail:.*}", self._file)
+        app.router.add_post("/upload/v1/{file_id}", self._upload)
         self._server = AioThread(app)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -285,6 +293,20 @@ class FakeSlack(AioFake):
                 return {"ok": True, "channel": key[0], "ts": key[1]}
             self.messages[key] = str(params.get("text"))
             return {"ok": True, "channel": key[0], "ts": key[1], "text": params.get("text")}
+        if method == "files.getUploadURLExternal":
+            file_id = f"F{len(self.uploads) + 1:08d}"
+            self.uploads[file_id] = {
+                "name": params["filename"],
+                "length": int(params["length"]),
+                "data": None,
+            }
+            return {
+                "ok": True,
+                "upload_url": f"http://127.0.0.1:{self.port}/upload/v1/{file_id}",
+                "file_id": file_id,
+            }
+        if method == "files.completeUploadExternal":
+            return self._complete_upload(params)
         if method == "chat.postMessage":
             ts = self._next_ts()
             self.messages[(str(params.get("channel")), ts)] = str(params.get("text"))
@@ -302,6 +324,41 @@ class FakeSlack(AioFake):
                 },
             }
         return {"ok": True}
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        """Step 2 of an external upload: the file's bytes POSTed to its upload URL."""
+        upload = self.uploads.get(request.match_info["file_id"])
+        data = await request.read()
+        if upload is None:
+            return web.Response(status=404, text="upload not found")
+        if len(data) != upload["length"]:
+            return web.Response(status=400, text="length does not match")
+        upload["data"] = data
+        return web.Response(text=f"OK - {len(data)}")
+
+    def _complete_upload(self, params: dict[str, Any]) -> dict[str, Any]:
+        done = []
+        for item in json.loads(params["files"]):
+            upload = self.uploads.get(item["id"])
+            if upload is None or upload["data"] is None:
+                return {"ok": False, "error": "file_not_found"}
+            done.append((item, upload))
+        channel = params.get("channel_id")
+        files = []
+        for item, upload in done:
+            if channel:
+                comment = str(params.get("initial_comment") or "")
+                thread = params.get("thread_ts") or None
+                self.shared.append((str(channel), upload["name"], upload["data"], comment, thread))
+            files.append(
+                {
+                    "id": item["id"],
+                    "name": upload["name"],
+                    "title": item.get("title") or upload["name"],
+                    "size": len(upload["data"]),
+                }
+            )
+        return {"ok": True, "files": files}
 
     async def _socket(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse()

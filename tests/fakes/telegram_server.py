@@ -3,8 +3,9 @@
 Implements getMe, deleteWebhook, getUpdates (long poll with offset), sendMessage
 (returns a full Message), editMessageText and deleteMessage (on the bot's messages, with
 Telegram's "message is not modified" and "message to edit not found" errors),
-sendChatAction, setMyCommands, close; records every call; `messages` holds what each of
-the bot's messages shows now;
+sendChatAction, setMyCommands, close, sendDocument (multipart/form-data, as
+python-telegram-bot uploads: the file kept in `documents`); records every call;
+`messages` holds what each of the bot's messages shows now;
 injects 429 (with parameters.retry_after), 5xx, entity-parsing errors, dropped
 connections and duplicate update deliveries.
 """
@@ -21,7 +22,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from tests.fakes.balancer import Pusher
-from tests.fakes.http_base import JsonHandler, ThreadedHttp
+from tests.fakes.http_base import FormPart, JsonHandler, ThreadedHttp, form_data
 
 BOT = {"id": 999, "is_bot": True, "first_name": "Hermes", "username": "hermes_test_bot"}
 
@@ -49,6 +50,8 @@ class FakeTelegram:
     downloads: list[str] = field(default_factory=list)  # file paths fetched
     broken_downloads: set[str] = field(default_factory=set)  # file paths answered with 500
     pusher: Pusher | None = None  # webhook mode: set by setWebhook
+    # files the bot sent (sendDocument): chat_id, file name, MIME type, bytes, caption
+    documents: list[tuple[int, str, str, bytes, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._cond = threading.Condition()
@@ -250,7 +253,32 @@ class FakeTelegram:
                 self.messages[(chat_id, message_id)] = str(params.get("text", ""))
                 self.posts.append((chat_id, message_id, params))
             return self._bot_message(chat_id, message_id, str(params.get("text", "")))
+        if method == "sendDocument":
+            return self._document(params)
         return True
+
+    def _document(self, params: dict[str, Any]) -> dict[str, Any]:
+        chat_id, upload = int(params["chat_id"]), params["document"]
+        if not isinstance(upload, FormPart) or upload.filename is None:
+            raise ValueError("sendDocument: the document is not an uploaded file")
+        name, mime = upload.filename, upload.content_type or "application/octet-stream"
+        caption = str(params.get("caption", ""))
+        message_id = self._message_id()
+        with self._cond:
+            self.messages[(chat_id, message_id)] = caption
+            self.documents.append((chat_id, name, mime, upload.data, caption))
+        message = self._bot_message(chat_id, message_id, "")
+        del message["text"]
+        message["document"] = {
+            "file_id": f"D{message_id}",
+            "file_unique_id": f"uD{message_id}",
+            "file_name": name,
+            "mime_type": mime,
+            "file_size": len(upload.data),
+        }
+        if caption:
+            message["caption"] = caption
+        return message
 
     def _bot_message(self, chat_id: int, message_id: int, text: str) -> dict[str, Any]:
         return {
@@ -323,7 +351,15 @@ class FakeTelegram:
 
             def do_POST(self) -> None:  # noqa: N802 - http.server calls it by this name
                 method = self.path.rsplit("/", 1)[-1]
-                params = _decode(self.body().decode(), self.headers.get("Content-Type", ""))
+                kind = self.headers.get("Content-Type", "")
+                if kind.startswith("multipart/form-data"):  # an upload: its files as parts
+                    form = form_data(self.body(), kind)
+                    params: dict[str, Any] = {
+                        k: part if part.filename is not None else _value(part.text)
+                        for k, part in form.items()
+                    }
+                else:
+                    params = _decode(self.body().decode(), kind)
                 answer = fake._call(method, params)
                 if answer is None:
                     self.drop()
@@ -336,11 +372,12 @@ class FakeTelegram:
 def _decode(raw: str, content_type: str) -> dict[str, Any]:
     if "json" in content_type:
         return dict(json.loads(raw or "{}"))
-    params: dict[str, Any] = {}
-    for key, values in parse_qs(raw, keep_blank_values=True).items():
-        value = values[0]
-        try:
-            params[key] = json.loads(value)
-        except ValueError:
-            params[key] = value
-    return params
+    return {key: _value(values[0]) for key, values in parse_qs(raw, keep_blank_values=True).items()}
+
+
+def _value(value: str) -> Any:
+    """A form field's value as the Bot API reads it (JSON where it parses)."""
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value

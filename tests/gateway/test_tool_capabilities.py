@@ -201,8 +201,14 @@ def test_the_cli_chat_runs_as_the_home_owner_under_the_table(
     result = hermes("chat", "-q", "hello")
     assert result.returncode == 0, result.stderr
     [request] = fake_llm.requests
-    # schedule: nobody; the web: the owner's by default
-    assert offered(request) == {"memory", "session_search", "web_search", "web_fetch"}
+    # schedule: nobody; the web: the owner's by default; files: everyone's (saved here)
+    assert offered(request) == {
+        "memory",
+        "session_search",
+        "web_search",
+        "web_fetch",
+        "send_file",
+    }
 
 
 @pytest.mark.parametrize(
@@ -281,6 +287,7 @@ def test_the_operator_sees_and_changes_the_table_on_the_cli(home: Path) -> None:
         "schedule",
         "web",
         "message",
+        "files",
         "mcp:notes",
     }
 
