@@ -44,12 +44,14 @@ class FileDesk:
             return None
         return min(self.max_bytes, adapter.capabilities.max_file_bytes)
 
-    async def send(self, surface: Surface, file: WrittenFile) -> dict[str, Any]:
+    async def send(
+        self, surface: Surface, file: WrittenFile, reply_to: str | None = None
+    ) -> dict[str, Any]:
         adapter = self._adapter(surface)
         if adapter is None:
             return {"success": False, "error": "Files cannot be sent in this chat."}
         chat = ChatRef(surface.chat_id, surface.chat_type, surface.thread_id)
-        outbound = OutboundFile(chat, file.name, file.mime, file.data, file.caption)
+        outbound = OutboundFile(chat, file.name, file.mime, file.data, file.caption, reply_to)
         result, _ = await self.delivery.attempt(lambda: adapter.send_file(outbound))
         if result.ok:
             metrics.FILES_SENT.labels(adapter.name).inc()

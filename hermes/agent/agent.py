@@ -265,7 +265,14 @@ class Agent:
         )
         servers = await self._mcp_tools(holder)
         tools = self.toolbox(
-            conv, surface, cause, holder, writer=writer, provider_tools=offered, mcp_tools=servers
+            conv,
+            surface,
+            cause,
+            holder,
+            writer=writer,
+            provider_tools=offered,
+            mcp_tools=servers,
+            answering=platform_message_id.rsplit(",", 1)[-1] if platform_message_id else None,
         )
         recalled = await self.providers.recall(text, provider_session(conv)) if personal else ""
         if recalled:
@@ -325,12 +332,14 @@ class Agent:
         writer: str | None = None,
         provider_tools: list[dict[str, Any]] | None = None,
         mcp_tools: Sequence[McpTool] = (),
+        answering: str | None = None,
     ) -> ToolBox:
         """The turn's tools: those of the groups `holder` may use (each call asks again
         when it runs). Memory writes go to `writer`'s stores (default: the session's
         user; nobody's in a shared session without a known speaker); `provider_tools`:
         the memory provider's, as it offered them to the person
-        (`ProviderHost.atool_schemas`)."""
+        (`ProviderHost.atool_schemas`); `answering`: the platform message the turn
+        answers (a file sent goes where the reply goes: its thread in a channel)."""
         owner = writer if writer is not None else (None if conv.shared else conv.user_id)
 
         taint = Taint()  # what this turn read from the web
@@ -410,7 +419,7 @@ class Agent:
         if self.courier is not None:
             tools += self._message_tool(self.courier, holder, surface)
         if self.filer is not None and (limit := self.filer.limit(surface)) is not None:
-            tools.append(self._file_tool(self.filer, surface, limit))
+            tools.append(self._file_tool(self.filer, surface, limit, answering))
         allowed = granted(holder, {t.group for t in tools}, self.tools_table)
         return ToolBox(
             [t for t in tools if t.group in allowed],
@@ -505,15 +514,16 @@ class Agent:
         return [Tool("message", schema, send, "sending that…", "message")]
 
     @staticmethod
-    def _file_tool(filer: Filer, surface: Surface, limit: int) -> Tool:
-        """`send_file` into the chat of `surface` (files of at most `limit` bytes)."""
+    def _file_tool(filer: Filer, surface: Surface, limit: int, answering: str | None) -> Tool:
+        """`send_file` into the chat of `surface` (files of at most `limit` bytes), as a
+        reply to `answering` where the platform threads replies."""
 
         async def send(args: dict[str, Any]) -> dict[str, Any]:
             try:
                 file = written_file(args, limit)
             except FileRefusedError as exc:
                 return {"success": False, "error": str(exc)}
-            return await filer.send(surface, file)
+            return await filer.send(surface, file, answering)
 
         return Tool("send_file", FILE_SCHEMA, send, "writing the file…", "files")
 

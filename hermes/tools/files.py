@@ -175,8 +175,11 @@ class Filer(Protocol):
         """The largest file that can be sent in the chat of `surface` (bytes); None when
         no file can be sent there (the platform cannot, or is not running here)."""
 
-    async def send(self, surface: Surface, file: WrittenFile) -> dict[str, Any]:
-        """Send `file` to the chat of `surface`: the tool's result."""
+    async def send(
+        self, surface: Surface, file: WrittenFile, reply_to: str | None = None
+    ) -> dict[str, Any]:
+        """Send `file` to the chat of `surface` (in reply to the platform message
+        `reply_to`, where the platform threads replies): the tool's result."""
 
 
 __all__ = [

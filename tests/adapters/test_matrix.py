@@ -11,11 +11,20 @@ from typing import Any
 
 import pytest
 from nio import AsyncClient, AsyncClientConfig, RoomSendResponse, SyncResponse
-from nio.crypto.attachments import encrypt_attachment
+from nio.crypto.attachments import decrypt_attachment, encrypt_attachment
+from nio.events.room_events import RoomEncryptedFile
 
 from adapters.matrix import MatrixConfig
 from adapters.matrix.adapter import KEYS, MatrixAdapter, MatrixError, mentioned, to_event
-from gateway.edge.events import Attachment, Button, ChatRef, ChatType, MessageEvent, OutboundMessage
+from gateway.edge.events import (
+    Attachment,
+    Button,
+    ChatRef,
+    ChatType,
+    MessageEvent,
+    OutboundFile,
+    OutboundMessage,
+)
 from gateway.edge.ports import CatchesUp, ChatMark, DownloadError
 from tests.fakes.matrix_server import BOT, BUTTONS, TOKEN, FakeMatrix, Fault, user
 from tests.harness.wait import until, until_count
@@ -389,7 +398,9 @@ def test_an_encrypted_dm_is_read_and_answered_encrypted(matrix: FakeMatrix, tmp_
     """With encryption on, the bot is a device with its own keys: a person's client
     (matrix-nio with its crypto, as Element would) shares its room key with it, the bot
     reads the message and its reply goes out encrypted; the person's client decrypts it.
-    A restarted bot is the same device (its keys kept in the store)."""
+    A file the bot sends is uploaded encrypted (the repository holds ciphertext) and its
+    keys travel in the encrypted event: the person's client decrypts both. A restarted
+    bot is the same device (its keys kept in the store)."""
     dm = matrix.dm(ALICE)
     matrix.encrypt(dm)
 
@@ -424,16 +435,30 @@ def test_an_encrypted_dm_is_read_and_answered_encrypted(matrix: FakeMatrix, tmp_
                 reply = await adapter.send(OutboundMessage(events[0].chat, "a secret answer"))
                 assert reply.ok, reply.error
                 assert matrix.event(reply.message_ids[0])["type"] == "m.room.encrypted"
-                shown: list[str] = []
+                plan = b"day,plan\nmon,secret\n"
+                file = OutboundFile(events[0].chat, "plan.csv", "text/csv", plan, "the plan")
+                upload = await adapter.send_file(file)
+                assert upload.ok, upload.error
+                assert matrix.event(upload.message_ids[0])["type"] == "m.room.encrypted"
+                assert plan not in [data for data, _ in matrix.media.values()]  # ciphertext
+                shown: list[Any] = []
                 for _ in range(20):
                     synced = await person.sync(timeout=0)
                     if isinstance(synced, SyncResponse) and dm in synced.rooms.join:
-                        timeline = synced.rooms.join[dm].timeline.events
-                        shown += [str(getattr(e, "body", "")) for e in timeline]
-                    if "a secret answer" in shown:
+                        shown += synced.rooms.join[dm].timeline.events
+                    if any(isinstance(e, RoomEncryptedFile) for e in shown):
                         break
                     await asyncio.sleep(0.1)
-                assert "a secret answer" in shown
+                assert "a secret answer" in [str(getattr(e, "body", "")) for e in shown]
+                [sealed] = [e for e in shown if isinstance(e, RoomEncryptedFile)]
+                assert sealed.body == "the plan" and sealed.source["content"]["filename"] == (
+                    "plan.csv"
+                )
+                ciphertext, _ = matrix.media[sealed.url.rsplit("/", 1)[-1]]
+                opened = decrypt_attachment(
+                    ciphertext, sealed.key["k"], sealed.hashes["sha256"], sealed.iv
+                )
+                assert opened == plan
             finally:
                 await adapter.stop()
             # nio commits its keys on the event loop: without waiting for the disk

@@ -68,6 +68,24 @@ def test_channel_mention_arrives_twice_and_is_answered_once_in_thread(
     assert fake_llm.requests[0]["messages"][-1]["content"].startswith("can you help?")
 
 
+def test_a_file_asked_for_in_a_channel_goes_into_the_thread_with_the_reply(
+    home: Path, fake_llm: FakeOpenAI, slack: FakeSlack
+) -> None:
+    """files_upload_v2 shares the file where the reply goes: the mention's thread."""
+    ts = f"{time.time():.6f}"
+    fake_llm.push(Reply.tool_call("send_file", {"name": "todo.md", "content": "- [ ] milk"}))
+    fake_llm.push(Reply(text="Here it is."))
+
+    async def body() -> list[dict[str, Any]]:
+        text = f"<@{BOT_USER}> a todo file please"
+        await asyncio.to_thread(slack.message, text, channel="C1", channel_type="channel", ts=ts)
+        return await until_posted(slack, 1)
+
+    posted = run(home, fake_llm, slack, body)
+    assert posted[0]["thread_ts"] == ts and posted[0]["text"] == "Here it is."
+    assert slack.shared == [("C1", "todo.md", b"- [ ] milk", "", ts)]
+
+
 def test_a_burst_at_connection_reaches_the_gateway_in_the_order_sent(slack: FakeSlack) -> None:
     """Right after connecting (a restart, with Slack redelivering what waited), events
     arrive together. Bolt authorizes each before its listener runs; the bot's identity is
