@@ -38,6 +38,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,6 +46,7 @@ import aiohttp
 from nio import (
     AsyncClient,
     AsyncClientConfig,
+    ContentRepositoryConfigResponse,
     ErrorResponse,
     MessageDirection,
     ProfileGetDisplayNameResponse,
@@ -101,7 +103,9 @@ VOICE = ("org.matrix.msc3245.voice", "org.matrix.msc1767.audio")
 PERMANENT = {"M_FORBIDDEN", "M_NOT_FOUND", "M_UNKNOWN_TOKEN", "M_MISSING_TOKEN", "M_TOO_LARGE"}
 Invites = Literal["allowed", "direct", "anyone"]
 ENCRYPTED = "encrypted:"  # an attachment's ref: an encrypted file's JSON follows
-MAX_UPLOAD = 50 * 1024 * 1024  # Synapse's default max_upload_size (M_TOO_LARGE above)
+# files the bot sends: the homeserver's m.upload.size when it says (asked at start), at
+# most this (Synapse's default max_upload_size)
+MAX_UPLOAD = 50 * 1024 * 1024
 
 
 def _relation(content: dict[str, Any]) -> dict[str, Any]:
@@ -355,6 +359,11 @@ class MatrixAdapter:
             named = await self.client.get_displayname(self.bot_id)  # "Hermes: ..." mentions
             if isinstance(named, ProfileGetDisplayNameResponse) and named.displayname:
                 self.bot_name = named.displayname
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError, OSError):
+            media = await self.client.content_repository_config()  # the server's upload limit
+            if isinstance(media, ContentRepositoryConfigResponse) and media.upload_size:
+                limit = min(media.upload_size, MAX_UPLOAD)
+                self.capabilities = replace(self.capabilities, max_file_bytes=limit)
         first = await self.client.sync(timeout=0, sync_filter=FIRST_FILTER)
         if not isinstance(first, SyncResponse):
             raise MatrixError.of(first)

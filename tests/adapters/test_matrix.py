@@ -364,6 +364,26 @@ def test_files_are_read_from_the_content_repository_within_the_limit(
     run(body)
 
 
+def test_files_sent_keep_to_the_homeservers_upload_limit(matrix: FakeMatrix) -> None:
+    """The limit is the server's `m.upload.size` (asked at start); an upload the server
+    refuses anyway (M_TOO_LARGE) is a failure not to retry, and nothing is posted."""
+    matrix.max_upload = 4000
+    room = matrix.dm(ALICE)
+
+    async def body() -> None:
+        async with running(matrix) as (adapter, _events):
+            assert adapter.capabilities.max_file_bytes == 4000
+            chat = ChatRef(room, ChatType.DM)
+            sent = await adapter.send_file(OutboundFile(chat, "a.txt", "text/plain", b"hi"))
+            assert sent.ok, sent.error
+            matrix.max_upload = 10  # lowered since
+            refused = await adapter.send_file(OutboundFile(chat, "b.txt", "text/plain", b"x" * 50))
+            assert not refused.ok and not refused.retryable and "M_TOO_LARGE" in str(refused.error)
+            assert [c["filename"] for c in matrix.sent_files(room)] == ["a.txt"]
+
+    run(body)
+
+
 def test_an_encrypted_room_is_told_once_that_it_cannot_be_read(matrix: FakeMatrix) -> None:
     dm = matrix.dm(ALICE)
 

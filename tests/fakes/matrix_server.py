@@ -11,7 +11,8 @@ stripped `invite_state`, and left rooms; events are sent with PUT
 retried request posts once), redacted with PUT `/rooms/{id}/redact/{event}/{txnId}`;
 `/rooms/{id}/context/{event}` and `/rooms/{id}/messages` paginate with `from` / `dir` /
 `limit` (`end` omitted past the last event); media is uploaded with POST
-`/_matrix/media/v3/upload` and read with GET
+`/_matrix/media/v3/upload` (at most `m.upload.size` of GET
+`/_matrix/client/v1/media/config`) and read with GET
 `/_matrix/client/v1/media/download/{server}/{id}` (authenticated media). Errors carry
 `errcode` and `error`; a 429 `M_LIMIT_EXCEEDED` has `retry_after_ms` and a `Retry-After`
 header.
@@ -133,6 +134,7 @@ class FakeMatrix(AioFake):
         r.add_put(f"{CLIENT}/sendToDevice/{{type}}/{{txn}}", self._send_to_device)
         r.add_get(f"{MEDIA}/download/{{server}}/{{media}}", self._download)
         r.add_post(UPLOAD, self._upload)
+        r.add_get(f"{MEDIA}/config", self._media_config)
         r.add_get(f"{MEDIA}/download/{{server}}/{{media}}/{{name}}", self._download)
         self._server = AioThread(app)
 
@@ -392,6 +394,9 @@ class FakeMatrix(AioFake):
                     return _error(429, "M_LIMIT_EXCEEDED", "Too Many Requests", headers, wait)
                 return _error(fault.status, "M_UNKNOWN", "Internal server error")
         return await handler(request)
+
+    async def _media_config(self, _request: web.Request) -> web.Response:
+        return web.json_response({"m.upload.size": self.max_upload})
 
     async def _upload(self, request: web.Request) -> web.Response:
         """POST /_matrix/media/v3/upload?filename=…: the body is the file (its type in
