@@ -22,6 +22,7 @@ line (the crash tests' workers, started dozens of times each).
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -45,6 +46,13 @@ def _preload() -> None:
         importlib.import_module(f"gateway.cli.{found.name}")
     for name in PRELOAD[1:]:
         importlib.import_module(name)
+    from sqlalchemy.orm import configure_mappers
+
+    configure_mappers()  # the models' mappers, set up at a command's first query otherwise
+    # what is imported now moves to the collector's permanent generation, never walked
+    # again: a forked command's collections and its exit do not touch (and so copy) the
+    # pages of every object it inherited (an exit took 0.32 s of a command's 0.5; 0.04)
+    gc.freeze()
 
 
 def serve(path: str) -> None:
