@@ -207,6 +207,8 @@ def _one_shot(runtime: Runtime, adapter: LocalChat, query: str, hint: str) -> No
         raise typer.Exit(130) from None
     if answer.failed:
         fail(f"{answer.text} {hint}", EXIT_REFUSED)
+    for notice in adapter.take_notices():  # what came during the turn: a file saved
+        say(notice)
     say(answer.text)
 
 

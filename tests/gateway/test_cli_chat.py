@@ -77,6 +77,24 @@ def test_one_shot_answers_on_stdout_and_resumes(home: Path, fake_llm: FakeOpenAI
     db.close()
 
 
+def test_a_file_the_assistant_sends_is_saved_where_the_chat_was_started(
+    home: Path, fake_llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    """`hermes chat` in a folder: the file lands there (next to one of the same name,
+    never over it), and the line saying where comes before the answer."""
+    configure(home, fake_llm)
+    here = tmp_path / "work"
+    here.mkdir()
+    (here / "plan.md").write_text("mine")
+    call = {"name": "plan.md", "content": "# Plan\n- rest\n"}
+    fake_llm.push(Reply.tool_call("send_file", call), Reply(text="Saved your plan."))
+    done = hermes("chat", "-q", "write my plan to a file", cwd=here)
+    assert done.returncode == 0, done.stderr
+    saved = here / "plan (1).md"
+    assert done.stdout == f"📎 Saved plan.md to {saved}\nSaved your plan.\n"
+    assert saved.read_text() == "# Plan\n- rest\n" and (here / "plan.md").read_text() == "mine"
+
+
 def test_one_shot_failure_exits_non_zero_and_keeps_the_message(
     home: Path, fake_llm: FakeOpenAI
 ) -> None:

@@ -26,10 +26,15 @@ HERMES = [sys.executable, "-c", "from gateway.cli.main import main; main()"]
 
 
 def hermes(
-    *args: str, home: Path | None = None, answer: str | None = None, timeout: float = 60
+    *args: str,
+    home: Path | None = None,
+    answer: str | None = None,
+    timeout: float = 60,
+    cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """`hermes ARGS` as a process of its own; `answer` is typed on its stdin (else it has
-    none). As `subprocess.run` would: its output, its exit status, TimeoutExpired."""
+    """`hermes ARGS` as a process of its own (in the folder `cwd`, else this one's);
+    `answer` is typed on its stdin (else it has none). As `subprocess.run` would: its
+    output, its exit status, TimeoutExpired."""
     env = dict(os.environ, COLUMNS="200", NO_COLOR="1")
     if home is not None:
         env["HERMES_HOME"] = str(home)
@@ -37,7 +42,7 @@ def hermes(
         stdin, stdout, stderr = (files.enter_context(tempfile.TemporaryFile()) for _ in "012")
         stdin.write((answer or "").encode())
         stdin.seek(0)
-        request = {"args": list(args), "env": env, "cwd": os.getcwd()}
+        request = {"args": list(args), "env": env, "cwd": str(cwd or os.getcwd())}
         status = _ZYGOTE.run(request, [stdin, stdout, stderr], timeout)
         out, err = (_read(f) for f in (stdout, stderr))
     command = [*HERMES, *args]
