@@ -232,6 +232,7 @@ def build_app(
         scopes=router.intake.policy.scopes,
     )
     agent.courier = agent.asker = commands.confirmations = router.confirmations = confirmations
+    agent.holders = people  # who may use which tools: from the people cache
     agent.filer = FileDesk(router.delivery, router.adapters, config.media.max_sent_file_kb * 1024)
     confirmations.go_on = router.handle
     return App(home, config, db, people, agent, commands, router, clients, embedder)

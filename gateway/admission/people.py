@@ -41,6 +41,7 @@ from hermes.state.access import PairingRefused, Redeem
 from hermes.state.db import SessionDB
 from hermes.state.models import Identity, PairingRequest
 from hermes.state.people import ROLE_RANK
+from hermes.tools.capabilities import Holder
 
 logger = logging.getLogger(__name__)
 GATE_HOPS = 8  # a link follows at most this many other links made while it waited
@@ -49,6 +50,7 @@ GATE_HOPS = 8  # a link follows at most this many other links made while it wait
 # (the stamp file), so these only bound how long a missed notice could last
 IDENTITY_CACHE_S = 10.0
 CACHE_S = 30.0
+SYNCED_S = 1.0  # a look for changes made elsewhere this recent is not made again (holder)
 PAIRING_REPLY_EVERY_S = 60.0  # a stranger repeating themselves is answered this often
 MAX_TRACKED_STRANGERS = 10_000
 ADMIN_ROLES = ("owner", "admin")
@@ -102,6 +104,7 @@ class People:
         self.config, self.db, self.repo, self.memory = config, db, db.people, memory
         self.access = db.access  # link codes, pairing requests, allow/block rules
         self._stamp = self.repo.stamp()
+        self._synced_at = time.monotonic()
         self._identities: dict[tuple[str, str], tuple[str | None, float]] = {}
         self._users: dict[str, _UserFacts] = {}
         self._rules: tuple[dict[tuple[str, str, str], str], float] | None = None
@@ -430,8 +433,26 @@ class People:
 
     def sync(self) -> None:
         """Notice changes made by another process (one stat of the stamp file)."""
+        self._synced_at = time.monotonic()
         if self.repo.stamp() != self._stamp:
             self.changed()
+
+    def holder(self, user_id: str, *, fresh: bool = False) -> Holder:
+        """`user_id` as the tool capabilities weigh them (blocking: the database executor
+        from async code), from the cache: changes made elsewhere are noticed first when
+        the last look is older than SYNCED_S (intake looked for the event a turn answers
+        a moment ago), or always with `fresh` (a tool call, checked again as it runs).
+        Someone with no row yet counts as a plain user."""
+        if fresh or time.monotonic() - self._synced_at > SYNCED_S:
+            self.sync()
+        with self._lock:
+            facts = self._facts(user_id)
+        return Holder(
+            user_id,
+            facts.role,
+            user_id == owner_user_id(self.memory.home),
+            frozenset(f"{i.platform}:{i.platform_user_id}" for i in facts.identities),
+        )
 
     # -- cached lookups ----------------------------------------------------------------
 

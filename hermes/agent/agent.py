@@ -41,7 +41,7 @@ from hermes.state.models import Reminder
 from hermes.state.search import SearchScope
 from hermes.state.usage import Usage
 from hermes.text import valid_text
-from hermes.tools.capabilities import Holder, granted, groups, holder_of, may_use
+from hermes.tools.capabilities import Holder, Holders, granted, groups, holder_of, may_use
 from hermes.tools.files import SCHEMA as FILE_SCHEMA
 from hermes.tools.files import Filer, FileRefusedError, written_file
 from hermes.tools.mcp import McpHub, McpTool
@@ -152,6 +152,7 @@ class Agent:
     courier: Courier | None = None  # `message`: the gateway sends to other chats
     asker: Asker | None = None  # asks a person to confirm with a button
     filer: Filer | None = None  # `send_file`: the gateway uploads files into the chat
+    holders: Holders | None = None  # the gateway's people cache (else rows read per turn)
     vision: str = "auto"  # llm.vision: on | off | auto (until the endpoint refuses images)
     vision_refused: bool = False
     _reviews: dict[str, asyncio.Task[None]] = field(default_factory=dict, repr=False)
@@ -301,9 +302,13 @@ class Agent:
         self._schedule_review(conv)  # after the last await: it starts once the reply is back
         return TurnResult(answer, True, conv.id, compressed_from=compressed_from, reply_id=reply_id)
 
-    def holder(self, user_id: str) -> Holder:
-        """The person whose capabilities a turn runs with, read now (on the database
-        executor): their role, whether they are this home's owner, their accounts."""
+    def holder(self, user_id: str, *, fresh: bool = False) -> Holder:
+        """The person whose capabilities a turn runs with (on the database executor):
+        their role, whether they are this home's owner, their accounts; from the
+        gateway's people cache where there is one (`fresh`: what another process changed
+        this moment is seen too), else read now."""
+        if self.holders is not None:
+            return self.holders.holder(user_id, fresh=fresh)
         return holder_of(self.db.people, user_id, self.home)
 
     @property
@@ -320,7 +325,8 @@ class Agent:
 
     async def refusal(self, user_id: str, group: str) -> str | None:
         """Why `user_id` may not use the tools of `group` now (None: they may)."""
-        return may_use(await self.db.run(self.holder, user_id), group, self.tools_table)
+        holder = await self.db.run(functools.partial(self.holder, user_id, fresh=True))
+        return may_use(holder, group, self.tools_table)
 
     def toolbox(
         self,

@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from hermes.config import MCP_NAME
 from hermes.identity import owner_user_id
@@ -71,6 +71,15 @@ class Holder:
     @property
     def rank(self) -> int:
         return RANK["owner"] if self.home_owner else RANK.get(self.role, 0)
+
+
+class Holders(Protocol):
+    """Where a gateway reads its people from (its cache, kept fresh by change stamps):
+    `Holder`s without a read of their rows for every turn."""
+
+    def holder(self, user_id: str, *, fresh: bool = False) -> Holder:
+        """`user_id` as the decision weighs them; `fresh`: changes made elsewhere this
+        very moment are seen (a call checked again as it runs)."""
 
 
 def groups(
