@@ -167,9 +167,10 @@ def test_a_reply_over_a_million_characters_is_shown_whole(home: Path, fake_llm: 
     configure(home, fake_llm)
     long = "\n".join(f"line {n}: " + "x" * 90 for n in range(12_000))  # ~1.2 M characters
     assert len(long) > 1_000_000
-    fake_llm.default = Reply(text=long)
-    # (~20 s on this machine alone, more beside the other worker's tests: 100,000 chunks
-    # of 12 characters, each parsed into the openai SDK's models, ~150 us a chunk)
+    # streamed in pieces of 4,000 characters, as a fast endpoint sends them (pieces of 12,
+    # the fake's default, are 100,000 chunks each parsed by the openai SDK: 20 s of CPU)
+    pieces = [long[n : n + 4000] for n in range(0, len(long), 4000)]
+    fake_llm.default = Reply(text=long, pieces=pieces)
     result = hermes("chat", "-q", "write a lot", timeout=240)
     assert result.returncode == 0
     assert result.stdout == long + "\n"
