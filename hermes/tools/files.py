@@ -16,7 +16,6 @@ in the conversation, so the assistant knows what it sent.
 
 from __future__ import annotations
 
-import mimetypes
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -28,35 +27,39 @@ from hermes.text import valid_text
 MAX_NAME = 120
 MAX_CAPTION = 1_000  # Telegram's caption is 1,024 characters: one rule everywhere
 
-# text formats mimetypes does not know on every system
-_EXTRA_TYPES = {
-    "yaml": "application/yaml",
-    "yml": "application/yaml",
+# The text formats sent, by extension, and their types: one table, the same on every
+# system (the system's mime.types is never read: no file I/O in a turn, no surprises).
+# Left out on purpose: formats a browser or a desktop runs or renders as active content
+# when the file is opened (HTML, SVG, JavaScript, Windows scripts: bat, cmd, vbs, wsf,
+# hta, ps1), and every binary format (the model writes text).
+_PLAIN = (
+    "txt text log ini cfg conf properties env srt diff patch "
+    "py rb go rs java kt kts scala c h cc cpp hpp cs swift lua pl r m dart sh bash zsh fish "
+    "css scss less sass graphql proto dockerfile makefile tf hcl gradle"
+)
+_TYPES: dict[str, str] = {
+    **dict.fromkeys(_PLAIN.split(), "text/plain"),
+    **dict.fromkeys(("md", "markdown"), "text/markdown"),
+    **dict.fromkeys(("yaml", "yml"), "application/yaml"),
+    "rst": "text/x-rst",
+    "csv": "text/csv",
+    "tsv": "text/tab-separated-values",
+    "json": "application/json",
+    "jsonl": "application/jsonl",
+    "ndjson": "application/x-ndjson",
+    "geojson": "application/geo+json",
     "toml": "application/toml",
-    "log": "text/plain",
-    "ini": "text/plain",
-    "conf": "text/plain",
-    "cfg": "text/plain",
-    "env": "text/plain",
+    "xml": "application/xml",
     "sql": "application/sql",
-    "srt": "text/plain",
+    "ics": "text/calendar",
+    "vcf": "text/vcard",
     "vtt": "text/vtt",
     "tex": "text/x-tex",
-    "rst": "text/x-rst",
+    "bib": "text/x-bibtex",
+    "ts": "text/plain",  # TypeScript (not an MPEG stream: the model writes text)
+    "tsx": "text/plain",
+    "jsx": "text/plain",
 }
-_TEXT_APPLICATION = {
-    "application/json",
-    "application/xml",
-    "application/yaml",
-    "application/toml",
-    "application/sql",
-    "application/x-sh",
-    "application/geo+json",
-    "application/ld+json",
-}
-# run or rendered as active content when opened: never sent
-_ACTIVE = {"text/html", "text/javascript", "application/javascript", "image/svg+xml"}
-_ACTIVE_EXTENSIONS = {"html", "htm", "xhtml", "shtml", "svg", "js", "mjs", "hta", "xht"}
 _UNSAFE_NAME = re.compile(r"[\\/:*?\"<>|]")
 
 SCHEMA: dict[str, Any] = {
@@ -118,14 +121,7 @@ def mime_of(name: str) -> str | None:
     """The MIME type of a text format by `name`'s extension; None when it is not one
     the tool sends (unknown, binary, or active content)."""
     extension = name.rsplit(".", 1)[-1].lower() if "." in name else ""
-    if not extension or extension in _ACTIVE_EXTENSIONS:
-        return None
-    mime = _EXTRA_TYPES.get(extension) or mimetypes.guess_type(f"f.{extension}")[0]
-    if mime is None or mime in _ACTIVE:
-        return None
-    if mime.startswith("text/") or mime in _TEXT_APPLICATION:
-        return mime
-    return None
+    return _TYPES.get(extension)
 
 
 def check_name(raw: object) -> str:

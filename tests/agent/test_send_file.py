@@ -22,7 +22,9 @@ from hermes.tools.files import MAX_CAPTION, FileRefusedError, check_name, mime_o
         ("dentist.ics", "text/calendar"),
         ("config.yaml", "application/yaml"),
         ("data.json", "application/json"),
-        ("backup.sh", "text/x-sh"),
+        ("backup.sh", "text/plain"),
+        ("index.ts", "text/plain"),
+        ("Makefile.makefile", "text/plain"),
         ("résumé v2.txt", "text/plain"),
         ("アジェンダ.md", "text/markdown"),
     ],
@@ -39,6 +41,10 @@ def test_text_formats_are_sent_with_their_type(name: str, mime: str) -> None:
         "page.HTM",
         "logo.svg",
         "app.js",
+        "run.bat",  # Windows runs these when they are opened
+        "setup.cmd",
+        "macro.vbs",
+        "task.ps1",
         "run.exe",  # binary formats: the model writes text
         "photo.jpg",
         "archive.zip",
