@@ -256,7 +256,8 @@ def test_stop_mid_stream_leaves_what_was_written_marked_stopped(
     run(home, fake_llm, side, body)
     (shown,) = [t for t in side.shown() if "stopped" in t]
     written = shown.split("stopped")[0].rstrip("(<i>_ \n")  # what the model had written
-    assert CURSOR not in shown and written.startswith("Here is")  # however far it came
+    # however far it came (a loaded machine may stop it after the first word)
+    assert CURSOR not in shown and written.startswith("Here")
     plain = re.compile(r"</?b>|\*")  # (a cut may fall inside the bold word's markup)
     assert plain.sub("", ANSWER).startswith(plain.sub("", written)), written
     assert len(side.texts()) == 2  # the reply, and the answer to /stop
