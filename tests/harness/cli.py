@@ -128,38 +128,68 @@ _ZYGOTE = _Zygote()
 
 
 class Forked:
-    """`python SCRIPT ARGS` as a process of its own, forked from the command line's
-    forking server (its imports done: starting is a tenth of a new interpreter's time),
-    as `subprocess.Popen(..., stdout=PIPE, stderr=DEVNULL or PIPE, text=True)` would be:
-    `stdout` (and with `stderr`, `stderr`) to read, `pid`, `send_signal`, `wait`."""
+    """`python SCRIPT ARGS` (`script` None: `hermes ARGS`) as a process of its own,
+    forked from the command line's forking server (its imports done: starting is a tenth
+    of a new interpreter's time), as `subprocess.Popen(..., stdout=PIPE, stderr=DEVNULL
+    or PIPE, text=True)` would be: `stdout` (and with `stderr`, `stderr`) to read, `pid`,
+    `send_signal`, `kill`, `poll`, `wait`. With `output` (a file descriptor, e.g. a log
+    file's) it writes both there instead, as `stdout=log, stderr=STDOUT` would."""
 
-    def __init__(self, script: str, *args: str, stderr: bool = False) -> None:
+    def __init__(
+        self,
+        script: str | None,
+        *args: str,
+        stderr: bool = False,
+        env: dict[str, str] | None = None,
+        output: int | None = None,
+    ) -> None:
         null = os.open(os.devnull, os.O_RDWR)
-        out, out_w = os.pipe()
-        err, err_w = os.pipe() if stderr else (-1, null)
+        out, out_w = os.pipe() if output is None else (-1, output)
+        err, err_w = os.pipe() if stderr and output is None else (-1, output or null)
         try:
-            request = {"args": list(args), "script": script, "env": dict(os.environ),
-                       "cwd": os.getcwd()}  # fmt: skip
+            request: dict[str, object] = {
+                "args": list(args), "env": dict(os.environ if env is None else env),
+                "cwd": os.getcwd(),
+            }  # fmt: skip
+            if script is not None:
+                request["script"] = script
             self._conn, self.pid = _ZYGOTE.spawn(request, [null, out_w, err_w])
         finally:
-            for fd in {null, out_w, err_w}:
+            os.close(null)
+            for fd in {out_w, err_w} - {output, null}:
                 os.close(fd)
-        self.stdout = os.fdopen(out, "r")
-        self.stderr = os.fdopen(err, "r") if stderr else None
+        self.stdout = os.fdopen(out, "r") if out >= 0 else None
+        self.stderr = os.fdopen(err, "r") if err >= 0 else None
         self.returncode: int | None = None
 
     def communicate(self) -> tuple[str, str]:
         """Everything it writes, once it has ended (its output is small: read in turn)."""
         with self:
-            return self.stdout.read(), self.stderr.read() if self.stderr is not None else ""
+            out = self.stdout.read() if self.stdout is not None else ""
+            return out, self.stderr.read() if self.stderr is not None else ""
 
     def send_signal(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, sig)
 
-    def wait(self) -> int:
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def poll(self) -> int | None:
+        """Its exit status if it has ended, else None (without waiting)."""
+        if self.returncode is None and select.select([self._conn], [], [], 0)[0]:
+            self.wait()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Its exit status, once it has ended; subprocess.TimeoutExpired after `timeout`."""
         if self.returncode is None:
-            self.returncode = int(_line(self._conn))
+            self._conn.settimeout(timeout)
+            try:
+                line = _line(self._conn)
+            except TimeoutError:
+                raise subprocess.TimeoutExpired([*HERMES], timeout or 0) from None
+            self.returncode = int(line)
             self._conn.close()
         return self.returncode
 
@@ -167,9 +197,9 @@ class Forked:
         return self
 
     def __exit__(self, *_exc: object) -> None:
-        self.stdout.close()
-        if self.stderr is not None:
-            self.stderr.close()
+        for stream in (self.stdout, self.stderr):
+            if stream is not None:
+                stream.close()
         self.wait()
 
 

@@ -25,7 +25,7 @@ from tests.fakes.mattermost_server import TOKEN as MATTERMOST_TOKEN
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_server import FakeSlack
 from tests.fakes.telegram_server import FakeTelegram
-from tests.harness.cli import HERMES
+from tests.harness.cli import Forked
 
 TG_HOOK_SECRET = "tg-hook-secret"
 SLACK_SIGNING = "slack-signing-secret"
@@ -100,22 +100,19 @@ class Fleet:
     root: Path
     database_url: str
     lease_s: float
-    procs: dict[str, subprocess.Popen[str]] = field(default_factory=dict)  # by home name
+    procs: dict[str, Forked] = field(default_factory=dict)  # by home name
     logs: dict[str, str] = field(default_factory=dict)
 
     def home(self, name: str) -> Path:
         return self.root / name
 
-    def start(self, name: str) -> subprocess.Popen[str]:
-        log = open(self.root / f"{name}.log", "a")  # noqa: SIM115 - the process holds it; a restart adds to it
-        proc = subprocess.Popen(
-            [*HERMES, "gateway", "run"],
-            env=dict(os.environ, HERMES_HOME=str(self.home(name)), **ENV),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        log.close()
+    def start(self, name: str) -> Forked:
+        """`hermes gateway run` on home `name`, forked from the command line's forking
+        server (a real process of its own, without a new interpreter's imports), its
+        output added to `name`.log (a restart adds to it)."""
+        with (self.root / f"{name}.log").open("a") as log:
+            env = dict(os.environ, HERMES_HOME=str(self.home(name)), **ENV)
+            proc = Forked(None, "gateway", "run", env=env, output=log.fileno())
         self.procs[name] = proc
         return proc
 
