@@ -4,13 +4,13 @@ chat the turn is in, through that platform's adapter (`SendsFiles`).
 A turn runs where its platform is served (gateway/pipeline/shared.py), so the adapter
 is this process's. The upload goes through the delivery path's retries (a 429 waited
 out as asked, a retryable error sent again with backoff, an unknown outcome never sent
-again); one that fails is counted and logged like a reply that could not be delivered,
-and the tool's result says so in words the model can pass on.
+again); one that fails is counted, logged and recorded in the delivery ledger as a
+reply that could not be delivered is (`Delivery.record_failure`), and the tool's result
+says so in words the model can pass on.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,8 +20,6 @@ from gateway.pipeline.delivery import Delivery
 from hermes import metrics
 from hermes.places import Surface
 from hermes.tools.files import WrittenFile
-
-logger = logging.getLogger(__name__)
 
 
 class FileDesk:
@@ -52,14 +50,12 @@ class FileDesk:
             return {"success": False, "error": "Files cannot be sent in this chat."}
         chat = ChatRef(surface.chat_id, surface.chat_type, surface.thread_id)
         outbound = OutboundFile(chat, file.name, file.mime, file.data, file.caption, reply_to)
-        result, _ = await self.delivery.attempt(lambda: adapter.send_file(outbound))
+        result, attempts = await self.delivery.attempt(lambda: adapter.send_file(outbound))
         if result.ok:
             metrics.FILES_SENT.labels(adapter.name).inc()
             return {"success": True, "sent": file.name, "size": file.size_text}
-        metrics.DELIVERIES_FAILED.labels(adapter.name).inc()
-        logger.warning(
-            "could not send the file %s on %s: %s", file.name, adapter.name, result.error
-        )
+        # as a reply's part that could not be delivered: counted, logged, in the ledger
+        await self.delivery.record_failure(adapter, chat, None, result, attempts)
         why = "it may have arrived" if result.outcome_unknown else "it was not sent"
         return {
             "success": False,

@@ -5,8 +5,8 @@ directory).
 
 What a file may be is decided here, once, for every platform: a plain name (no folder,
 no control characters, at most 120 characters) whose extension is a text format; the
-formats a browser or a desktop would run when opened (HTML, SVG, JavaScript) are
-refused, so a page the assistant read cannot make it hand the person something active.
+formats a browser or a desktop would run when opened (HTML, SVG, JavaScript, Windows
+scripts) are refused, so a page the assistant read cannot make it hand the person something active.
 The content is valid Unicode sent as UTF-8, no larger than `media.max_sent_file_kb` nor
 the platform's own upload limit. Who may use it: the `files` capability (everyone by
 default). The gateway's side (gateway/pipeline/files_out.py) sends it through the

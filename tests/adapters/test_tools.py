@@ -33,7 +33,7 @@ from tests.adapters.drivers import (
 from tests.adapters.harness import run_gateway, settled, until_settled
 from tests.apps import app_config
 from tests.fakes.openai_server import FakeOpenAI, Reply
-from tests.fakes.telegram_server import FakeTelegram
+from tests.fakes.telegram_server import FakeTelegram, Fault
 from tests.fakes.web_site import ARTICLE_TEXT, WebSite
 from tests.gateway.test_message_tool import sends
 from tests.harness.wait import until
@@ -341,3 +341,26 @@ def test_a_file_the_tool_does_not_send_is_refused_in_words_and_nothing_is_upload
     answer = run(home, fake_llm, member, side, tools={"files": ["admin"]})
     assert answer == "Not sent: I cannot send files here."
     assert telegram.documents == []
+
+
+def test_an_upload_the_platform_refuses_is_told_to_the_model_and_kept_in_the_ledger(
+    home: Path, fake_llm: FakeOpenAI, telegram: FakeTelegram
+) -> None:
+    """A refusal is not retried; the model hears why, and the delivery ledger has it as
+    it has a reply that could not be delivered."""
+    side = TelegramDriver(telegram)
+    fake_llm.responder = writes_a_file("notes.md", "# Notes")
+
+    async def body() -> str:
+        telegram.faults.append(Fault("sendDocument", 400, "Bad Request: wrong file type"))
+        return await ask(side, side.users[0], "notes please", "Not sent")
+
+    answer = run(home, fake_llm, body, side)
+    assert "it was not sent" in answer and "wrong file type" in answer.lower()  # (PTB rewords)
+    assert len(telegram.sent("sendDocument")) == 1 and telegram.documents == []
+    db = SessionDB.open(home)
+    try:
+        [failed] = db.conversations.failed_deliveries("telegram")
+    finally:
+        db.close()
+    assert failed.chat_id == side.users[0] and "wrong file type" in str(failed.error).lower()
